@@ -1,0 +1,132 @@
+package http
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/taskmaster/taskmaster/domain/task"
+	"github.com/taskmaster/taskmaster/domain/worker"
+	"github.com/taskmaster/taskmaster/ports"
+)
+
+// TaskJSON is the task object of the API.
+type TaskJSON struct {
+	ID             string          `json:"id"`
+	Queue          string          `json:"queue"`
+	Status         string          `json:"status"`
+	Priority       int             `json:"priority"`
+	Payload        json.RawMessage `json:"payload"`
+	Tags           []string        `json:"tags"`
+	Attempts       int             `json:"attempts"`
+	MaxAttempts    int             `json:"max_attempts"`
+	WorkerID       *string         `json:"worker_id"`
+	LeaseID        *string         `json:"lease_id"`
+	LastError      *string         `json:"last_error"`
+	DeadReason     *string         `json:"dead_reason"`
+	Result         json.RawMessage `json:"result"`
+	Deadline       *time.Time      `json:"deadline"`
+	RunAt          time.Time       `json:"run_at"`
+	IdempotencyKey *string         `json:"idempotency_key"`
+	CreatedAt      time.Time       `json:"created_at"`
+	ClaimedAt      *time.Time      `json:"claimed_at"`
+	FinishedAt     *time.Time      `json:"finished_at"`
+	UpdatedAt      time.Time       `json:"updated_at"`
+}
+
+func taskJSON(t *task.Task) TaskJSON {
+	s := t.Snapshot()
+	tags := s.Tags
+	if tags == nil {
+		tags = []string{}
+	}
+	out := TaskJSON{
+		ID: s.ID.String(), Queue: s.Queue, Status: string(s.Status), Priority: s.Priority,
+		Payload: rawOrNull(s.Payload), Tags: tags, Attempts: s.Attempts, MaxAttempts: s.MaxAttempts,
+		WorkerID: optString(s.WorkerID), LastError: optString(s.LastError),
+		DeadReason: optString(string(s.DeadReason)), Result: rawOrNull(s.Result),
+		Deadline: optTime(s.Deadline), RunAt: s.RunAt.UTC(), IdempotencyKey: optString(s.IdempotencyKey),
+		CreatedAt: s.CreatedAt.UTC(), ClaimedAt: optTime(s.ClaimedAt), FinishedAt: optTime(s.FinishedAt),
+		UpdatedAt: s.UpdatedAt.UTC(),
+	}
+	if s.LeaseID != uuid.Nil {
+		out.LeaseID = optString(s.LeaseID.String())
+	}
+	return out
+}
+
+func tasksJSON(ts []*task.Task) []TaskJSON {
+	out := make([]TaskJSON, len(ts))
+	for i, t := range ts {
+		out[i] = taskJSON(t)
+	}
+	return out
+}
+
+// WorkerJSON is the worker object of the API.
+type WorkerJSON struct {
+	ID              string    `json:"id"`
+	Queues          []string  `json:"queues"`
+	Tags            []string  `json:"tags"`
+	Status          string    `json:"status"`
+	RegisteredAt    time.Time `json:"registered_at"`
+	LastHeartbeatAt time.Time `json:"last_heartbeat_at"`
+}
+
+func workerJSON(w *worker.Worker) WorkerJSON {
+	s := w.Snapshot()
+	return WorkerJSON{
+		ID: s.ID, Queues: nonNil(s.Queues), Tags: nonNil(s.Tags), Status: string(s.Status),
+		RegisteredAt: s.RegisteredAt.UTC(), LastHeartbeatAt: s.LastHeartbeatAt.UTC(),
+	}
+}
+
+// RegisterResponse is a worker plus the heartbeat interval asked of it.
+type RegisterResponse struct {
+	WorkerJSON
+	HeartbeatIntervalSeconds float64 `json:"heartbeat_interval_seconds"`
+}
+
+// QueueJSON is one queue's statistics.
+type QueueJSON struct {
+	Queue         string `json:"queue"`
+	Pending       int64  `json:"pending"`
+	Running       int64  `json:"running"`
+	Done          int64  `json:"done"`
+	Dead          int64  `json:"dead"`
+	ActiveWorkers int64  `json:"active_workers"`
+}
+
+func queueJSON(q ports.QueueStats) QueueJSON {
+	return QueueJSON{Queue: q.Queue, Pending: q.Pending, Running: q.Running, Done: q.Done, Dead: q.Dead, ActiveWorkers: q.ActiveWorkers}
+}
+
+func rawOrNull(b json.RawMessage) json.RawMessage {
+	if len(b) == 0 {
+		return json.RawMessage("null")
+	}
+	return b
+}
+
+func optString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func optTime(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

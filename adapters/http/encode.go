@@ -1,0 +1,104 @@
+package http
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/taskmaster/taskmaster/domain/validation"
+)
+
+// decode reads r's JSON body into dst strictly: unknown fields, wrong types,
+// trailing data and malformed JSON are 400; a body over the limit is 413. An
+// empty body is accepted when allowEmpty, leaving dst as it is.
+func decode(r *http.Request, dst any, allowEmpty bool) error {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		var maxErr *http.MaxBytesError
+		if errors.As(err, &maxErr) {
+			return &requestError{kind: kindTooLarge, detail: fmt.Sprintf("the request body exceeds %d bytes", maxErr.Limit)}
+		}
+		return badRequest("could not read the request body")
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		if allowEmpty {
+			return nil
+		}
+		return badRequest("a JSON request body is required")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		return decodeError(err)
+	}
+	if dec.More() {
+		return badRequest("the request body must hold a single JSON value")
+	}
+	return nil
+}
+
+func decodeError(err error) error {
+	var (
+		syntaxErr *json.SyntaxError
+		typeErr   *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.As(err, &syntaxErr):
+		return badRequest("malformed JSON at byte %d", syntaxErr.Offset)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badRequest("malformed JSON: unexpected end of input")
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			field = "(body)"
+		}
+		return &requestError{
+			kind:   kindMalformed,
+			detail: fmt.Sprintf("field %s must be %s", field, jsonKind(typeErr.Type.String())),
+			fields: []validation.FieldError{{Field: field, Message: "must be " + jsonKind(typeErr.Type.String())}},
+		}
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return &requestError{
+			kind:   kindMalformed,
+			detail: fmt.Sprintf("unknown field %q", name),
+			fields: []validation.FieldError{{Field: name, Message: "is not a known field"}},
+		}
+	default:
+		// Values that parse as JSON but not as the field's type, such as a
+		// malformed time.
+		return badRequest("invalid request body: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+}
+
+func jsonKind(goType string) string {
+	switch {
+	case strings.HasPrefix(goType, "[]"):
+		return "an array"
+	case strings.Contains(goType, "int"), strings.Contains(goType, "float"):
+		return "a number"
+	case strings.Contains(goType, "string"):
+		return "a string"
+	case strings.Contains(goType, "bool"):
+		return "a boolean"
+	case strings.Contains(goType, "Time"):
+		return "an RFC 3339 time string"
+	default:
+		return "an object"
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	writeJSONType(w, status, "application/json", v)
+}
+
+func writeJSONType(w http.ResponseWriter, status int, contentType string, v any) {
+	w.Header().Set("Content-Type", contentType)
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v) // the client went away; nothing to do
+}

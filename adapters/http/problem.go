@@ -1,0 +1,133 @@
+package http
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"go.uber.org/zap"
+
+	"github.com/taskmaster/taskmaster/domain/task"
+	"github.com/taskmaster/taskmaster/domain/validation"
+	"github.com/taskmaster/taskmaster/domain/worker"
+)
+
+// ProblemTypePrefix starts every problem type URI; the suffix is a stable
+// slug such as "validation-error".
+const ProblemTypePrefix = "urn:problem-type:taskmaster:"
+
+// Problem is an RFC 9457 problem details body.
+type Problem struct {
+	// Type identifies the kind of problem (a stable URI).
+	Type string `json:"type"`
+	// Title is a constant summary of the type.
+	Title string `json:"title"`
+	// Status is the HTTP status code.
+	Status int `json:"status"`
+	// Detail explains this occurrence, for a human.
+	Detail string `json:"detail,omitempty"`
+	// Instance is the request path.
+	Instance string `json:"instance,omitempty"`
+	// CorrelationID is the request's correlation id.
+	CorrelationID string `json:"correlation_id,omitempty"`
+	// Errors lists offending fields on validation problems.
+	Errors []validation.FieldError `json:"errors,omitempty"`
+	// CurrentStatus is the task's status on conflicts.
+	CurrentStatus string `json:"current_status,omitempty"`
+}
+
+// problemKind is one row of the error table.
+type problemKind struct {
+	slug   string
+	title  string
+	status int
+}
+
+var (
+	kindMalformed    = problemKind{"malformed-request", "Malformed request", http.StatusBadRequest}
+	kindTooLarge     = problemKind{"body-too-large", "Request body too large", http.StatusRequestEntityTooLarge}
+	kindValidation   = problemKind{"validation-error", "Invalid input", http.StatusUnprocessableEntity}
+	kindTaskNotFound = problemKind{"task-not-found", "Task not found", http.StatusNotFound}
+	kindWorkerNF     = problemKind{"worker-not-found", "Worker not found", http.StatusNotFound}
+	kindWorkerDead   = problemKind{"worker-dead", "Worker is dead", http.StatusConflict}
+	kindLeaseLost    = problemKind{"lease-lost", "Lease lost", http.StatusConflict}
+	kindTransition   = problemKind{"invalid-transition", "Invalid state transition", http.StatusConflict}
+	kindRoute        = problemKind{"not-found", "Not found", http.StatusNotFound}
+	kindMethod       = problemKind{"method-not-allowed", "Method not allowed", http.StatusMethodNotAllowed}
+	kindUnavailable  = problemKind{"unavailable", "Service unavailable", http.StatusServiceUnavailable}
+	kindInternal     = problemKind{"internal-error", "Internal server error", http.StatusInternalServerError}
+)
+
+// requestError is a client mistake found while decoding a request.
+type requestError struct {
+	kind   problemKind
+	detail string
+	fields []validation.FieldError
+}
+
+func (e *requestError) Error() string { return e.detail }
+
+func badRequest(format string, args ...any) error {
+	return &requestError{kind: kindMalformed, detail: fmt.Sprintf(format, args...)}
+}
+
+// problemFor is the one table from error to problem. Anything it does not
+// know is an internal error.
+func problemFor(err error) Problem {
+	var (
+		reqErr   *requestError
+		valErr   *validation.Error
+		leaseErr *task.LeaseError
+		transErr *task.TransitionError
+	)
+	switch {
+	case errors.As(err, &reqErr):
+		return newProblem(reqErr.kind, reqErr.detail, func(p *Problem) { p.Errors = reqErr.fields })
+	case errors.As(err, &valErr):
+		return newProblem(kindValidation, "the request has invalid fields; see errors", func(p *Problem) { p.Errors = valErr.Fields })
+	case errors.As(err, &leaseErr):
+		return newProblem(kindLeaseLost, fmt.Sprintf("the task is %s and held by another worker or under another lease", leaseErr.Status),
+			func(p *Problem) { p.CurrentStatus = string(leaseErr.Status) })
+	case errors.As(err, &transErr):
+		return newProblem(kindTransition, transitionDetail(transErr), func(p *Problem) { p.CurrentStatus = string(transErr.From) })
+	case errors.Is(err, task.ErrNotFound):
+		return newProblem(kindTaskNotFound, "no task has this id", nil)
+	case errors.Is(err, worker.ErrNotFound):
+		return newProblem(kindWorkerNF, "no worker has this id; register first", nil)
+	case errors.Is(err, worker.ErrDead):
+		return newProblem(kindWorkerDead, "the worker was declared dead; register again", nil)
+	default:
+		return newProblem(kindInternal, "an unexpected error occurred; quote the correlation id when reporting it", nil)
+	}
+}
+
+func transitionDetail(e *task.TransitionError) string {
+	if e.To == "" {
+		return fmt.Sprintf("the task is %s, not RUNNING", e.From)
+	}
+	return fmt.Sprintf("the task is %s and cannot move to %s", e.From, e.To)
+}
+
+func newProblem(k problemKind, detail string, with func(*Problem)) Problem {
+	p := Problem{Type: ProblemTypePrefix + k.slug, Title: k.title, Status: k.status, Detail: detail}
+	if with != nil {
+		with(&p)
+	}
+	return p
+}
+
+// writeError answers r with the problem for err. Only unexpected (5xx)
+// errors are logged, once, with the request's correlation id.
+func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	p := problemFor(err)
+	if p.Status >= 500 {
+		loggerFrom(r.Context()).Error("request failed", zap.Error(err), zap.String("method", r.Method), zap.String("path", r.URL.Path))
+	}
+	writeProblem(w, r, p)
+}
+
+func writeProblem(w http.ResponseWriter, r *http.Request, p Problem) {
+	p.Instance = r.URL.Path
+	p.CorrelationID = correlationID(r.Context())
+	writeJSONType(w, p.Status, "application/problem+json", p)
+}

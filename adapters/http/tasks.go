@@ -1,0 +1,245 @@
+package http
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/gorilla/mux"
+
+	"github.com/taskmaster/taskmaster/domain/task"
+	"github.com/taskmaster/taskmaster/domain/validation"
+	"github.com/taskmaster/taskmaster/ports"
+)
+
+type submitRequest struct {
+	Queue          string          `json:"queue"`
+	Payload        json.RawMessage `json:"payload"`
+	Priority       int             `json:"priority"`
+	MaxAttempts    int             `json:"max_attempts"`
+	Tags           []string        `json:"tags"`
+	Deadline       *time.Time      `json:"deadline"`
+	RunAt          *time.Time      `json:"run_at"`
+	IdempotencyKey string          `json:"idempotency_key"`
+}
+
+func (q submitRequest) params() task.SubmitParams {
+	return task.SubmitParams{
+		Queue: q.Queue, Payload: q.Payload, Priority: q.Priority, MaxAttempts: q.MaxAttempts,
+		Tags: q.Tags, Deadline: q.Deadline, RunAt: q.RunAt, IdempotencyKey: q.IdempotencyKey,
+	}
+}
+
+func (s *Server) handleSubmitTask(w http.ResponseWriter, r *http.Request) {
+	var req submitRequest
+	if err := decode(r, &req, false); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	t, created, err := s.tasks.Submit(r.Context(), req.params())
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		w.Header().Set("Location", "/tasks/v1/"+t.ID().String())
+	}
+	writeJSON(w, status, taskJSON(t))
+}
+
+func (s *Server) handleGetTask(w http.ResponseWriter, r *http.Request) {
+	id, ok := taskID(w, r)
+	if !ok {
+		return
+	}
+	t, err := s.tasks.Get(r.Context(), id)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, taskJSON(t))
+}
+
+type listTasksResponse struct {
+	Tasks      []TaskJSON `json:"tasks"`
+	NextCursor *string    `json:"next_cursor"`
+}
+
+func (s *Server) handleListTasks(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := ports.TaskFilter{Queue: q.Get("queue"), Status: task.Status(q.Get("status"))}
+	var v validation.Errors
+	if raw := q.Get("limit"); raw != "" {
+		n, err := strconv.Atoi(raw)
+		if err != nil {
+			v.Add("limit", "must be an integer")
+		}
+		f.Limit = n
+		if err == nil && n == 0 {
+			v.Add("limit", "must be between 1 and 1000")
+		}
+	}
+	if raw := q.Get("cursor"); raw != "" {
+		after, err := decodeCursor(raw)
+		if err != nil {
+			v.Add("cursor", "is not a cursor this API returned")
+		}
+		f.After = &after
+	}
+	if err := v.Err(); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	ts, err := s.tasks.List(r.Context(), f)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	resp := listTasksResponse{Tasks: tasksJSON(ts)}
+	limit := f.Limit
+	if limit == 0 {
+		limit = 100
+	}
+	if len(ts) == limit {
+		c := encodeCursor(ts[len(ts)-1].ID())
+		resp.NextCursor = &c
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func encodeCursor(id uuid.UUID) string {
+	return base64.RawURLEncoding.EncodeToString(id[:])
+}
+
+func decodeCursor(s string) (uuid.UUID, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return uuid.Nil, err
+	}
+	return uuid.FromBytes(b)
+}
+
+type claimRequest struct {
+	WorkerID string `json:"worker_id"`
+	Queue    string `json:"queue"`
+	Limit    *int   `json:"limit"`
+}
+
+type tasksResponse struct {
+	Tasks []TaskJSON `json:"tasks"`
+}
+
+func (s *Server) handleClaimTasks(w http.ResponseWriter, r *http.Request) {
+	var req claimRequest
+	if err := decode(r, &req, false); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	cmd := ports.ClaimCommand{WorkerID: req.WorkerID, Queue: req.Queue, Limit: 1}
+	if req.Limit != nil {
+		cmd.Limit = *req.Limit
+		if cmd.Limit == 0 {
+			cmd.Limit = -1 // explicit 0 is out of range, not "default"
+		}
+	}
+	ts, err := s.tasks.Claim(r.Context(), cmd)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, tasksResponse{Tasks: tasksJSON(ts)})
+}
+
+type completeRequest struct {
+	WorkerID string          `json:"worker_id"`
+	LeaseID  *uuid.UUID      `json:"lease_id"`
+	Result   json.RawMessage `json:"result"`
+}
+
+func (s *Server) handleCompleteTask(w http.ResponseWriter, r *http.Request) {
+	id, ok := taskID(w, r)
+	if !ok {
+		return
+	}
+	var req completeRequest
+	if err := decode(r, &req, false); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	t, err := s.tasks.Complete(r.Context(), ports.CompleteCommand{TaskID: id, WorkerID: req.WorkerID, LeaseID: req.LeaseID, Result: req.Result})
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, taskJSON(t))
+}
+
+type failRequest struct {
+	WorkerID  string     `json:"worker_id"`
+	LeaseID   *uuid.UUID `json:"lease_id"`
+	Error     string     `json:"error"`
+	Retryable *bool      `json:"retryable"`
+}
+
+func (s *Server) handleFailTask(w http.ResponseWriter, r *http.Request) {
+	id, ok := taskID(w, r)
+	if !ok {
+		return
+	}
+	var req failRequest
+	if err := decode(r, &req, false); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	cmd := ports.FailCommand{TaskID: id, WorkerID: req.WorkerID, LeaseID: req.LeaseID, Error: req.Error, Retryable: true}
+	if req.Retryable != nil {
+		cmd.Retryable = *req.Retryable
+	}
+	t, err := s.tasks.Fail(r.Context(), cmd)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, taskJSON(t))
+}
+
+func (s *Server) handleRetryTask(w http.ResponseWriter, r *http.Request) {
+	s.handleAdminTransition(w, r, s.tasks.Retry)
+}
+
+func (s *Server) handleCancelTask(w http.ResponseWriter, r *http.Request) {
+	s.handleAdminTransition(w, r, s.tasks.Cancel)
+}
+
+func (s *Server) handleAdminTransition(w http.ResponseWriter, r *http.Request, do func(ctx context.Context, id uuid.UUID) (*task.Task, error)) {
+	id, ok := taskID(w, r)
+	if !ok {
+		return
+	}
+	if err := decode(r, &struct{}{}, true); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	t, err := do(r.Context(), id)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, taskJSON(t))
+}
+
+// taskID parses the {id} path variable; a malformed id names no task (404).
+func taskID(w http.ResponseWriter, r *http.Request) (uuid.UUID, bool) {
+	id, err := uuid.Parse(mux.Vars(r)["id"])
+	if err != nil {
+		writeError(w, r, task.ErrNotFound)
+		return uuid.Nil, false
+	}
+	return id, true
+}

@@ -1,0 +1,99 @@
+package http
+
+import (
+	"net/http"
+
+	"github.com/gorilla/mux"
+
+	"github.com/taskmaster/taskmaster/domain/worker"
+)
+
+type registerRequest struct {
+	ID     string   `json:"id"`
+	Queues []string `json:"queues"`
+	Tags   []string `json:"tags"`
+}
+
+func (s *Server) handleRegisterWorker(w http.ResponseWriter, r *http.Request) {
+	var req registerRequest
+	if err := decode(r, &req, true); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	wk, created, err := s.workers.Register(r.Context(), worker.RegisterParams{ID: req.ID, Queues: req.Queues, Tags: req.Tags})
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, RegisterResponse{
+		WorkerJSON:               workerJSON(wk),
+		HeartbeatIntervalSeconds: s.workers.Liveness().HeartbeatInterval().Seconds(),
+	})
+}
+
+func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
+	if err := decode(r, &struct{}{}, true); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	wk, err := s.workers.Heartbeat(r.Context(), mux.Vars(r)["id"])
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, workerJSON(wk))
+}
+
+type workersResponse struct {
+	Workers []WorkerJSON `json:"workers"`
+}
+
+func (s *Server) handleListWorkers(w http.ResponseWriter, r *http.Request) {
+	ws, err := s.workers.List(r.Context())
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	out := make([]WorkerJSON, len(ws))
+	for i, wk := range ws {
+		out[i] = workerJSON(wk)
+	}
+	writeJSON(w, http.StatusOK, workersResponse{Workers: out})
+}
+
+type queuesResponse struct {
+	Queues []QueueJSON `json:"queues"`
+}
+
+func (s *Server) handleListQueues(w http.ResponseWriter, r *http.Request) {
+	qs, err := s.queues.Queues(r.Context())
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	out := make([]QueueJSON, len(qs))
+	for i, q := range qs {
+		out[i] = queueJSON(q)
+	}
+	writeJSON(w, http.StatusOK, queuesResponse{Queues: out})
+}
+
+type healthResponse struct {
+	Status string `json:"status"`
+}
+
+func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, healthResponse{Status: "ok"})
+}
+
+func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
+	if err := s.health.Ready(r.Context()); err != nil {
+		writeProblem(w, r, newProblem(kindUnavailable, "not ready: "+err.Error(), nil))
+		return
+	}
+	writeJSON(w, http.StatusOK, healthResponse{Status: "ready"})
+}

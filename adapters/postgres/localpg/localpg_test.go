@@ -1,0 +1,175 @@
+package localpg_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	_ "github.com/lib/pq"
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskmaster/taskmaster/adapters/postgres/localpg"
+)
+
+func TestStartPersistsDataAcrossRestarts(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+
+	srv := start(t, localpg.Config{DataDir: dir, Fast: true})
+	db := open(t, srv.URL("postgres"))
+	_, err := db.Exec(`CREATE TABLE persisted (id int); INSERT INTO persisted VALUES (42)`)
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	require.NoError(t, srv.Stop())
+	require.NoError(t, srv.Stop(), "a second Stop is a no-op")
+
+	srv = start(t, localpg.Config{DataDir: dir, Fast: true})
+	var id int
+	require.NoError(t, open(t, srv.URL("postgres")).Get(&id, `SELECT id FROM persisted`))
+	require.Equal(t, 42, id)
+}
+
+func TestStartTwoServersGetDifferentPorts(t *testing.T) {
+	t.Parallel()
+	a := start(t, localpg.Config{DataDir: t.TempDir(), Fast: true})
+	b := start(t, localpg.Config{DataDir: t.TempDir(), Fast: true})
+	require.NotEqual(t, a.Port(), b.Port())
+	for _, srv := range []*localpg.Server{a, b} {
+		var dir string
+		require.NoError(t, open(t, srv.URL("postgres")).Get(&dir, `SHOW data_directory`))
+		require.Equal(t, srv.DataDir(), dir, "each URL reaches its own server")
+	}
+}
+
+func TestStartRefusesDataDirOfLiveServer(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	start(t, localpg.Config{DataDir: dir, Fast: true})
+
+	_, err := localpg.Start(context.Background(), localpg.Config{DataDir: dir, Fast: true})
+	require.ErrorContains(t, err, "in use by a running PostgreSQL server")
+}
+
+func TestStartReplacesStalePidFile(t *testing.T) {
+	t.Parallel()
+	exited := exec.Command("true")
+	require.NoError(t, exited.Run())
+	// A live process that is neither a postmaster nor the new postmaster's parent, run by the
+	// server's user: PostgreSQL itself ignores a lock file naming its parent, or a process it
+	// may not signal.
+	unrelated := exec.Command("sleep", "600")
+	unrelated.SysProcAttr = asServerUser(t)
+	require.NoError(t, unrelated.Start())
+	t.Cleanup(func() {
+		require.NoError(t, unrelated.Process.Kill())
+		_ = unrelated.Wait() // "signal: killed"
+	})
+
+	for name, pid := range map[string]int{
+		"dead process":                       exited.Process.Pid,
+		"pid reused by an unrelated process": unrelated.Process.Pid,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			srv := start(t, localpg.Config{DataDir: dir, Fast: true})
+			pidFile := filepath.Join(dir, "postmaster.pid")
+			content, err := os.ReadFile(pidFile)
+			require.NoError(t, err)
+			require.NoError(t, srv.Stop())
+
+			// What a crash leaves behind: the lock file of a postmaster that no longer runs here.
+			_, rest, _ := strings.Cut(string(content), "\n")
+			require.NoError(t, os.WriteFile(pidFile, []byte(fmt.Sprintf("%d\n%s", pid, rest)), 0o600))
+
+			srv = start(t, localpg.Config{DataDir: dir, Fast: true})
+			var one int
+			require.NoError(t, open(t, srv.URL("postgres")).Get(&one, `SELECT 1`))
+		})
+	}
+}
+
+func TestStartReportsLogTailWhenServerExits(t *testing.T) {
+	t.Parallel()
+	var log bytes.Buffer
+	_, err := localpg.Start(context.Background(), localpg.Config{
+		DataDir:       t.TempDir(),
+		Fast:          true,
+		Log:           &log,
+		ExtraSettings: map[string]string{"max_connections": "lots"},
+	})
+	require.ErrorContains(t, err, `invalid value for parameter "max_connections"`)
+	require.Contains(t, log.String(), "max_connections", "the server's output also reaches Config.Log")
+}
+
+func TestStartWritesDefaultLogFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	srv := start(t, localpg.Config{DataDir: dir, Fast: true})
+	require.NoError(t, srv.Stop())
+
+	log, err := os.ReadFile(filepath.Join(dir, "logfile"))
+	require.NoError(t, err)
+	require.Contains(t, string(log), "database system is shut down")
+}
+
+func TestServerURL(t *testing.T) {
+	t.Parallel()
+	srv := start(t, localpg.Config{DataDir: t.TempDir(), Fast: true})
+	require.Equal(t, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/app?sslmode=disable", srv.Port()), srv.URL("app"))
+}
+
+func TestFindBinaries(t *testing.T) {
+	t.Parallel()
+	dir, err := localpg.FindBinaries()
+	require.NoError(t, err)
+	for _, name := range []string{"initdb", "postgres"} {
+		require.FileExists(t, filepath.Join(dir, name))
+	}
+}
+
+// asServerUser returns process attributes that run a command as the user localpg runs the
+// server as: the current user, or "postgres" for root.
+func asServerUser(t *testing.T) *syscall.SysProcAttr {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	u, err := user.Lookup(localpg.Superuser)
+	require.NoError(t, err)
+	uid, err := strconv.Atoi(u.Uid)
+	require.NoError(t, err)
+	gid, err := strconv.Atoi(u.Gid)
+	require.NoError(t, err)
+	return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+}
+
+// start starts a server and stops it when the test ends.
+func start(t *testing.T, cfg localpg.Config) *localpg.Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := localpg.Start(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, srv.Stop()) })
+	return srv
+}
+
+// open connects to url and closes the connection when the test ends.
+func open(t *testing.T, url string) *sqlx.DB {
+	t.Helper()
+	db, err := sqlx.Connect("postgres", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}

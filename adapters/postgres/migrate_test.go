@@ -1,0 +1,118 @@
+package postgres_test
+
+import (
+	"context"
+	"io/fs"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskmaster/taskmaster/adapters/postgres"
+	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
+	"github.com/taskmaster/taskmaster/migrations"
+)
+
+// TestMain is the one TestMain of this package's tests: every storage test gets its database
+// from pgtest.
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func TestMigrateFromConcurrentInstancesAppliesEachMigrationOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewEmptyDatabase(t)
+	want := migrationVersions(t)
+
+	pending, err := postgres.Pending(ctx, connect(t, url))
+	require.NoError(t, err)
+	require.Equal(t, want, pending, "an empty database needs every migration")
+
+	const instances = 8
+	dbs := make([]*sqlx.DB, instances)
+	for i := range dbs {
+		dbs[i] = connect(t, url) // one pool per instance, as separate processes would have
+	}
+	begin := make(chan struct{})
+	errs := make(chan error, instances)
+	var wg sync.WaitGroup
+	for _, db := range dbs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-begin
+			errs <- postgres.Migrate(ctx, db)
+		}()
+	}
+	close(begin)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+
+	db := dbs[0]
+	var applied []string
+	require.NoError(t, db.Select(&applied, `SELECT version FROM schema_migrations ORDER BY version`))
+	require.Equal(t, want, applied)
+	pending, err = postgres.Pending(ctx, db)
+	require.NoError(t, err)
+	require.Empty(t, pending)
+	var locks int
+	require.NoError(t, db.Get(&locks, `SELECT count(*) FROM pg_locks
+		WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`))
+	require.Zero(t, locks, "Migrate releases its advisory lock")
+}
+
+func TestMigrateTwiceIsNoOp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := connect(t, pgtest.NewEmptyDatabase(t))
+	require.NoError(t, postgres.Migrate(ctx, db))
+	before := appliedAt(t, db)
+
+	require.NoError(t, postgres.Migrate(ctx, db))
+	require.Equal(t, before, appliedAt(t, db))
+	pending, err := postgres.Pending(ctx, db)
+	require.NoError(t, err)
+	require.Empty(t, pending)
+}
+
+// migrationVersions lists the embedded migrations as Migrate records them.
+func migrationVersions(t *testing.T) []string {
+	t.Helper()
+	names, err := fs.Glob(migrations.FS, "*.sql")
+	require.NoError(t, err)
+	require.NotEmpty(t, names)
+	versions := make([]string, len(names))
+	for i, name := range names {
+		versions[i] = strings.TrimSuffix(name, ".sql")
+	}
+	return versions
+}
+
+// appliedAt returns schema_migrations as version → applied_at.
+func appliedAt(t *testing.T, db *sqlx.DB) map[string]time.Time {
+	t.Helper()
+	var rows []struct {
+		Version   string    `db:"version"`
+		AppliedAt time.Time `db:"applied_at"`
+	}
+	require.NoError(t, db.Select(&rows, `SELECT version, applied_at FROM schema_migrations`))
+	m := make(map[string]time.Time, len(rows))
+	for _, r := range rows {
+		m[r.Version] = r.AppliedAt
+	}
+	return m
+}
+
+// connect opens a pool on url, closed when the test ends.
+func connect(t *testing.T, url string) *sqlx.DB {
+	t.Helper()
+	db, err := sqlx.Connect("postgres", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, db.Close()) })
+	return db
+}

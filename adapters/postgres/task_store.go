@@ -1,0 +1,306 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/lib/pq"
+
+	"github.com/taskmaster/taskmaster/domain/event"
+	"github.com/taskmaster/taskmaster/domain/task"
+	"github.com/taskmaster/taskmaster/ports"
+)
+
+// taskColumns are the columns of taskRow, in order.
+const taskColumns = `id, seq, queue, status, priority, payload, tags, attempts, max_attempts,
+	worker_id, lease_id, last_error, dead_reason, result, deadline, run_at,
+	idempotency_key, created_at, claimed_at, finished_at, updated_at`
+
+// taskRow is one row of tasks.
+type taskRow struct {
+	ID             uuid.UUID      `db:"id"`
+	Seq            int64          `db:"seq"`
+	Queue          string         `db:"queue"`
+	Status         string         `db:"status"`
+	Priority       int            `db:"priority"`
+	Payload        []byte         `db:"payload"`
+	Tags           pq.StringArray `db:"tags"`
+	Attempts       int            `db:"attempts"`
+	MaxAttempts    int            `db:"max_attempts"`
+	WorkerID       sql.NullString `db:"worker_id"`
+	LeaseID        uuid.NullUUID  `db:"lease_id"`
+	LastError      sql.NullString `db:"last_error"`
+	DeadReason     sql.NullString `db:"dead_reason"`
+	Result         []byte         `db:"result"`
+	Deadline       sql.NullTime   `db:"deadline"`
+	RunAt          time.Time      `db:"run_at"`
+	IdempotencyKey sql.NullString `db:"idempotency_key"`
+	CreatedAt      time.Time      `db:"created_at"`
+	ClaimedAt      sql.NullTime   `db:"claimed_at"`
+	FinishedAt     sql.NullTime   `db:"finished_at"`
+	UpdatedAt      time.Time      `db:"updated_at"`
+}
+
+// taskRowNow is a task row with the transaction's now().
+type taskRowNow struct {
+	taskRow
+	Now time.Time `db:"db_now"`
+}
+
+func (r *taskRow) toDomain() *task.Task {
+	return task.Restore(task.Snapshot{
+		ID:             r.ID,
+		Queue:          r.Queue,
+		Status:         task.Status(r.Status),
+		Priority:       r.Priority,
+		Payload:        json.RawMessage(r.Payload),
+		Tags:           []string(r.Tags),
+		Attempts:       r.Attempts,
+		MaxAttempts:    r.MaxAttempts,
+		WorkerID:       r.WorkerID.String,
+		LeaseID:        r.LeaseID.UUID,
+		LastError:      r.LastError.String,
+		DeadReason:     task.DeadReason(r.DeadReason.String),
+		Result:         json.RawMessage(r.Result),
+		Deadline:       timePtr(r.Deadline),
+		RunAt:          r.RunAt,
+		IdempotencyKey: r.IdempotencyKey.String,
+		CreatedAt:      r.CreatedAt,
+		ClaimedAt:      timePtr(r.ClaimedAt),
+		FinishedAt:     timePtr(r.FinishedAt),
+		UpdatedAt:      r.UpdatedAt,
+	})
+}
+
+// TaskStore implements ports.TaskStore on one transaction.
+type TaskStore struct {
+	st *txState
+}
+
+var _ ports.TaskStore = (*TaskStore)(nil)
+
+// Create implements ports.TaskStore.
+func (s *TaskStore) Create(ctx context.Context, fn ports.TaskCreateFunc) (*task.Task, bool, error) {
+	now, err := s.st.Now(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	t, e, err := fn(now)
+	if err != nil {
+		return nil, false, err
+	}
+	v := t.Snapshot()
+	var row taskRow
+	err = s.st.tx.GetContext(ctx, &row, `
+		INSERT INTO tasks (id, queue, status, priority, payload, tags, attempts, max_attempts,
+			deadline, run_at, idempotency_key, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12)
+		ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+		RETURNING `+taskColumns,
+		v.ID, v.Queue, string(v.Status), v.Priority, nullJSON(v.Payload), pq.StringArray(v.Tags),
+		v.Attempts, v.MaxAttempts, v.Deadline, v.RunAt, nullString(v.IdempotencyKey), v.CreatedAt)
+	if err == nil {
+		s.st.Record(e)
+		return row.toDomain(), true, nil
+	}
+	if err != sql.ErrNoRows {
+		return nil, false, fmt.Errorf("insert task: %w", err)
+	}
+	// The queue already holds this idempotency key (perhaps committed by a
+	// concurrent submission this statement waited for).
+	err = s.st.tx.GetContext(ctx, &row, `SELECT `+taskColumns+` FROM tasks WHERE queue = $1 AND idempotency_key = $2`,
+		v.Queue, v.IdempotencyKey)
+	if err != nil {
+		return nil, false, fmt.Errorf("load task by idempotency key: %w", err)
+	}
+	return row.toDomain(), false, nil
+}
+
+// Get implements ports.TaskStore.
+func (s *TaskStore) Get(ctx context.Context, id uuid.UUID) (*task.Task, error) {
+	var row taskRow
+	err := s.st.tx.GetContext(ctx, &row, `SELECT `+taskColumns+` FROM tasks WHERE id = $1`, id)
+	if err != nil {
+		return nil, notFound(err, task.ErrNotFound)
+	}
+	return row.toDomain(), nil
+}
+
+// Update implements ports.TaskStore.
+func (s *TaskStore) Update(ctx context.Context, id uuid.UUID, fn ports.TaskUpdateFunc) (*task.Task, error) {
+	var row taskRowNow
+	err := s.st.tx.GetContext(ctx, &row, `SELECT `+taskColumns+`, now() AS db_now FROM tasks WHERE id = $1 FOR UPDATE`, id)
+	if err != nil {
+		return nil, notFound(err, task.ErrNotFound)
+	}
+	s.st.setNow(row.Now)
+	t := row.toDomain()
+	events, err := fn(t, row.Now)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.save(ctx, t); err != nil {
+		return nil, err
+	}
+	s.st.Record(events...)
+	return t, nil
+}
+
+// save writes every mutable column of t.
+func (s *TaskStore) save(ctx context.Context, t *task.Task) error {
+	v := t.Snapshot()
+	_, err := s.st.tx.ExecContext(ctx, `
+		UPDATE tasks SET status = $2, attempts = $3, worker_id = $4, lease_id = $5, last_error = $6,
+			dead_reason = $7, result = $8, run_at = $9, claimed_at = $10, finished_at = $11, updated_at = $12
+		WHERE id = $1`,
+		v.ID, string(v.Status), v.Attempts, nullString(v.WorkerID), nullUUID(v.LeaseID), nullString(v.LastError),
+		nullString(string(v.DeadReason)), nullJSON(v.Result), v.RunAt, v.ClaimedAt, v.FinishedAt, v.UpdatedAt)
+	if err != nil {
+		return fmt.Errorf("save task: %w", err)
+	}
+	return nil
+}
+
+// claimCandidates selects, per queue, the claimable rows in claim order and
+// locks them, skipping rows other transactions hold. The WHERE clause is
+// task.Task.Claimable: PENDING, run_at reached, deadline not passed, tags a
+// subset of the worker's.
+const claimCandidates = `
+	CROSS JOIN LATERAL (
+		SELECT t.id, t.priority, t.seq FROM tasks t
+		WHERE t.status = 'PENDING' AND t.queue = q.name AND t.run_at <= now()
+			AND (t.deadline IS NULL OR t.deadline > now())
+			AND t.tags <@ $2::text[]
+		ORDER BY t.priority DESC, t.seq
+		LIMIT $3
+		FOR UPDATE SKIP LOCKED
+	) c
+	ORDER BY c.priority DESC, c.seq
+	LIMIT $3`
+
+// claimAssign marks the candidates RUNNING under the worker with fresh leases.
+var claimAssign = `
+	UPDATE tasks t SET status = 'RUNNING', attempts = t.attempts + 1, worker_id = $1,
+		lease_id = gen_random_uuid(), claimed_at = now(), updated_at = now()
+	FROM cand WHERE t.id = cand.id
+	RETURNING ` + prefixed("t.", taskColumns)
+
+// claimQueuesSQL claims from the listed queues ($4).
+var claimQueuesSQL = `
+	WITH cand AS (
+		SELECT c.id FROM unnest($4::text[]) AS q(name)` + claimCandidates + `
+	)` + claimAssign
+
+// claimAnySQL claims from every queue that has pending tasks; the recursive
+// part walks the claim index's distinct queues (a loose index scan).
+var claimAnySQL = `
+	WITH RECURSIVE q(name) AS (
+		SELECT min(queue) FROM tasks WHERE status = 'PENDING'
+		UNION ALL
+		SELECT (SELECT min(queue) FROM tasks WHERE status = 'PENDING' AND queue > q.name)
+		FROM q WHERE q.name IS NOT NULL
+	), cand AS (
+		SELECT c.id FROM q` + claimCandidates + `
+	)` + claimAssign
+
+// Claim implements ports.TaskStore with one statement.
+func (s *TaskStore) Claim(ctx context.Context, p ports.ClaimParams) ([]*task.Task, error) {
+	tags := pq.StringArray(p.WorkerTags)
+	if tags == nil {
+		tags = pq.StringArray{}
+	}
+	var rows []taskRow
+	var err error
+	if len(p.Queues) == 0 {
+		err = s.st.tx.SelectContext(ctx, &rows, claimAnySQL, p.WorkerID, tags, p.Limit)
+	} else {
+		err = s.st.tx.SelectContext(ctx, &rows, claimQueuesSQL, p.WorkerID, tags, p.Limit, pq.StringArray(p.Queues))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		if rows[i].Priority != rows[j].Priority {
+			return rows[i].Priority > rows[j].Priority
+		}
+		return rows[i].Seq < rows[j].Seq
+	})
+	out := make([]*task.Task, len(rows))
+	events := make([]event.Event, len(rows))
+	for i := range rows {
+		out[i] = rows[i].toDomain()
+		events[i] = task.Claimed(out[i])
+	}
+	s.st.Record(events...)
+	return out, nil
+}
+
+// List implements ports.TaskStore: newest first by id (UUIDv7 ids are
+// time-ordered), keyset-paginated on the primary key.
+func (s *TaskStore) List(ctx context.Context, f ports.TaskFilter) ([]*task.Task, error) {
+	var (
+		where []string
+		args  []any
+	)
+	if f.Queue != "" {
+		args = append(args, f.Queue)
+		where = append(where, fmt.Sprintf("queue = $%d", len(args)))
+	}
+	if f.Status != "" {
+		args = append(args, string(f.Status))
+		where = append(where, fmt.Sprintf("status = $%d", len(args)))
+	}
+	if f.After != nil {
+		args = append(args, *f.After)
+		where = append(where, fmt.Sprintf("id < $%d", len(args)))
+	}
+	q := `SELECT ` + taskColumns + ` FROM tasks`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	args = append(args, f.Limit)
+	q += fmt.Sprintf(` ORDER BY id DESC LIMIT $%d`, len(args))
+	var rows []taskRow
+	if err := s.st.tx.SelectContext(ctx, &rows, q, args...); err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	out := make([]*task.Task, len(rows))
+	for i := range rows {
+		out[i] = rows[i].toDomain()
+	}
+	return out, nil
+}
+
+func prefixed(prefix, columns string) string {
+	parts := strings.Split(columns, ",")
+	for i, p := range parts {
+		parts[i] = prefix + strings.TrimSpace(p)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func timePtr(t sql.NullTime) *time.Time {
+	if !t.Valid {
+		return nil
+	}
+	return &t.Time
+}
+
+func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
+func nullUUID(id uuid.UUID) uuid.NullUUID { return uuid.NullUUID{UUID: id, Valid: id != uuid.Nil} }
+
+// nullJSON stores an absent value as SQL NULL. JSON goes as text: lib/pq
+// would send a []byte as bytea.
+func nullJSON(b json.RawMessage) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return string(b)
+}

@@ -1,0 +1,188 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
+
+	"github.com/taskmaster/taskmaster/domain/event"
+	"github.com/taskmaster/taskmaster/ports"
+)
+
+// EventsTopic is the Watermill topic of lifecycle events. Its tables
+// (watermill_taskmaster_events and watermill_offsets_taskmaster_events) are
+// created by the migrations.
+const EventsTopic = "taskmaster_events"
+
+// Envelope is the payload of one outbox message: the events of one
+// transaction, in the order they happened.
+type Envelope struct {
+	// Events are the transaction's lifecycle events.
+	Events []event.Event `json:"events"`
+}
+
+// MetadataCorrelationID is the outbox message metadata key of the request's
+// correlation id.
+const MetadataCorrelationID = "correlation_id"
+
+// maxTxAttempts bounds re-runs of a transaction that hit a deadlock or a
+// serialization failure.
+const maxTxAttempts = 3
+
+// TxRunner runs use cases in PostgreSQL transactions and appends each
+// transaction's events to the outbox in that same transaction.
+type TxRunner struct {
+	db     *sqlx.DB
+	logger watermill.LoggerAdapter
+}
+
+var _ ports.TxRunner = (*TxRunner)(nil)
+
+// NewTxRunner returns a TxRunner over db.
+func NewTxRunner(db *sqlx.DB) *TxRunner {
+	return &TxRunner{db: db, logger: watermill.NopLogger{}}
+}
+
+// Run implements ports.TxRunner. A transaction that fails on a deadlock or a
+// serialization failure is run again (fn must not have effects outside it).
+func (r *TxRunner) Run(ctx context.Context, fn func(ctx context.Context, st ports.Stores) error) error {
+	var err error
+	for attempt := 1; attempt <= maxTxAttempts; attempt++ {
+		err = r.runOnce(ctx, fn)
+		if !retryable(err) {
+			return err
+		}
+	}
+	return err
+}
+
+func (r *TxRunner) runOnce(ctx context.Context, fn func(ctx context.Context, st ports.Stores) error) (err error) {
+	tx, err := r.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	state := &txState{tx: tx}
+	if err := fn(ctx, state.stores()); err != nil {
+		return err
+	}
+	if err := r.publish(ctx, tx, state.events); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// publish appends the transaction's events as one outbox message through a
+// Watermill SQL publisher bound to the transaction.
+func (r *TxRunner) publish(ctx context.Context, tx *sqlx.Tx, events []event.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	msg, err := NewEventsMessage(ctx, events)
+	if err != nil {
+		return err
+	}
+	pub, err := wsql.NewPublisher(tx, wsql.PublisherConfig{SchemaAdapter: wsql.DefaultPostgreSQLSchema{}}, r.logger)
+	if err != nil {
+		return fmt.Errorf("outbox publisher: %w", err)
+	}
+	if err := pub.Publish(EventsTopic, msg); err != nil {
+		return fmt.Errorf("append to outbox: %w", err)
+	}
+	return nil
+}
+
+// NewEventsMessage wraps events into one outbox message, stamping the
+// correlation id of ctx on events that have none.
+func NewEventsMessage(ctx context.Context, events []event.Event) (*message.Message, error) {
+	cid := ports.CorrelationID(ctx)
+	for i := range events {
+		if events[i].CorrelationID == "" {
+			events[i].CorrelationID = cid
+		}
+	}
+	payload, err := json.Marshal(Envelope{Events: events})
+	if err != nil {
+		return nil, fmt.Errorf("encode events: %w", err)
+	}
+	msg := message.NewMessage(watermill.NewUUID(), payload)
+	if cid != "" {
+		msg.Metadata.Set(MetadataCorrelationID, cid)
+	}
+	return msg, nil
+}
+
+// txState is what the stores of one transaction share.
+type txState struct {
+	tx     *sqlx.Tx
+	now    time.Time
+	hasNow bool
+	events []event.Event
+}
+
+func (s *txState) stores() ports.Stores {
+	return ports.Stores{Tasks: &TaskStore{st: s}, Workers: &WorkerStore{st: s}, Outbox: s}
+}
+
+// Record implements ports.Outbox.
+func (s *txState) Record(events ...event.Event) {
+	s.events = append(s.events, events...)
+}
+
+// Now returns the transaction's database time (now(): the same for the
+// whole transaction), reading it once.
+func (s *txState) Now(ctx context.Context) (time.Time, error) {
+	if s.hasNow {
+		return s.now, nil
+	}
+	if err := s.tx.GetContext(ctx, &s.now, `SELECT now()`); err != nil {
+		return time.Time{}, fmt.Errorf("read database time: %w", err)
+	}
+	s.hasNow = true
+	return s.now, nil
+}
+
+// setNow remembers a now() that a query returned alongside its rows.
+func (s *txState) setNow(t time.Time) {
+	s.now, s.hasNow = t, true
+}
+
+func retryable(err error) bool {
+	var pqErr *pq.Error
+	if errors.As(err, &pqErr) {
+		switch pqErr.Code {
+		case "40001", "40P01": // serialization_failure, deadlock_detected
+			return true
+		}
+	}
+	return false
+}
+
+func isUniqueViolation(err error) bool {
+	var pqErr *pq.Error
+	return errors.As(err, &pqErr) && pqErr.Code == "23505"
+}
+
+// notFound maps sql.ErrNoRows to the given domain error.
+func notFound(err, domainErr error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return domainErr
+	}
+	return err
+}

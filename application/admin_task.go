@@ -1,0 +1,46 @@
+package application
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/taskmaster/taskmaster/domain/event"
+	"github.com/taskmaster/taskmaster/domain/task"
+	"github.com/taskmaster/taskmaster/ports"
+)
+
+// Retry moves a DEAD task back to PENDING with its attempts reset.
+func (s *TaskService) Retry(ctx context.Context, id uuid.UUID) (*task.Task, error) {
+	out, err := s.update(ctx, id, (*task.Task).Retry)
+	if err != nil {
+		return nil, fmt.Errorf("retry task: %w", err)
+	}
+	return out, nil
+}
+
+// Cancel moves a PENDING task to DEAD with reason cancelled.
+func (s *TaskService) Cancel(ctx context.Context, id uuid.UUID) (*task.Task, error) {
+	out, err := s.update(ctx, id, (*task.Task).Cancel)
+	if err != nil {
+		return nil, fmt.Errorf("cancel task: %w", err)
+	}
+	return out, nil
+}
+
+// update applies one single-event transition to a task in its own
+// transaction.
+func (s *TaskService) update(ctx context.Context, id uuid.UUID, transition func(*task.Task, time.Time) (event.Event, error)) (*task.Task, error) {
+	var out *task.Task
+	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
+		var err error
+		out, err = st.Tasks.Update(ctx, id, func(t *task.Task, now time.Time) ([]event.Event, error) {
+			e, err := transition(t, now)
+			return []event.Event{e}, err
+		})
+		return err
+	})
+	return out, err
+}

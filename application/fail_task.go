@@ -1,0 +1,46 @@
+package application
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/taskmaster/taskmaster/domain/event"
+	"github.com/taskmaster/taskmaster/domain/task"
+	"github.com/taskmaster/taskmaster/domain/validation"
+	"github.com/taskmaster/taskmaster/ports"
+)
+
+// Fail records a failed attempt: the task is retried after backoff when the
+// error is retryable and attempts remain, else it is dead-lettered. Only the
+// holder may report it.
+func (s *TaskService) Fail(ctx context.Context, cmd ports.FailCommand) (*task.Task, error) {
+	var v validation.Errors
+	if cmd.WorkerID == "" {
+		v.Add("worker_id", "is required")
+	}
+	if len(cmd.Error) > task.MaxErrorLength {
+		v.Add("error", fmt.Sprintf("must be at most %d bytes", task.MaxErrorLength))
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	var out *task.Task
+	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
+		var err error
+		out, err = st.Tasks.Update(ctx, cmd.TaskID, func(t *task.Task, now time.Time) ([]event.Event, error) {
+			e, err := t.Fail(task.FailParams{
+				WorkerID: cmd.WorkerID, LeaseID: cmd.LeaseID, Error: cmd.Error, Retryable: cmd.Retryable,
+			}, s.cfg.Backoff, now)
+			return []event.Event{e}, err
+		})
+		if err != nil {
+			return err
+		}
+		return touchReporter(ctx, st, cmd.WorkerID)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fail task: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,77 @@
+// Package application holds the use cases: it implements the driving ports
+// with the driven ones. Every use case that changes state runs inside one
+// TxRunner transaction, so the change and its events commit together. No
+// SQL, HTTP or wiring framework appears here.
+package application
+
+import (
+	"errors"
+
+	"github.com/taskmaster/taskmaster/domain/backoff"
+	"github.com/taskmaster/taskmaster/domain/worker"
+	"github.com/taskmaster/taskmaster/ports"
+)
+
+// Limits on requests the use cases accept.
+const (
+	// MaxClaimLimit is the most tasks one claim returns.
+	MaxClaimLimit = 1000
+	// MaxListLimit is the largest page of a listing.
+	MaxListLimit = 1000
+	// DefaultListLimit is the page size when none is asked.
+	DefaultListLimit = 100
+)
+
+// Config holds the policies the use cases apply.
+type Config struct {
+	// Backoff is the retry delay policy.
+	Backoff backoff.Policy
+	// Liveness holds the worker silence thresholds.
+	Liveness worker.LivenessConfig
+}
+
+// Validate reports whether the config can be used.
+func (c Config) Validate() error {
+	return errors.Join(c.Backoff.Validate(), c.Liveness.Validate())
+}
+
+// TaskService implements ports.TaskService.
+type TaskService struct {
+	tx  ports.TxRunner
+	cfg Config
+}
+
+var _ ports.TaskService = (*TaskService)(nil)
+
+// NewTaskService returns the task use cases over tx.
+func NewTaskService(tx ports.TxRunner, cfg Config) *TaskService {
+	return &TaskService{tx: tx, cfg: cfg}
+}
+
+// WorkerService implements ports.WorkerService.
+type WorkerService struct {
+	tx  ports.TxRunner
+	cfg Config
+}
+
+var _ ports.WorkerService = (*WorkerService)(nil)
+
+// NewWorkerService returns the worker use cases over tx.
+func NewWorkerService(tx ports.TxRunner, cfg Config) *WorkerService {
+	return &WorkerService{tx: tx, cfg: cfg}
+}
+
+// Liveness returns the thresholds in force.
+func (s *WorkerService) Liveness() worker.LivenessConfig { return s.cfg.Liveness }
+
+// QueueService implements ports.QueueService.
+type QueueService struct {
+	stats ports.StatsReader
+}
+
+var _ ports.QueueService = (*QueueService)(nil)
+
+// NewQueueService returns the queue statistics use case.
+func NewQueueService(stats ports.StatsReader) *QueueService {
+	return &QueueService{stats: stats}
+}

@@ -1,0 +1,105 @@
+// Package app wires Taskmaster together with fx: configuration, storage,
+// use cases, the HTTP server and background services. It is the only
+// package that knows every other one.
+package app
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	httpadapter "github.com/taskmaster/taskmaster/adapters/http"
+	"github.com/taskmaster/taskmaster/adapters/postgres"
+	"github.com/taskmaster/taskmaster/application"
+	"github.com/taskmaster/taskmaster/ports"
+)
+
+// New returns the fx application of `taskmaster serve`. extra options are
+// appended (tests use fx.Populate to reach components).
+func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
+	opts := []fx.Option{
+		fx.Supply(cfg, cfg.App, cfg.HTTP, logger),
+		fx.WithLogger(func() fxevent.Logger {
+			return &fxevent.ZapLogger{Logger: logger.Named("fx").WithOptions(zap.IncreaseLevel(zapcore.WarnLevel))}
+		}),
+		fx.Provide(
+			newDatabase,
+			fx.Annotate(postgres.NewTxRunner, fx.As(new(ports.TxRunner))),
+			fx.Annotate(postgres.NewStatsReader, fx.As(new(ports.StatsReader))),
+			fx.Annotate(postgres.NewHealth, fx.As(new(ports.HealthChecker))),
+			fx.Annotate(application.NewTaskService, fx.As(new(ports.TaskService))),
+			fx.Annotate(application.NewWorkerService, fx.As(new(ports.WorkerService))),
+			fx.Annotate(application.NewQueueService, fx.As(new(ports.QueueService))),
+			newHTTPServer,
+		),
+		fx.Invoke(func(*httpadapter.Server) {}),
+		fx.StartTimeout(60 * time.Second),
+		fx.StopTimeout(60 * time.Second),
+	}
+	return fx.New(append(opts, extra...)...)
+}
+
+// newDatabase opens the pool and applies pending migrations (under an
+// advisory lock, so concurrent instances apply each exactly once).
+func newDatabase(lc fx.Lifecycle, cfg Config, logger *zap.Logger) (*sqlx.DB, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db, err := postgres.Open(ctx, cfg.DatabaseURL, cfg.Pool)
+	if err != nil {
+		return nil, err
+	}
+	if err := postgres.Migrate(ctx, db); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	logger.Info("database ready", zap.Int("max_conns", cfg.Pool.MaxOpen))
+	lc.Append(fx.StopHook(db.Close))
+	return db, nil
+}
+
+type httpParams struct {
+	fx.In
+	Lifecycle fx.Lifecycle
+	Config    httpadapter.ServerConfig
+	Tasks     ports.TaskService
+	Workers   ports.WorkerService
+	Queues    ports.QueueService
+	Health    ports.HealthChecker
+	Logger    *zap.Logger
+	Routes    []httpadapter.Route `group:"routes"`
+	Observe   httpadapter.ObserveFunc `optional:"true"`
+}
+
+func newHTTPServer(p httpParams) *httpadapter.Server {
+	srv := httpadapter.NewServer(p.Config, httpadapter.Deps{
+		Tasks: p.Tasks, Workers: p.Workers, Queues: p.Queues, Health: p.Health,
+		Logger: p.Logger, Observe: p.Observe, Routes: p.Routes,
+	})
+	p.Lifecycle.Append(fx.Hook{OnStart: srv.Start, OnStop: srv.Stop})
+	return srv
+}
+
+// NewLogger builds the zap logger the config asks for.
+func NewLogger(level, format string) (*zap.Logger, error) {
+	var zcfg zap.Config
+	if format == "console" {
+		zcfg = zap.NewDevelopmentConfig()
+		zcfg.DisableStacktrace = true
+	} else {
+		zcfg = zap.NewProductionConfig()
+		zcfg.EncoderConfig.TimeKey = "time"
+		zcfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	}
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, err
+	}
+	zcfg.Level = zap.NewAtomicLevelAt(lvl)
+	return zcfg.Build()
+}

@@ -1,0 +1,281 @@
+package app
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	httpadapter "github.com/taskmaster/taskmaster/adapters/http"
+	"github.com/taskmaster/taskmaster/adapters/postgres"
+	"github.com/taskmaster/taskmaster/application"
+	"github.com/taskmaster/taskmaster/domain/backoff"
+	"github.com/taskmaster/taskmaster/domain/worker"
+)
+
+// Config is the whole service configuration.
+type Config struct {
+	// DatabaseURL is the PostgreSQL connection URL.
+	DatabaseURL string
+	// HTTP configures the API server.
+	HTTP httpadapter.ServerConfig
+	// Pool sizes the database connection pool.
+	Pool postgres.PoolConfig
+	// App holds the use-case policies (backoff, liveness thresholds).
+	App application.Config
+	// ReaperInterval is the heartbeat reaper's period.
+	ReaperInterval time.Duration
+	// DeadlineReaperInterval is the deadline reaper's period.
+	DeadlineReaperInterval time.Duration
+	// RetentionTTL is how long finished tasks and dead workers are kept (0 keeps them forever).
+	RetentionTTL time.Duration
+	// RetentionInterval is the retention reaper's period.
+	RetentionInterval time.Duration
+	// RetentionBatchSize is how many rows one retention statement deletes.
+	RetentionBatchSize int
+	// LogLevel is debug, info, warn or error.
+	LogLevel string
+	// LogFormat is json or console.
+	LogFormat string
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		HTTP: httpadapter.DefaultServerConfig(),
+		Pool: postgres.DefaultPoolConfig(),
+		App: application.Config{
+			Backoff:  backoff.DefaultPolicy(),
+			Liveness: worker.DefaultLivenessConfig(),
+		},
+		ReaperInterval:         15 * time.Second,
+		DeadlineReaperInterval: 30 * time.Second,
+		RetentionTTL:           7 * 24 * time.Hour,
+		RetentionInterval:      10 * time.Minute,
+		RetentionBatchSize:     500,
+		LogLevel:               "info",
+		LogFormat:              "json",
+	}
+}
+
+// Validate reports every problem in the configuration, each naming its
+// environment variable.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(name string, err error) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		}
+	}
+	if c.DatabaseURL == "" {
+		add("TASKMASTER_DATABASE_URL", errors.New("is required"))
+	} else if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		add("TASKMASTER_DATABASE_URL", errors.New("must be a postgres:// URL"))
+	}
+	add("TASKMASTER_HTTP_ADDR", c.HTTP.Validate())
+	add("TASKMASTER_DB_MAX_CONNS", c.Pool.Validate())
+	add("TASKMASTER_RETRY_BASE_DELAY_SECONDS", c.App.Backoff.Validate())
+	add("TASKMASTER_HEARTBEAT_DEAD_THRESHOLD_SECONDS", c.App.Liveness.Validate())
+	positive := map[string]time.Duration{
+		"TASKMASTER_REAPER_INTERVAL_MS":          c.ReaperInterval,
+		"TASKMASTER_DEADLINE_REAPER_INTERVAL_MS": c.DeadlineReaperInterval,
+		"TASKMASTER_RETENTION_INTERVAL_MS":       c.RetentionInterval,
+	}
+	for name, d := range positive {
+		if d <= 0 {
+			add(name, errors.New("must be positive"))
+		}
+	}
+	if c.RetentionTTL < 0 {
+		add("TASKMASTER_RETENTION_TTL", errors.New("must not be negative"))
+	}
+	if c.RetentionBatchSize < 1 || c.RetentionBatchSize > 100000 {
+		add("TASKMASTER_RETENTION_BATCH_SIZE", errors.New("must be between 1 and 100000"))
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		add("TASKMASTER_LOG_LEVEL", errors.New("must be debug, info, warn or error"))
+	}
+	switch c.LogFormat {
+	case "json", "console":
+	default:
+		add("TASKMASTER_LOG_FORMAT", errors.New("must be json or console"))
+	}
+	return errors.Join(errs...)
+}
+
+// ConfigError is a configuration mistake; the process exits with code 2.
+type ConfigError struct{ Err error }
+
+// Error implements error.
+func (e *ConfigError) Error() string { return "invalid configuration: " + e.Err.Error() }
+
+// Unwrap returns the underlying error.
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// setting is one configuration variable: its environment name, its flag
+// name, and how to parse it into the config.
+type setting struct {
+	env, flag, usage string
+	set              func(c *Config, v string) error
+	get              func(c *Config) string
+}
+
+func settings() []setting {
+	return []setting{
+		{"TASKMASTER_DATABASE_URL", "database-url", "PostgreSQL URL",
+			func(c *Config, v string) error { c.DatabaseURL = v; return nil },
+			func(c *Config) string { return c.DatabaseURL }},
+		{"TASKMASTER_HTTP_ADDR", "http-addr", "listen address host:port",
+			func(c *Config, v string) error { c.HTTP.Addr = v; return nil },
+			func(c *Config) string { return c.HTTP.Addr }},
+		{"TASKMASTER_MAX_BODY_BYTES", "max-body-bytes", "largest request body accepted",
+			intSetter(func(c *Config, n int) { c.HTTP.MaxBodyBytes = int64(n) }),
+			func(c *Config) string { return strconv.FormatInt(c.HTTP.MaxBodyBytes, 10) }},
+		{"TASKMASTER_DB_MAX_CONNS", "db-max-conns", "database connection pool size",
+			intSetter(func(c *Config, n int) { c.Pool.MaxOpen, c.Pool.MaxIdle = n, n }),
+			func(c *Config) string { return strconv.Itoa(c.Pool.MaxOpen) }},
+		{"TASKMASTER_HEARTBEAT_STALE_THRESHOLD_SECONDS", "heartbeat-stale-threshold-seconds", "silence before a worker is STALE",
+			secondsSetter(func(c *Config, d time.Duration) { c.App.Liveness.StaleAfter = d }),
+			func(c *Config) string { return seconds(c.App.Liveness.StaleAfter) }},
+		{"TASKMASTER_HEARTBEAT_DEAD_THRESHOLD_SECONDS", "heartbeat-dead-threshold-seconds", "silence before a worker is DEAD",
+			secondsSetter(func(c *Config, d time.Duration) { c.App.Liveness.DeadAfter = d }),
+			func(c *Config) string { return seconds(c.App.Liveness.DeadAfter) }},
+		{"TASKMASTER_REAPER_INTERVAL_MS", "reaper-interval-ms", "heartbeat reaper period",
+			millisSetter(func(c *Config, d time.Duration) { c.ReaperInterval = d }),
+			func(c *Config) string { return millis(c.ReaperInterval) }},
+		{"TASKMASTER_DEADLINE_REAPER_INTERVAL_MS", "deadline-reaper-interval-ms", "deadline reaper period",
+			millisSetter(func(c *Config, d time.Duration) { c.DeadlineReaperInterval = d }),
+			func(c *Config) string { return millis(c.DeadlineReaperInterval) }},
+		{"TASKMASTER_RETRY_BASE_DELAY_SECONDS", "retry-base-delay-seconds", "backoff base: delay = min(2^attempts x base, 5 min)",
+			secondsSetter(func(c *Config, d time.Duration) { c.App.Backoff.Base = d }),
+			func(c *Config) string { return seconds(c.App.Backoff.Base) }},
+		{"TASKMASTER_RETENTION_TTL", "retention-ttl", "keep finished tasks and dead workers this long (s/m/h/d; 0 disables)",
+			func(c *Config, v string) error { d, err := ParseTTL(v); c.RetentionTTL = d; return err },
+			func(c *Config) string { return c.RetentionTTL.String() }},
+		{"TASKMASTER_RETENTION_INTERVAL_MS", "retention-interval-ms", "retention reaper period",
+			millisSetter(func(c *Config, d time.Duration) { c.RetentionInterval = d }),
+			func(c *Config) string { return millis(c.RetentionInterval) }},
+		{"TASKMASTER_RETENTION_BATCH_SIZE", "retention-batch-size", "rows deleted per retention statement",
+			intSetter(func(c *Config, n int) { c.RetentionBatchSize = n }),
+			func(c *Config) string { return strconv.Itoa(c.RetentionBatchSize) }},
+		{"TASKMASTER_LOG_LEVEL", "log-level", "debug, info, warn or error",
+			func(c *Config, v string) error { c.LogLevel = v; return nil },
+			func(c *Config) string { return c.LogLevel }},
+		{"TASKMASTER_LOG_FORMAT", "log-format", "json or console",
+			func(c *Config, v string) error { c.LogFormat = v; return nil },
+			func(c *Config) string { return c.LogFormat }},
+	}
+}
+
+// LoadConfig builds the config from defaults, then environment variables
+// (getenv), then flags (args). Every mistake is reported in one
+// *ConfigError naming the variable.
+func LoadConfig(name string, args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+	cfg := DefaultConfig()
+	var errs []error
+	all := settings()
+	for _, s := range all {
+		if v := getenv(s.env); v != "" {
+			if err := s.set(&cfg, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", s.env, v, err))
+			}
+		}
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	for _, s := range all {
+		s := s
+		fs.Func(s.flag, fmt.Sprintf("%s (env %s, default %s)", s.usage, s.env, s.get(&cfg)), func(v string) error {
+			if err := s.set(&cfg, v); err != nil {
+				return fmt.Errorf("%s: %w", s.env, err)
+			}
+			return nil
+		})
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, &ConfigError{Err: err}
+	}
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " ")))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return cfg, &ConfigError{Err: err}
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, &ConfigError{Err: err}
+	}
+	return cfg, nil
+}
+
+// ParseTTL parses a duration with an s, m, h or d suffix ("7d", "36h",
+// "90m", "0"); a bare number is seconds.
+func ParseTTL(v string) (time.Duration, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, errors.New("is empty")
+	}
+	unit := time.Second
+	switch v[len(v)-1] {
+	case 's':
+		v = v[:len(v)-1]
+	case 'm':
+		unit, v = time.Minute, v[:len(v)-1]
+	case 'h':
+		unit, v = time.Hour, v[:len(v)-1]
+	case 'd':
+		unit, v = 24*time.Hour, v[:len(v)-1]
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) || f*float64(unit) > math.MaxInt64 {
+		return 0, errors.New("must be a non-negative number with an optional s, m, h or d suffix")
+	}
+	return time.Duration(f * float64(unit)), nil
+}
+
+func parseSeconds(v string, unit time.Duration) (time.Duration, error) {
+	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	if err != nil || f <= 0 || math.IsInf(f, 0) || f*float64(unit) > math.MaxInt64 {
+		return 0, errors.New("must be a positive number")
+	}
+	return time.Duration(f * float64(unit)), nil
+}
+
+func secondsSetter(apply func(*Config, time.Duration)) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		d, err := parseSeconds(v, time.Second)
+		apply(c, d)
+		return err
+	}
+}
+
+func millisSetter(apply func(*Config, time.Duration)) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		d, err := parseSeconds(v, time.Millisecond)
+		apply(c, d)
+		return err
+	}
+}
+
+func intSetter(apply func(*Config, int)) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil {
+			return errors.New("must be an integer")
+		}
+		apply(c, n)
+		return nil
+	}
+}
+
+func seconds(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) }
+
+func millis(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', -1, 64)
+}

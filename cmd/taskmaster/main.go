@@ -1,0 +1,55 @@
+// Command taskmaster is the Taskmaster service.
+//
+//	taskmaster serve     run the API (and the background services)
+//	taskmaster migrate   apply database migrations and exit
+//	taskmaster dev       start a local PostgreSQL in ./.data (unless
+//	                     TASKMASTER_DATABASE_URL is set) and serve
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/taskmaster/taskmaster/cmd/taskmaster/app"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "taskmaster:", err)
+		var cfgErr *app.ConfigError
+		if errors.As(err, &cfgErr) || errors.Is(err, errUsage) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+var errUsage = errors.New("usage: taskmaster serve|migrate|dev [flags]  (taskmaster <command> -h lists the flags)")
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return errUsage
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "serve":
+		return app.Serve(ctx, rest, getenv, stderr)
+	case "migrate":
+		return app.MigrateCommand(ctx, rest, getenv, stderr)
+	case "dev":
+		return app.Dev(ctx, rest, getenv, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprintln(stdout, errUsage.Error())
+		return nil
+	default:
+		return fmt.Errorf("unknown command %q: %w", cmd, errUsage)
+	}
+}

@@ -1,0 +1,95 @@
+// Package event defines the lifecycle events that task and worker transitions
+// produce. Every committed transition appends its events to the outbox in the
+// same database transaction; projectors and subscribers consume them.
+package event
+
+import "time"
+
+// Version is the schema version of Event. It changes only when a field changes
+// meaning or disappears; new optional fields do not bump it.
+const Version = 1
+
+// Type names what happened.
+type Type string
+
+// Task event types. From and To carry the task statuses on either side of the
+// transition (From is empty for a submission, To for a cleaned task).
+const (
+	// TaskSubmitted: a new task entered PENDING.
+	TaskSubmitted Type = "task.submitted"
+	// TaskClaimed: PENDING -> RUNNING under a worker.
+	TaskClaimed Type = "task.claimed"
+	// TaskCompleted: RUNNING -> DONE.
+	TaskCompleted Type = "task.completed"
+	// TaskFailed: the holder reported a failure; To is PENDING (retry after
+	// backoff) or DEAD (Reason exhausted or non_retryable).
+	TaskFailed Type = "task.failed"
+	// TaskRequeued: the service took a RUNNING task back (Reason says why, for
+	// example worker_dead) and it went to PENDING.
+	TaskRequeued Type = "task.requeued"
+	// TaskDeadLettered: the service moved a task to DEAD without a failure
+	// report (Reason worker_dead, deadline, cancelled, ...).
+	TaskDeadLettered Type = "task.dead_lettered"
+	// TaskRetried: an operator moved a DEAD task back to PENDING.
+	TaskRetried Type = "task.retried"
+	// TaskCleaned: retention deleted a finished task.
+	TaskCleaned Type = "task.cleaned"
+)
+
+// Worker event types.
+const (
+	// WorkerRegistered: a worker registered or re-registered.
+	WorkerRegistered Type = "worker.registered"
+	// WorkerStale: ACTIVE -> STALE after a silence.
+	WorkerStale Type = "worker.stale"
+	// WorkerRevived: STALE -> ACTIVE on a sign of life.
+	WorkerRevived Type = "worker.revived"
+	// WorkerDied: ACTIVE or STALE -> DEAD after a long silence.
+	WorkerDied Type = "worker.died"
+	// WorkerCleaned: retention deleted a DEAD worker.
+	WorkerCleaned Type = "worker.cleaned"
+)
+
+// Event is one lifecycle transition. It is JSON-encoded into the outbox.
+type Event struct {
+	// Version is the event schema version (see Version).
+	Version int `json:"version"`
+	// Type is what happened.
+	Type Type `json:"type"`
+	// TaskID is the task concerned, for task events.
+	TaskID string `json:"task_id,omitempty"`
+	// Queue is the task's queue, for task events.
+	Queue string `json:"queue,omitempty"`
+	// Queues are a worker's queues, for worker events.
+	Queues []string `json:"queues,omitempty"`
+	// From is the status before the transition (empty when the entity is new).
+	From string `json:"from,omitempty"`
+	// To is the status after the transition (empty when the entity was deleted).
+	To string `json:"to,omitempty"`
+	// Reason qualifies the transition: the dead reason, the requeue reason.
+	Reason string `json:"reason,omitempty"`
+	// Attempt is the task's attempt count after the transition.
+	Attempt int `json:"attempt,omitempty"`
+	// WorkerID is the worker concerned.
+	WorkerID string `json:"worker_id,omitempty"`
+	// OccurredAt is the database time of the transition.
+	OccurredAt time.Time `json:"occurred_at"`
+	// CorrelationID is the id of the request that caused the transition.
+	CorrelationID string `json:"correlation_id,omitempty"`
+	// QueueWaitSeconds is claimed_at - created_at, on claims.
+	QueueWaitSeconds *float64 `json:"queue_wait_seconds,omitempty"`
+	// ExecutionSeconds is finished - claimed_at, when a running attempt ends.
+	ExecutionSeconds *float64 `json:"execution_seconds,omitempty"`
+	// EndToEndSeconds is terminal time - created_at, when a task reaches DONE
+	// or DEAD (across retries).
+	EndToEndSeconds *float64 `json:"end_to_end_seconds,omitempty"`
+}
+
+// Seconds returns d in seconds as a pointer, for the duration fields.
+func Seconds(d time.Duration) *float64 {
+	s := d.Seconds()
+	if s < 0 {
+		s = 0
+	}
+	return &s
+}

@@ -1,0 +1,411 @@
+// Package task is the task state machine: what a task is, which transitions
+// exist between its statuses, and the events each transition produces. It is
+// pure: time comes in as an argument (the database's clock), nothing here
+// does I/O.
+package task
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/taskmaster/taskmaster/domain/backoff"
+	"github.com/taskmaster/taskmaster/domain/event"
+)
+
+// Status is where a task is in its lifecycle.
+type Status string
+
+const (
+	// StatusPending is entered on submission, on a retryable failure with
+	// attempts left (after backoff), when the holding worker dies with attempts
+	// left, and on an operator retry. It is left by a claim (RUNNING), or for
+	// DEAD past the deadline or on cancel.
+	StatusPending Status = "PENDING"
+	// StatusRunning is entered by a claim; exactly one worker holds the task
+	// under a lease id. It is left by complete (DONE), fail (PENDING or DEAD),
+	// or the holder's death (PENDING or DEAD).
+	StatusRunning Status = "RUNNING"
+	// StatusDone is entered when the holder completes the task. Terminal; only
+	// retention deletes it.
+	StatusDone Status = "DONE"
+	// StatusDead is entered when the task cannot succeed (see DeadReason). It
+	// is left only by an operator retry (PENDING) or retention.
+	StatusDead Status = "DEAD"
+)
+
+// Valid reports whether s is one of the four statuses.
+func (s Status) Valid() bool {
+	switch s {
+	case StatusPending, StatusRunning, StatusDone, StatusDead:
+		return true
+	}
+	return false
+}
+
+// DeadReason says why a task is DEAD.
+type DeadReason string
+
+const (
+	// DeadExhausted: it failed on its last allowed attempt.
+	DeadExhausted DeadReason = "exhausted"
+	// DeadNonRetryable: the worker reported a failure that must not be retried.
+	DeadNonRetryable DeadReason = "non_retryable"
+	// DeadWorkerDead: its worker died while holding it on its last attempt.
+	DeadWorkerDead DeadReason = "worker_dead"
+	// DeadDeadline: it was still PENDING when its deadline passed.
+	DeadDeadline DeadReason = "deadline"
+	// DeadCancelled: an operator cancelled it.
+	DeadCancelled DeadReason = "cancelled"
+)
+
+// RequeueReason says why a task went back to PENDING.
+type RequeueReason string
+
+const (
+	// RequeueFailed: the holder reported a retryable failure.
+	RequeueFailed RequeueReason = "failed"
+	// RequeueWorkerDead: the holding worker was declared dead.
+	RequeueWorkerDead RequeueReason = "worker_dead"
+	// RequeueRetried: an operator retried a DEAD task.
+	RequeueRetried RequeueReason = "retried"
+)
+
+// Limits on submitted values.
+const (
+	// MaxQueueLength is the longest queue name.
+	MaxQueueLength = 128
+	// DefaultMaxAttempts applies when a submission gives none.
+	DefaultMaxAttempts = 3
+	// MaxMaxAttempts is the largest max_attempts accepted.
+	MaxMaxAttempts = 100
+	// MaxTags is the most tags a task may carry.
+	MaxTags = 16
+	// MaxTagLength is the longest tag.
+	MaxTagLength = 64
+	// MaxErrorLength is the longest failure message kept, in bytes.
+	MaxErrorLength = 64 << 10
+	// MaxIdempotencyKeyLength is the longest idempotency key.
+	MaxIdempotencyKeyLength = 255
+)
+
+// Snapshot is a task's full state as plain data: what storage saves and
+// transports show. Changing a Snapshot changes nothing; only Task's methods
+// move a task between statuses.
+type Snapshot struct {
+	ID             uuid.UUID
+	Queue          string
+	Status         Status
+	Priority       int
+	Payload        json.RawMessage
+	Tags           []string
+	Attempts       int
+	MaxAttempts    int
+	WorkerID       string
+	LeaseID        uuid.UUID
+	LastError      string
+	DeadReason     DeadReason
+	Result         json.RawMessage
+	Deadline       *time.Time
+	RunAt          time.Time
+	IdempotencyKey string
+	CreatedAt      time.Time
+	ClaimedAt      *time.Time
+	FinishedAt     *time.Time
+	UpdatedAt      time.Time
+}
+
+// Task is a unit of work in a queue. Its fields are reachable only through
+// Snapshot; its methods are the only way to change it.
+type Task struct {
+	s Snapshot
+}
+
+// Restore rebuilds a task from stored state.
+func Restore(s Snapshot) *Task {
+	s.Tags = slices.Clone(s.Tags)
+	return &Task{s: s}
+}
+
+// Snapshot returns a copy of the task's state.
+func (t *Task) Snapshot() Snapshot {
+	s := t.s
+	s.Tags = slices.Clone(t.s.Tags)
+	return s
+}
+
+// ID returns the task id.
+func (t *Task) ID() uuid.UUID { return t.s.ID }
+
+// Status returns the task's status.
+func (t *Task) Status() Status { return t.s.Status }
+
+// Queue returns the task's queue.
+func (t *Task) Queue() string { return t.s.Queue }
+
+// SubmitParams describe a new task.
+type SubmitParams struct {
+	ID             uuid.UUID
+	Queue          string
+	Payload        json.RawMessage
+	Priority       int
+	MaxAttempts    int // 0 means DefaultMaxAttempts
+	Tags           []string
+	Deadline       *time.Time
+	RunAt          *time.Time // nil means now
+	IdempotencyKey string
+}
+
+// Submit creates a PENDING task at time now.
+func Submit(p SubmitParams, now time.Time) (*Task, event.Event, error) {
+	if err := ValidateSubmit(&p); err != nil {
+		return nil, event.Event{}, err
+	}
+	runAt := now
+	if p.RunAt != nil {
+		runAt = *p.RunAt
+	}
+	t := &Task{s: Snapshot{
+		ID:             p.ID,
+		Queue:          p.Queue,
+		Status:         StatusPending,
+		Priority:       p.Priority,
+		Payload:        p.Payload,
+		Tags:           p.Tags,
+		MaxAttempts:    p.MaxAttempts,
+		Deadline:       p.Deadline,
+		RunAt:          runAt,
+		IdempotencyKey: p.IdempotencyKey,
+		CreatedAt:      now,
+		UpdatedAt:      now,
+	}}
+	return t, t.event(event.TaskSubmitted, "", "", now), nil
+}
+
+// ClaimParams identify the claiming worker.
+type ClaimParams struct {
+	WorkerID   string
+	WorkerTags []string
+	LeaseID    uuid.UUID
+}
+
+// Claimable reports whether a worker with workerTags may claim the task at
+// now: it is PENDING, its run_at has come, its deadline (if any) has not
+// passed, and its tags are a subset of the worker's (untagged tasks match any
+// worker). The claim query in storage encodes exactly this rule.
+func (t *Task) Claimable(workerTags []string, now time.Time) bool {
+	if t.s.Status != StatusPending || t.s.RunAt.After(now) {
+		return false
+	}
+	if t.s.Deadline != nil && !t.s.Deadline.After(now) {
+		return false
+	}
+	for _, tag := range t.s.Tags {
+		if !slices.Contains(workerTags, tag) {
+			return false
+		}
+	}
+	return true
+}
+
+// Claim moves a claimable PENDING task to RUNNING under the worker, with a
+// fresh lease, counting an attempt.
+func (t *Task) Claim(p ClaimParams, now time.Time) (event.Event, error) {
+	if t.s.Status != StatusPending {
+		return event.Event{}, &TransitionError{ID: t.s.ID, From: t.s.Status, To: StatusRunning}
+	}
+	if !t.Claimable(p.WorkerTags, now) {
+		return event.Event{}, ErrNotClaimable
+	}
+	t.s.Status = StatusRunning
+	t.s.Attempts++
+	t.s.WorkerID = p.WorkerID
+	t.s.LeaseID = p.LeaseID
+	t.s.ClaimedAt = &now
+	t.s.UpdatedAt = now
+	return Claimed(t), nil
+}
+
+// Claimed returns the event of a claim that storage carried out in bulk (the
+// task is already RUNNING with its claimed_at set).
+func Claimed(t *Task) event.Event {
+	at := t.s.UpdatedAt
+	if t.s.ClaimedAt != nil {
+		at = *t.s.ClaimedAt
+	}
+	e := t.event(event.TaskClaimed, StatusPending, "", at)
+	e.QueueWaitSeconds = event.Seconds(at.Sub(t.s.CreatedAt))
+	return e
+}
+
+// CompleteParams identify the reporting worker and carry the result.
+type CompleteParams struct {
+	WorkerID string
+	LeaseID  *uuid.UUID // checked when given
+	Result   json.RawMessage
+}
+
+// Complete moves a RUNNING task held by the worker to DONE.
+func (t *Task) Complete(p CompleteParams, now time.Time) (event.Event, error) {
+	if err := t.fence(p.WorkerID, p.LeaseID, StatusDone); err != nil {
+		return event.Event{}, err
+	}
+	t.s.Result = p.Result
+	return t.finishRun(event.TaskCompleted, StatusDone, "", now), nil
+}
+
+// FailParams identify the reporting worker and describe the failure.
+type FailParams struct {
+	WorkerID  string
+	LeaseID   *uuid.UUID // checked when given
+	Error     string
+	Retryable bool
+}
+
+// Fail records a failed attempt of a RUNNING task held by the worker. With
+// attempts left and a retryable error the task goes back to PENDING, claimable
+// after policy.Delay(attempts); otherwise it goes to DEAD (exhausted or
+// non_retryable).
+func (t *Task) Fail(p FailParams, policy backoff.Policy, now time.Time) (event.Event, error) {
+	if err := t.fence(p.WorkerID, p.LeaseID, ""); err != nil {
+		return event.Event{}, err
+	}
+	t.s.LastError = truncate(p.Error, MaxErrorLength)
+	switch {
+	case !p.Retryable:
+		return t.die(event.TaskFailed, DeadNonRetryable, now), nil
+	case t.s.Attempts >= t.s.MaxAttempts:
+		return t.die(event.TaskFailed, DeadExhausted, now), nil
+	default:
+		return t.requeue(event.TaskFailed, RequeueFailed, now.Add(policy.Delay(t.s.Attempts)), now), nil
+	}
+}
+
+// ReleaseFromDeadWorker takes a RUNNING task back from a worker that was
+// declared dead. The attempt counts: with attempts left the task is PENDING
+// again at once, otherwise DEAD with reason worker_dead.
+func (t *Task) ReleaseFromDeadWorker(now time.Time) (event.Event, error) {
+	if t.s.Status != StatusRunning {
+		return event.Event{}, &TransitionError{ID: t.s.ID, From: t.s.Status, To: StatusPending}
+	}
+	if t.s.Attempts >= t.s.MaxAttempts {
+		return t.die(event.TaskDeadLettered, DeadWorkerDead, now), nil
+	}
+	return t.requeue(event.TaskRequeued, RequeueWorkerDead, now, now), nil
+}
+
+// ExpireDeadline moves a PENDING task whose deadline has passed to DEAD with
+// reason deadline.
+func (t *Task) ExpireDeadline(now time.Time) (event.Event, error) {
+	if t.s.Status != StatusPending {
+		return event.Event{}, &TransitionError{ID: t.s.ID, From: t.s.Status, To: StatusDead}
+	}
+	if t.s.Deadline == nil || t.s.Deadline.After(now) {
+		return event.Event{}, ErrDeadlineNotPassed
+	}
+	return t.die(event.TaskDeadLettered, DeadDeadline, now), nil
+}
+
+// Cancel moves a PENDING task to DEAD with reason cancelled.
+func (t *Task) Cancel(now time.Time) (event.Event, error) {
+	if t.s.Status != StatusPending {
+		return event.Event{}, &TransitionError{ID: t.s.ID, From: t.s.Status, To: StatusDead}
+	}
+	return t.die(event.TaskDeadLettered, DeadCancelled, now), nil
+}
+
+// Retry moves a DEAD task back to PENDING with its attempts reset, claimable
+// at once. The previous dead reason and error stay in last_error.
+func (t *Task) Retry(now time.Time) (event.Event, error) {
+	if t.s.Status != StatusDead {
+		return event.Event{}, &TransitionError{ID: t.s.ID, From: t.s.Status, To: StatusPending}
+	}
+	history := fmt.Sprintf("retried after DEAD (%s)", t.s.DeadReason)
+	if t.s.LastError != "" {
+		history += "; last error: " + t.s.LastError
+	}
+	t.s.LastError = truncate(history, MaxErrorLength)
+	t.s.Attempts = 0
+	t.s.DeadReason = ""
+	t.s.FinishedAt = nil
+	t.s.Result = nil
+	return t.requeue(event.TaskRetried, RequeueRetried, now, now), nil
+}
+
+// fence checks that the task is RUNNING and held by workerID under leaseID
+// (when given). to is the status the caller wanted, for the error.
+func (t *Task) fence(workerID string, leaseID *uuid.UUID, to Status) error {
+	if t.s.Status != StatusRunning {
+		return &TransitionError{ID: t.s.ID, From: t.s.Status, To: to}
+	}
+	if workerID != t.s.WorkerID || (leaseID != nil && *leaseID != t.s.LeaseID) {
+		return &LeaseError{ID: t.s.ID, Status: t.s.Status}
+	}
+	return nil
+}
+
+// finishRun ends the running attempt in a terminal status.
+func (t *Task) finishRun(typ event.Type, to Status, reason string, now time.Time) event.Event {
+	from := t.s.Status
+	e := t.event(typ, from, reason, now)
+	if from == StatusRunning && t.s.ClaimedAt != nil {
+		e.ExecutionSeconds = event.Seconds(now.Sub(*t.s.ClaimedAt))
+	}
+	e.EndToEndSeconds = event.Seconds(now.Sub(t.s.CreatedAt))
+	t.s.Status = to
+	t.s.WorkerID = ""
+	t.s.LeaseID = uuid.Nil
+	t.s.FinishedAt = &now
+	t.s.UpdatedAt = now
+	e.To = string(to)
+	return e
+}
+
+func (t *Task) die(typ event.Type, reason DeadReason, now time.Time) event.Event {
+	t.s.DeadReason = reason
+	return t.finishRun(typ, StatusDead, string(reason), now)
+}
+
+func (t *Task) requeue(typ event.Type, reason RequeueReason, runAt, now time.Time) event.Event {
+	from := t.s.Status
+	e := t.event(typ, from, string(reason), now)
+	if from == StatusRunning && t.s.ClaimedAt != nil {
+		e.ExecutionSeconds = event.Seconds(now.Sub(*t.s.ClaimedAt))
+	}
+	t.s.Status = StatusPending
+	t.s.WorkerID = ""
+	t.s.LeaseID = uuid.Nil
+	t.s.RunAt = runAt
+	t.s.UpdatedAt = now
+	e.To = string(StatusPending)
+	return e
+}
+
+func (t *Task) event(typ event.Type, from Status, reason string, at time.Time) event.Event {
+	return event.Event{
+		Version:    event.Version,
+		Type:       typ,
+		TaskID:     t.s.ID.String(),
+		Queue:      t.s.Queue,
+		From:       string(from),
+		To:         string(t.s.Status),
+		Reason:     reason,
+		Attempt:    t.s.Attempts,
+		WorkerID:   t.s.WorkerID,
+		OccurredAt: at,
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	// Cut on a rune boundary.
+	for n > 0 && n < len(s) && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n]
+}

@@ -1,0 +1,135 @@
+// Package ports is the hexagon's edge: the interfaces the application offers
+// to transports (driving ports) and the ones it needs from storage and
+// infrastructure (driven ports). It holds no implementations.
+package ports
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/taskmaster/taskmaster/domain/event"
+	"github.com/taskmaster/taskmaster/domain/task"
+	"github.com/taskmaster/taskmaster/domain/worker"
+)
+
+// TxRunner runs fn in one database transaction. Stores handed to fn work on
+// that transaction; every event they (or fn, through Stores.Outbox) record is
+// appended to the outbox in the same transaction just before it commits. If fn
+// returns an error, the transaction rolls back and no event is kept.
+type TxRunner interface {
+	Run(ctx context.Context, fn func(ctx context.Context, st Stores) error) error
+}
+
+// Stores are the stores bound to one transaction.
+type Stores struct {
+	// Tasks stores tasks.
+	Tasks TaskStore
+	// Workers stores workers.
+	Workers WorkerStore
+	// Outbox records events to publish with the transaction.
+	Outbox Outbox
+}
+
+// Outbox collects the lifecycle events of one transaction.
+type Outbox interface {
+	// Record adds events to be published when the transaction commits.
+	Record(events ...event.Event)
+}
+
+// TaskUpdateFunc decides a change to a loaded task at the database time now
+// and returns the events of that change. Returning an error saves nothing.
+type TaskUpdateFunc func(t *task.Task, now time.Time) ([]event.Event, error)
+
+// TaskCreateFunc builds a new task at the database time now.
+type TaskCreateFunc func(now time.Time) (*task.Task, event.Event, error)
+
+// ClaimParams select and assign tasks in one claim.
+type ClaimParams struct {
+	// WorkerID is the claiming worker.
+	WorkerID string
+	// WorkerTags are its capability tags (tasks' tags must be a subset).
+	WorkerTags []string
+	// Queues to claim from; empty means any queue.
+	Queues []string
+	// Limit is the most tasks to claim.
+	Limit int
+}
+
+// TaskFilter selects tasks for listing. Results are newest first.
+type TaskFilter struct {
+	// Queue, when not empty, restricts to one queue.
+	Queue string
+	// Status, when not empty, restricts to one status.
+	Status task.Status
+	// Limit is the page size.
+	Limit int
+	// After, when not nil, continues after this task id (keyset cursor).
+	After *uuid.UUID
+}
+
+// TaskStore persists tasks.
+type TaskStore interface {
+	// Create inserts the task that fn builds. When the queue already holds a
+	// task with the same idempotency key it returns that task and created
+	// false, and records no event.
+	Create(ctx context.Context, fn TaskCreateFunc) (t *task.Task, created bool, err error)
+	// Get loads one task (task.ErrNotFound when absent).
+	Get(ctx context.Context, id uuid.UUID) (*task.Task, error)
+	// Update locks the task, lets fn decide at the database time, saves the
+	// result and records fn's events.
+	Update(ctx context.Context, id uuid.UUID, fn TaskUpdateFunc) (*task.Task, error)
+	// Claim assigns up to p.Limit claimable tasks to the worker in one
+	// statement (the rule of task.Task.Claimable, priority DESC then FIFO,
+	// skipping rows other claims hold) and records a claimed event for each.
+	Claim(ctx context.Context, p ClaimParams) ([]*task.Task, error)
+	// List returns a page of tasks, newest first.
+	List(ctx context.Context, f TaskFilter) ([]*task.Task, error)
+}
+
+// WorkerUpdateFunc decides a change to a loaded worker at the database time.
+type WorkerUpdateFunc func(w *worker.Worker, now time.Time) ([]event.Event, error)
+
+// WorkerTouchFunc decides a sign of life; changed false saves nothing.
+type WorkerTouchFunc func(w *worker.Worker, now time.Time) (events []event.Event, changed bool, err error)
+
+// WorkerStore persists workers.
+type WorkerStore interface {
+	// Upsert locks the worker with this id if it exists and calls fn with it
+	// (nil when new); fn returns the worker to save and its events.
+	Upsert(ctx context.Context, id string, fn func(existing *worker.Worker, now time.Time) (*worker.Worker, []event.Event, error)) (w *worker.Worker, created bool, err error)
+	// Get loads one worker (worker.ErrNotFound when absent).
+	Get(ctx context.Context, id string) (*worker.Worker, error)
+	// Update locks the worker, lets fn decide at the database time, saves it
+	// and records fn's events.
+	Update(ctx context.Context, id string, fn WorkerUpdateFunc) (*worker.Worker, error)
+	// Touch records a sign of life without queueing behind the worker's row
+	// lock: fn decides at the database time; when it reports a change the
+	// worker is saved unless another transaction changed it meanwhile.
+	Touch(ctx context.Context, id string, fn WorkerTouchFunc) (*worker.Worker, error)
+	// List returns every worker, in id order.
+	List(ctx context.Context) ([]*worker.Worker, error)
+}
+
+// QueueStats are the counts of one queue.
+type QueueStats struct {
+	Queue         string
+	Pending       int64
+	Running       int64
+	Done          int64
+	Dead          int64
+	ActiveWorkers int64
+}
+
+// StatsReader reads queue statistics.
+type StatsReader interface {
+	// Queues returns the statistics of every known queue, by name.
+	Queues(ctx context.Context) ([]QueueStats, error)
+}
+
+// HealthChecker tells whether storage is usable.
+type HealthChecker interface {
+	// Ready returns nil when the database answers and is fully migrated.
+	Ready(ctx context.Context) error
+}
