@@ -72,25 +72,16 @@ func running(n int) task.Snapshot {
 // done is the running task completed at base+15s.
 func done() task.Snapshot {
 	s := running(1)
-	s.Status = task.StatusDone
-	s.WorkerID = ""
-	s.LeaseID = uuid.Nil
+	endRun(&s, task.StatusDone, "", at(15*time.Second))
 	s.Result = json.RawMessage(`{"sent":true}`)
-	s.FinishedAt = ptr(at(15 * time.Second))
-	s.UpdatedAt = at(15 * time.Second)
 	return s
 }
 
 // dead is the running task failed for good at base+15s on its last attempt.
 func dead() task.Snapshot {
 	s := running(3)
-	s.Status = task.StatusDead
-	s.WorkerID = ""
-	s.LeaseID = uuid.Nil
+	endRun(&s, task.StatusDead, task.DeadExhausted, at(15*time.Second))
 	s.LastError = "smtp: 550 mailbox unavailable"
-	s.DeadReason = task.DeadExhausted
-	s.FinishedAt = ptr(at(15 * time.Second))
-	s.UpdatedAt = at(15 * time.Second)
 	return s
 }
 
@@ -226,6 +217,25 @@ func TestSubmitRejectsDeadlineNotAfterNow(t *testing.T) {
 	}
 }
 
+// endRun is what every move into DONE or DEAD does to a snapshot.
+func endRun(s *task.Snapshot, status task.Status, reason task.DeadReason, now time.Time) {
+	s.Status = status
+	s.DeadReason = reason
+	s.WorkerID = ""
+	s.LeaseID = uuid.Nil
+	s.FinishedAt = &now
+	s.UpdatedAt = now
+}
+
+// backToPending is what every move into PENDING does to a snapshot.
+func backToPending(s *task.Snapshot, runAt, now time.Time) {
+	s.Status = task.StatusPending
+	s.WorkerID = ""
+	s.LeaseID = uuid.Nil
+	s.RunAt = runAt
+	s.UpdatedAt = now
+}
+
 func TestLegalTransitions(t *testing.T) {
 	t.Parallel()
 	result := json.RawMessage(`{"sent":true}`)
@@ -236,339 +246,196 @@ func TestLegalTransitions(t *testing.T) {
 	}
 	requeued := func() task.Snapshot { // after a retryable failure of attempt 1
 		s := running(1)
-		s.Status = task.StatusPending
-		s.WorkerID = ""
-		s.LeaseID = uuid.Nil
+		backToPending(&s, at(17*time.Second), at(15*time.Second))
 		s.LastError = "timeout"
-		s.RunAt = at(17 * time.Second)
-		s.UpdatedAt = at(15 * time.Second)
 		return s
 	}
 	deadCancelled := func() task.Snapshot {
 		s := pending()
-		s.Status = task.StatusDead
-		s.DeadReason = task.DeadCancelled
-		s.FinishedAt = ptr(at(time.Second))
-		s.UpdatedAt = at(time.Second)
+		endRun(&s, task.StatusDead, task.DeadCancelled, at(time.Second))
 		return s
 	}
+	claim := func(workerID string, l uuid.UUID) func(*task.Task, time.Time) (event.Event, error) {
+		return func(tk *task.Task, now time.Time) (event.Event, error) {
+			return tk.Claim(task.ClaimParams{WorkerID: workerID, WorkerTags: []string{"eu", "gpu"}, LeaseID: l}, now)
+		}
+	}
+	complete := func(l *uuid.UUID) func(*task.Task, time.Time) (event.Event, error) {
+		return func(tk *task.Task, now time.Time) (event.Event, error) {
+			return tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: l, Result: result}, now)
+		}
+	}
+	fail := func(msg string, retryable bool) func(*task.Task, time.Time) (event.Event, error) {
+		return func(tk *task.Task, now time.Time) (event.Event, error) {
+			return tk.Fail(task.FailParams{WorkerID: holder, LeaseID: lease(leaseID), Error: msg, Retryable: retryable}, policy, now)
+		}
+	}
+	release := (*task.Task).ReleaseFromDeadWorker
+	expire := (*task.Task).ExpireDeadline
+	cancel := (*task.Task).Cancel
+	retry := (*task.Task).Retry
 
 	cases := []struct {
-		name      string
-		start     task.Snapshot
-		act       func(*task.Task) (event.Event, error)
-		want      func(s *task.Snapshot) // applied to start
-		wantEvent event.Event
+		name  string
+		start task.Snapshot
+		now   time.Time
+		act   func(*task.Task, time.Time) (event.Event, error)
+		// want changes start into the expected snapshot.
+		want func(s *task.Snapshot, now time.Time)
+		// event holds the event's Type, Reason, Attempt, WorkerID and
+		// durations; Version, TaskID, Queue, From (the start status), To (the
+		// new status) and OccurredAt (now) are the same for every case.
+		event event.Event
 	}{
 		{
-			name:  "PENDING -> RUNNING: claim",
-			start: pending(),
-			act: func(tk *task.Task) (event.Event, error) {
-				return tk.Claim(task.ClaimParams{WorkerID: holder, WorkerTags: []string{"eu", "gpu"}, LeaseID: leaseID}, at(5*time.Second))
+			name: "PENDING -> RUNNING: claim", start: pending(), now: at(5 * time.Second),
+			act: claim(holder, leaseID),
+			want: func(s *task.Snapshot, now time.Time) {
+				s.Status, s.Attempts, s.WorkerID, s.LeaseID = task.StatusRunning, 1, holder, leaseID
+				s.ClaimedAt, s.UpdatedAt = &now, now
 			},
-			want: func(s *task.Snapshot) {
-				s.Status = task.StatusRunning
-				s.Attempts = 1
-				s.WorkerID = holder
-				s.LeaseID = leaseID
-				s.ClaimedAt = ptr(at(5 * time.Second))
-				s.UpdatedAt = at(5 * time.Second)
-			},
-			wantEvent: func() event.Event {
-				e := taskEvent(event.TaskClaimed, task.StatusPending, task.StatusRunning, "", 1, holder, at(5*time.Second))
-				e.QueueWaitSeconds = secs(5)
-				return e
-			}(),
+			event: event.Event{Type: event.TaskClaimed, Attempt: 1, WorkerID: holder, QueueWaitSeconds: secs(5)},
 		},
 		{
-			name:  "PENDING -> RUNNING: second claim after a retry counts attempt 2",
-			start: requeued(),
-			act: func(tk *task.Task) (event.Event, error) {
-				return tk.Claim(task.ClaimParams{WorkerID: "worker-2", WorkerTags: []string{"eu"}, LeaseID: staleID}, at(20*time.Second))
+			name: "PENDING -> RUNNING: second claim after a retry counts attempt 2", start: requeued(), now: at(20 * time.Second),
+			act: claim("worker-2", staleID),
+			want: func(s *task.Snapshot, now time.Time) {
+				s.Status, s.Attempts, s.WorkerID, s.LeaseID = task.StatusRunning, 2, "worker-2", staleID
+				s.ClaimedAt, s.UpdatedAt = &now, now
 			},
-			want: func(s *task.Snapshot) {
-				s.Status = task.StatusRunning
-				s.Attempts = 2
-				s.WorkerID = "worker-2"
-				s.LeaseID = staleID
-				s.ClaimedAt = ptr(at(20 * time.Second))
-				s.UpdatedAt = at(20 * time.Second)
-			},
-			wantEvent: func() event.Event {
-				e := taskEvent(event.TaskClaimed, task.StatusPending, task.StatusRunning, "", 2, "worker-2", at(20*time.Second))
-				e.QueueWaitSeconds = secs(20)
-				return e
-			}(),
+			event: event.Event{Type: event.TaskClaimed, Attempt: 2, WorkerID: "worker-2", QueueWaitSeconds: secs(20)},
 		},
 		{
-			name:  "RUNNING -> DONE: complete with lease",
-			start: running(1),
-			act: func(tk *task.Task) (event.Event, error) {
-				return tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: lease(leaseID), Result: result}, at(15*time.Second))
-			},
-			want: func(s *task.Snapshot) {
-				s.Status = task.StatusDone
+			name: "RUNNING -> DONE: complete with lease", start: running(1), now: at(15 * time.Second),
+			act: complete(lease(leaseID)),
+			want: func(s *task.Snapshot, now time.Time) {
+				endRun(s, task.StatusDone, "", now)
 				s.Result = result
-				s.WorkerID = ""
-				s.LeaseID = uuid.Nil
-				s.FinishedAt = ptr(at(15 * time.Second))
-				s.UpdatedAt = at(15 * time.Second)
 			},
-			wantEvent: func() event.Event {
-				e := taskEvent(event.TaskCompleted, task.StatusRunning, task.StatusDone, "", 1, holder, at(15*time.Second))
-				e.ExecutionSeconds = secs(10)
-				e.EndToEndSeconds = secs(15)
-				return e
-			}(),
+			event: event.Event{Type: event.TaskCompleted, Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
 		},
 		{
-			name:  "RUNNING -> DONE: complete without lease id by the holder",
-			start: running(2),
-			act: func(tk *task.Task) (event.Event, error) {
-				return tk.Complete(task.CompleteParams{WorkerID: holder, Result: result}, at(15*time.Second))
-			},
-			want: func(s *task.Snapshot) {
-				s.Status = task.StatusDone
+			name: "RUNNING -> DONE: complete without lease id by the holder", start: running(2), now: at(15 * time.Second),
+			act: complete(nil),
+			want: func(s *task.Snapshot, now time.Time) {
+				endRun(s, task.StatusDone, "", now)
 				s.Result = result
-				s.WorkerID = ""
-				s.LeaseID = uuid.Nil
-				s.FinishedAt = ptr(at(15 * time.Second))
-				s.UpdatedAt = at(15 * time.Second)
 			},
-			wantEvent: func() event.Event {
-				e := taskEvent(event.TaskCompleted, task.StatusRunning, task.StatusDone, "", 2, holder, at(15*time.Second))
-				e.ExecutionSeconds = secs(10)
-				e.EndToEndSeconds = secs(15)
-				return e
-			}(),
+			event: event.Event{Type: event.TaskCompleted, Attempt: 2, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
 		},
 		{
-			name:  "RUNNING -> PENDING: retryable fail after attempt 1 waits 2s",
-			start: running(1),
-			act: func(tk *task.Task) (event.Event, error) {
-				return tk.Fail(task.FailParams{WorkerID: holder, LeaseID: lease(leaseID), Error: "timeout", Retryable: true}, policy, at(15*time.Second))
-			},
-			want: func(s *task.Snapshot) {
-				s.Status = task.StatusPending
-				s.WorkerID = ""
-				s.LeaseID = uuid.Nil
+			name: "RUNNING -> PENDING: retryable fail after attempt 1 waits 2s", start: running(1), now: at(15 * time.Second),
+			act: fail("timeout", true),
+			want: func(s *task.Snapshot, now time.Time) {
+				backToPending(s, now.Add(2*time.Second), now)
 				s.LastError = "timeout"
-				s.RunAt = at(17 * time.Second)
-				s.UpdatedAt = at(15 * time.Second)
 			},
-			wantEvent: func() event.Event {
-				e := taskEvent(event.TaskFailed, task.StatusRunning, task.StatusPending, string(task.RequeueFailed), 1, holder, at(15*time.Second))
-				e.ExecutionSeconds = secs(10)
-				return e
-			}(),
+			event: event.Event{Type: event.TaskFailed, Reason: "failed", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10)},
 		},
 		{
-			name:  "RUNNING -> PENDING: retryable fail after attempt 2 waits 4s",
-			start: running(2),
-			act: func(tk *task.Task) (event.Event, error) {
-				return tk.Fail(task.FailParams{WorkerID: holder, Error: "timeout again", Retryable: true}, policy, at(15*time.Second))
-			},
-			want: func(s *task.Snapshot) {
-				s.Status = task.StatusPending
-				s.WorkerID = ""
-				s.LeaseID = uuid.Nil
+			name: "RUNNING -> PENDING: retryable fail after attempt 2 waits 4s", start: running(2), now: at(15 * time.Second),
+			act: fail("timeout again", true),
+			want: func(s *task.Snapshot, now time.Time) {
+				backToPending(s, now.Add(4*time.Second), now)
 				s.LastError = "timeout again"
-				s.RunAt = at(19 * time.Second)
-				s.UpdatedAt = at(15 * time.Second)
 			},
-			wantEvent: func() event.Event {
-				e := taskEvent(event.TaskFailed, task.StatusRunning, task.StatusPending, string(task.RequeueFailed), 2, holder, at(15*time.Second))
-				e.ExecutionSeconds = secs(10)
-				return e
-			}(),
+			event: event.Event{Type: event.TaskFailed, Reason: "failed", Attempt: 2, WorkerID: holder, ExecutionSeconds: secs(10)},
 		},
 		{
-			name:  "RUNNING -> DEAD: retryable fail on the last attempt is exhausted",
-			start: running(3),
-			act: func(tk *task.Task) (event.Event, error) {
-				return tk.Fail(task.FailParams{WorkerID: holder, LeaseID: lease(leaseID), Error: "timeout", Retryable: true}, policy, at(15*time.Second))
-			},
-			want: func(s *task.Snapshot) {
-				s.Status = task.StatusDead
-				s.DeadReason = task.DeadExhausted
-				s.WorkerID = ""
-				s.LeaseID = uuid.Nil
+			name: "RUNNING -> DEAD: retryable fail on the last attempt is exhausted", start: running(3), now: at(15 * time.Second),
+			act: fail("timeout", true),
+			want: func(s *task.Snapshot, now time.Time) {
+				endRun(s, task.StatusDead, task.DeadExhausted, now)
 				s.LastError = "timeout"
-				s.FinishedAt = ptr(at(15 * time.Second))
-				s.UpdatedAt = at(15 * time.Second)
 			},
-			wantEvent: func() event.Event {
-				e := taskEvent(event.TaskFailed, task.StatusRunning, task.StatusDead, string(task.DeadExhausted), 3, holder, at(15*time.Second))
-				e.ExecutionSeconds = secs(10)
-				e.EndToEndSeconds = secs(15)
-				return e
-			}(),
+			event: event.Event{Type: event.TaskFailed, Reason: "exhausted", Attempt: 3, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
 		},
 		{
-			name:  "RUNNING -> DEAD: non-retryable fail with attempts left",
-			start: running(1),
-			act: func(tk *task.Task) (event.Event, error) {
-				return tk.Fail(task.FailParams{WorkerID: holder, LeaseID: lease(leaseID), Error: "bad payload"}, policy, at(15*time.Second))
-			},
-			want: func(s *task.Snapshot) {
-				s.Status = task.StatusDead
-				s.DeadReason = task.DeadNonRetryable
-				s.WorkerID = ""
-				s.LeaseID = uuid.Nil
+			name: "RUNNING -> DEAD: non-retryable fail with attempts left", start: running(1), now: at(15 * time.Second),
+			act: fail("bad payload", false),
+			want: func(s *task.Snapshot, now time.Time) {
+				endRun(s, task.StatusDead, task.DeadNonRetryable, now)
 				s.LastError = "bad payload"
-				s.FinishedAt = ptr(at(15 * time.Second))
-				s.UpdatedAt = at(15 * time.Second)
 			},
-			wantEvent: func() event.Event {
-				e := taskEvent(event.TaskFailed, task.StatusRunning, task.StatusDead, string(task.DeadNonRetryable), 1, holder, at(15*time.Second))
-				e.ExecutionSeconds = secs(10)
-				e.EndToEndSeconds = secs(15)
-				return e
-			}(),
+			event: event.Event{Type: event.TaskFailed, Reason: "non_retryable", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
 		},
 		{
-			name:  "RUNNING -> PENDING: holder declared dead with attempts left",
-			start: running(1),
-			act:   func(tk *task.Task) (event.Event, error) { return tk.ReleaseFromDeadWorker(at(125 * time.Second)) },
-			want: func(s *task.Snapshot) {
-				s.Status = task.StatusPending
-				s.WorkerID = ""
-				s.LeaseID = uuid.Nil
-				s.RunAt = at(125 * time.Second)
-				s.UpdatedAt = at(125 * time.Second)
-			},
-			wantEvent: func() event.Event {
-				e := taskEvent(event.TaskRequeued, task.StatusRunning, task.StatusPending, string(task.RequeueWorkerDead), 1, holder, at(125*time.Second))
-				e.ExecutionSeconds = secs(120)
-				return e
-			}(),
+			name: "RUNNING -> PENDING: holder declared dead with attempts left", start: running(1), now: at(125 * time.Second),
+			act:   release,
+			want:  func(s *task.Snapshot, now time.Time) { backToPending(s, now, now) },
+			event: event.Event{Type: event.TaskRequeued, Reason: "worker_dead", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(120)},
 		},
 		{
-			name:  "RUNNING -> DEAD: holder declared dead on the last attempt",
-			start: running(3),
-			act:   func(tk *task.Task) (event.Event, error) { return tk.ReleaseFromDeadWorker(at(125 * time.Second)) },
-			want: func(s *task.Snapshot) {
-				s.Status = task.StatusDead
-				s.DeadReason = task.DeadWorkerDead
-				s.WorkerID = ""
-				s.LeaseID = uuid.Nil
-				s.FinishedAt = ptr(at(125 * time.Second))
-				s.UpdatedAt = at(125 * time.Second)
-			},
-			wantEvent: func() event.Event {
-				e := taskEvent(event.TaskDeadLettered, task.StatusRunning, task.StatusDead, string(task.DeadWorkerDead), 3, holder, at(125*time.Second))
-				e.ExecutionSeconds = secs(120)
-				e.EndToEndSeconds = secs(125)
-				return e
-			}(),
+			name: "RUNNING -> DEAD: holder declared dead on the last attempt", start: running(3), now: at(125 * time.Second),
+			act:   release,
+			want:  func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadWorkerDead, now) },
+			event: event.Event{Type: event.TaskDeadLettered, Reason: "worker_dead", Attempt: 3, WorkerID: holder, ExecutionSeconds: secs(120), EndToEndSeconds: secs(125)},
 		},
 		{
-			name:  "PENDING -> DEAD: deadline passed",
-			start: withDeadline(10 * time.Second),
-			act:   func(tk *task.Task) (event.Event, error) { return tk.ExpireDeadline(at(11 * time.Second)) },
-			want: func(s *task.Snapshot) {
-				s.Status = task.StatusDead
-				s.DeadReason = task.DeadDeadline
-				s.FinishedAt = ptr(at(11 * time.Second))
-				s.UpdatedAt = at(11 * time.Second)
-			},
-			wantEvent: func() event.Event {
-				e := taskEvent(event.TaskDeadLettered, task.StatusPending, task.StatusDead, string(task.DeadDeadline), 0, "", at(11*time.Second))
-				e.EndToEndSeconds = secs(11)
-				return e
-			}(),
+			name: "PENDING -> DEAD: deadline passed", start: withDeadline(10 * time.Second), now: at(11 * time.Second),
+			act:   expire,
+			want:  func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadDeadline, now) },
+			event: event.Event{Type: event.TaskDeadLettered, Reason: "deadline", EndToEndSeconds: secs(11)},
 		},
 		{
-			name:  "PENDING -> DEAD: deadline reached exactly",
-			start: withDeadline(10 * time.Second),
-			act:   func(tk *task.Task) (event.Event, error) { return tk.ExpireDeadline(at(10 * time.Second)) },
-			want: func(s *task.Snapshot) {
-				s.Status = task.StatusDead
-				s.DeadReason = task.DeadDeadline
-				s.FinishedAt = ptr(at(10 * time.Second))
-				s.UpdatedAt = at(10 * time.Second)
-			},
-			wantEvent: func() event.Event {
-				e := taskEvent(event.TaskDeadLettered, task.StatusPending, task.StatusDead, string(task.DeadDeadline), 0, "", at(10*time.Second))
-				e.EndToEndSeconds = secs(10)
-				return e
-			}(),
+			name: "PENDING -> DEAD: deadline reached exactly", start: withDeadline(10 * time.Second), now: at(10 * time.Second),
+			act:   expire,
+			want:  func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadDeadline, now) },
+			event: event.Event{Type: event.TaskDeadLettered, Reason: "deadline", EndToEndSeconds: secs(10)},
 		},
 		{
-			name:  "PENDING -> DEAD: cancel",
-			start: pending(),
-			act:   func(tk *task.Task) (event.Event, error) { return tk.Cancel(at(time.Minute)) },
-			want: func(s *task.Snapshot) {
-				s.Status = task.StatusDead
-				s.DeadReason = task.DeadCancelled
-				s.FinishedAt = ptr(at(time.Minute))
-				s.UpdatedAt = at(time.Minute)
-			},
-			wantEvent: func() event.Event {
-				e := taskEvent(event.TaskDeadLettered, task.StatusPending, task.StatusDead, string(task.DeadCancelled), 0, "", at(time.Minute))
-				e.EndToEndSeconds = secs(60)
-				return e
-			}(),
+			name: "PENDING -> DEAD: cancel", start: pending(), now: at(time.Minute),
+			act:   cancel,
+			want:  func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadCancelled, now) },
+			event: event.Event{Type: event.TaskDeadLettered, Reason: "cancelled", EndToEndSeconds: secs(60)},
 		},
 		{
-			name:  "PENDING -> DEAD: cancel while waiting for a retry keeps the attempt count",
-			start: requeued(),
-			act:   func(tk *task.Task) (event.Event, error) { return tk.Cancel(at(time.Minute)) },
-			want: func(s *task.Snapshot) {
-				s.Status = task.StatusDead
-				s.DeadReason = task.DeadCancelled
-				s.FinishedAt = ptr(at(time.Minute))
-				s.UpdatedAt = at(time.Minute)
-			},
-			wantEvent: func() event.Event {
-				e := taskEvent(event.TaskDeadLettered, task.StatusPending, task.StatusDead, string(task.DeadCancelled), 1, "", at(time.Minute))
-				e.EndToEndSeconds = secs(60)
-				return e
-			}(),
+			name: "PENDING -> DEAD: cancel while waiting for a retry keeps the attempt count", start: requeued(), now: at(time.Minute),
+			act:   cancel,
+			want:  func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadCancelled, now) },
+			event: event.Event{Type: event.TaskDeadLettered, Reason: "cancelled", Attempt: 1, EndToEndSeconds: secs(60)},
 		},
 		{
-			name:  "DEAD -> PENDING: retry keeps the history in last_error",
-			start: dead(),
-			act:   func(tk *task.Task) (event.Event, error) { return tk.Retry(at(time.Hour)) },
-			want: func(s *task.Snapshot) {
-				s.Status = task.StatusPending
-				s.Attempts = 0
-				s.DeadReason = ""
+			name: "DEAD -> PENDING: retry keeps the history in last_error", start: dead(), now: at(time.Hour),
+			act: retry,
+			want: func(s *task.Snapshot, now time.Time) {
+				backToPending(s, now, now)
+				s.Attempts, s.DeadReason, s.FinishedAt = 0, "", nil
 				s.LastError = "retried after DEAD (exhausted); last error: smtp: 550 mailbox unavailable"
-				s.FinishedAt = nil
-				s.RunAt = at(time.Hour)
-				s.UpdatedAt = at(time.Hour)
 			},
-			wantEvent: taskEvent(event.TaskRetried, task.StatusDead, task.StatusPending, string(task.RequeueRetried), 0, "", at(time.Hour)),
+			event: event.Event{Type: event.TaskRetried, Reason: "retried"},
 		},
 		{
-			name:  "DEAD -> PENDING: retry of a cancelled task without error",
-			start: deadCancelled(),
-			act:   func(tk *task.Task) (event.Event, error) { return tk.Retry(at(time.Hour)) },
-			want: func(s *task.Snapshot) {
-				s.Status = task.StatusPending
-				s.DeadReason = ""
+			name: "DEAD -> PENDING: retry of a cancelled task without error", start: deadCancelled(), now: at(time.Hour),
+			act: retry,
+			want: func(s *task.Snapshot, now time.Time) {
+				backToPending(s, now, now)
+				s.DeadReason, s.FinishedAt = "", nil
 				s.LastError = "retried after DEAD (cancelled)"
-				s.FinishedAt = nil
-				s.RunAt = at(time.Hour)
-				s.UpdatedAt = at(time.Hour)
 			},
-			wantEvent: taskEvent(event.TaskRetried, task.StatusDead, task.StatusPending, string(task.RequeueRetried), 0, "", at(time.Hour)),
+			event: event.Event{Type: event.TaskRetried, Reason: "retried"},
 		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			tk := task.Restore(c.start)
-			ev, err := c.act(tk)
+			ev, err := c.act(tk, c.now)
 			require.NoError(t, err)
+
 			want := task.Restore(c.start).Snapshot()
-			c.want(&want)
+			c.want(&want, c.now)
 			require.Equal(t, want, tk.Snapshot())
 			require.Equal(t, want.Status, tk.Status())
-			require.Equal(t, c.wantEvent, ev)
-			require.Equal(t, string(c.start.Status), ev.From)
-			require.Equal(t, string(tk.Status()), ev.To)
+
+			wantEvent := c.event
+			wantEvent.Version = event.Version
+			wantEvent.TaskID = taskID.String()
+			wantEvent.Queue = "emails"
+			wantEvent.From = string(c.start.Status)
+			wantEvent.To = string(want.Status)
+			wantEvent.OccurredAt = c.now
+			require.Equal(t, wantEvent, ev)
 		})
 	}
 }

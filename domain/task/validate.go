@@ -41,7 +41,7 @@ func validateSubmit(p *SubmitParams, v *validation.Errors) {
 		v.Add("tags", fmt.Sprintf("must have at most %d tags", MaxTags))
 	}
 	seen := make(map[string]bool, len(p.Tags))
-	tags := p.Tags[:0:0]
+	tags := make([]string, 0, len(p.Tags))
 	for i, tag := range p.Tags {
 		n := utf8.RuneCountInString(tag)
 		if n < 1 || n > MaxTagLength || !validText(tag) {

@@ -84,8 +84,8 @@ type Server struct {
 	dataDir string
 	port    int
 	cmd     *exec.Cmd
-	tail    *tailBuffer
-	logFile *os.File // opened by Start when Config.Log is nil; closed by Stop
+	tail    fmt.Stringer // the end of the server's output since this start
+	logFile *os.File     // opened by Start when Config.Log is nil; closed by Stop
 
 	done    chan struct{} // closed when the postmaster has exited
 	waitErr error         // the postmaster's exit status; read only after done is closed
@@ -324,13 +324,25 @@ func launch(ctx context.Context, p launchParams) (*Server, error) {
 		args = append(args, "-c", k+"="+settings[k])
 	}
 
-	tail := &tailBuffer{max: logTailBytes}
 	cmd := exec.Command(filepath.Join(p.binDir, "postgres"), args...)
 	cmd.Dir = "/"
-	out := io.MultiWriter(p.log, tail)
-	cmd.Stdout, cmd.Stderr = out, out
-	// Children of the postmaster inherit its output; do not let them hold up Wait forever.
-	cmd.WaitDelay = 10 * time.Second
+	var tail fmt.Stringer
+	if p.logFile != nil {
+		// The server writes its own log file, so what it logs after we are gone is kept too.
+		info, err := p.logFile.Stat()
+		if err != nil {
+			return nil, fmt.Errorf("stat log: %w", err)
+		}
+		tail = &fileTail{path: p.logFile.Name(), from: info.Size()}
+		cmd.Stdout, cmd.Stderr = p.logFile, p.logFile
+	} else {
+		buf := &tailBuffer{max: logTailBytes}
+		tail = buf
+		out := io.MultiWriter(p.log, buf)
+		cmd.Stdout, cmd.Stderr = out, out
+		// Children of the postmaster inherit the pipe; do not let them hold up Wait forever.
+		cmd.WaitDelay = 10 * time.Second
+	}
 	cmd.SysProcAttr = p.owner.sysProcAttr()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("run postgres: %w", err)
@@ -705,6 +717,31 @@ func closeFile(f *os.File) {
 	if f != nil {
 		_ = f.Close()
 	}
+}
+
+// fileTail reads the end of a log file, from offset from on.
+type fileTail struct {
+	path string
+	from int64
+}
+
+// String returns at most logTailBytes from the end of the file, or why it could not.
+func (t *fileTail) String() string {
+	f, err := os.Open(t.path)
+	if err != nil {
+		return fmt.Sprintf("(log unreadable: %v)", err)
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return fmt.Sprintf("(log unreadable: %v)", err)
+	}
+	from := max(t.from, info.Size()-logTailBytes)
+	b, err := io.ReadAll(io.NewSectionReader(f, from, info.Size()-from))
+	if err != nil {
+		return fmt.Sprintf("(log unreadable: %v)", err)
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // tailBuffer keeps the last max bytes written to it.

@@ -101,15 +101,24 @@ func TestStartReplacesStalePidFile(t *testing.T) {
 
 func TestStartReportsLogTailWhenServerExits(t *testing.T) {
 	t.Parallel()
-	var log bytes.Buffer
-	_, err := localpg.Start(context.Background(), localpg.Config{
-		DataDir:       t.TempDir(),
-		Fast:          true,
-		Log:           &log,
-		ExtraSettings: map[string]string{"max_connections": "lots"},
-	})
-	require.ErrorContains(t, err, `invalid value for parameter "max_connections"`)
-	require.Contains(t, log.String(), "max_connections", "the server's output also reaches Config.Log")
+	for name, log := range map[string]*bytes.Buffer{"Config.Log": new(bytes.Buffer), "default log file": nil} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			cfg := localpg.Config{
+				DataDir:       t.TempDir(),
+				Fast:          true,
+				ExtraSettings: map[string]string{"max_connections": "lots"},
+			}
+			if log != nil {
+				cfg.Log = log
+			}
+			_, err := localpg.Start(context.Background(), cfg)
+			require.ErrorContains(t, err, `invalid value for parameter "max_connections"`)
+			if log != nil {
+				require.Contains(t, log.String(), "max_connections", "the server's output also reaches Config.Log")
+			}
+		})
+	}
 }
 
 func TestStartWritesDefaultLogFile(t *testing.T) {
