@@ -14,6 +14,7 @@ import (
 
 	"github.com/taskmaster/taskmaster/domain/backoff"
 	"github.com/taskmaster/taskmaster/domain/event"
+	"github.com/taskmaster/taskmaster/domain/validation"
 )
 
 // Status is where a task is in its lifecycle.
@@ -167,6 +168,11 @@ func Submit(p SubmitParams, now time.Time) (*Task, event.Event, error) {
 	runAt := now
 	if p.RunAt != nil {
 		runAt = *p.RunAt
+	}
+	if p.Deadline != nil && !p.Deadline.After(runAt) {
+		var v validation.Errors
+		v.Add("deadline", "must be after run_at (or after now when run_at is absent)")
+		return nil, event.Event{}, v.Err()
 	}
 	t := &Task{s: Snapshot{
 		ID:             p.ID,

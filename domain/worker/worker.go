@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/taskmaster/taskmaster/domain/event"
 	"github.com/taskmaster/taskmaster/domain/validation"
@@ -45,7 +46,7 @@ const (
 	MaxQueues = 64
 	// MaxTags is the most tags a worker may carry.
 	MaxTags = 64
-	// MaxTagLength is the longest tag or queue name.
+	// MaxTagLength is the longest tag or queue name, in characters.
 	MaxTagLength = 128
 )
 
@@ -158,8 +159,8 @@ func dedupe(v *validation.Errors, field string, in []string, most int) []string 
 	}
 	out := make([]string, 0, len(in))
 	for i, s := range in {
-		if len(s) == 0 || len(s) > MaxTagLength {
-			v.Add(fmt.Sprintf("%s[%d]", field, i), fmt.Sprintf("must be 1 to %d bytes", MaxTagLength))
+		if n := utf8.RuneCountInString(s); n == 0 || n > MaxTagLength || !utf8.ValidString(s) {
+			v.Add(fmt.Sprintf("%s[%d]", field, i), fmt.Sprintf("must be 1 to %d characters", MaxTagLength))
 			continue
 		}
 		if !slices.Contains(out, s) {
