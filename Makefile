@@ -5,7 +5,7 @@ GO ?= go
 
 .PHONY: run test build lint
 
-## run: serve on a local PostgreSQL kept in ./.data (or on $$TASKMASTER_DATABASE_URL)
+## run: serve on a local PostgreSQL kept in ./.data (or on TASKMASTER_DATABASE_URL)
 run:
 	$(GO) run ./cmd/taskmaster dev
 
