@@ -15,7 +15,9 @@ import (
 
 // Claim hands up to cmd.Limit claimable tasks to a registered, non-DEAD
 // worker, each RUNNING under a fresh lease. The claim counts as the worker's
-// sign of life.
+// sign of life. With cmd.Wait set, an empty claim waits for a notification
+// (or polls) until a task is claimable or the wait is over; it holds no
+// database connection while it waits.
 func (s *TaskService) Claim(ctx context.Context, cmd ports.ClaimCommand) ([]*task.Task, error) {
 	var v validation.Errors
 	if cmd.WorkerID == "" {
@@ -27,16 +29,74 @@ func (s *TaskService) Claim(ctx context.Context, cmd ports.ClaimCommand) ([]*tas
 	if cmd.Limit < 1 || cmd.Limit > MaxClaimLimit {
 		v.Add("limit", fmt.Sprintf("must be between 1 and %d", MaxClaimLimit))
 	}
+	if cmd.Wait < 0 || cmd.Wait > MaxClaimWait {
+		v.Add("wait_ms", fmt.Sprintf("must be between 0 and %d", MaxClaimWait.Milliseconds()))
+	}
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	var out []*task.Task
+	if cmd.Wait == 0 {
+		out, _, err := s.claimOnce(ctx, cmd)
+		return out, err
+	}
+	return s.claimWaiting(ctx, cmd)
+}
+
+// claimWaiting subscribes before the first attempt, so a task submitted
+// between an empty attempt and the wait still wakes it.
+func (s *TaskService) claimWaiting(ctx context.Context, cmd ports.ClaimCommand) ([]*task.Task, error) {
+	deadline := time.NewTimer(cmd.Wait)
+	defer deadline.Stop()
+	var (
+		wake   <-chan struct{}
+		cancel = func() {}
+		queues []string
+	)
+	for {
+		out, claimedFrom, err := s.claimOnce(ctx, cmd)
+		if err != nil || len(out) > 0 {
+			cancel()
+			return out, err
+		}
+		if wake == nil && s.notifier != nil {
+			queues = claimedFrom
+			wake, cancel = s.notifier.Subscribe(queues)
+			defer cancel()
+			// Look once more: a task may have come between the attempt and
+			// the subscription.
+			continue
+		}
+		poll := time.NewTimer(s.cfg.ClaimPollInterval)
+		select {
+		case _, open := <-wake:
+			poll.Stop()
+			if !open { // shutting down: answer at once
+				return []*task.Task{}, nil
+			}
+		case <-poll.C:
+		case <-deadline.C:
+			poll.Stop()
+			return []*task.Task{}, nil
+		case <-ctx.Done():
+			poll.Stop()
+			return []*task.Task{}, nil
+		}
+	}
+}
+
+// claimOnce claims in one transaction and reports the queues it looked in
+// (empty: any queue).
+func (s *TaskService) claimOnce(ctx context.Context, cmd ports.ClaimCommand) ([]*task.Task, []string, error) {
+	var (
+		out    []*task.Task
+		queues []string
+	)
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
 		w, err := st.Workers.Touch(ctx, cmd.WorkerID, signOfLife)
 		if err != nil {
 			return err
 		}
-		queues := w.Queues()
+		queues = w.Queues()
 		if cmd.Queue != "" {
 			queues = []string{cmd.Queue}
 		}
@@ -49,9 +109,9 @@ func (s *TaskService) Claim(ctx context.Context, cmd ports.ClaimCommand) ([]*tas
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("claim tasks: %w", err)
+		return nil, nil, fmt.Errorf("claim tasks: %w", err)
 	}
-	return out, nil
+	return out, queues, nil
 }
 
 func signOfLife(w *worker.Worker, now time.Time) ([]event.Event, bool, error) {

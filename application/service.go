@@ -6,6 +6,7 @@ package application
 
 import (
 	"errors"
+	"time"
 
 	"github.com/taskmaster/taskmaster/domain/backoff"
 	"github.com/taskmaster/taskmaster/domain/worker"
@@ -20,6 +21,13 @@ const (
 	MaxListLimit = 1000
 	// DefaultListLimit is the page size when none is asked.
 	DefaultListLimit = 100
+	// MaxBatch is the most items one batch request carries.
+	MaxBatch = 1000
+	// MaxClaimWait is the longest a claim may wait for work.
+	MaxClaimWait = 30 * time.Second
+	// DefaultClaimPollInterval is how often a waiting claim looks again
+	// when no notification came (notifications can be lost).
+	DefaultClaimPollInterval = 500 * time.Millisecond
 )
 
 // Config holds the policies the use cases apply.
@@ -28,6 +36,9 @@ type Config struct {
 	Backoff backoff.Policy
 	// Liveness holds the worker silence thresholds.
 	Liveness worker.LivenessConfig
+	// ClaimPollInterval is how often a waiting claim looks again without a
+	// notification (0: DefaultClaimPollInterval).
+	ClaimPollInterval time.Duration
 }
 
 // Validate reports whether the config can be used.
@@ -37,15 +48,32 @@ func (c Config) Validate() error {
 
 // TaskService implements ports.TaskService.
 type TaskService struct {
-	tx  ports.TxRunner
-	cfg Config
+	tx       ports.TxRunner
+	cfg      Config
+	notifier ports.TaskNotifier
 }
 
 var _ ports.TaskService = (*TaskService)(nil)
 
+// TaskServiceOption configures a TaskService.
+type TaskServiceOption func(*TaskService)
+
+// WithNotifier lets claims wait for work (long poll) on n's wake-ups;
+// without it a waiting claim only polls.
+func WithNotifier(n ports.TaskNotifier) TaskServiceOption {
+	return func(s *TaskService) { s.notifier = n }
+}
+
 // NewTaskService returns the task use cases over tx.
-func NewTaskService(tx ports.TxRunner, cfg Config) *TaskService {
-	return &TaskService{tx: tx, cfg: cfg}
+func NewTaskService(tx ports.TxRunner, cfg Config, opts ...TaskServiceOption) *TaskService {
+	s := &TaskService{tx: tx, cfg: cfg}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.cfg.ClaimPollInterval <= 0 {
+		s.cfg.ClaimPollInterval = DefaultClaimPollInterval
+	}
+	return s
 }
 
 // WorkerService implements ports.WorkerService.

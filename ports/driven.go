@@ -45,6 +45,32 @@ type TaskUpdateFunc func(t *task.Task, now time.Time) ([]event.Event, error)
 // TaskCreateFunc builds a new task at the database time now.
 type TaskCreateFunc func(now time.Time) (*task.Task, event.Event, error)
 
+// TaskCreateManyFunc builds new tasks at the database time now.
+type TaskCreateManyFunc func(now time.Time) ([]*task.Task, []event.Event, error)
+
+// TaskUpdateEachFunc decides a change to the i-th task of a batch.
+type TaskUpdateEachFunc func(i int, t *task.Task, now time.Time) ([]event.Event, error)
+
+// TaskResult is the outcome of one item of a batch.
+type TaskResult struct {
+	// ID is the task the item named.
+	ID uuid.UUID
+	// Task is the task after the change (or as it is, when refused; nil
+	// when not found).
+	Task *task.Task
+	// Err is why the item's change was refused, or nil.
+	Err error
+}
+
+// TaskNotifier tells waiting claims that tasks may have become claimable.
+type TaskNotifier interface {
+	// Subscribe returns a channel that receives (coalesced, never blocking
+	// the sender) when a task may have become claimable in one of queues
+	// (any queue when empty), and a function to unsubscribe. The channel is
+	// closed when the notifier shuts down, so waiters return at once.
+	Subscribe(queues []string) (ch <-chan struct{}, cancel func())
+}
+
 // ClaimParams select and assign tasks in one claim.
 type ClaimParams struct {
 	// WorkerID is the claiming worker.
@@ -80,6 +106,17 @@ type TaskStore interface {
 	// Update locks the task, lets fn decide at the database time, saves the
 	// result and records fn's events.
 	Update(ctx context.Context, id uuid.UUID, fn TaskUpdateFunc) (*task.Task, error)
+	// CreateMany inserts the tasks fn builds with one statement, in order.
+	// created[i] is false when the queue already held tasks[i]'s
+	// idempotency key (tasks[i] is then the existing task, and no event is
+	// recorded for it).
+	CreateMany(ctx context.Context, fn TaskCreateManyFunc) (tasks []*task.Task, created []bool, err error)
+	// UpdateEach locks the tasks with these ids (in id order), lets fn
+	// decide for each one that exists, saves the accepted changes with one
+	// statement, and records their events. Results are in ids order; a
+	// missing task's result has Err task.ErrNotFound, a refused change fn's
+	// error.
+	UpdateEach(ctx context.Context, ids []uuid.UUID, fn TaskUpdateEachFunc) ([]TaskResult, error)
 	// Claim assigns up to p.Limit claimable tasks to the worker in one
 	// statement (the rule of task.Task.Claimable, priority DESC then FIFO,
 	// skipping rows other claims hold) and records a claimed event for each.

@@ -3,6 +3,7 @@ package ports
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -19,6 +20,24 @@ type ClaimCommand struct {
 	Queue string
 	// Limit is the most tasks to return (1-1000).
 	Limit int
+	// Wait, when positive, makes an empty claim wait up to this long for a
+	// claimable task (long poll) without holding a database connection.
+	Wait time.Duration
+}
+
+// CompleteItem is one success report of a batch.
+type CompleteItem struct {
+	TaskID  uuid.UUID
+	LeaseID *uuid.UUID
+	Result  json.RawMessage
+}
+
+// FailItem is one failure report of a batch.
+type FailItem struct {
+	TaskID    uuid.UUID
+	LeaseID   *uuid.UUID
+	Error     string
+	Retryable bool
 }
 
 // CompleteCommand reports a task's success.
@@ -53,6 +72,14 @@ type TaskService interface {
 	Complete(ctx context.Context, cmd CompleteCommand) (*task.Task, error)
 	// Fail records a held task's failure (retry after backoff, or DEAD).
 	Fail(ctx context.Context, cmd FailCommand) (*task.Task, error)
+	// SubmitBatch creates up to MaxBatch tasks in one transaction,
+	// all-or-nothing; created[i] is false for an existing idempotency key.
+	SubmitBatch(ctx context.Context, ps []task.SubmitParams) (tasks []*task.Task, created []bool, err error)
+	// CompleteBatch reports many successes of one worker; each item is fenced
+	// on its own and has its own result.
+	CompleteBatch(ctx context.Context, workerID string, items []CompleteItem) ([]TaskResult, error)
+	// FailBatch reports many failures of one worker, each fenced on its own.
+	FailBatch(ctx context.Context, workerID string, items []FailItem) ([]TaskResult, error)
 	// Retry moves a DEAD task back to PENDING.
 	Retry(ctx context.Context, id uuid.UUID) (*task.Task, error)
 	// Cancel moves a PENDING task to DEAD (cancelled).

@@ -112,11 +112,11 @@ func withAccessLog(observe ObserveFunc, routeOf func(*http.Request) string) func
 }
 
 // withBodyLimit caps request bodies; decode turns the overflow into 413.
-func withBodyLimit(limit int64) func(http.Handler) http.Handler {
+func withBodyLimit(limitFor func(*http.Request) int64) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Body != nil {
-				r.Body = http.MaxBytesReader(w, r.Body, limit)
+				r.Body = http.MaxBytesReader(w, r.Body, limitFor(r))
 			}
 			next.ServeHTTP(w, r)
 		})

@@ -10,7 +10,10 @@ import (
 func (s *Server) routes(r *mux.Router) {
 	r.HandleFunc("/tasks/v1", s.handleSubmitTask).Methods(http.MethodPost)
 	r.HandleFunc("/tasks/v1", s.handleListTasks).Methods(http.MethodGet)
+	r.HandleFunc("/tasks/v1/batch", s.handleSubmitBatch).Methods(http.MethodPost)
 	r.HandleFunc("/tasks/v1/claim", s.handleClaimTasks).Methods(http.MethodPost)
+	r.HandleFunc("/tasks/v1/complete", s.handleCompleteBatch).Methods(http.MethodPost)
+	r.HandleFunc("/tasks/v1/fail", s.handleFailBatch).Methods(http.MethodPost)
 	r.HandleFunc("/tasks/v1/{id}", s.handleGetTask).Methods(http.MethodGet)
 	r.HandleFunc("/tasks/v1/{id}/complete", s.handleCompleteTask).Methods(http.MethodPost)
 	r.HandleFunc("/tasks/v1/{id}/fail", s.handleFailTask).Methods(http.MethodPost)

@@ -23,13 +23,16 @@ type ServerConfig struct {
 	Addr string
 	// MaxBodyBytes caps request bodies (413 beyond).
 	MaxBodyBytes int64
+	// MaxBatchBodyBytes caps the bodies of the batch endpoints, which carry
+	// up to 1,000 items.
+	MaxBatchBodyBytes int64
 	// ShutdownTimeout bounds the wait for in-flight requests on Stop.
 	ShutdownTimeout time.Duration
 }
 
 // DefaultServerConfig returns the defaults: 127.0.0.1:8080, 1 MiB bodies.
 func DefaultServerConfig() ServerConfig {
-	return ServerConfig{Addr: "127.0.0.1:8080", MaxBodyBytes: 1 << 20, ShutdownTimeout: 30 * time.Second}
+	return ServerConfig{Addr: "127.0.0.1:8080", MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 16 << 20, ShutdownTimeout: 30 * time.Second}
 }
 
 // Validate reports whether the config can be used.
@@ -40,8 +43,8 @@ func (c ServerConfig) Validate() error {
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		return fmt.Errorf("http address %q: %w", c.Addr, err)
 	}
-	if c.MaxBodyBytes < 1024 {
-		return errors.New("max body size must be at least 1024 bytes")
+	if c.MaxBodyBytes < 1024 || c.MaxBatchBodyBytes < 1024 {
+		return errors.New("max body sizes must be at least 1024 bytes")
 	}
 	return nil
 }
@@ -64,6 +67,9 @@ type Deps struct {
 	Observe ObserveFunc
 	// Routes are extra routes to mount.
 	Routes []Route
+	// OnShutdown runs when Stop begins, before in-flight requests are
+	// awaited (it answers waiting long-poll claims).
+	OnShutdown []func()
 }
 
 // Server serves the API.
@@ -75,6 +81,7 @@ type Server struct {
 	health      ports.HealthChecker
 	logger      *zap.Logger
 	extraRoutes []Route
+	onShutdown  []func()
 	handler     http.Handler
 
 	mu       sync.Mutex
@@ -87,7 +94,7 @@ type Server struct {
 func NewServer(cfg ServerConfig, d Deps) *Server {
 	s := &Server{
 		cfg: cfg, tasks: d.Tasks, workers: d.Workers, queues: d.Queues, health: d.Health,
-		logger: d.Logger, extraRoutes: d.Routes,
+		logger: d.Logger, extraRoutes: d.Routes, onShutdown: d.OnShutdown,
 	}
 	if s.logger == nil {
 		s.logger = zap.NewNop()
@@ -104,7 +111,13 @@ func NewServer(cfg ServerConfig, d Deps) *Server {
 		return "unmatched"
 	}
 	var h http.Handler = r
-	h = withBodyLimit(cfg.MaxBodyBytes)(h)
+	h = withBodyLimit(func(req *http.Request) int64 {
+		switch req.URL.Path {
+		case "/tasks/v1/batch", "/tasks/v1/complete", "/tasks/v1/fail":
+			return cfg.MaxBatchBodyBytes
+		}
+		return cfg.MaxBodyBytes
+	})(h)
 	h = withAccessLog(d.Observe, routeOf)(h)
 	h = withCorrelation(s.logger)(h)
 	s.handler = h
@@ -133,6 +146,9 @@ func (s *Server) Start(context.Context) error {
 		WriteTimeout:      90 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          zap.NewStdLog(s.logger.Named("http")),
+	}
+	for _, f := range s.onShutdown {
+		s.srv.RegisterOnShutdown(f)
 	}
 	s.done = make(chan struct{})
 	go func() {

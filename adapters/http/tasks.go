@@ -129,6 +129,7 @@ type claimRequest struct {
 	WorkerID string `json:"worker_id"`
 	Queue    string `json:"queue"`
 	Limit    *int   `json:"limit"`
+	WaitMS   int64  `json:"wait_ms"`
 }
 
 type tasksResponse struct {
@@ -141,7 +142,10 @@ func (s *Server) handleClaimTasks(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	cmd := ports.ClaimCommand{WorkerID: req.WorkerID, Queue: req.Queue, Limit: 1}
+	cmd := ports.ClaimCommand{WorkerID: req.WorkerID, Queue: req.Queue, Limit: 1, Wait: time.Duration(req.WaitMS) * time.Millisecond}
+	if req.WaitMS < 0 || req.WaitMS > 30000 {
+		cmd.Wait = -1 // out of range: the use case names the field
+	}
 	if req.Limit != nil {
 		cmd.Limit = *req.Limit
 		if cmd.Limit == 0 {

@@ -107,6 +107,7 @@ func (s *TaskStore) Create(ctx context.Context, fn ports.TaskCreateFunc) (*task.
 		v.Attempts, v.MaxAttempts, v.Deadline, v.RunAt, nullString(v.IdempotencyKey), v.CreatedAt)
 	if err == nil {
 		s.st.Record(e)
+		s.st.notify(v.Queue)
 		return row.toDomain(), true, nil
 	}
 	if err != sql.ErrNoRows {
@@ -149,6 +150,9 @@ func (s *TaskStore) Update(ctx context.Context, id uuid.UUID, fn ports.TaskUpdat
 		return nil, err
 	}
 	s.st.Record(events...)
+	if t.Status() == task.StatusPending {
+		s.st.notify(t.Queue())
+	}
 	return t, nil
 }
 

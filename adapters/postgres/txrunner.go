@@ -82,6 +82,9 @@ func (r *TxRunner) runOnce(ctx context.Context, fn func(ctx context.Context, st 
 	if err := r.publish(ctx, tx, state.events); err != nil {
 		return err
 	}
+	if err := state.sendNotifications(ctx); err != nil {
+		return err
+	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
@@ -134,6 +137,32 @@ type txState struct {
 	now    time.Time
 	hasNow bool
 	events []event.Event
+	// wake holds the queues that got claimable tasks in this transaction.
+	wake []string
+}
+
+// notify asks for a wake-up of the claims waiting on queue when the
+// transaction commits.
+func (s *txState) notify(queue string) {
+	for _, q := range s.wake {
+		if q == queue {
+			return
+		}
+	}
+	s.wake = append(s.wake, queue)
+}
+
+// sendNotifications queues one NOTIFY per queue; PostgreSQL delivers them
+// only if and when the transaction commits, to every instance listening.
+func (s *txState) sendNotifications(ctx context.Context) error {
+	if len(s.wake) == 0 {
+		return nil
+	}
+	if _, err := s.tx.ExecContext(ctx, `SELECT pg_notify($1, q) FROM unnest($2::text[]) AS q`,
+		NotifyChannel, pq.StringArray(s.wake)); err != nil {
+		return fmt.Errorf("notify: %w", err)
+	}
+	return nil
 }
 
 func (s *txState) stores() ports.Stores {

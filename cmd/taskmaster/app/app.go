@@ -33,7 +33,9 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 			fx.Annotate(postgres.NewTxRunner, fx.As(new(ports.TxRunner))),
 			fx.Annotate(postgres.NewStatsReader, fx.As(new(ports.StatsReader))),
 			fx.Annotate(postgres.NewHealth, fx.As(new(ports.HealthChecker))),
-			fx.Annotate(application.NewTaskService, fx.As(new(ports.TaskService))),
+			newNotifier,
+			func(n *postgres.Notifier) ports.TaskNotifier { return n },
+			newTaskService,
 			fx.Annotate(application.NewWorkerService, fx.As(new(ports.WorkerService))),
 			fx.Annotate(application.NewQueueService, fx.As(new(ports.QueueService))),
 			newHTTPServer,
@@ -63,6 +65,17 @@ func newDatabase(lc fx.Lifecycle, cfg Config, logger *zap.Logger) (*sqlx.DB, err
 	return db, nil
 }
 
+// newNotifier listens for task wake-ups on one dedicated connection.
+func newNotifier(lc fx.Lifecycle, cfg Config, logger *zap.Logger) *postgres.Notifier {
+	n := postgres.NewNotifier(cfg.DatabaseURL, logger.Named("notifier"))
+	lc.Append(fx.Hook{OnStart: n.Start, OnStop: func(context.Context) error { return n.Close() }})
+	return n
+}
+
+func newTaskService(tx ports.TxRunner, cfg application.Config, n ports.TaskNotifier) ports.TaskService {
+	return application.NewTaskService(tx, cfg, application.WithNotifier(n))
+}
+
 type httpParams struct {
 	fx.In
 	Lifecycle fx.Lifecycle
@@ -74,12 +87,15 @@ type httpParams struct {
 	Logger    *zap.Logger
 	Routes    []httpadapter.Route `group:"routes"`
 	Observe   httpadapter.ObserveFunc `optional:"true"`
+	Notifier  *postgres.Notifier
 }
 
 func newHTTPServer(p httpParams) *httpadapter.Server {
 	srv := httpadapter.NewServer(p.Config, httpadapter.Deps{
 		Tasks: p.Tasks, Workers: p.Workers, Queues: p.Queues, Health: p.Health,
 		Logger: p.Logger, Observe: p.Observe, Routes: p.Routes,
+		// A stopping server answers waiting long-poll claims at once.
+		OnShutdown: []func(){func() { _ = p.Notifier.Close() }},
 	})
 	p.Lifecycle.Append(fx.Hook{OnStart: srv.Start, OnStop: srv.Stop})
 	return srv

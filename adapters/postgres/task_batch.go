@@ -1,0 +1,258 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/lib/pq"
+
+	"github.com/taskmaster/taskmaster/domain/event"
+	"github.com/taskmaster/taskmaster/domain/task"
+	"github.com/taskmaster/taskmaster/ports"
+)
+
+// insertManySQL inserts a batch from parallel arrays in one statement.
+// Per-row arrays (tags) and nullable values travel as text and are cast per
+// row; lib/pq has no array-of-arrays or nullable-array encoding otherwise.
+const insertManySQL = `
+	INSERT INTO tasks (id, queue, status, priority, payload, tags, attempts, max_attempts,
+		deadline, run_at, idempotency_key, created_at, updated_at)
+	SELECT u.id, u.queue, 'PENDING', u.priority, u.payload::jsonb, u.tags::text[], 0, u.max_attempts,
+		u.deadline::timestamptz, u.run_at::timestamptz, u.idempotency_key, $10, $10
+	FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::int[],
+		$7::text[], $8::text[], $9::text[])
+		AS u(id, queue, priority, payload, tags, max_attempts, deadline, run_at, idempotency_key)
+	ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+	RETURNING ` + taskColumns
+
+// CreateMany implements ports.TaskStore.
+func (s *TaskStore) CreateMany(ctx context.Context, fn ports.TaskCreateManyFunc) ([]*task.Task, []bool, error) {
+	now, err := s.st.Now(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	ts, events, err := fn(now)
+	if err != nil {
+		return nil, nil, err
+	}
+	n := len(ts)
+	var (
+		ids        = make(pq.StringArray, n)
+		queues     = make(pq.StringArray, n)
+		priorities = make(pq.Int64Array, n)
+		payloads   = make([]sql.NullString, n)
+		tags       = make(pq.StringArray, n)
+		maxAtt     = make(pq.Int64Array, n)
+		deadlines  = make([]sql.NullString, n)
+		runAts     = make(pq.StringArray, n)
+		keys       = make([]sql.NullString, n)
+	)
+	for i, t := range ts {
+		v := t.Snapshot()
+		ids[i], queues[i], priorities[i], maxAtt[i], runAts[i] = v.ID.String(), v.Queue, int64(v.Priority), int64(v.MaxAttempts), timeText(v.RunAt)
+		if len(v.Payload) > 0 {
+			payloads[i] = sql.NullString{String: string(v.Payload), Valid: true}
+		}
+		lit, err := pq.StringArray(v.Tags).Value()
+		if err != nil {
+			return nil, nil, fmt.Errorf("encode tags: %w", err)
+		}
+		tags[i] = lit.(string)
+		if v.Deadline != nil {
+			deadlines[i] = nullTimeText(v.Deadline)
+		}
+		keys[i] = nullString(v.IdempotencyKey)
+	}
+	var rows []taskRow
+	err = s.st.tx.SelectContext(ctx, &rows, insertManySQL,
+		ids, queues, priorities, pq.Array(payloads), tags, maxAtt,
+		pq.Array(deadlines), runAts, pq.Array(keys), now)
+	if err != nil {
+		return nil, nil, fmt.Errorf("insert tasks: %w", err)
+	}
+	inserted := make(map[uuid.UUID]*taskRow, len(rows))
+	for i := range rows {
+		inserted[rows[i].ID] = &rows[i]
+	}
+	out := make([]*task.Task, n)
+	created := make([]bool, n)
+	var recorded []event.Event
+	var missing []int
+	for i, t := range ts {
+		if r, ok := inserted[t.ID()]; ok {
+			out[i], created[i] = r.toDomain(), true
+			recorded = append(recorded, events[i])
+			s.st.notify(r.Queue)
+			continue
+		}
+		missing = append(missing, i)
+	}
+	if err := s.loadExisting(ctx, ts, missing, out); err != nil {
+		return nil, nil, err
+	}
+	s.st.Record(recorded...)
+	return out, created, nil
+}
+
+// loadExisting fills out[i] for the items whose idempotency key already
+// existed (in the table, or earlier in the same batch).
+func (s *TaskStore) loadExisting(ctx context.Context, ts []*task.Task, missing []int, out []*task.Task) error {
+	if len(missing) == 0 {
+		return nil
+	}
+	queues := make(pq.StringArray, len(missing))
+	keys := make(pq.StringArray, len(missing))
+	for j, i := range missing {
+		v := ts[i].Snapshot()
+		queues[j], keys[j] = v.Queue, v.IdempotencyKey
+	}
+	var rows []taskRow
+	err := s.st.tx.SelectContext(ctx, &rows, `
+		SELECT `+prefixed("t.", taskColumns)+` FROM tasks t
+		JOIN unnest($1::text[], $2::text[]) AS k(queue, key) ON t.queue = k.queue AND t.idempotency_key = k.key`,
+		queues, keys)
+	if err != nil {
+		return fmt.Errorf("load tasks by idempotency key: %w", err)
+	}
+	byKey := make(map[[2]string]*taskRow, len(rows))
+	for i := range rows {
+		byKey[[2]string{rows[i].Queue, rows[i].IdempotencyKey.String}] = &rows[i]
+	}
+	for _, i := range missing {
+		v := ts[i].Snapshot()
+		r, ok := byKey[[2]string{v.Queue, v.IdempotencyKey}]
+		if !ok {
+			return fmt.Errorf("task %s was neither inserted nor found by its idempotency key", v.ID)
+		}
+		out[i] = r.toDomain()
+	}
+	return nil
+}
+
+// UpdateEach implements ports.TaskStore.
+func (s *TaskStore) UpdateEach(ctx context.Context, ids []uuid.UUID, fn ports.TaskUpdateEachFunc) ([]ports.TaskResult, error) {
+	var rows []taskRowNow
+	// Lock in id order so concurrent batches cannot deadlock each other.
+	err := s.st.tx.SelectContext(ctx, &rows, `
+		SELECT `+taskColumns+`, now() AS db_now FROM tasks WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`, uuidArray(ids))
+	if err != nil {
+		return nil, fmt.Errorf("lock tasks: %w", err)
+	}
+	found := make(map[uuid.UUID]*task.Task, len(rows))
+	now, err := s.st.Now(ctx)
+	if len(rows) > 0 {
+		now = rows[0].Now
+		s.st.setNow(now)
+	} else if err != nil {
+		return nil, err
+	}
+	for i := range rows {
+		found[rows[i].ID] = rows[i].toDomain()
+	}
+	out := make([]ports.TaskResult, len(ids))
+	var changed []*task.Task
+	var events []event.Event
+	for i, id := range ids {
+		out[i].ID = id
+		t, ok := found[id]
+		if !ok {
+			out[i].Err = task.ErrNotFound
+			continue
+		}
+		es, err := fn(i, t, now)
+		out[i].Task = t
+		if err != nil {
+			out[i].Err = err
+			// The domain refused and changed nothing; show the stored state.
+			continue
+		}
+		changed = append(changed, t)
+		events = append(events, es...)
+	}
+	if err := s.saveMany(ctx, changed); err != nil {
+		return nil, err
+	}
+	s.st.Record(events...)
+	return out, nil
+}
+
+// saveMany writes every mutable column of ts with one statement.
+func (s *TaskStore) saveMany(ctx context.Context, ts []*task.Task) error {
+	if len(ts) == 0 {
+		return nil
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i].ID().String() < ts[j].ID().String() })
+	n := len(ts)
+	var (
+		ids         = make(pq.StringArray, n)
+		statuses    = make(pq.StringArray, n)
+		attempts    = make(pq.Int64Array, n)
+		workers     = make([]sql.NullString, n)
+		leases      = make([]sql.NullString, n)
+		lastErrors  = make([]sql.NullString, n)
+		deadReasons = make([]sql.NullString, n)
+		results     = make([]sql.NullString, n)
+		runAts      = make(pq.StringArray, n)
+		claimedAts  = make([]sql.NullString, n)
+		finishedAts = make([]sql.NullString, n)
+		updatedAts  = make(pq.StringArray, n)
+	)
+	for i, t := range ts {
+		v := t.Snapshot()
+		ids[i], statuses[i], attempts[i], runAts[i], updatedAts[i] = v.ID.String(), string(v.Status), int64(v.Attempts), timeText(v.RunAt), timeText(v.UpdatedAt)
+		workers[i] = nullString(v.WorkerID)
+		if v.LeaseID != uuid.Nil {
+			leases[i] = sql.NullString{String: v.LeaseID.String(), Valid: true}
+		}
+		lastErrors[i] = nullString(v.LastError)
+		deadReasons[i] = nullString(string(v.DeadReason))
+		if len(v.Result) > 0 {
+			results[i] = sql.NullString{String: string(v.Result), Valid: true}
+		}
+		claimedAts[i] = nullTimeText(v.ClaimedAt)
+		finishedAts[i] = nullTimeText(v.FinishedAt)
+		if v.Status == task.StatusPending {
+			s.st.notify(v.Queue)
+		}
+	}
+	_, err := s.st.tx.ExecContext(ctx, `
+		UPDATE tasks t SET status = u.status, attempts = u.attempts, worker_id = u.worker_id,
+			lease_id = u.lease_id::uuid, last_error = u.last_error, dead_reason = u.dead_reason,
+			result = u.result::jsonb, run_at = u.run_at::timestamptz, claimed_at = u.claimed_at::timestamptz,
+			finished_at = u.finished_at::timestamptz, updated_at = u.updated_at::timestamptz
+		FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[],
+			$8::text[], $9::text[], $10::text[], $11::text[], $12::text[])
+			AS u(id, status, attempts, worker_id, lease_id, last_error, dead_reason, result, run_at,
+				claimed_at, finished_at, updated_at)
+		WHERE t.id = u.id`,
+		ids, statuses, attempts, pq.Array(workers), pq.Array(leases), pq.Array(lastErrors),
+		pq.Array(deadReasons), pq.Array(results), runAts, pq.Array(claimedAts),
+		pq.Array(finishedAts), updatedAts)
+	if err != nil {
+		return fmt.Errorf("save tasks: %w", err)
+	}
+	return nil
+}
+
+func uuidArray(ids []uuid.UUID) pq.StringArray {
+	out := make(pq.StringArray, len(ids))
+	for i, id := range ids {
+		out[i] = id.String()
+	}
+	return out
+}
+
+func nullTimeText(t *time.Time) sql.NullString {
+	if t == nil {
+		return sql.NullString{}
+	}
+	return sql.NullString{String: timeText(*t), Valid: true}
+}
+
+// timeText encodes a time for a text[] parameter cast to timestamptz; it
+// keeps microseconds, PostgreSQL's precision.
+func timeText(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

@@ -1,0 +1,100 @@
+package application
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/taskmaster/taskmaster/domain/event"
+	"github.com/taskmaster/taskmaster/domain/task"
+	"github.com/taskmaster/taskmaster/domain/validation"
+	"github.com/taskmaster/taskmaster/ports"
+)
+
+// CompleteBatch reports many successes of one worker in one transaction.
+// Each item is fenced on its own: a refused item does not stop the others.
+func (s *TaskService) CompleteBatch(ctx context.Context, workerID string, items []ports.CompleteItem) ([]ports.TaskResult, error) {
+	ids := make([]uuid.UUID, len(items))
+	for i, it := range items {
+		ids[i] = it.TaskID
+	}
+	if err := validateBatch(workerID, ids, nil); err != nil {
+		return nil, err
+	}
+	out, err := s.reportBatch(ctx, workerID, ids, func(i int, t *task.Task, now time.Time) ([]event.Event, error) {
+		it := items[i]
+		e, err := t.Complete(task.CompleteParams{WorkerID: workerID, LeaseID: it.LeaseID, Result: it.Result}, now)
+		return []event.Event{e}, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("complete batch: %w", err)
+	}
+	return out, nil
+}
+
+// FailBatch reports many failures of one worker in one transaction, each
+// item fenced on its own.
+func (s *TaskService) FailBatch(ctx context.Context, workerID string, items []ports.FailItem) ([]ports.TaskResult, error) {
+	ids := make([]uuid.UUID, len(items))
+	for i, it := range items {
+		ids[i] = it.TaskID
+	}
+	err := validateBatch(workerID, ids, func(v *validation.Errors) {
+		for i, it := range items {
+			if len(it.Error) > task.MaxErrorLength {
+				v.Add(fmt.Sprintf("items[%d].error", i), fmt.Sprintf("must be at most %d bytes", task.MaxErrorLength))
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.reportBatch(ctx, workerID, ids, func(i int, t *task.Task, now time.Time) ([]event.Event, error) {
+		it := items[i]
+		e, err := t.Fail(task.FailParams{WorkerID: workerID, LeaseID: it.LeaseID, Error: it.Error, Retryable: it.Retryable}, s.cfg.Backoff, now)
+		return []event.Event{e}, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fail batch: %w", err)
+	}
+	return out, nil
+}
+
+func (s *TaskService) reportBatch(ctx context.Context, workerID string, ids []uuid.UUID, fn ports.TaskUpdateEachFunc) ([]ports.TaskResult, error) {
+	var out []ports.TaskResult
+	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
+		var err error
+		out, err = st.Tasks.UpdateEach(ctx, ids, fn)
+		if err != nil {
+			return err
+		}
+		return touchReporter(ctx, st, workerID)
+	})
+	return out, err
+}
+
+func validateBatch(workerID string, ids []uuid.UUID, more func(*validation.Errors)) error {
+	var v validation.Errors
+	if workerID == "" {
+		v.Add("worker_id", "is required")
+	}
+	switch {
+	case len(ids) == 0:
+		v.Add("items", "must hold at least one item")
+	case len(ids) > MaxBatch:
+		v.Add("items", fmt.Sprintf("must hold at most %d items", MaxBatch))
+	}
+	seen := make(map[uuid.UUID]bool, len(ids))
+	for i, id := range ids {
+		if seen[id] {
+			v.Add(fmt.Sprintf("items[%d].id", i), "repeats an earlier item")
+		}
+		seen[id] = true
+	}
+	if more != nil {
+		more(&v)
+	}
+	return v.Err()
+}
