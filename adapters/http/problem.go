@@ -119,6 +119,12 @@ func newProblem(k problemKind, detail string, with func(*Problem)) Problem {
 // writeError answers r with the problem for err. Only unexpected (5xx)
 // errors are logged, once, with the request's correlation id.
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		// The client went away (or the server is stopping) mid-request:
+		// nothing failed that anyone should be paged for.
+		writeProblem(w, r, newProblem(kindUnavailable, "the request was cancelled before it finished", nil))
+		return
+	}
 	p := problemFor(err)
 	if p.Status >= 500 {
 		loggerFrom(r.Context()).Error("request failed", zap.Error(err), zap.String("method", r.Method), zap.String("path", r.URL.Path))

@@ -2,6 +2,7 @@
 //
 //	taskmaster serve     run the API (and the background services)
 //	taskmaster migrate   apply database migrations and exit
+//	taskmaster bench     measure throughput and latency (see docs/performance.md)
 //	taskmaster dev       start a local PostgreSQL in ./.data (unless
 //	                     TASKMASTER_DATABASE_URL is set) and serve
 package main
@@ -16,6 +17,7 @@ import (
 	"syscall"
 
 	"github.com/taskmaster/taskmaster/cmd/taskmaster/app"
+	"github.com/taskmaster/taskmaster/cmd/taskmaster/bench"
 )
 
 func main() {
@@ -32,7 +34,7 @@ func main() {
 	}
 }
 
-var errUsage = errors.New("usage: taskmaster serve|migrate|dev [flags]  (taskmaster <command> -h lists the flags)")
+var errUsage = errors.New("usage: taskmaster serve|migrate|dev|bench [flags]  (taskmaster <command> -h lists the flags)")
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -46,6 +48,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return app.MigrateCommand(ctx, rest, getenv, stderr)
 	case "dev":
 		return app.Dev(ctx, rest, getenv, stdout, stderr)
+	case "bench":
+		return bench.Run(ctx, rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprintln(stdout, errUsage.Error())
 		return nil

@@ -109,6 +109,7 @@ func NewLogger(level, format string) (*zap.Logger, error) {
 		zcfg.DisableStacktrace = true
 	} else {
 		zcfg = zap.NewProductionConfig()
+		zcfg.DisableStacktrace = true
 		zcfg.EncoderConfig.TimeKey = "time"
 		zcfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
 	}

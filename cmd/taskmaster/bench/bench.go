@@ -1,0 +1,545 @@
+// Package bench is `taskmaster bench`: it starts its own durable throwaway
+// PostgreSQL and a `taskmaster serve` process (or targets --url), drives
+// them with HTTP producers and workers, and reports throughput, latency,
+// server CPU and memory, database size and projection lag.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Options select and size the scenarios.
+type Options struct {
+	Scenarios    []string
+	Tasks        int // 0: each scenario's default
+	Producers    int
+	Workers      int
+	BatchSize    int
+	ClaimLimit   int
+	BacklogTasks int
+	Rate         int
+	Duration     time.Duration
+	URL          string
+	DatabaseURL  string
+	JSONPath     string
+}
+
+// Report is one scenario's result. The JSON field names are a contract
+// for tools that compare runs.
+type Report struct {
+	Scenario              string       `json:"scenario"`
+	Tasks                 int          `json:"tasks"`
+	Producers             int          `json:"producers"`
+	Workers               int          `json:"workers"`
+	DurationSeconds       float64      `json:"duration_seconds"`
+	SubmitTasksPerSec     float64      `json:"submit_tasks_per_sec"`
+	EndToEndTasksPerSec   float64      `json:"end_to_end_tasks_per_sec"`
+	ClaimLatencyMS        Percentiles  `json:"claim_latency_ms"`
+	CompleteLatencyMS     *Percentiles `json:"complete_latency_ms,omitempty"`
+	EmptyClaimLatencyMS   *Percentiles `json:"empty_queue_claim_latency_ms,omitempty"`
+	BacklogClaimLatencyMS *Percentiles `json:"backlog_claim_latency_ms,omitempty"`
+	BacklogP99Ratio       float64      `json:"backlog_p99_ratio,omitempty"`
+	SubmitToClaimMS       *Percentiles `json:"submit_to_claim_ms,omitempty"`
+	ServerCPUSeconds      float64      `json:"server_cpu_seconds"`
+	ServerPeakRSSBytes    int64        `json:"server_peak_rss_bytes"`
+	DatabaseSizeBytes     int64        `json:"database_size_bytes"`
+	ProjectionLagMaxMS    float64      `json:"projection_lag_max_ms"`
+	ProjectionGroups      int          `json:"projection_consumer_groups"`
+}
+
+// Scenarios are the scenario names, in the order "all" runs them.
+var Scenarios = []string{"batch", "single", "backlog", "latency"}
+
+// Run is the `taskmaster bench` command.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	opts, err := parseOptions(args, stderr)
+	if err != nil {
+		return err
+	}
+	env, err := startEnvironment(ctx, opts, stderr)
+	if err != nil {
+		return err
+	}
+	defer env.stop()
+	var reports []Report
+	for _, name := range opts.Scenarios {
+		fmt.Fprintf(stderr, "\n== scenario %s ==\n", name)
+		r, err := runScenario(ctx, env, name, opts, stderr)
+		if err != nil {
+			return fmt.Errorf("scenario %s: %w", name, err)
+		}
+		reports = append(reports, r)
+		printReport(stdout, r)
+	}
+	if opts.JSONPath != "" {
+		var v any = reports
+		if len(reports) == 1 {
+			v = reports[0]
+		}
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(opts.JSONPath, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("write report: %w", err)
+		}
+		fmt.Fprintf(stderr, "report written to %s\n", opts.JSONPath)
+	}
+	return nil
+}
+
+func parseOptions(args []string, stderr io.Writer) (Options, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	scenario := fs.String("scenario", "batch", "batch, single, backlog, latency, or all (comma-separated list allowed)")
+	o := Options{}
+	fs.IntVar(&o.Tasks, "tasks", 0, "tasks per scenario (defaults: batch 200000, single 20000, backlog 1000000 backlog rows, latency rate x duration)")
+	fs.IntVar(&o.Producers, "producers", 4, "concurrent producers")
+	fs.IntVar(&o.Workers, "workers", 8, "concurrent HTTP workers (single uses 16)")
+	fs.IntVar(&o.BatchSize, "batch-size", 500, "tasks per submit batch")
+	fs.IntVar(&o.ClaimLimit, "claim-limit", 100, "tasks per claim in the batch scenario")
+	fs.IntVar(&o.Rate, "rate", 200, "tasks per second in the latency scenario")
+	fs.DurationVar(&o.Duration, "duration", 20*time.Second, "length of the latency scenario and of the backlog measurement")
+	fs.StringVar(&o.URL, "url", "", "target a running server instead of starting one")
+	fs.StringVar(&o.DatabaseURL, "database-url", "", "with --url: the server's database, for lag and size figures")
+	fs.StringVar(&o.JSONPath, "json", "", "write the JSON report to this file")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	for _, s := range strings.Split(*scenario, ",") {
+		s = strings.TrimSpace(s)
+		if s == "all" {
+			o.Scenarios = append(o.Scenarios, Scenarios...)
+			continue
+		}
+		known := false
+		for _, k := range Scenarios {
+			known = known || k == s
+		}
+		if !known {
+			return o, fmt.Errorf("unknown scenario %q (want %s or all)", s, strings.Join(Scenarios, ", "))
+		}
+		o.Scenarios = append(o.Scenarios, s)
+	}
+	if o.Producers < 1 || o.Workers < 1 || o.BatchSize < 1 || o.BatchSize > 1000 || o.ClaimLimit < 1 || o.ClaimLimit > 1000 || o.Rate < 1 {
+		return o, errors.New("producers, workers, rate must be positive; batch-size and claim-limit 1-1000")
+	}
+	return o, nil
+}
+
+func runScenario(ctx context.Context, env *environment, name string, opts Options, log io.Writer) (Report, error) {
+	mon := newMonitor(env)
+	start := mon.current()
+	var (
+		r   Report
+		err error
+	)
+	switch name {
+	case "batch":
+		r, err = runBatch(ctx, env, opts, mon, log)
+	case "single":
+		r, err = runSingle(ctx, env, opts, mon, log)
+	case "backlog":
+		r, err = runBacklog(ctx, env, opts, mon, log)
+	case "latency":
+		r, err = runLatency(ctx, env, opts, mon, log)
+	}
+	end, peak, lag, groups := mon.finish()
+	if err != nil {
+		return r, err
+	}
+	r.Scenario = name
+	r.ServerCPUSeconds = round3(end.cpuSeconds - start.cpuSeconds)
+	r.ServerPeakRSSBytes = peak
+	r.ProjectionLagMaxMS = ms(lag)
+	r.ProjectionGroups = groups
+	r.DatabaseSizeBytes = dbSize(ctx, env.db)
+	return r, nil
+}
+
+// progress prints a line a second until stop is closed.
+func progress(log io.Writer, name string, mon *monitor, stop <-chan struct{}, line func() string) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			s := mon.current()
+			fmt.Fprintf(log, "[%s] %s | server rss %d MiB | projection lag %d ms\n",
+				name, line(), s.rssBytes>>20, s.lag.Milliseconds())
+		}
+	}
+}
+
+// produce submits n tasks to queue in batches from opts.Producers
+// goroutines and returns when all are accepted.
+func produce(ctx context.Context, a *api, queue string, n, producers, batch int, submitted *atomic.Int64) error {
+	var next atomic.Int64
+	errs := make(chan error, producers)
+	var wg sync.WaitGroup
+	for range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			items := make([]submitItem, 0, batch)
+			payload := json.RawMessage(`{"bench":true}`)
+			for {
+				from := int(next.Add(int64(batch))) - batch
+				if from >= n || ctx.Err() != nil {
+					return
+				}
+				size := min(batch, n-from)
+				items = items[:0]
+				for range size {
+					items = append(items, submitItem{Queue: queue, Payload: payload})
+				}
+				if err := a.submitBatch(ctx, items); err != nil {
+					errs <- err
+					return
+				}
+				submitted.Add(int64(size))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// drain runs workers that claim up to limit tasks and complete them until
+// n completions were counted or stop closes. single uses the one-task
+// endpoints. Claim latencies go to claims.
+func drain(ctx context.Context, a *api, queue string, n int64, workers, limit int, single bool,
+	claims, completes *recorder, completed *atomic.Int64) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("bench-%s-%d", queue, i)
+			if err := a.register(ctx, id, queue); err != nil {
+				errs <- err
+				return
+			}
+			for completed.Load() < n && ctx.Err() == nil {
+				t0 := time.Now()
+				tasks, err := a.claim(ctx, id, queue, limit, 1000)
+				if err != nil {
+					if ctx.Err() == nil {
+						errs <- err
+					}
+					return
+				}
+				if len(tasks) == 0 {
+					continue
+				}
+				claims.add(time.Since(t0))
+				t1 := time.Now()
+				if single {
+					for _, t := range tasks {
+						if err := a.complete(ctx, id, t); err != nil {
+							errs <- err
+							return
+						}
+					}
+				} else if err := a.completeBatch(ctx, id, tasks); err != nil {
+					errs <- err
+					return
+				}
+				if completes != nil {
+					completes.add(time.Since(t1))
+				}
+				if completed.Add(int64(len(tasks))) >= n {
+					cancel() // wake the others out of their long polls
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func runBatch(ctx context.Context, env *environment, opts Options, mon *monitor, log io.Writer) (Report, error) {
+	n := opts.Tasks
+	if n == 0 {
+		n = 200000
+	}
+	queue := fmt.Sprintf("batch-%d", time.Now().UnixNano())
+	var submitted, completed atomic.Int64
+	claims := &recorder{}
+	stop := make(chan struct{})
+	start := time.Now()
+	go progress(log, "batch", mon, stop, func() string {
+		el := time.Since(start).Seconds()
+		return fmt.Sprintf("submitted %d/%d completed %d/%d (%.0f tasks/s)", submitted.Load(), n, completed.Load(), n, float64(completed.Load())/el)
+	})
+	defer close(stop)
+	var submitDone time.Time
+	var perr error
+	var pwg sync.WaitGroup
+	pwg.Add(1)
+	go func() {
+		defer pwg.Done()
+		perr = produce(ctx, env.api, queue, n, opts.Producers, opts.BatchSize, &submitted)
+		submitDone = time.Now()
+	}()
+	werr := drain(ctx, env.api, queue, int64(n), opts.Workers, opts.ClaimLimit, false, claims, nil, &completed)
+	pwg.Wait()
+	if err := errors.Join(perr, werr); err != nil {
+		return Report{}, err
+	}
+	end := time.Now()
+	return Report{
+		Tasks: n, Producers: opts.Producers, Workers: opts.Workers,
+		DurationSeconds:     round3(end.Sub(start).Seconds()),
+		SubmitTasksPerSec:   round1(float64(n) / submitDone.Sub(start).Seconds()),
+		EndToEndTasksPerSec: round1(float64(n) / end.Sub(start).Seconds()),
+		ClaimLatencyMS:      claims.percentiles(),
+	}, nil
+}
+
+func runSingle(ctx context.Context, env *environment, opts Options, mon *monitor, log io.Writer) (Report, error) {
+	n := opts.Tasks
+	if n == 0 {
+		n = 20000
+	}
+	const workers = 16
+	queue := fmt.Sprintf("single-%d", time.Now().UnixNano())
+	var submitted, completed atomic.Int64
+	t0 := time.Now()
+	if err := produce(ctx, env.api, queue, n, opts.Producers, 1000, &submitted); err != nil {
+		return Report{}, err
+	}
+	submitRate := float64(n) / time.Since(t0).Seconds()
+	claims, completes := &recorder{}, &recorder{}
+	stop := make(chan struct{})
+	start := time.Now()
+	go progress(log, "single", mon, stop, func() string {
+		return fmt.Sprintf("completed %d/%d (%.0f tasks/s)", completed.Load(), n, float64(completed.Load())/time.Since(start).Seconds())
+	})
+	defer close(stop)
+	if err := drain(ctx, env.api, queue, int64(n), workers, 1, true, claims, completes, &completed); err != nil {
+		return Report{}, err
+	}
+	el := time.Since(start)
+	cp := completes.percentiles()
+	return Report{
+		Tasks: n, Producers: opts.Producers, Workers: workers,
+		DurationSeconds:     round3(el.Seconds()),
+		SubmitTasksPerSec:   round1(submitRate),
+		EndToEndTasksPerSec: round1(float64(n) / el.Seconds()),
+		ClaimLatencyMS:      claims.percentiles(),
+		CompleteLatencyMS:   &cp,
+	}, nil
+}
+
+// runBacklog measures claim-1 latency on a near-empty queue, then again on
+// the head of a queue holding the backlog, for opts.Duration each.
+func runBacklog(ctx context.Context, env *environment, opts Options, mon *monitor, log io.Writer) (Report, error) {
+	backlog := opts.BacklogTasks
+	if backlog == 0 {
+		backlog = opts.Tasks
+	}
+	if backlog == 0 {
+		backlog = 1000000
+	}
+	const workers = 4
+	measure := func(queue string, preload int) (Percentiles, int64, error) {
+		var submitted, completed atomic.Int64
+		if err := produce(ctx, env.api, queue, preload, opts.Producers, 1000, &submitted); err != nil {
+			return Percentiles{}, 0, err
+		}
+		claims := &recorder{}
+		mctx, cancel := context.WithTimeout(ctx, opts.Duration)
+		defer cancel()
+		stop := make(chan struct{})
+		start := time.Now()
+		go progress(log, "backlog", mon, stop, func() string {
+			return fmt.Sprintf("%s: claimed+completed %d (%.0f/s)", queue, completed.Load(), float64(completed.Load())/time.Since(start).Seconds())
+		})
+		err := drain(mctx, env.api, queue, int64(preload), workers, 1, true, claims, nil, &completed)
+		close(stop)
+		if err != nil && mctx.Err() == nil {
+			return Percentiles{}, 0, err
+		}
+		return claims.percentiles(), completed.Load(), nil
+	}
+	fmt.Fprintf(log, "[backlog] measuring claims on a near-empty queue for %s\n", opts.Duration)
+	// Enough tasks that the empty-queue phase never runs dry.
+	empty, _, err := measure(fmt.Sprintf("empty-%d", time.Now().UnixNano()), 20000)
+	if err != nil {
+		return Report{}, err
+	}
+	fmt.Fprintf(log, "[backlog] loading %d pending tasks\n", backlog)
+	t0 := time.Now()
+	full, done, err := measure(fmt.Sprintf("backlog-%d", time.Now().UnixNano()), backlog)
+	if err != nil {
+		return Report{}, err
+	}
+	ratio := 0.0
+	if empty.P99 > 0 {
+		ratio = round3(full.P99 / empty.P99)
+	}
+	return Report{
+		Tasks: backlog, Producers: opts.Producers, Workers: workers,
+		DurationSeconds:       round3(time.Since(t0).Seconds()),
+		EndToEndTasksPerSec:   round1(float64(done) / opts.Duration.Seconds()),
+		ClaimLatencyMS:        full,
+		EmptyClaimLatencyMS:   &empty,
+		BacklogClaimLatencyMS: &full,
+		BacklogP99Ratio:       ratio,
+	}, nil
+}
+
+// runLatency submits single tasks at a steady rate while long-polling
+// workers claim them; it measures submit-to-claim latency.
+func runLatency(ctx context.Context, env *environment, opts Options, mon *monitor, log io.Writer) (Report, error) {
+	queue := fmt.Sprintf("latency-%d", time.Now().UnixNano())
+	n := opts.Tasks
+	if n == 0 {
+		n = int(float64(opts.Rate) * opts.Duration.Seconds())
+	}
+	const workers = 4
+	type stamped struct {
+		T int64 `json:"t"`
+	}
+	var completed, submitted atomic.Int64
+	lat, claims := &recorder{}, &recorder{}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, workers+1)
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("latency-%d", i)
+			if err := env.api.register(wctx, id, queue); err != nil {
+				errs <- err
+				return
+			}
+			for wctx.Err() == nil {
+				t0 := time.Now()
+				var out struct {
+					Tasks []struct {
+						claimedTask
+						Payload stamped `json:"payload"`
+					} `json:"tasks"`
+				}
+				_, err := env.api.post(wctx, "/tasks/v1/claim", map[string]any{"worker_id": id, "queue": queue, "limit": 10, "wait_ms": 5000}, &out)
+				if err != nil {
+					if wctx.Err() == nil {
+						errs <- err
+					}
+					return
+				}
+				now := time.Now()
+				if len(out.Tasks) == 0 {
+					continue
+				}
+				claims.add(now.Sub(t0))
+				done := make([]claimedTask, len(out.Tasks))
+				for j, t := range out.Tasks {
+					lat.add(now.Sub(time.Unix(0, t.Payload.T)))
+					done[j] = t.claimedTask
+				}
+				if err := env.api.completeBatch(wctx, id, done); err != nil {
+					if wctx.Err() == nil {
+						errs <- err
+					}
+					return
+				}
+				completed.Add(int64(len(done)))
+			}
+		}()
+	}
+	stop := make(chan struct{})
+	start := time.Now()
+	go progress(log, "latency", mon, stop, func() string {
+		return fmt.Sprintf("submitted %d/%d completed %d", submitted.Load(), n, completed.Load())
+	})
+	interval := time.Second / time.Duration(opts.Rate)
+	tick := time.NewTicker(interval)
+	var sendWG sync.WaitGroup
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		<-tick.C
+		sendWG.Add(1)
+		go func() {
+			defer sendWG.Done()
+			p, _ := json.Marshal(stamped{T: time.Now().UnixNano()})
+			if err := env.api.submit(wctx, submitItem{Queue: queue, Payload: p}); err != nil {
+				errs <- err
+				return
+			}
+			submitted.Add(1)
+		}()
+	}
+	tick.Stop()
+	sendWG.Wait()
+	submitEnd := time.Now()
+	deadline := time.Now().Add(30 * time.Second)
+	for completed.Load() < int64(n) && time.Now().Before(deadline) && len(errs) == 0 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(stop)
+	cancel()
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return Report{}, err
+	}
+	if completed.Load() < int64(n) {
+		return Report{}, fmt.Errorf("only %d of %d tasks completed", completed.Load(), n)
+	}
+	sc := lat.percentiles()
+	return Report{
+		Tasks: n, Producers: 1, Workers: workers,
+		DurationSeconds:     round3(time.Since(start).Seconds()),
+		SubmitTasksPerSec:   round1(float64(n) / submitEnd.Sub(start).Seconds()),
+		EndToEndTasksPerSec: round1(float64(n) / time.Since(start).Seconds()),
+		ClaimLatencyMS:      claims.percentiles(),
+		SubmitToClaimMS:     &sc,
+	}, nil
+}
+
+func printReport(w io.Writer, r Report) {
+	fmt.Fprintf(w, "\nscenario %s: %d tasks, %d producers, %d workers, %.1f s\n", r.Scenario, r.Tasks, r.Producers, r.Workers, r.DurationSeconds)
+	if r.SubmitTasksPerSec > 0 {
+		fmt.Fprintf(w, "  submit:           %10.0f tasks/s\n", r.SubmitTasksPerSec)
+	}
+	fmt.Fprintf(w, "  end to end:       %10.0f tasks/s\n", r.EndToEndTasksPerSec)
+	pr := func(name string, p *Percentiles) {
+		if p != nil && p.N > 0 {
+			fmt.Fprintf(w, "  %-17s p50 %7.2f ms  p95 %7.2f ms  p99 %7.2f ms  (n=%d)\n", name+":", p.P50, p.P95, p.P99, p.N)
+		}
+	}
+	pr("claim latency", &r.ClaimLatencyMS)
+	pr("complete latency", r.CompleteLatencyMS)
+	pr("empty-queue claim", r.EmptyClaimLatencyMS)
+	pr("backlog claim", r.BacklogClaimLatencyMS)
+	if r.BacklogP99Ratio > 0 {
+		fmt.Fprintf(w, "  backlog p99 / empty p99: %.2fx\n", r.BacklogP99Ratio)
+	}
+	pr("submit to claim", r.SubmitToClaimMS)
+	fmt.Fprintf(w, "  server CPU %.1f s, peak RSS %.1f MiB, database %.1f MiB, projection lag max %.0f ms (%d consumer groups)\n",
+		r.ServerCPUSeconds, float64(r.ServerPeakRSSBytes)/(1<<20), float64(r.DatabaseSizeBytes)/(1<<20), r.ProjectionLagMaxMS, r.ProjectionGroups)
+}
+
+func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
+func round3(f float64) float64 { return float64(int64(f*1000+0.5)) / 1000 }

@@ -1,0 +1,136 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+)
+
+// api is a lean HTTP client for the benchmark: it decodes only what the
+// benchmark needs, so the client's own cost stays small next to the
+// server's.
+type api struct {
+	base string
+	hc   *http.Client
+}
+
+func newAPI(base string, conns int) *api {
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        conns * 2,
+		MaxIdleConnsPerHost: conns * 2,
+		MaxConnsPerHost:     0,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	return &api{base: base, hc: &http.Client{Transport: tr, Timeout: 60 * time.Second}}
+}
+
+type claimedTask struct {
+	ID      string `json:"id"`
+	LeaseID string `json:"lease_id"`
+}
+
+type submitItem struct {
+	Queue   string          `json:"queue"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+func (a *api) post(ctx context.Context, path string, body any, out any) (int, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.base+path, bytes.NewReader(b))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+		return resp.StatusCode, fmt.Errorf("POST %s: %d %s", path, resp.StatusCode, msg)
+	}
+	if out == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, err
+	}
+	return resp.StatusCode, json.NewDecoder(resp.Body).Decode(out)
+}
+
+func (a *api) get(ctx context.Context, path string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.base+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return b, fmt.Errorf("GET %s: %d", path, resp.StatusCode)
+	}
+	return b, nil
+}
+
+func (a *api) register(ctx context.Context, id string, queues ...string) error {
+	_, err := a.post(ctx, "/workers/v1/register", map[string]any{"id": id, "queues": queues}, nil)
+	return err
+}
+
+func (a *api) submitBatch(ctx context.Context, items []submitItem) error {
+	_, err := a.post(ctx, "/tasks/v1/batch", map[string]any{"tasks": items}, nil)
+	return err
+}
+
+func (a *api) submit(ctx context.Context, item submitItem) error {
+	_, err := a.post(ctx, "/tasks/v1", item, nil)
+	return err
+}
+
+func (a *api) claim(ctx context.Context, worker, queue string, limit int, waitMS int) ([]claimedTask, error) {
+	var out struct {
+		Tasks []claimedTask `json:"tasks"`
+	}
+	_, err := a.post(ctx, "/tasks/v1/claim", map[string]any{"worker_id": worker, "queue": queue, "limit": limit, "wait_ms": waitMS}, &out)
+	return out.Tasks, err
+}
+
+func (a *api) completeBatch(ctx context.Context, worker string, tasks []claimedTask) error {
+	items := make([]map[string]any, len(tasks))
+	for i, t := range tasks {
+		items[i] = map[string]any{"id": t.ID, "lease_id": t.LeaseID}
+	}
+	var out struct {
+		Items []struct {
+			Outcome string `json:"outcome"`
+		} `json:"items"`
+	}
+	if _, err := a.post(ctx, "/tasks/v1/complete", map[string]any{"worker_id": worker, "items": items}, &out); err != nil {
+		return err
+	}
+	for _, it := range out.Items {
+		if it.Outcome != "done" {
+			return fmt.Errorf("complete batch: an item came back %q", it.Outcome)
+		}
+	}
+	return nil
+}
+
+func (a *api) complete(ctx context.Context, worker string, t claimedTask) error {
+	_, err := a.post(ctx, "/tasks/v1/"+t.ID+"/complete", map[string]any{"worker_id": worker, "lease_id": t.LeaseID}, nil)
+	return err
+}
