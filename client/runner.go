@@ -478,6 +478,12 @@ func (r *Runner) report(ctx context.Context, t Task, o outcome) {
 		rctx, cancel := r.reportContext()
 		defer cancel()
 		_, err := r.client.Complete(rctx, t.ID, CompleteParams{WorkerID: r.cfg.WorkerID, LeaseID: t.LeaseID, Result: result})
+		if p, ok := AsProblem(err); ok && p.Status < 500 && !heldElsewhere(err) {
+			// The server refused the result itself (too large, say); it would
+			// refuse it again, so the task cannot succeed this way.
+			r.fail(t, "the server rejected the handler's result: "+err.Error(), true)
+			return
+		}
 		r.reported(t, "complete", err)
 		return
 	}
@@ -506,11 +512,18 @@ func (r *Runner) reportContext() (context.Context, context.CancelFunc) {
 func (r *Runner) reported(t Task, what string, err error) {
 	switch {
 	case err == nil:
-	case IsLeaseLost(err) || IsInvalidTransition(err) || IsNotFound(err):
+	case heldElsewhere(err):
 		r.log.Warn("task no longer held by this worker; dropping it", "task_id", t.ID, "report", what, "error", err)
 	default:
 		r.log.Error("report failed", "task_id", t.ID, "report", what, "error", err)
 	}
+}
+
+// heldElsewhere reports whether a report's error says the worker no longer
+// holds the task: another worker or lease has it, it is no longer RUNNING,
+// or it is gone.
+func heldElsewhere(err error) bool {
+	return IsLeaseLost(err) || IsInvalidTransition(err) || isType(err, ProblemTaskNotFound)
 }
 
 // drain waits for in-flight tasks: up to DrainTimeout, then cancels their

@@ -354,8 +354,8 @@ func TestRunnerDropsTasksWhoseLeaseWasLost(t *testing.T) {
 }
 
 // Handler errors: NonRetryable goes straight to DEAD, a plain error is
-// retried, a panic is a retryable failure, an unencodable result is a
-// non-retryable one.
+// retried, a panic is a retryable failure, an unencodable result or one the
+// server refuses is a non-retryable one.
 func TestRunnerReportsHandlerOutcomes(t *testing.T) {
 	t.Parallel()
 	s := testserver.Start(t, func(c *app.Config) { c.App.Backoff.Base = 5 * time.Millisecond })
@@ -367,6 +367,7 @@ func TestRunnerReportsHandlerOutcomes(t *testing.T) {
 		return task.ID
 	}
 	nonRetryable, flaky, panicky, unencodable := submit("non-retryable"), submit("flaky"), submit("panic"), submit("unencodable")
+	tooLarge := submit("too-large")
 
 	handler := func(ctx context.Context, task client.Task) (any, error) {
 		var p struct{ Kind string }
@@ -380,6 +381,8 @@ func TestRunnerReportsHandlerOutcomes(t *testing.T) {
 			panic("handler bug")
 		case p.Kind == "unencodable":
 			return make(chan int), nil
+		case p.Kind == "too-large":
+			return strings.Repeat("x", 1<<20), nil // over the server's 1 MiB body limit
 		}
 		return map[string]int{"attempt": task.Attempts}, nil
 	}
@@ -390,7 +393,7 @@ func TestRunnerReportsHandlerOutcomes(t *testing.T) {
 	require.NoError(t, err)
 	stop := startRunner(t, r)
 	require.Eventually(t, func() bool {
-		return countRows(t, s, `SELECT count(*) FROM tasks WHERE queue = 'outcomes' AND status IN ('DONE', 'DEAD')`) == 4
+		return countRows(t, s, `SELECT count(*) FROM tasks WHERE queue = 'outcomes' AND status IN ('DONE', 'DEAD')`) == 5
 	}, 30*time.Second, 10*time.Millisecond)
 	require.NoError(t, stop())
 
@@ -420,6 +423,12 @@ func TestRunnerReportsHandlerOutcomes(t *testing.T) {
 	require.Equal(t, client.StatusDead, got.Status)
 	require.Equal(t, client.DeadNonRetryable, got.DeadReason)
 	require.Contains(t, got.LastError, "cannot be encoded as JSON")
+
+	got = get(tooLarge)
+	require.Equal(t, client.StatusDead, got.Status)
+	require.Equal(t, client.DeadNonRetryable, got.DeadReason)
+	require.Contains(t, got.LastError, "rejected the handler's result")
+	require.Contains(t, got.LastError, "body-too-large")
 }
 
 // The producer side and the typed problems, against the real server.
