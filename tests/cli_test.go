@@ -43,6 +43,18 @@ func mustCLI(t *testing.T, url string, args ...string) string {
 	return out
 }
 
+// startCLIWorker runs `taskmaster worker args...` until stop is called.
+func startCLIWorker(t *testing.T, url string, args ...string) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := runCLI(t, ctx, url, "", append([]string{"worker"}, args...)...)
+		done <- err
+	}()
+	return stopper(t, cancel, done, "taskmaster worker")
+}
+
 // cliSubmit submits through the CLI and returns the task it printed.
 func cliSubmit(t *testing.T, url string, args ...string) client.Task {
 	t.Helper()
@@ -85,24 +97,12 @@ func TestCLIWorkerExec(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(fromStdin), &stdinTask))
 	jsonTasks = append(jsonTasks, stdinTask)
 
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	done := make(chan error, 1)
-	go func() {
-		_, err := runCLI(t, ctx, url, "", "worker", "--queue", "cli", "--exec", cliScript,
-			"--concurrency", "4", "--non-retryable-exit", "4", "--drain-timeout", "5s", "--id", "cli-worker")
-		done <- err
-	}()
+	stop := startCLIWorker(t, url, "--queue", "cli", "--exec", cliScript,
+		"--concurrency", "4", "--non-retryable-exit", "4", "--drain-timeout", "5s", "--id", "cli-worker")
 	require.Eventually(t, func() bool {
 		return countRows(t, s, `SELECT count(*) FROM tasks WHERE queue = 'cli' AND status IN ('DONE', 'DEAD')`) == 8
 	}, 60*time.Second, 20*time.Millisecond)
-	stop()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("worker did not stop")
-	}
+	require.NoError(t, stop())
 
 	c := newSDK(t, url, nil)
 	get := func(id string) *client.Task {
@@ -190,23 +190,12 @@ func TestCLIWorkerDrainsOnShutdown(t *testing.T) {
 	t.Parallel()
 	s := testserver.Start(t, nil)
 	task := cliSubmit(t, s.URL, "--queue", "slow")
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		_, err := runCLI(t, ctx, s.URL, "", "worker", "--queue", "slow", "--exec", "sleep 60", "--drain-timeout", "100ms")
-		done <- err
-	}()
+	stop := startCLIWorker(t, s.URL, "--queue", "slow", "--exec", "sleep 60", "--drain-timeout", "100ms")
 	require.Eventually(t, func() bool {
 		return countRows(t, s, `SELECT count(*) FROM tasks WHERE id = $1 AND status = 'RUNNING'`, task.ID) == 1
 	}, 30*time.Second, 10*time.Millisecond)
 	begin := time.Now()
-	stop()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("worker did not stop")
-	}
+	require.NoError(t, stop())
 	require.Less(t, time.Since(begin), 15*time.Second)
 	got, err := newSDK(t, s.URL, nil).Get(context.Background(), task.ID)
 	require.NoError(t, err)

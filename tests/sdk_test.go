@@ -64,22 +64,38 @@ func testLogger(t *testing.T) (*slog.Logger, *syncBuffer) {
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
 }
 
-// startRunner runs r until the returned stop function is called; stop
-// waits for Run to return and hands back its error.
-func startRunner(t *testing.T, r *client.Runner) (stop func() error) {
+// startRunner runs a runner with cfg (fast polling and a captured log
+// unless set) until the returned stop function is called; stop waits for
+// Run to return and hands back its error.
+func startRunner(t *testing.T, c *client.Client, cfg client.RunnerConfig, h client.HandlerFunc) (stop func() error, logs *syncBuffer) {
 	t.Helper()
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval, cfg.MaxIdleInterval = 5*time.Millisecond, 20*time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger, logs = testLogger(t)
+	}
+	r, err := client.NewRunner(c, cfg, h)
+	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
+	return stopper(t, cancel, done, "runner"), logs
+}
+
+// stopper returns a function that cancels a running thing and waits (at
+// most 30 s) for its error; it also runs at cleanup.
+func stopper(t *testing.T, cancel context.CancelFunc, done <-chan error, what string) func() error {
+	t.Helper()
 	var once sync.Once
 	var err error
-	stop = func() error {
+	stop := func() error {
 		once.Do(func() {
 			cancel()
 			select {
 			case err = <-done:
 			case <-time.After(30 * time.Second):
-				err = errors.New("runner did not stop within 30 s")
+				err = fmt.Errorf("%s did not stop within 30 s", what)
 			}
 		})
 		return err
@@ -155,12 +171,7 @@ func TestRunnerProcessesEveryTaskExactlyOnce(t *testing.T) {
 		}
 		return map[string]any{"id": task.ID, "double": p.I * 2}, nil
 	}
-	logger, _ := testLogger(t)
-	r, err := client.NewRunner(c, client.RunnerConfig{
-		Queues: []string{"bulk"}, Concurrency: 8, PollInterval: 5 * time.Millisecond, MaxIdleInterval: 20 * time.Millisecond, Logger: logger,
-	}, handler)
-	require.NoError(t, err)
-	stop := startRunner(t, r)
+	stop, _ := startRunner(t, c, client.RunnerConfig{Queues: []string{"bulk"}, Concurrency: 8}, handler)
 
 	require.Eventually(t, func() bool {
 		return countRows(t, s, `SELECT count(*) FROM tasks WHERE queue = 'bulk' AND status = 'DONE'`) == n
@@ -208,14 +219,10 @@ func TestRunnerShutdownRequeuesUnfinishedTasks(t *testing.T) {
 		causes <- context.Cause(ctx)
 		return nil, ctx.Err()
 	}
-	logger, logs := testLogger(t)
-	r, err := client.NewRunner(c, client.RunnerConfig{
+	stop, logs := startRunner(t, c, client.RunnerConfig{
 		WorkerID: "hang-worker", Queues: []string{"hang"}, Concurrency: 2,
 		DrainTimeout: 100 * time.Millisecond, CancelGrace: 200 * time.Millisecond,
-		PollInterval: 5 * time.Millisecond, MaxIdleInterval: 20 * time.Millisecond, Logger: logger,
 	}, handler)
-	require.NoError(t, err)
-	stop := startRunner(t, r)
 	for range 2 {
 		select {
 		case <-started:
@@ -240,12 +247,8 @@ func TestRunnerShutdownRequeuesUnfinishedTasks(t *testing.T) {
 	}
 
 	// Never lost: another runner finishes both.
-	r2, err := client.NewRunner(c, client.RunnerConfig{
-		WorkerID: "rescuer", Queues: []string{"hang"}, Concurrency: 2,
-		PollInterval: 5 * time.Millisecond, MaxIdleInterval: 20 * time.Millisecond, Logger: logger,
-	}, func(ctx context.Context, task client.Task) (any, error) { return "rescued", nil })
-	require.NoError(t, err)
-	stop2 := startRunner(t, r2)
+	stop2, _ := startRunner(t, c, client.RunnerConfig{WorkerID: "rescuer", Queues: []string{"hang"}, Concurrency: 2},
+		func(ctx context.Context, task client.Task) (any, error) { return "rescued", nil })
 	require.Eventually(t, func() bool {
 		return countRows(t, s, `SELECT count(*) FROM tasks WHERE queue = 'hang' AND status = 'DONE' AND attempts = 2 AND result = '"rescued"'`) == 2
 	}, 30*time.Second, 10*time.Millisecond)
@@ -301,13 +304,9 @@ func TestRunnerDropsTasksWhoseLeaseWasLost(t *testing.T) {
 		}
 		return "late result", nil
 	}
-	logger, logs := testLogger(t)
-	r, err := client.NewRunner(c, client.RunnerConfig{
+	stop, logs := startRunner(t, c, client.RunnerConfig{
 		WorkerID: "paused-worker", Queues: []string{"lease"}, Concurrency: 2, HeartbeatInterval: 20 * time.Millisecond,
-		PollInterval: 5 * time.Millisecond, MaxIdleInterval: 20 * time.Millisecond, Logger: logger,
 	}, handler)
-	require.NoError(t, err)
-	stop := startRunner(t, r)
 	for range 2 {
 		<-started
 	}
@@ -386,12 +385,7 @@ func TestRunnerReportsHandlerOutcomes(t *testing.T) {
 		}
 		return map[string]int{"attempt": task.Attempts}, nil
 	}
-	logger, _ := testLogger(t)
-	r, err := client.NewRunner(c, client.RunnerConfig{
-		Queues: []string{"outcomes"}, Concurrency: 4, PollInterval: 5 * time.Millisecond, MaxIdleInterval: 20 * time.Millisecond, Logger: logger,
-	}, handler)
-	require.NoError(t, err)
-	stop := startRunner(t, r)
+	stop, _ := startRunner(t, c, client.RunnerConfig{Queues: []string{"outcomes"}, Concurrency: 4}, handler)
 	require.Eventually(t, func() bool {
 		return countRows(t, s, `SELECT count(*) FROM tasks WHERE queue = 'outcomes' AND status IN ('DONE', 'DEAD')`) == 5
 	}, 30*time.Second, 10*time.Millisecond)
