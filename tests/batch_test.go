@@ -154,9 +154,9 @@ func TestBatchCompleteAndFailFenceEachItem(t *testing.T) {
 
 	code, body := api.do(http.MethodPost, "/tasks/v1/complete", map[string]any{"worker_id": "w1", "items": []map[string]any{
 		{"id": mine[0]["id"], "lease_id": mine[0]["lease_id"], "result": map[string]any{"ok": 1}},
-		{"id": theirs[0]["id"], "lease_id": theirs[0]["lease_id"]},                  // held by w2
+		{"id": theirs[0]["id"], "lease_id": theirs[0]["lease_id"]},                // held by w2
 		{"id": mine[1]["id"], "lease_id": "00000000-0000-0000-0000-000000000001"}, // stale lease
-		{"id": "01890000-0000-7000-8000-000000000000"},                             // unknown
+		{"id": "01890000-0000-7000-8000-000000000000"},                            // unknown
 	}})
 	require.Equal(t, 200, code, body)
 	out := items(body["items"])

@@ -28,6 +28,7 @@ func (s *Server) routes(r *mux.Router) {
 
 	r.HandleFunc("/healthz", s.handleHealthz).Methods(http.MethodGet)
 	r.HandleFunc("/readyz", s.handleReadyz).Methods(http.MethodGet)
+	r.HandleFunc("/openapi.yaml", s.handleOpenAPI).Methods(http.MethodGet)
 
 	for _, extra := range s.extraRoutes {
 		r.Handle(extra.Path, extra.Handler).Methods(extra.Methods...)

@@ -82,6 +82,7 @@ type Server struct {
 	logger      *zap.Logger
 	extraRoutes []Route
 	onShutdown  []func()
+	router      *mux.Router
 	handler     http.Handler
 
 	mu       sync.Mutex
@@ -101,6 +102,7 @@ func NewServer(cfg ServerConfig, d Deps) *Server {
 	}
 	r := mux.NewRouter()
 	s.routes(r)
+	s.router = r
 	routeOf := func(req *http.Request) string {
 		var match mux.RouteMatch
 		if r.Match(req, &match) && match.Route != nil {
@@ -126,6 +128,30 @@ func NewServer(cfg ServerConfig, d Deps) *Server {
 
 // Handler returns the full handler chain (for tests and embedding).
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// RouteInfo is one route on the router: its path template (in the router's
+// syntax, e.g. /tasks/v1/{id}) and the methods it answers.
+type RouteInfo struct {
+	Path    string
+	Methods []string
+}
+
+// Routes lists every route on the router, extra routes included, in the
+// order they were registered. Tests use it to check the API description
+// covers the whole surface.
+func (s *Server) Routes() []RouteInfo {
+	var out []RouteInfo
+	_ = s.router.Walk(func(route *mux.Route, _ *mux.Router, _ []*mux.Route) error {
+		path, err := route.GetPathTemplate()
+		if err != nil {
+			return nil // a route without a path (none today)
+		}
+		methods, _ := route.GetMethods() // no methods: any method
+		out = append(out, RouteInfo{Path: path, Methods: methods})
+		return nil
+	})
+	return out
+}
 
 // Start listens and serves in the background until Stop.
 func (s *Server) Start(context.Context) error {

@@ -5,6 +5,11 @@
 //	taskmaster bench     measure throughput and latency (see docs/performance.md)
 //	taskmaster dev       start a local PostgreSQL in ./.data (unless
 //	                     TASKMASTER_DATABASE_URL is set) and serve
+//
+// and, as a client of a running server (TASKMASTER_URL, see package cli):
+//
+//	taskmaster submit|get|list|retry|cancel|workers|queues
+//	taskmaster worker --queue Q --exec 'cmd args'
 package main
 
 import (
@@ -18,6 +23,7 @@ import (
 
 	"github.com/taskmaster/taskmaster/cmd/taskmaster/app"
 	"github.com/taskmaster/taskmaster/cmd/taskmaster/bench"
+	"github.com/taskmaster/taskmaster/cmd/taskmaster/cli"
 )
 
 func main() {
@@ -27,14 +33,14 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "taskmaster:", err)
 		var cfgErr *app.ConfigError
-		if errors.As(err, &cfgErr) || errors.Is(err, errUsage) {
+		if errors.As(err, &cfgErr) || errors.Is(err, errUsage) || errors.Is(err, cli.ErrUsage) {
 			os.Exit(2)
 		}
 		os.Exit(1)
 	}
 }
 
-var errUsage = errors.New("usage: taskmaster serve|migrate|dev|bench [flags]  (taskmaster <command> -h lists the flags)")
+var errUsage = errors.New("usage: taskmaster serve|migrate|dev|bench|submit|get|list|retry|cancel|workers|queues|worker [flags]  (taskmaster <command> -h lists the flags)")
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -54,6 +60,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stdout, errUsage.Error())
 		return nil
 	default:
+		if cli.Handles(cmd) {
+			return cli.Run(ctx, args, cli.IO{Stdin: os.Stdin, Stdout: stdout, Stderr: stderr, Getenv: getenv})
+		}
 		return fmt.Errorf("unknown command %q: %w", cmd, errUsage)
 	}
 }

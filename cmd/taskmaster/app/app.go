@@ -85,7 +85,7 @@ type httpParams struct {
 	Queues    ports.QueueService
 	Health    ports.HealthChecker
 	Logger    *zap.Logger
-	Routes    []httpadapter.Route `group:"routes"`
+	Routes    []httpadapter.Route     `group:"routes"`
 	Observe   httpadapter.ObserveFunc `optional:"true"`
 	Notifier  *postgres.Notifier
 }

@@ -155,4 +155,3 @@ func createDatabase(ctx context.Context, adminURL, name string) error {
 	}
 	return nil
 }
-

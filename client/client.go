@@ -1,0 +1,280 @@
+// Package client is the Go SDK of Taskmaster: a small HTTP client for
+// producers (Submit, Get, List, Retry, Cancel), the worker protocol
+// (Register, Heartbeat, Claim, Complete, Fail), and a Runner that turns a
+// handler function into a well-behaved worker.
+//
+// It depends on the standard library only, so any service can import it.
+//
+//	c, err := client.New("http://127.0.0.1:8080")
+//	t, err := c.Submit(ctx, client.SubmitParams{Queue: "emails", Payload: map[string]any{"to": "a@example.com"}})
+//
+// Errors the server reports come back as *Problem (RFC 9457); use
+// errors.As, or helpers such as IsLeaseLost and IsNotFound.
+package client
+
+import (
+	"bytes"
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultURL is where a local `taskmaster serve` listens.
+const DefaultURL = "http://127.0.0.1:8080"
+
+// HeaderCorrelationID carries a request's correlation id both ways.
+const HeaderCorrelationID = "X-Correlation-Id"
+
+// RetryPolicy bounds the retries of one call. Transport errors and 5xx
+// answers are retried with jittered exponential backoff; 4xx answers never
+// are (a 409 lease-lost in particular is final).
+type RetryPolicy struct {
+	// MaxAttempts is the most tries of one call, the first included (1
+	// disables retries).
+	MaxAttempts int
+	// BaseDelay is the delay before the first retry; it doubles per retry.
+	BaseDelay time.Duration
+	// MaxDelay caps one delay.
+	MaxDelay time.Duration
+}
+
+// DefaultRetryPolicy returns the defaults: 5 tries, 100 ms doubling to at
+// most 5 s (about 1.5 s of waiting in all), each delay jittered down to half.
+func DefaultRetryPolicy() RetryPolicy {
+	return RetryPolicy{MaxAttempts: 5, BaseDelay: 100 * time.Millisecond, MaxDelay: 5 * time.Second}
+}
+
+// Validate reports whether the policy can be used.
+func (p RetryPolicy) Validate() error {
+	switch {
+	case p.MaxAttempts < 1:
+		return errors.New("retry policy: MaxAttempts must be at least 1")
+	case p.BaseDelay < 0 || p.MaxDelay < p.BaseDelay:
+		return errors.New("retry policy: need 0 <= BaseDelay <= MaxDelay")
+	}
+	return nil
+}
+
+// delay is the wait before retry number n (1-based): min(base*2^(n-1),
+// max), jittered uniformly into [d/2, d].
+func (p RetryPolicy) delay(n int) time.Duration {
+	d := p.MaxDelay
+	if n-1 < 32 {
+		if exp := p.BaseDelay << (n - 1); exp > 0 && exp < d {
+			d = exp
+		}
+	}
+	if d <= 0 {
+		return 0
+	}
+	return d/2 + mrand.N(d/2+1)
+}
+
+// Client talks to one Taskmaster server. It is safe for concurrent use.
+type Client struct {
+	base      *url.URL
+	hc        *http.Client
+	retry     RetryPolicy
+	userAgent string
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient uses hc for every request (timeouts, transport, proxies).
+// The default is a client with a 60 s timeout.
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithRetryPolicy replaces DefaultRetryPolicy.
+func WithRetryPolicy(p RetryPolicy) Option { return func(c *Client) { c.retry = p } }
+
+// WithUserAgent sets the User-Agent header.
+func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua } }
+
+// New returns a client for the server at baseURL, e.g.
+// http://127.0.0.1:8080 (DefaultURL when empty).
+func New(baseURL string, opts ...Option) (*Client, error) {
+	if baseURL == "" {
+		baseURL = DefaultURL
+	}
+	u, err := url.Parse(strings.TrimRight(baseURL, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("taskmaster client: base URL %q must be http(s)://host[:port][/prefix]", baseURL)
+	}
+	c := &Client{
+		base:      u,
+		hc:        &http.Client{Timeout: 60 * time.Second},
+		retry:     DefaultRetryPolicy(),
+		userAgent: "taskmaster-go-client/1",
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.hc == nil {
+		return nil, errors.New("taskmaster client: nil http client")
+	}
+	if err := c.retry.Validate(); err != nil {
+		return nil, fmt.Errorf("taskmaster client: %w", err)
+	}
+	return c, nil
+}
+
+// BaseURL returns the server's base URL.
+func (c *Client) BaseURL() string { return c.base.String() }
+
+type correlationKey struct{}
+
+// WithCorrelationID makes the calls made with ctx carry id as their
+// X-Correlation-Id (1-128 of [A-Za-z0-9._:/=+-]). Without it, each call gets
+// a fresh id, kept across its retries.
+func WithCorrelationID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, correlationKey{}, id)
+}
+
+func correlationID(ctx context.Context) string {
+	if id, ok := ctx.Value(correlationKey{}).(string); ok && id != "" {
+		return id
+	}
+	var b [12]byte
+	_, _ = crand.Read(b[:]) // never fails (Go 1.24+)
+	return "tmc-" + hex.EncodeToString(b[:])
+}
+
+// retryMode says when a call may be sent again.
+type retryMode int
+
+const (
+	// retrySafe: repeating the call cannot do harm (reads, fenced or
+	// idempotent writes); transport errors and 5xx are retried.
+	retrySafe retryMode = iota
+	// retryUnsent: repeating could duplicate work (a submission without an
+	// idempotency key); retried only when the request surely did not reach
+	// the server (a failed dial) or the server said 503.
+	retryUnsent
+)
+
+// call is one API call.
+type call struct {
+	method string
+	path   string
+	query  url.Values
+	body   any // marshalled to JSON when not nil
+	out    any // decoded from a 2xx JSON body when not nil
+	mode   retryMode
+}
+
+// do runs c.call with retries and returns the final status code.
+func (c *Client) do(ctx context.Context, k call) (int, error) {
+	var body []byte
+	if k.body != nil {
+		b, err := json.Marshal(k.body)
+		if err != nil {
+			return 0, fmt.Errorf("taskmaster: encode request: %w", err)
+		}
+		body = b
+	}
+	u := *c.base
+	u.Path = c.base.Path + k.path
+	u.RawPath = ""
+	if len(k.query) > 0 {
+		u.RawQuery = k.query.Encode()
+	}
+	target := u.String()
+	cid := correlationID(ctx)
+
+	for attempt := 1; ; attempt++ {
+		status, retryAfter, err := c.once(ctx, k, target, body, cid)
+		if err == nil {
+			return status, nil
+		}
+		if !c.retryable(ctx, k.mode, status, err) || attempt >= c.retry.MaxAttempts {
+			return status, err
+		}
+		wait := max(c.retry.delay(attempt), min(retryAfter, c.retry.MaxDelay))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return status, err
+		case <-t.C:
+		}
+	}
+}
+
+func (c *Client) retryable(ctx context.Context, mode retryMode, status int, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	if status == 0 { // no response: a transport error
+		if mode == retrySafe {
+			return true
+		}
+		var opErr *net.OpError
+		return errors.As(err, &opErr) && opErr.Op == "dial"
+	}
+	if mode == retryUnsent {
+		return status == http.StatusServiceUnavailable
+	}
+	return status >= 500
+}
+
+// once sends one request. It returns the status (0 when no response came),
+// the server's Retry-After hint, and an error for anything but a 2xx.
+func (c *Client) once(ctx context.Context, k call, target string, body []byte, cid string) (int, time.Duration, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, k.method, target, rd)
+	if err != nil {
+		return 0, 0, fmt.Errorf("taskmaster: %w", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json, application/problem+json")
+	req.Header.Set("User-Agent", c.userAgent)
+	req.Header.Set(HeaderCorrelationID, cid)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return 0, 0, fmt.Errorf("taskmaster: %s %s: %w", k.method, k.path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		if k.out == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			return resp.StatusCode, 0, nil
+		}
+		if err := json.NewDecoder(resp.Body).Decode(k.out); err != nil {
+			// A cut-off body is a transport failure: retry it like one.
+			return 0, 0, fmt.Errorf("taskmaster: %s %s: decode response: %w", k.method, k.path, err)
+		}
+		return resp.StatusCode, 0, nil
+	}
+	p := decodeProblem(resp)
+	if p.CorrelationID == "" {
+		p.CorrelationID = resp.Header.Get(HeaderCorrelationID)
+	}
+	if p.Instance == "" {
+		p.Instance = k.path
+	}
+	return resp.StatusCode, retryAfter(resp.Header.Get("Retry-After")), p
+}
+
+func retryAfter(v string) time.Duration {
+	if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n > 0 {
+		return time.Duration(n) * time.Second
+	}
+	return 0
+}

@@ -1,0 +1,351 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskmaster/taskmaster/client"
+)
+
+// fastRetries keeps retry tests quick.
+var fastRetries = client.RetryPolicy{MaxAttempts: 4, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond}
+
+const taskJSON = `{"id":"8f0e3a4e-4f5e-4a51-9e0e-2b1b8c1d9a11","queue":"q","status":"PENDING","priority":0,"payload":{"n":1},` +
+	`"tags":[],"attempts":0,"max_attempts":3,"worker_id":null,"lease_id":null,"last_error":null,"dead_reason":null,` +
+	`"result":null,"deadline":null,"run_at":"2026-01-01T00:00:00Z","idempotency_key":null,"created_at":"2026-01-01T00:00:00Z",` +
+	`"claimed_at":null,"finished_at":null,"updated_at":"2026-01-01T00:00:00Z"}`
+
+// flaky answers the first `failures` requests with status, then with ok.
+type flaky struct {
+	mu       sync.Mutex
+	requests []*http.Request
+	failures int
+	status   int
+	ok       string
+	okStatus int
+}
+
+func (f *flaky) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	f.requests = append(f.requests, r.Clone(context.Background()))
+	n := len(f.requests)
+	f.mu.Unlock()
+	if n <= f.failures {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(f.status)
+		_, _ = fmt.Fprintf(w, `{"type":"urn:problem-type:taskmaster:internal-error","title":"Internal server error","status":%d}`, f.status)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	status := f.okStatus
+	if status == 0 {
+		status = http.StatusOK
+	}
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, f.ok)
+}
+
+func (f *flaky) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.requests)
+}
+
+func newClient(t *testing.T, url string, opts ...client.Option) *client.Client {
+	t.Helper()
+	c, err := client.New(url, append([]client.Option{client.WithRetryPolicy(fastRetries)}, opts...)...)
+	require.NoError(t, err)
+	return c
+}
+
+func TestRetriesServerErrorsThenSucceeds(t *testing.T) {
+	t.Parallel()
+	f := &flaky{failures: 2, status: http.StatusBadGateway, ok: taskJSON}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	c := newClient(t, srv.URL)
+
+	got, err := c.Get(context.Background(), "8f0e3a4e-4f5e-4a51-9e0e-2b1b8c1d9a11")
+	require.NoError(t, err)
+	require.Equal(t, "q", got.Queue)
+	require.JSONEq(t, `{"n":1}`, string(got.Payload))
+	require.Equal(t, 3, f.count())
+	// One logical call: one correlation id across its retries.
+	ids := map[string]bool{}
+	for _, r := range f.requests {
+		ids[r.Header.Get(client.HeaderCorrelationID)] = true
+	}
+	require.Len(t, ids, 1)
+}
+
+func TestRetriesAreBounded(t *testing.T) {
+	t.Parallel()
+	f := &flaky{failures: 100, status: http.StatusInternalServerError}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	c := newClient(t, srv.URL)
+
+	_, err := c.Queues(context.Background())
+	p, ok := client.AsProblem(err)
+	require.True(t, ok, "%v", err)
+	require.Equal(t, 500, p.Status)
+	require.Equal(t, client.ProblemInternal, p.Type)
+	require.Equal(t, fastRetries.MaxAttempts, f.count())
+}
+
+func TestClientErrorsAreNeverRetried(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{400, 404, 409, 413, 422} {
+		f := &flaky{failures: 100, status: status}
+		srv := httptest.NewServer(f)
+		c := newClient(t, srv.URL)
+		_, err := c.Complete(context.Background(), "x", client.CompleteParams{WorkerID: "w"})
+		require.Error(t, err)
+		require.Equal(t, 1, f.count(), "status %d", status)
+		srv.Close()
+	}
+}
+
+func TestProblemDecoding(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.Header().Set(client.HeaderCorrelationID, "cid-1")
+		w.WriteHeader(http.StatusConflict)
+		_, _ = io.WriteString(w, `{"type":"urn:problem-type:taskmaster:lease-lost","title":"Lease lost","status":409,`+
+			`"detail":"the task is RUNNING and held by another worker or under another lease","instance":"/tasks/v1/t1/complete",`+
+			`"correlation_id":"cid-1","current_status":"RUNNING"}`)
+	}))
+	defer srv.Close()
+	c := newClient(t, srv.URL)
+
+	_, err := c.Complete(context.Background(), "t1", client.CompleteParams{WorkerID: "w", LeaseID: "l"})
+	var p *client.Problem
+	require.ErrorAs(t, err, &p)
+	require.Equal(t, client.Problem{
+		Type: client.ProblemLeaseLost, Title: "Lease lost", Status: 409,
+		Detail:   "the task is RUNNING and held by another worker or under another lease",
+		Instance: "/tasks/v1/t1/complete", CorrelationID: "cid-1", CurrentStatus: client.StatusRunning,
+	}, *p)
+	require.Equal(t, "lease-lost", p.Slug())
+	require.True(t, client.IsLeaseLost(err))
+	require.True(t, client.IsConflict(err))
+	require.False(t, client.IsInvalidTransition(err))
+	require.False(t, client.IsNotFound(err))
+	require.Contains(t, err.Error(), "409 lease-lost")
+	require.Contains(t, err.Error(), "cid-1")
+}
+
+func TestValidationProblemListsFields(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		_, _ = io.WriteString(w, `{"type":"urn:problem-type:taskmaster:validation-error","title":"Invalid input","status":422,`+
+			`"errors":[{"field":"queue","message":"is required"},{"field":"tags[0]","message":"must be 1 to 64 printable characters"}]}`)
+	}))
+	defer srv.Close()
+	_, err := newClient(t, srv.URL).Submit(context.Background(), client.SubmitParams{})
+	require.True(t, client.IsValidation(err))
+	p, _ := client.AsProblem(err)
+	require.Equal(t, []client.FieldError{{Field: "queue", Message: "is required"}, {Field: "tags[0]", Message: "must be 1 to 64 printable characters"}}, p.Errors)
+	require.Contains(t, err.Error(), "queue is required")
+	require.Equal(t, "/tasks/v1", p.Instance, "the request path stands in for a missing instance")
+}
+
+func TestNonProblemErrorBody(t *testing.T) {
+	t.Parallel()
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, "<html>upstream down</html>")
+	}))
+	defer proxy.Close()
+	_, err := newClient(t, proxy.URL).Workers(context.Background())
+	p, ok := client.AsProblem(err)
+	require.True(t, ok)
+	require.Equal(t, "about:blank", p.Type)
+	require.Equal(t, 503, p.Status)
+	require.Equal(t, "<html>upstream down</html>", p.Detail)
+	require.Empty(t, p.Slug())
+}
+
+// failingTransport fails the first n round trips with err.
+type failingTransport struct {
+	n     atomic.Int32
+	err   error
+	calls atomic.Int32
+	next  http.RoundTripper
+}
+
+func (f *failingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	f.calls.Add(1)
+	if f.n.Add(-1) >= 0 {
+		return nil, f.err
+	}
+	return f.next.RoundTrip(r)
+}
+
+func TestTransportErrorsAreRetried(t *testing.T) {
+	t.Parallel()
+	f := &flaky{ok: `{"workers":[]}`}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	tr := &failingTransport{err: errors.New("connection reset by peer"), next: http.DefaultTransport}
+	tr.n.Store(2)
+	c := newClient(t, srv.URL, client.WithHTTPClient(&http.Client{Transport: tr}))
+	ws, err := c.Workers(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, ws)
+	require.Equal(t, int32(3), tr.calls.Load())
+}
+
+// A submission without an idempotency key could be duplicated by a
+// retry, so it is retried only when it surely never reached the server.
+func TestSubmitWithoutIdempotencyKeyRetriesOnlyUnsentRequests(t *testing.T) {
+	t.Parallel()
+	f := &flaky{ok: taskJSON, okStatus: http.StatusCreated}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+
+	ambiguous := &failingTransport{err: errors.New("connection reset by peer"), next: http.DefaultTransport}
+	ambiguous.n.Store(1)
+	c := newClient(t, srv.URL, client.WithHTTPClient(&http.Client{Transport: ambiguous}))
+	_, err := c.Submit(context.Background(), client.SubmitParams{Queue: "q"})
+	require.Error(t, err)
+	require.Equal(t, int32(1), ambiguous.calls.Load())
+
+	refused := &failingTransport{err: &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}, next: http.DefaultTransport}
+	refused.n.Store(2)
+	c = newClient(t, srv.URL, client.WithHTTPClient(&http.Client{Transport: refused}))
+	task, err := c.Submit(context.Background(), client.SubmitParams{Queue: "q"})
+	require.NoError(t, err)
+	require.Equal(t, "q", task.Queue)
+	require.Equal(t, int32(3), refused.calls.Load())
+
+	withKey := &failingTransport{err: errors.New("connection reset by peer"), next: http.DefaultTransport}
+	withKey.n.Store(2)
+	c = newClient(t, srv.URL, client.WithHTTPClient(&http.Client{Transport: withKey}))
+	_, err = c.Submit(context.Background(), client.SubmitParams{Queue: "q", IdempotencyKey: "k"})
+	require.NoError(t, err)
+	require.Equal(t, int32(3), withKey.calls.Load())
+
+	f500 := &flaky{failures: 1, status: 500, ok: taskJSON, okStatus: 201}
+	srv500 := httptest.NewServer(f500)
+	defer srv500.Close()
+	_, err = newClient(t, srv500.URL).Submit(context.Background(), client.SubmitParams{Queue: "q"})
+	require.Error(t, err)
+	require.Equal(t, 1, f500.count())
+}
+
+func TestSubmitSendsOnlyWhatIsSet(t *testing.T) {
+	t.Parallel()
+	var body map[string]any
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		require.Equal(t, "/prefix/tasks/v1", r.URL.Path)
+		require.NoError(t, json.NewDecoder(r.Body).Decode(&body))
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(201)
+		_, _ = io.WriteString(w, taskJSON)
+	}))
+	defer srv.Close()
+	c := newClient(t, srv.URL+"/prefix/")
+	_, err := c.Submit(context.Background(), client.SubmitParams{Queue: "q", Payload: json.RawMessage(`{"a":[1,2]}`), Tags: []string{"gpu"}})
+	require.NoError(t, err)
+	require.Equal(t, map[string]any{"queue": "q", "payload": map[string]any{"a": []any{1.0, 2.0}}, "tags": []any{"gpu"}}, body)
+
+	_, err = c.Submit(context.Background(), client.SubmitParams{Queue: "q", Payload: json.RawMessage(`{bad`)})
+	require.ErrorContains(t, err, "encode payload")
+}
+
+func TestContextCancellationStopsRetries(t *testing.T) {
+	t.Parallel()
+	f := &flaky{failures: 100, status: 503}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	c := newClient(t, srv.URL, client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 100, BaseDelay: time.Hour, MaxDelay: time.Hour}))
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := c.Queues(ctx)
+	require.Error(t, err)
+	require.Less(t, time.Since(start), 10*time.Second)
+	require.Equal(t, 1, f.count())
+}
+
+func TestNewRejectsBadURLs(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"127.0.0.1:8080", "ftp://x", "http://"} {
+		_, err := client.New(u)
+		require.Error(t, err, u)
+	}
+	c, err := client.New("")
+	require.NoError(t, err)
+	require.Equal(t, client.DefaultURL, c.BaseURL())
+	_, err = client.New("http://x", client.WithRetryPolicy(client.RetryPolicy{}))
+	require.Error(t, err)
+}
+
+func TestNonRetryable(t *testing.T) {
+	t.Parallel()
+	base := errors.New("bad input")
+	err := client.NonRetryable(base)
+	require.True(t, client.IsNonRetryable(err))
+	require.True(t, client.IsNonRetryable(errors.Join(errors.New("x"), err)))
+	require.ErrorIs(t, err, base)
+	require.Equal(t, "bad input", err.Error())
+	require.False(t, client.IsNonRetryable(base))
+	require.NoError(t, client.NonRetryable(nil))
+}
+
+func TestDefaultWorkerID(t *testing.T) {
+	t.Parallel()
+	id := client.DefaultWorkerID()
+	require.Regexp(t, regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}-[0-9]+$`), id)
+	require.Equal(t, id, client.DefaultWorkerID(), "stable within the process")
+}
+
+func TestTaskMarshalsNullsLikeTheServer(t *testing.T) {
+	t.Parallel()
+	var task client.Task
+	require.NoError(t, json.Unmarshal([]byte(taskJSON), &task))
+	out, err := json.Marshal(task)
+	require.NoError(t, err)
+	require.JSONEq(t, taskJSON, string(out))
+	var payload struct{ N int }
+	require.NoError(t, task.DecodePayload(&payload))
+	require.Equal(t, 1, payload.N)
+}
+
+func TestRunnerConfigValidate(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, client.RunnerConfig{}.Validate())
+	require.Error(t, client.RunnerConfig{Concurrency: -1}.Validate())
+	require.Error(t, client.RunnerConfig{WorkerID: "has space"}.Validate())
+	require.Error(t, client.RunnerConfig{PollInterval: time.Second, MaxIdleInterval: time.Millisecond}.Validate())
+}
+
+// Other services import this package: it must stay on the standard library.
+func TestDependsOnStandardLibraryOnly(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").Output()
+	require.NoError(t, err)
+	for _, dep := range strings.Fields(string(out)) {
+		require.Equal(t, "github.com/taskmaster/taskmaster/client", dep, "client must import only the standard library")
+	}
+}

@@ -1,0 +1,578 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// HandlerFunc processes one task. Its result, which encoding/json must be
+// able to marshal, completes the task; an error fails it (retried after
+// backoff while attempts remain, unless wrapped with NonRetryable). ctx is
+// cancelled when the runner gives up waiting for the handler at shutdown;
+// context.Cause(ctx) is then ErrShutdown.
+type HandlerFunc func(ctx context.Context, t Task) (result any, err error)
+
+// ErrShutdown is the cause of a handler context cancelled because the
+// runner is shutting down and the drain timeout passed.
+var ErrShutdown = errors.New("taskmaster: runner shutting down")
+
+// NonRetryable marks err as not worth retrying: the runner fails the task
+// with retryable=false, so it goes straight to DEAD (reason non_retryable).
+func NonRetryable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &nonRetryableError{err: err}
+}
+
+type nonRetryableError struct{ err error }
+
+func (e *nonRetryableError) Error() string { return e.err.Error() }
+func (e *nonRetryableError) Unwrap() error { return e.err }
+
+// IsNonRetryable reports whether err was wrapped with NonRetryable.
+func IsNonRetryable(err error) bool {
+	var nr *nonRetryableError
+	return errors.As(err, &nr)
+}
+
+// RunnerConfig configures a Runner. The zero value of every field but
+// Concurrency's neighbours is a sensible default.
+type RunnerConfig struct {
+	// WorkerID is the worker's stable id; DefaultWorkerID() when empty.
+	WorkerID string
+	// Queues the worker serves (none: any queue).
+	Queues []string
+	// Tags the worker has.
+	Tags []string
+	// Concurrency is the most tasks handled at once (default 1). Claims ask
+	// for at most the free slots.
+	Concurrency int
+	// DrainTimeout is how long shutdown waits for in-flight handlers before
+	// cancelling their contexts (default 30 s).
+	DrainTimeout time.Duration
+	// CancelGrace is how long shutdown then waits for cancelled handlers to
+	// return before failing their tasks on their behalf (default 5 s).
+	CancelGrace time.Duration
+	// PollInterval is the first wait after a claim that found nothing; it
+	// doubles per empty claim up to MaxIdleInterval (default 100 ms).
+	PollInterval time.Duration
+	// MaxIdleInterval caps the wait between empty claims (default 5 s).
+	MaxIdleInterval time.Duration
+	// HeartbeatInterval overrides the interval the server asks for at
+	// registration (0: as the server asks).
+	HeartbeatInterval time.Duration
+	// ReportTimeout bounds one complete or fail report, retries included
+	// (default 30 s). Reports go through even while shutting down.
+	ReportTimeout time.Duration
+	// Logger receives the runner's logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Runner defaults.
+const (
+	DefaultConcurrency     = 1
+	DefaultDrainTimeout    = 30 * time.Second
+	DefaultCancelGrace     = 5 * time.Second
+	DefaultPollInterval    = 100 * time.Millisecond
+	DefaultMaxIdleInterval = 5 * time.Second
+	DefaultReportTimeout   = 30 * time.Second
+	// maxClaimLimit is the most tasks one claim may ask for.
+	maxClaimLimit = 1000
+)
+
+func (c RunnerConfig) withDefaults() RunnerConfig {
+	if c.WorkerID == "" {
+		c.WorkerID = DefaultWorkerID()
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.CancelGrace == 0 {
+		c.CancelGrace = DefaultCancelGrace
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.MaxIdleInterval == 0 {
+		c.MaxIdleInterval = DefaultMaxIdleInterval
+	}
+	if c.ReportTimeout == 0 {
+		c.ReportTimeout = DefaultReportTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate reports whether the config (defaults applied) can be used.
+func (c RunnerConfig) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if c.Concurrency < 1 {
+		errs = append(errs, errors.New("Concurrency must be at least 1"))
+	}
+	if c.DrainTimeout < 0 || c.CancelGrace < 0 || c.HeartbeatInterval < 0 || c.ReportTimeout < 0 {
+		errs = append(errs, errors.New("durations must not be negative"))
+	}
+	if c.PollInterval < 0 || c.MaxIdleInterval < c.PollInterval {
+		errs = append(errs, errors.New("need 0 <= PollInterval <= MaxIdleInterval"))
+	}
+	if len(c.WorkerID) > 128 || strings.IndexFunc(c.WorkerID, func(r rune) bool { return !workerIDRune(r) }) >= 0 {
+		errs = append(errs, errors.New("WorkerID must be 1-128 characters of [A-Za-z0-9._:-]"))
+	}
+	return errors.Join(errs...)
+}
+
+func workerIDRune(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == ':' || r == '-'
+}
+
+// DefaultWorkerID returns "<hostname>-<pid>", with characters the server
+// does not accept in ids replaced by '-': stable for the life of the
+// process, distinct between processes on one host.
+func DefaultWorkerID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "worker"
+	}
+	host = strings.Map(func(r rune) rune {
+		if workerIDRune(r) {
+			return r
+		}
+		return '-'
+	}, host)
+	pid := "-" + strconv.Itoa(os.Getpid())
+	if len(host)+len(pid) > 128 {
+		host = host[:128-len(pid)]
+	}
+	return host + pid
+}
+
+// Runner is a worker: it registers, heartbeats, claims tasks up to its
+// free concurrency, runs the handler on each, and reports every outcome
+// with the task's lease. Run it once.
+type Runner struct {
+	client  *Client
+	cfg     RunnerConfig
+	handler HandlerFunc
+	log     *slog.Logger
+
+	slots chan struct{} // a token per running task
+
+	regMu    sync.Mutex
+	interval time.Duration // heartbeat interval in force
+
+	mu       sync.Mutex
+	started  bool
+	inflight map[string]*job // by task id: what a lease-carrying heartbeat will list
+
+	wg      sync.WaitGroup // task goroutines
+	abandon chan struct{}  // closed when shutdown stops waiting for handlers
+}
+
+// job is one task in flight.
+type job struct {
+	task   Task
+	cancel context.CancelCauseFunc // cancels this task's handler context
+}
+
+// NewRunner returns a runner that handles tasks with handler.
+func NewRunner(c *Client, cfg RunnerConfig, handler HandlerFunc) (*Runner, error) {
+	if c == nil || handler == nil {
+		return nil, errors.New("taskmaster runner: client and handler are required")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("taskmaster runner: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	return &Runner{
+		client:   c,
+		cfg:      cfg,
+		handler:  handler,
+		log:      cfg.Logger.With("worker_id", cfg.WorkerID),
+		slots:    make(chan struct{}, cfg.Concurrency),
+		inflight: map[string]*job{},
+		abandon:  make(chan struct{}),
+	}, nil
+}
+
+// WorkerID returns the id the runner registers under.
+func (r *Runner) WorkerID() string { return r.cfg.WorkerID }
+
+// InFlight returns the tasks being handled now.
+func (r *Runner) InFlight() []Task {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Task, 0, len(r.inflight))
+	for _, j := range r.inflight {
+		out = append(out, j.task)
+	}
+	return out
+}
+
+// Run works until ctx is cancelled, then drains: it stops claiming, waits
+// up to DrainTimeout for in-flight handlers, cancels the contexts of those
+// still running (cause ErrShutdown), waits up to CancelGrace more, and
+// fails the tasks whose handlers have not returned as retryable so they
+// are requeued. It keeps heartbeating until the drain is over. It returns
+// nil after a drain, or an error when the worker cannot register (a 4xx).
+func (r *Runner) Run(ctx context.Context) error {
+	r.mu.Lock()
+	if r.started {
+		r.mu.Unlock()
+		return errors.New("taskmaster runner: Run called twice")
+	}
+	r.started = true
+	r.mu.Unlock()
+
+	if err := r.register(ctx, true); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	r.log.Info("worker registered", "queues", r.cfg.Queues, "concurrency", r.cfg.Concurrency, "heartbeat_interval", r.heartbeatInterval())
+
+	// Handlers and reports outlive ctx (the drain); they keep its values.
+	detached := context.WithoutCancel(ctx)
+	handlerCtx, cancelHandlers := context.WithCancelCause(detached)
+	defer cancelHandlers(ErrShutdown)
+	beatCtx, stopBeats := context.WithCancel(detached)
+	var beats sync.WaitGroup
+	beats.Add(1)
+	go func() {
+		defer beats.Done()
+		r.heartbeatLoop(beatCtx)
+	}()
+
+	r.claimLoop(ctx, handlerCtx)
+	r.drain(cancelHandlers)
+
+	stopBeats()
+	beats.Wait()
+	r.log.Info("worker stopped")
+	return nil
+}
+
+// register registers (or re-registers) the worker. The first registration
+// retries transient failures until ctx ends; a 4xx is returned.
+func (r *Runner) register(ctx context.Context, first bool) error {
+	r.regMu.Lock()
+	defer r.regMu.Unlock()
+	wait := r.cfg.PollInterval
+	for {
+		reg, err := r.client.Register(ctx, RegisterParams{ID: r.cfg.WorkerID, Queues: r.cfg.Queues, Tags: r.cfg.Tags})
+		if err == nil {
+			r.interval = reg.HeartbeatInterval()
+			return nil
+		}
+		if p, ok := AsProblem(err); ok && p.Status < 500 {
+			return fmt.Errorf("taskmaster runner: register %s: %w", r.cfg.WorkerID, err)
+		}
+		if !first {
+			return err
+		}
+		r.log.Warn("register failed; retrying", "error", err, "in", wait)
+		if !sleep(ctx, wait) {
+			return ctx.Err()
+		}
+		wait = min(wait*2, r.cfg.MaxIdleInterval)
+	}
+}
+
+func (r *Runner) heartbeatInterval() time.Duration {
+	if r.cfg.HeartbeatInterval > 0 {
+		return r.cfg.HeartbeatInterval
+	}
+	r.regMu.Lock()
+	defer r.regMu.Unlock()
+	if r.interval <= 0 {
+		return 10 * time.Second
+	}
+	return r.interval
+}
+
+// heartbeatLoop beats until ctx ends. A worker the server declared dead
+// (or forgot) registers again: its tasks were taken back, and their late
+// reports will be refused as lease-lost.
+//
+// With the lease protocol, the beat will carry r.InFlight()'s ids and
+// lease ids, and its answer's lost/cancel lists will cancel the matching
+// jobs (job.cancel) and drain will stop the claim loop.
+func (r *Runner) heartbeatLoop(ctx context.Context) {
+	interval := r.heartbeatInterval()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		bctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
+		_, err := r.client.Heartbeat(bctx, r.cfg.WorkerID)
+		cancel()
+		switch {
+		case err == nil:
+		case IsWorkerDead(err) || IsWorkerNotFound(err):
+			r.reregister(ctx, err)
+		case ctx.Err() != nil:
+			return
+		default:
+			r.log.Warn("heartbeat failed", "error", err)
+		}
+		if next := r.heartbeatInterval(); next != interval {
+			interval = next
+			t.Reset(interval)
+		}
+	}
+}
+
+func (r *Runner) reregister(ctx context.Context, cause error) {
+	r.log.Warn("the server no longer knows this worker as alive; registering again", "error", cause)
+	if err := r.register(ctx, false); err != nil && ctx.Err() == nil {
+		r.log.Error("register again failed", "error", err)
+	}
+}
+
+// claimLoop claims while ctx lives: it waits for a free slot, asks for as
+// many tasks as there are free slots, and starts a goroutine per task.
+func (r *Runner) claimLoop(ctx, handlerCtx context.Context) {
+	idle := time.Duration(0)
+	for ctx.Err() == nil {
+		// One free slot at least, then as many more as are free.
+		select {
+		case <-ctx.Done():
+			return
+		case r.slots <- struct{}{}:
+		}
+		n := 1
+	more:
+		for n < min(r.cfg.Concurrency, maxClaimLimit) {
+			select {
+			case r.slots <- struct{}{}:
+				n++
+			default:
+				break more
+			}
+		}
+		// The claim is not cancelled by ctx: a claim cut off after the
+		// server committed it would leave its tasks held by no one until
+		// this worker is declared dead. Claimed tasks are handled (within
+		// the drain) even when ctx ended meanwhile.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReportTimeout)
+		tasks, err := r.client.Claim(cctx, ClaimParams{WorkerID: r.cfg.WorkerID, Limit: n})
+		cancel()
+		for range n - len(tasks) {
+			<-r.slots
+		}
+		switch {
+		case err != nil && (IsWorkerDead(err) || IsWorkerNotFound(err)):
+			r.reregister(ctx, err)
+			continue
+		case err != nil:
+			r.log.Warn("claim failed", "error", err)
+			idle = r.nextIdle(idle)
+			sleep(ctx, idle)
+			continue
+		case len(tasks) == 0:
+			// With long-poll claims (wait_ms) the server will do this waiting.
+			idle = r.nextIdle(idle)
+			sleep(ctx, idle)
+			continue
+		}
+		idle = 0
+		for _, t := range tasks {
+			r.start(handlerCtx, t)
+		}
+	}
+}
+
+func (r *Runner) nextIdle(idle time.Duration) time.Duration {
+	if idle == 0 {
+		return r.cfg.PollInterval
+	}
+	return min(idle*2, r.cfg.MaxIdleInterval)
+}
+
+// start runs t on a goroutine holding one slot.
+func (r *Runner) start(handlerCtx context.Context, t Task) {
+	taskCtx, cancel := context.WithCancelCause(handlerCtx)
+	j := &job{task: t, cancel: cancel}
+	r.mu.Lock()
+	r.inflight[t.ID] = j
+	r.mu.Unlock()
+	r.wg.Add(1)
+	go func() {
+		defer func() {
+			cancel(nil)
+			r.mu.Lock()
+			delete(r.inflight, t.ID)
+			r.mu.Unlock()
+			<-r.slots
+			r.wg.Done()
+		}()
+		r.work(taskCtx, t)
+	}()
+}
+
+// outcome is what a handler returned.
+type outcome struct {
+	result any
+	err    error
+}
+
+// work runs the handler and reports its outcome. If shutdown abandons the
+// handler (it ignored its cancelled context), the task is failed as
+// retryable on its behalf and the handler's eventual outcome is dropped.
+func (r *Runner) work(ctx context.Context, t Task) {
+	done := make(chan outcome, 1)
+	go func() {
+		defer func() {
+			if v := recover(); v != nil {
+				done <- outcome{err: fmt.Errorf("handler panic: %v", v)}
+			}
+		}()
+		res, err := r.handler(ctx, t)
+		done <- outcome{result: res, err: err}
+	}()
+	var o outcome
+	select {
+	case o = <-done:
+	case <-r.abandon:
+		select {
+		case o = <-done:
+		default:
+			r.log.Warn("handler did not return after its context was cancelled; requeueing its task", "task_id", t.ID)
+			r.fail(t, "worker shut down before the handler finished", false)
+			return
+		}
+	}
+	r.report(ctx, t, o)
+}
+
+func (r *Runner) report(ctx context.Context, t Task, o outcome) {
+	if o.err == nil {
+		var result json.RawMessage
+		if o.result != nil {
+			raw, err := marshalValue(o.result)
+			if err != nil {
+				r.fail(t, "handler result cannot be encoded as JSON: "+err.Error(), true)
+				return
+			}
+			result = raw
+		}
+		rctx, cancel := r.reportContext()
+		defer cancel()
+		_, err := r.client.Complete(rctx, t.ID, CompleteParams{WorkerID: r.cfg.WorkerID, LeaseID: t.LeaseID, Result: result})
+		if p, ok := AsProblem(err); ok && p.Status < 500 && !heldElsewhere(err) {
+			// The server refused the result itself (too large, say); it would
+			// refuse it again, so the task cannot succeed this way.
+			r.fail(t, "the server rejected the handler's result: "+err.Error(), true)
+			return
+		}
+		r.reported(t, "complete", err)
+		return
+	}
+	if cause := context.Cause(ctx); cause != nil && errors.Is(cause, ErrShutdown) {
+		// Cancelled by shutdown: whatever the handler says, the task did not
+		// fail on its merits.
+		r.fail(t, "worker shut down: "+o.err.Error(), false)
+		return
+	}
+	r.fail(t, o.err.Error(), IsNonRetryable(o.err))
+}
+
+func (r *Runner) fail(t Task, msg string, nonRetryable bool) {
+	rctx, cancel := r.reportContext()
+	defer cancel()
+	_, err := r.client.Fail(rctx, t.ID, FailParams{WorkerID: r.cfg.WorkerID, LeaseID: t.LeaseID, Error: msg, NonRetryable: nonRetryable})
+	r.reported(t, "fail", err)
+}
+
+func (r *Runner) reportContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), r.cfg.ReportTimeout)
+}
+
+// reported logs a report's failure. A task no longer held (lease lost,
+// already finished, deleted) is dropped: the report is never retried.
+func (r *Runner) reported(t Task, what string, err error) {
+	switch {
+	case err == nil:
+	case heldElsewhere(err):
+		r.log.Warn("task no longer held by this worker; dropping it", "task_id", t.ID, "report", what, "error", err)
+	default:
+		r.log.Error("report failed", "task_id", t.ID, "report", what, "error", err)
+	}
+}
+
+// heldElsewhere reports whether a report's error says the worker no longer
+// holds the task: another worker or lease has it, it is no longer RUNNING,
+// or it is gone.
+func heldElsewhere(err error) bool {
+	return IsLeaseLost(err) || IsInvalidTransition(err) || isType(err, ProblemTaskNotFound)
+}
+
+// drain waits for in-flight tasks: up to DrainTimeout, then cancels their
+// contexts, up to CancelGrace more, then abandons the rest (their tasks
+// are failed as retryable).
+func (r *Runner) drain(cancelHandlers context.CancelCauseFunc) {
+	done := make(chan struct{})
+	go func() {
+		r.wg.Wait()
+		close(done)
+	}()
+	if n := len(r.InFlight()); n > 0 {
+		r.log.Info("draining", "in_flight", n, "timeout", r.cfg.DrainTimeout)
+	}
+	if waitOr(done, r.cfg.DrainTimeout) {
+		return
+	}
+	r.log.Warn("drain timeout; cancelling handlers", "in_flight", len(r.InFlight()))
+	cancelHandlers(ErrShutdown)
+	if waitOr(done, r.cfg.CancelGrace) {
+		return
+	}
+	close(r.abandon)
+	<-done
+}
+
+// waitOr waits for done up to d and reports whether it closed.
+func waitOr(done <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// sleep waits d or until ctx ends; it reports whether d elapsed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,237 @@
+package client
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Status is where a task is in its lifecycle.
+type Status string
+
+// Task statuses.
+const (
+	// StatusPending: waiting for a claim (from RunAt on).
+	StatusPending Status = "PENDING"
+	// StatusRunning: held by one worker under a lease.
+	StatusRunning Status = "RUNNING"
+	// StatusDone: completed. Terminal.
+	StatusDone Status = "DONE"
+	// StatusDead: will not run again unless an operator retries it.
+	StatusDead Status = "DEAD"
+)
+
+// DeadReason says why a task is DEAD.
+type DeadReason string
+
+// Dead reasons.
+const (
+	DeadExhausted    DeadReason = "exhausted"
+	DeadNonRetryable DeadReason = "non_retryable"
+	DeadWorkerDead   DeadReason = "worker_dead"
+	DeadDeadline     DeadReason = "deadline"
+	DeadCancelled    DeadReason = "cancelled"
+)
+
+// WorkerStatus is a worker's liveness.
+type WorkerStatus string
+
+// Worker statuses.
+const (
+	WorkerActive WorkerStatus = "ACTIVE"
+	WorkerStale  WorkerStatus = "STALE"
+	WorkerDead   WorkerStatus = "DEAD"
+)
+
+// Task is the API's task object. Fields the server sends as null are zero
+// here ("" or nil); marshalling a Task writes them back as null.
+type Task struct {
+	ID             string          `json:"id"`
+	Queue          string          `json:"queue"`
+	Status         Status          `json:"status"`
+	Priority       int             `json:"priority"`
+	Payload        json.RawMessage `json:"payload"`
+	Tags           []string        `json:"tags"`
+	Attempts       int             `json:"attempts"`
+	MaxAttempts    int             `json:"max_attempts"`
+	WorkerID       string          `json:"worker_id"`
+	LeaseID        string          `json:"lease_id"`
+	LastError      string          `json:"last_error"`
+	DeadReason     DeadReason      `json:"dead_reason"`
+	Result         json.RawMessage `json:"result"`
+	Deadline       *time.Time      `json:"deadline"`
+	RunAt          time.Time       `json:"run_at"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	CreatedAt      time.Time       `json:"created_at"`
+	ClaimedAt      *time.Time      `json:"claimed_at"`
+	FinishedAt     *time.Time      `json:"finished_at"`
+	UpdatedAt      time.Time       `json:"updated_at"`
+}
+
+// DecodePayload unmarshals the task's payload into v.
+func (t Task) DecodePayload(v any) error { return json.Unmarshal(t.Payload, v) }
+
+// MarshalJSON writes the task as the server does: absent values as null.
+func (t Task) MarshalJSON() ([]byte, error) {
+	type plain Task
+	return json.Marshal(struct {
+		plain
+		WorkerID       *string         `json:"worker_id"`
+		LeaseID        *string         `json:"lease_id"`
+		LastError      *string         `json:"last_error"`
+		DeadReason     *string         `json:"dead_reason"`
+		IdempotencyKey *string         `json:"idempotency_key"`
+		Payload        json.RawMessage `json:"payload"`
+		Result         json.RawMessage `json:"result"`
+	}{
+		plain: plain(t), WorkerID: nullable(t.WorkerID), LeaseID: nullable(t.LeaseID),
+		LastError: nullable(t.LastError), DeadReason: nullable(string(t.DeadReason)),
+		IdempotencyKey: nullable(t.IdempotencyKey), Payload: rawOrNull(t.Payload), Result: rawOrNull(t.Result),
+	})
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func rawOrNull(b json.RawMessage) json.RawMessage {
+	if len(b) == 0 {
+		return json.RawMessage("null")
+	}
+	return b
+}
+
+// Worker is the API's worker object.
+type Worker struct {
+	ID              string       `json:"id"`
+	Queues          []string     `json:"queues"`
+	Tags            []string     `json:"tags"`
+	Status          WorkerStatus `json:"status"`
+	RegisteredAt    time.Time    `json:"registered_at"`
+	LastHeartbeatAt time.Time    `json:"last_heartbeat_at"`
+}
+
+// Registration is a registered worker plus what the server asks of it.
+type Registration struct {
+	Worker
+	// HeartbeatIntervalSeconds is how often the server asks the worker to
+	// send a heartbeat.
+	HeartbeatIntervalSeconds float64 `json:"heartbeat_interval_seconds"`
+	// Created is true when the worker did not exist before (201).
+	Created bool `json:"-"`
+}
+
+// HeartbeatInterval returns HeartbeatIntervalSeconds as a duration.
+func (r Registration) HeartbeatInterval() time.Duration {
+	return time.Duration(r.HeartbeatIntervalSeconds * float64(time.Second))
+}
+
+// Queue is one queue's statistics.
+type Queue struct {
+	Queue         string `json:"queue"`
+	Pending       int64  `json:"pending"`
+	Running       int64  `json:"running"`
+	Done          int64  `json:"done"`
+	Dead          int64  `json:"dead"`
+	ActiveWorkers int64  `json:"active_workers"`
+}
+
+// SubmitParams describe a new task.
+type SubmitParams struct {
+	// Queue is required.
+	Queue string
+	// Payload is any value encoding/json can marshal (a json.RawMessage is
+	// sent as is); nil sends no payload.
+	Payload any
+	// Priority: higher is claimed first (default 0).
+	Priority int
+	// MaxAttempts is 1-100; 0 leaves the server's default (3).
+	MaxAttempts int
+	// Tags a worker must all have to claim the task (at most 16).
+	Tags []string
+	// Deadline: still PENDING after it, the task is DEAD (reason deadline).
+	Deadline *time.Time
+	// RunAt is the earliest claim (default now).
+	RunAt *time.Time
+	// IdempotencyKey: a second submission with the same key on the same
+	// queue returns the first task. Setting it also lets the client retry a
+	// submission safely after any transport error.
+	IdempotencyKey string
+}
+
+type submitRequest struct {
+	Queue          string          `json:"queue"`
+	Payload        json.RawMessage `json:"payload,omitempty"`
+	Priority       int             `json:"priority,omitempty"`
+	MaxAttempts    int             `json:"max_attempts,omitempty"`
+	Tags           []string        `json:"tags,omitempty"`
+	Deadline       *time.Time      `json:"deadline,omitempty"`
+	RunAt          *time.Time      `json:"run_at,omitempty"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+}
+
+// ListParams filter a task listing.
+type ListParams struct {
+	// Queue, when set, lists only this queue.
+	Queue string
+	// Status, when set, lists only this status.
+	Status Status
+	// Limit is the page size, 1-1000 (0: the server's default, 100).
+	Limit int
+	// Cursor is the previous page's NextCursor.
+	Cursor string
+}
+
+// TaskPage is one page of a listing, newest first.
+type TaskPage struct {
+	Tasks []Task `json:"tasks"`
+	// NextCursor fetches the next page; "" on the last one.
+	NextCursor string `json:"next_cursor"`
+}
+
+// RegisterParams describe a worker registration.
+type RegisterParams struct {
+	// ID is the worker's stable id (1-128 of [A-Za-z0-9._:-]); the server
+	// generates one when empty. DefaultWorkerID gives hostname-pid.
+	ID string `json:"id,omitempty"`
+	// Queues the worker serves; claims without a queue use them (none: any).
+	Queues []string `json:"queues,omitempty"`
+	// Tags the worker has; it may claim tasks whose tags are a subset.
+	Tags []string `json:"tags,omitempty"`
+}
+
+// ClaimParams ask for tasks.
+type ClaimParams struct {
+	// WorkerID is the registered worker (required).
+	WorkerID string `json:"worker_id"`
+	// Queue restricts the claim to one queue (default: the worker's).
+	Queue string `json:"queue,omitempty"`
+	// Limit is the most tasks to return, 1-1000 (0: 1).
+	Limit int `json:"limit,omitempty"`
+}
+
+// CompleteParams report a held task done.
+type CompleteParams struct {
+	// WorkerID is the holder (required).
+	WorkerID string
+	// LeaseID is the lease the task was claimed under (Task.LeaseID);
+	// checked by the server when given.
+	LeaseID string
+	// Result is any value encoding/json can marshal; nil sends none.
+	Result any
+}
+
+// FailParams report a held task failed.
+type FailParams struct {
+	// WorkerID is the holder (required).
+	WorkerID string
+	// LeaseID is the lease the task was claimed under; checked when given.
+	LeaseID string
+	// Error says what went wrong (at most 64 KiB; longer is cut).
+	Error string
+	// NonRetryable sends the task straight to DEAD (reason non_retryable);
+	// otherwise it is retried after backoff while attempts remain.
+	NonRetryable bool
+}

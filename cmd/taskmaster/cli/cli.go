@@ -1,0 +1,214 @@
+// Package cli is the client side of the taskmaster binary: commands that
+// talk to a Taskmaster server over HTTP through package client.
+//
+//	taskmaster submit --queue Q [--payload JSON|@file|@-] ...
+//	taskmaster get ID | retry ID | cancel ID
+//	taskmaster list [--queue Q] [--status S] [--limit N] [--cursor C]
+//	taskmaster workers | queues
+//	taskmaster worker --queue Q --exec 'cmd args' [--concurrency N] ...
+//
+// Every command takes --url (default $TASKMASTER_URL, else
+// http://127.0.0.1:8080) and prints a table, or JSON with --json.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/taskmaster/taskmaster/client"
+)
+
+// ErrUsage marks a command-line mistake; the binary exits with code 2.
+var ErrUsage = errors.New("usage error")
+
+// usageError is a command-line mistake with its explanation.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string        { return e.msg }
+func (e *usageError) Is(target error) bool { return target == ErrUsage }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// IO is the process's surroundings.
+type IO struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	Getenv func(string) string
+}
+
+// command is one subcommand.
+type command struct {
+	name    string
+	args    string // positional arguments, for the usage line
+	summary string
+	run     func(ctx context.Context, e *env, positional []string) error
+	flags   func(fs *flag.FlagSet, e *env)
+	nargs   int // positional arguments required
+}
+
+func commands() []command {
+	return []command{
+		{name: "submit", summary: "submit a task", flags: submitFlags, run: runSubmit},
+		{name: "get", args: "ID", summary: "show a task", nargs: 1, run: runGet},
+		{name: "list", summary: "list tasks, newest first", flags: listFlags, run: runList},
+		{name: "retry", args: "ID", summary: "move a DEAD task back to PENDING", nargs: 1, run: runRetry},
+		{name: "cancel", args: "ID", summary: "move a PENDING task to DEAD (cancelled)", nargs: 1, run: runCancel},
+		{name: "workers", summary: "list workers", run: runWorkers},
+		{name: "queues", summary: "show queue statistics", run: runQueues},
+		{name: "worker", summary: "run a shell command once per task (a generic worker)", flags: workerFlags, run: runWorker},
+	}
+}
+
+// Handles reports whether name is a command of this package.
+func Handles(name string) bool {
+	return slices.ContainsFunc(commands(), func(c command) bool { return c.name == name })
+}
+
+// Usage is the one-line summary of every command.
+func Usage() string {
+	var b strings.Builder
+	for _, c := range commands() {
+		fmt.Fprintf(&b, "  taskmaster %-8s %-4s %s\n", c.name, c.args, c.summary)
+	}
+	return b.String()
+}
+
+// env is what a command runs with.
+type env struct {
+	IO
+	url     string
+	json    bool
+	command string
+	flags   *flag.FlagSet
+	state   any // the command's own flag values
+	client  *client.Client
+}
+
+// Run runs args[0] with args[1:]. It returns an error wrapping ErrUsage for
+// command-line mistakes.
+func Run(ctx context.Context, args []string, io IO) error {
+	if len(args) == 0 {
+		return usagef("no command\n%s", Usage())
+	}
+	i := slices.IndexFunc(commands(), func(c command) bool { return c.name == args[0] })
+	if i < 0 {
+		return usagef("unknown command %q\n%s", args[0], Usage())
+	}
+	cmd := commands()[i]
+	if io.Getenv == nil {
+		io.Getenv = func(string) string { return "" }
+	}
+	e := &env{IO: io, command: cmd.name}
+	fs := flag.NewFlagSet("taskmaster "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(io.Stderr)
+	defaultURL := io.Getenv("TASKMASTER_URL")
+	if defaultURL == "" {
+		defaultURL = client.DefaultURL
+	}
+	fs.StringVar(&e.url, "url", defaultURL, "Taskmaster base URL (env TASKMASTER_URL)")
+	if cmd.name != "worker" {
+		fs.BoolVar(&e.json, "json", false, "print JSON instead of a table")
+	}
+	if cmd.flags != nil {
+		cmd.flags(fs, e)
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(io.Stderr, "usage: %s\n  %s\n\nflags:\n", strings.TrimSpace("taskmaster "+cmd.name+" [flags] "+cmd.args), cmd.summary)
+		fs.PrintDefaults()
+	}
+	e.flags = fs
+	positional, err := parseInterspersed(fs, args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return &usageError{msg: err.Error()}
+	}
+	if len(positional) != cmd.nargs {
+		if cmd.nargs == 0 {
+			return usagef("taskmaster %s takes no arguments, got %q", cmd.name, positional)
+		}
+		return usagef("usage: taskmaster %s [flags] %s", cmd.name, cmd.args)
+	}
+	c, err := client.New(e.url, client.WithUserAgent("taskmaster-cli/1"))
+	if err != nil {
+		return &usageError{msg: err.Error()}
+	}
+	e.client = c
+	if err := cmd.run(ctx, e, positional); err != nil {
+		return &plainError{err: err}
+	}
+	return nil
+}
+
+// plainError drops the client package's "taskmaster: " prefix, which the
+// binary prints itself.
+type plainError struct{ err error }
+
+func (e *plainError) Error() string { return strings.TrimPrefix(e.err.Error(), "taskmaster: ") }
+func (e *plainError) Unwrap() error { return e.err }
+
+// parseInterspersed parses flags wherever they appear among the positional
+// arguments (`get ID --json` as well as `get --json ID`); "--" ends flags.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+// multiFlag is a repeatable string flag; values may also be comma-separated.
+type multiFlag []string
+
+func (m *multiFlag) String() string { return strings.Join(*m, ",") }
+
+func (m *multiFlag) Set(v string) error {
+	for _, part := range strings.Split(v, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			*m = append(*m, part)
+		}
+	}
+	return nil
+}
+
+// intsFlag is a repeatable integer flag; values may be comma-separated.
+type intsFlag []int
+
+func (m *intsFlag) String() string {
+	parts := make([]string, len(*m))
+	for i, n := range *m {
+		parts[i] = strconv.Itoa(n)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (m *intsFlag) Set(v string) error {
+	for _, part := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", part)
+		}
+		*m = append(*m, n)
+	}
+	return nil
+}

@@ -1,0 +1,274 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/taskmaster/taskmaster/client"
+)
+
+type submitState struct {
+	queue          string
+	payload        string
+	priority       int
+	maxAttempts    int
+	tags           multiFlag
+	deadline       string
+	runAt          string
+	idempotencyKey string
+}
+
+func submitFlags(fs *flag.FlagSet, e *env) {
+	s := &submitState{}
+	e.state = s
+	fs.StringVar(&s.queue, "queue", "", "queue name (required)")
+	fs.StringVar(&s.payload, "payload", "", "payload: JSON text, @FILE, or @- for standard input")
+	fs.IntVar(&s.priority, "priority", 0, "priority; higher is claimed first")
+	fs.IntVar(&s.maxAttempts, "max-attempts", 0, "attempts before the task is DEAD, 1-100 (default: the server's, 3)")
+	fs.Var(&s.tags, "tag", "a tag the claiming worker must have (repeatable)")
+	fs.StringVar(&s.deadline, "deadline", "", "DEAD if still PENDING at this time: RFC 3339, or a duration from now (1h)")
+	fs.StringVar(&s.runAt, "run-at", "", "earliest claim: RFC 3339, or a delay from now (30s)")
+	fs.StringVar(&s.idempotencyKey, "idempotency-key", "", "a resubmission with this key returns the same task")
+}
+
+func runSubmit(ctx context.Context, e *env, _ []string) error {
+	s := e.state.(*submitState)
+	if s.queue == "" {
+		return usagef("submit: --queue is required")
+	}
+	p := client.SubmitParams{Queue: s.queue, Priority: s.priority, MaxAttempts: s.maxAttempts, Tags: s.tags, IdempotencyKey: s.idempotencyKey}
+	if s.payload != "" {
+		raw, err := readPayload(s.payload, e.Stdin)
+		if err != nil {
+			return err
+		}
+		p.Payload = raw
+	}
+	var err error
+	if p.Deadline, err = parseWhen("--deadline", s.deadline); err != nil {
+		return err
+	}
+	if p.RunAt, err = parseWhen("--run-at", s.runAt); err != nil {
+		return err
+	}
+	t, err := e.client.Submit(ctx, p)
+	if err != nil {
+		return err
+	}
+	return printTask(e, t)
+}
+
+// readPayload reads JSON text, @FILE or @- (stdin), and checks it is JSON.
+func readPayload(v string, stdin io.Reader) (json.RawMessage, error) {
+	var raw []byte
+	switch {
+	case v == "@-":
+		if stdin == nil {
+			return nil, usagef("--payload @-: no standard input")
+		}
+		b, err := io.ReadAll(stdin)
+		if err != nil {
+			return nil, fmt.Errorf("read payload from standard input: %w", err)
+		}
+		raw = b
+	case strings.HasPrefix(v, "@"):
+		b, err := os.ReadFile(v[1:])
+		if err != nil {
+			return nil, usagef("--payload: %v", err)
+		}
+		raw = b
+	default:
+		raw = []byte(v)
+	}
+	if !json.Valid(raw) {
+		return nil, usagef("--payload is not valid JSON (quote a string as '\"text\"')")
+	}
+	return json.RawMessage(strings.TrimSpace(string(raw))), nil
+}
+
+// parseWhen reads an RFC 3339 time or a duration from now.
+func parseWhen(name, v string) (*time.Time, error) {
+	if v == "" {
+		return nil, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return &t, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil {
+		t := time.Now().Add(d).UTC()
+		return &t, nil
+	}
+	return nil, usagef("%s: %q is neither an RFC 3339 time nor a duration", name, v)
+}
+
+func runGet(ctx context.Context, e *env, args []string) error {
+	t, err := e.client.Get(ctx, args[0])
+	if err != nil {
+		return err
+	}
+	return printTask(e, t)
+}
+
+func runRetry(ctx context.Context, e *env, args []string) error {
+	t, err := e.client.Retry(ctx, args[0])
+	if err != nil {
+		return err
+	}
+	return printTask(e, t)
+}
+
+func runCancel(ctx context.Context, e *env, args []string) error {
+	t, err := e.client.Cancel(ctx, args[0])
+	if err != nil {
+		return err
+	}
+	return printTask(e, t)
+}
+
+type listState struct {
+	queue  string
+	status string
+	limit  int
+	cursor string
+}
+
+func listFlags(fs *flag.FlagSet, e *env) {
+	s := &listState{}
+	e.state = s
+	fs.StringVar(&s.queue, "queue", "", "only this queue")
+	fs.StringVar(&s.status, "status", "", "only this status: PENDING, RUNNING, DONE or DEAD")
+	fs.IntVar(&s.limit, "limit", 0, "page size, 1-1000 (default: the server's, 100)")
+	fs.StringVar(&s.cursor, "cursor", "", "the next page's cursor, from the previous page")
+}
+
+func runList(ctx context.Context, e *env, _ []string) error {
+	s := e.state.(*listState)
+	page, err := e.client.List(ctx, client.ListParams{Queue: s.queue, Status: client.Status(strings.ToUpper(s.status)), Limit: s.limit, Cursor: s.cursor})
+	if err != nil {
+		return err
+	}
+	if e.json {
+		var next *string
+		if page.NextCursor != "" {
+			next = &page.NextCursor
+		}
+		return printJSON(e.Stdout, struct {
+			Tasks      []client.Task `json:"tasks"`
+			NextCursor *string       `json:"next_cursor"`
+		}{nonNil(page.Tasks), next})
+	}
+	tw := table(e.Stdout)
+	fmt.Fprintln(tw, "ID\tQUEUE\tSTATUS\tPRIORITY\tATTEMPTS\tCREATED\tRUN AT\tLAST ERROR")
+	for _, t := range page.Tasks {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d/%d\t%s\t%s\t%s\n", t.ID, t.Queue, statusText(t), t.Priority, t.Attempts, t.MaxAttempts,
+			when(&t.CreatedAt), when(&t.RunAt), oneLine(t.LastError, 60))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if page.NextCursor != "" {
+		fmt.Fprintf(e.Stdout, "\nmore: taskmaster list --cursor %s", page.NextCursor)
+		if s.queue != "" {
+			fmt.Fprintf(e.Stdout, " --queue %s", s.queue)
+		}
+		if s.status != "" {
+			fmt.Fprintf(e.Stdout, " --status %s", s.status)
+		}
+		if s.limit != 0 {
+			fmt.Fprintf(e.Stdout, " --limit %d", s.limit)
+		}
+		fmt.Fprintln(e.Stdout)
+	}
+	return nil
+}
+
+// printTask prints one task as a two-column table, or as JSON.
+func printTask(e *env, t *client.Task) error {
+	if e.json {
+		return printJSON(e.Stdout, t)
+	}
+	tw := table(e.Stdout)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("ID", t.ID)
+	row("Queue", t.Queue)
+	row("Status", statusText(*t))
+	row("Priority", fmt.Sprint(t.Priority))
+	row("Attempts", fmt.Sprintf("%d of %d", t.Attempts, t.MaxAttempts))
+	row("Tags", orDash(strings.Join(t.Tags, ", ")))
+	row("Payload", compactJSON(t.Payload))
+	row("Result", compactJSON(t.Result))
+	row("Last error", orDash(oneLine(t.LastError, 200)))
+	row("Worker", orDash(t.WorkerID))
+	row("Lease", orDash(t.LeaseID))
+	row("Idempotency key", orDash(t.IdempotencyKey))
+	row("Created", when(&t.CreatedAt))
+	row("Run at", when(&t.RunAt))
+	row("Deadline", when(t.Deadline))
+	row("Claimed", when(t.ClaimedAt))
+	row("Finished", when(t.FinishedAt))
+	row("Updated", when(&t.UpdatedAt))
+	return tw.Flush()
+}
+
+func statusText(t client.Task) string {
+	if t.DeadReason != "" {
+		return fmt.Sprintf("%s (%s)", t.Status, t.DeadReason)
+	}
+	return string(t.Status)
+}
+
+func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func when(t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func compactJSON(raw json.RawMessage) string {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "-"
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return string(raw)
+	}
+	return oneLine(b.String(), 200)
+}
+
+func oneLine(s string, most int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > most {
+		return string(r[:most-1]) + "…"
+	}
+	return s
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

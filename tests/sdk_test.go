@@ -1,0 +1,541 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskmaster/taskmaster/client"
+	"github.com/taskmaster/taskmaster/cmd/taskmaster/app"
+	"github.com/taskmaster/taskmaster/tests/spectest"
+	"github.com/taskmaster/taskmaster/tests/testserver"
+)
+
+// sdkRetries keeps transient-error retries quick in tests.
+var sdkRetries = client.RetryPolicy{MaxAttempts: 5, BaseDelay: 5 * time.Millisecond, MaxDelay: 50 * time.Millisecond}
+
+func newSDK(t *testing.T, url string, transport http.RoundTripper) *client.Client {
+	t.Helper()
+	if transport == nil {
+		transport = http.DefaultTransport
+	}
+	c, err := client.New(url, client.WithRetryPolicy(sdkRetries), client.WithHTTPClient(&http.Client{Transport: transport, Timeout: 30 * time.Second}))
+	require.NoError(t, err)
+	return c
+}
+
+// syncBuffer is a log sink safe for concurrent writers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func testLogger(t *testing.T) (*slog.Logger, *syncBuffer) {
+	t.Helper()
+	buf := &syncBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("runner log:\n%s", buf.String())
+		}
+	})
+	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
+}
+
+// startRunner runs a runner with cfg (fast polling and a captured log
+// unless set) until the returned stop function is called; stop waits for
+// Run to return and hands back its error.
+func startRunner(t *testing.T, c *client.Client, cfg client.RunnerConfig, h client.HandlerFunc) (stop func() error, logs *syncBuffer) {
+	t.Helper()
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval, cfg.MaxIdleInterval = 5*time.Millisecond, 20*time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger, logs = testLogger(t)
+	}
+	r, err := client.NewRunner(c, cfg, h)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	return stopper(t, cancel, done, "runner"), logs
+}
+
+// stopper returns a function that cancels a running thing and waits (at
+// most 30 s) for its error; it also runs at cleanup.
+func stopper(t *testing.T, cancel context.CancelFunc, done <-chan error, what string) func() error {
+	t.Helper()
+	var once sync.Once
+	var err error
+	stop := func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-done:
+			case <-time.After(30 * time.Second):
+				err = fmt.Errorf("%s did not stop within 30 s", what)
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+func submitN(t *testing.T, c *client.Client, queue string, n int, payload func(i int) any) []string {
+	t.Helper()
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	const producers = 8
+	for p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := p; i < n; i += producers {
+				var pl any
+				if payload != nil {
+					pl = payload(i)
+				}
+				task, err := c.Submit(context.Background(), client.SubmitParams{Queue: queue, Payload: pl})
+				if err != nil {
+					errs <- err
+					return
+				}
+				ids[i] = task.ID
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	return ids
+}
+
+func countRows(t *testing.T, s *testserver.Server, query string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, s.DB.Get(&n, query, args...))
+	return n
+}
+
+// A runner with concurrency 8 processes 1,000 tasks, each exactly once.
+func TestRunnerProcessesEveryTaskExactlyOnce(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, nil)
+	c := newSDK(t, s.URL, nil)
+	const n = 1000
+	ids := submitN(t, c, "bulk", n, func(i int) any { return map[string]int{"i": i} })
+
+	var (
+		mu          sync.Mutex
+		invocations = map[string]int{}
+		running     atomic.Int32
+		peak        atomic.Int32
+	)
+	handler := func(ctx context.Context, task client.Task) (any, error) {
+		now := running.Add(1)
+		defer running.Add(-1)
+		for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
+		}
+		mu.Lock()
+		invocations[task.ID]++
+		mu.Unlock()
+		var p struct{ I int }
+		if err := task.DecodePayload(&p); err != nil {
+			return nil, client.NonRetryable(err)
+		}
+		return map[string]any{"id": task.ID, "double": p.I * 2}, nil
+	}
+	stop, _ := startRunner(t, c, client.RunnerConfig{Queues: []string{"bulk"}, Concurrency: 8}, handler)
+
+	require.Eventually(t, func() bool {
+		return countRows(t, s, `SELECT count(*) FROM tasks WHERE queue = 'bulk' AND status = 'DONE'`) == n
+	}, 90*time.Second, 20*time.Millisecond)
+	require.NoError(t, stop())
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, invocations, n)
+	for _, id := range ids {
+		require.Equal(t, 1, invocations[id], "task %s handled %d times", id, invocations[id])
+	}
+	require.LessOrEqual(t, peak.Load(), int32(8))
+	require.Equal(t, n, countRows(t, s, `SELECT count(*) FROM tasks
+		WHERE queue = 'bulk' AND status = 'DONE' AND attempts = 1
+		  AND result->>'id' = id::text AND (result->>'double')::int = 2 * (payload->>'i')::int`))
+}
+
+// On shutdown, a handler that ignores its context is abandoned after the
+// drain timeout and grace, one that honours it is cancelled; both tasks are
+// failed as retryable, requeued, and later completed by another runner.
+func TestRunnerShutdownRequeuesUnfinishedTasks(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, func(c *app.Config) { c.App.Backoff.Base = 10 * time.Millisecond })
+	v := spectest.New(t, s.URL)
+	c := newSDK(t, s.URL, v.Transport(http.DefaultTransport))
+	ignoring, err := c.Submit(context.Background(), client.SubmitParams{Queue: "hang", Payload: map[string]string{"mode": "ignore"}})
+	require.NoError(t, err)
+	cooperative, err := c.Submit(context.Background(), client.SubmitParams{Queue: "hang", Payload: map[string]string{"mode": "cooperative"}})
+	require.NoError(t, err)
+
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) }) // lets the abandoned handler return at last
+	started := make(chan string, 2)
+	causes := make(chan error, 1)
+	handler := func(ctx context.Context, task client.Task) (any, error) {
+		var p struct{ Mode string }
+		_ = task.DecodePayload(&p)
+		started <- task.ID
+		if p.Mode == "ignore" {
+			<-release
+			return "too late", nil
+		}
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return nil, ctx.Err()
+	}
+	stop, logs := startRunner(t, c, client.RunnerConfig{
+		WorkerID: "hang-worker", Queues: []string{"hang"}, Concurrency: 2,
+		DrainTimeout: 100 * time.Millisecond, CancelGrace: 200 * time.Millisecond,
+	}, handler)
+	for range 2 {
+		select {
+		case <-started:
+		case <-time.After(30 * time.Second):
+			t.Fatal("handlers did not start")
+		}
+	}
+
+	begin := time.Now()
+	require.NoError(t, stop())
+	require.Less(t, time.Since(begin), 20*time.Second)
+	require.ErrorIs(t, <-causes, client.ErrShutdown)
+	require.Contains(t, logs.String(), "handler did not return after its context was cancelled")
+
+	for _, id := range []string{ignoring.ID, cooperative.ID} {
+		task, err := c.Get(context.Background(), id)
+		require.NoError(t, err)
+		require.Equal(t, client.StatusPending, task.Status, "task %s must be requeued, not lost", id)
+		require.Equal(t, 1, task.Attempts)
+		require.Empty(t, task.WorkerID)
+		require.Contains(t, task.LastError, "shut down")
+	}
+
+	// Never lost: another runner finishes both.
+	stop2, _ := startRunner(t, c, client.RunnerConfig{WorkerID: "rescuer", Queues: []string{"hang"}, Concurrency: 2},
+		func(ctx context.Context, task client.Task) (any, error) { return "rescued", nil })
+	require.Eventually(t, func() bool {
+		return countRows(t, s, `SELECT count(*) FROM tasks WHERE queue = 'hang' AND status = 'DONE' AND attempts = 2 AND result = '"rescued"'`) == 2
+	}, 30*time.Second, 10*time.Millisecond)
+	require.NoError(t, stop2())
+}
+
+// countingTransport counts requests by "METHOD path".
+type countingTransport struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	n    map[string]int
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[r.Method+" "+r.URL.Path]++
+	c.mu.Unlock()
+	return c.next.RoundTrip(r)
+}
+
+func (c *countingTransport) count(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[key]
+}
+
+// A runner whose worker was declared dead while its handlers were paused,
+// and whose tasks went to another worker, gets lease-lost on its late
+// complete and fail, sends each exactly once, and registers again.
+func TestRunnerDropsTasksWhoseLeaseWasLost(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, nil)
+	v := spectest.New(t, s.URL)
+	counter := &countingTransport{next: v.Transport(http.DefaultTransport)}
+	c := newSDK(t, s.URL, counter)
+	toComplete, err := c.Submit(context.Background(), client.SubmitParams{Queue: "lease", Payload: map[string]string{"then": "complete"}})
+	require.NoError(t, err)
+	toFail, err := c.Submit(context.Background(), client.SubmitParams{Queue: "lease", Payload: map[string]string{"then": "fail"}})
+	require.NoError(t, err)
+
+	resume := make(chan struct{})
+	started := make(chan string, 2)
+	handler := func(ctx context.Context, task client.Task) (any, error) {
+		started <- task.ID
+		<-resume
+		var p struct{ Then string }
+		_ = task.DecodePayload(&p)
+		if p.Then == "fail" {
+			return nil, errors.New("late failure")
+		}
+		return "late result", nil
+	}
+	stop, logs := startRunner(t, c, client.RunnerConfig{
+		WorkerID: "paused-worker", Queues: []string{"lease"}, Concurrency: 2, HeartbeatInterval: 20 * time.Millisecond,
+	}, handler)
+	for range 2 {
+		<-started
+	}
+
+	// What the heartbeat reaper does to a silent worker: declare it dead
+	// and requeue its tasks, in one transaction.
+	tx := s.DB.MustBegin()
+	tx.MustExec(`UPDATE workers SET status = 'DEAD' WHERE id = 'paused-worker'`)
+	tx.MustExec(`UPDATE tasks SET status = 'PENDING', worker_id = NULL, lease_id = NULL, run_at = now(), updated_at = now()
+		WHERE worker_id = 'paused-worker' AND status = 'RUNNING'`)
+	require.NoError(t, tx.Commit())
+	// Another worker takes both tasks.
+	thief := newSDK(t, s.URL, nil)
+	_, err = thief.Register(context.Background(), client.RegisterParams{ID: "thief", Queues: []string{"lease"}})
+	require.NoError(t, err)
+	taken, err := thief.Claim(context.Background(), client.ClaimParams{WorkerID: "thief", Limit: 2})
+	require.NoError(t, err)
+	require.Len(t, taken, 2)
+	leases := map[string]string{taken[0].ID: taken[0].LeaseID, taken[1].ID: taken[1].LeaseID}
+
+	// The dead worker's heartbeat got worker-dead: it registers again.
+	require.Eventually(t, func() bool {
+		return countRows(t, s, `SELECT count(*) FROM workers WHERE id = 'paused-worker' AND status = 'ACTIVE'`) == 1
+	}, 10*time.Second, 10*time.Millisecond)
+
+	close(resume)
+	require.Eventually(t, func() bool {
+		return strings.Count(logs.String(), "task no longer held by this worker") == 2
+	}, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, stop())
+
+	require.Equal(t, 1, counter.count("POST /tasks/v1/"+toComplete.ID+"/complete"), "a lease-lost complete must not be retried")
+	require.Equal(t, 1, counter.count("POST /tasks/v1/"+toFail.ID+"/fail"), "a lease-lost fail must not be retried")
+	require.Zero(t, counter.count("POST /tasks/v1/"+toComplete.ID+"/fail"))
+	require.Equal(t, 2, strings.Count(logs.String(), "lease-lost"))
+	require.GreaterOrEqual(t, counter.count("POST /workers/v1/register"), 2)
+	for id, lease := range leases {
+		task, err := thief.Get(context.Background(), id)
+		require.NoError(t, err)
+		require.Equal(t, client.StatusRunning, task.Status)
+		require.Equal(t, "thief", task.WorkerID)
+		require.Equal(t, lease, task.LeaseID, "the late reports changed nothing")
+	}
+}
+
+// Handler errors: NonRetryable goes straight to DEAD, a plain error is
+// retried, a panic is a retryable failure, an unencodable result or one the
+// server refuses is a non-retryable one.
+func TestRunnerReportsHandlerOutcomes(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, func(c *app.Config) { c.App.Backoff.Base = 5 * time.Millisecond })
+	v := spectest.New(t, s.URL)
+	c := newSDK(t, s.URL, v.Transport(http.DefaultTransport))
+	submit := func(kind string) string {
+		task, err := c.Submit(context.Background(), client.SubmitParams{Queue: "outcomes", Payload: map[string]string{"kind": kind}})
+		require.NoError(t, err)
+		return task.ID
+	}
+	nonRetryable, flaky, panicky, unencodable := submit("non-retryable"), submit("flaky"), submit("panic"), submit("unencodable")
+	tooLarge := submit("too-large")
+
+	handler := func(ctx context.Context, task client.Task) (any, error) {
+		var p struct{ Kind string }
+		_ = task.DecodePayload(&p)
+		switch {
+		case p.Kind == "non-retryable":
+			return nil, client.NonRetryable(fmt.Errorf("payload rejected: %w", errors.New("schema mismatch")))
+		case p.Kind == "flaky" && task.Attempts == 1:
+			return nil, errors.New("temporary outage")
+		case p.Kind == "panic" && task.Attempts == 1:
+			panic("handler bug")
+		case p.Kind == "unencodable":
+			return make(chan int), nil
+		case p.Kind == "too-large":
+			return strings.Repeat("x", 1<<20), nil // over the server's 1 MiB body limit
+		}
+		return map[string]int{"attempt": task.Attempts}, nil
+	}
+	stop, _ := startRunner(t, c, client.RunnerConfig{Queues: []string{"outcomes"}, Concurrency: 4}, handler)
+	require.Eventually(t, func() bool {
+		return countRows(t, s, `SELECT count(*) FROM tasks WHERE queue = 'outcomes' AND status IN ('DONE', 'DEAD')`) == 5
+	}, 30*time.Second, 10*time.Millisecond)
+	require.NoError(t, stop())
+
+	get := func(id string) *client.Task {
+		task, err := c.Get(context.Background(), id)
+		require.NoError(t, err)
+		return task
+	}
+	got := get(nonRetryable)
+	require.Equal(t, client.StatusDead, got.Status)
+	require.Equal(t, client.DeadNonRetryable, got.DeadReason)
+	require.Equal(t, 1, got.Attempts)
+	require.Equal(t, "payload rejected: schema mismatch", got.LastError)
+
+	got = get(flaky)
+	require.Equal(t, client.StatusDone, got.Status)
+	require.Equal(t, 2, got.Attempts)
+	require.Equal(t, "temporary outage", got.LastError)
+	require.JSONEq(t, `{"attempt":2}`, string(got.Result))
+
+	got = get(panicky)
+	require.Equal(t, client.StatusDone, got.Status)
+	require.Equal(t, 2, got.Attempts)
+	require.Contains(t, got.LastError, "handler panic: handler bug")
+
+	got = get(unencodable)
+	require.Equal(t, client.StatusDead, got.Status)
+	require.Equal(t, client.DeadNonRetryable, got.DeadReason)
+	require.Contains(t, got.LastError, "cannot be encoded as JSON")
+
+	got = get(tooLarge)
+	require.Equal(t, client.StatusDead, got.Status)
+	require.Equal(t, client.DeadNonRetryable, got.DeadReason)
+	require.Contains(t, got.LastError, "rejected the handler's result")
+	require.Contains(t, got.LastError, "body-too-large")
+}
+
+// The producer side and the typed problems, against the real server.
+func TestClientAgainstServer(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, nil)
+	v := spectest.New(t, s.URL)
+	c := newSDK(t, s.URL, v.Transport(http.DefaultTransport))
+	ctx := context.Background()
+
+	runAt := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
+	first, err := c.Submit(ctx, client.SubmitParams{
+		Queue: "sdk", Payload: map[string]any{"to": "a@example.com"}, Priority: 7, MaxAttempts: 2,
+		Tags: []string{"mail"}, RunAt: &runAt, IdempotencyKey: "order-1",
+	})
+	require.NoError(t, err)
+	require.Equal(t, client.StatusPending, first.Status)
+	require.Equal(t, 7, first.Priority)
+	require.Equal(t, 2, first.MaxAttempts)
+	require.Equal(t, []string{"mail"}, first.Tags)
+	require.True(t, runAt.Equal(first.RunAt))
+	require.Equal(t, "order-1", first.IdempotencyKey)
+	again, err := c.Submit(ctx, client.SubmitParams{Queue: "sdk", IdempotencyKey: "order-1"})
+	require.NoError(t, err)
+	require.Equal(t, first.ID, again.ID)
+
+	for range 3 {
+		_, err := c.Submit(ctx, client.SubmitParams{Queue: "sdk"})
+		require.NoError(t, err)
+	}
+	page, err := c.List(ctx, client.ListParams{Queue: "sdk", Limit: 3})
+	require.NoError(t, err)
+	require.Len(t, page.Tasks, 3)
+	require.NotEmpty(t, page.NextCursor)
+	rest, err := c.List(ctx, client.ListParams{Queue: "sdk", Limit: 3, Cursor: page.NextCursor})
+	require.NoError(t, err)
+	require.Len(t, rest.Tasks, 1)
+	require.Equal(t, first.ID, rest.Tasks[0].ID, "newest first")
+	require.Empty(t, rest.NextCursor)
+
+	got, err := c.Get(ctx, first.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"to":"a@example.com"}`, string(got.Payload))
+
+	cancelled, err := c.Cancel(ctx, first.ID)
+	require.NoError(t, err)
+	require.Equal(t, client.DeadCancelled, cancelled.DeadReason)
+	_, err = c.Cancel(ctx, first.ID)
+	require.True(t, client.IsInvalidTransition(err), "%v", err)
+	p, _ := client.AsProblem(err)
+	require.Equal(t, client.StatusDead, p.CurrentStatus)
+	retried, err := c.Retry(ctx, first.ID)
+	require.NoError(t, err)
+	require.Equal(t, client.StatusPending, retried.Status)
+
+	// The worker protocol by hand.
+	reg, err := c.Register(ctx, client.RegisterParams{ID: "sdk-worker", Queues: []string{"sdk"}, Tags: []string{"mail"}})
+	require.NoError(t, err)
+	require.True(t, reg.Created)
+	require.Equal(t, 10*time.Second, reg.HeartbeatInterval())
+	reg, err = c.Register(ctx, client.RegisterParams{ID: "sdk-worker", Queues: []string{"sdk"}, Tags: []string{"mail"}})
+	require.NoError(t, err)
+	require.False(t, reg.Created)
+	w, err := c.Heartbeat(ctx, "sdk-worker")
+	require.NoError(t, err)
+	require.Equal(t, client.WorkerActive, w.Status)
+	claimed, err := c.Claim(ctx, client.ClaimParams{WorkerID: "sdk-worker", Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, claimed, 4)
+	require.Equal(t, first.ID, claimed[0].ID, "priority first")
+	require.NotEmpty(t, claimed[0].LeaseID)
+
+	_, err = c.Complete(ctx, claimed[0].ID, client.CompleteParams{WorkerID: "someone-else", LeaseID: claimed[0].LeaseID})
+	require.True(t, client.IsLeaseLost(err), "%v", err)
+	p, _ = client.AsProblem(err)
+	require.Equal(t, client.StatusRunning, p.CurrentStatus)
+	_, err = c.Fail(ctx, claimed[0].ID, client.FailParams{WorkerID: "sdk-worker", LeaseID: uuid.NewString()})
+	require.True(t, client.IsLeaseLost(err), "%v", err)
+	done, err := c.Complete(ctx, claimed[0].ID, client.CompleteParams{WorkerID: "sdk-worker", LeaseID: claimed[0].LeaseID, Result: []int{1, 2}})
+	require.NoError(t, err)
+	require.Equal(t, client.StatusDone, done.Status)
+	require.JSONEq(t, `[1,2]`, string(done.Result))
+	failed, err := c.Fail(ctx, claimed[1].ID, client.FailParams{WorkerID: "sdk-worker", LeaseID: claimed[1].LeaseID,
+		Error: strings.Repeat("é", client.MaxErrorBytes), NonRetryable: true})
+	require.NoError(t, err, "an over-long error is cut to the server's limit")
+	require.Equal(t, client.DeadNonRetryable, failed.DeadReason)
+	require.LessOrEqual(t, len(failed.LastError), client.MaxErrorBytes)
+
+	workers, err := c.Workers(ctx)
+	require.NoError(t, err)
+	require.Len(t, workers, 1)
+	queues, err := c.Queues(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []client.Queue{{Queue: "sdk", Running: 2, Done: 1, Dead: 1, ActiveWorkers: 1}}, queues)
+
+	// Problems.
+	_, err = c.Get(client.WithCorrelationID(ctx, "sdk-test-cid"), uuid.NewString())
+	require.True(t, client.IsNotFound(err))
+	p, _ = client.AsProblem(err)
+	require.Equal(t, client.ProblemTaskNotFound, p.Type)
+	require.Equal(t, "sdk-test-cid", p.CorrelationID)
+	_, err = c.Submit(ctx, client.SubmitParams{Queue: "", MaxAttempts: 1000})
+	require.True(t, client.IsValidation(err))
+	p, _ = client.AsProblem(err)
+	require.ElementsMatch(t, []string{"queue", "max_attempts"}, []string{p.Errors[0].Field, p.Errors[1].Field})
+	_, err = c.Heartbeat(ctx, "nobody")
+	require.True(t, client.IsWorkerNotFound(err))
+	_, err = c.Register(ctx, client.RegisterParams{ID: "bad id"})
+	require.True(t, client.IsValidation(err))
+	_, err = s.DB.Exec(`UPDATE workers SET status = 'DEAD' WHERE id = 'sdk-worker'`)
+	require.NoError(t, err)
+	_, err = c.Claim(ctx, client.ClaimParams{WorkerID: "sdk-worker"})
+	require.True(t, client.IsWorkerDead(err))
+	_, err = c.Heartbeat(ctx, "sdk-worker")
+	require.True(t, client.IsWorkerDead(err))
+}
