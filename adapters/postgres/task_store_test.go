@@ -143,6 +143,68 @@ func TestTaskStoreUpdateErrorSavesNothing(t *testing.T) {
 	require.Len(t, f.outbox(), 1, "only the submission's event")
 }
 
+// Update holds the row lock from load to commit: a second Update of the same
+// task waits for it (visibly, as a lock wait in PostgreSQL) and then decides
+// on the committed state.
+func TestTaskStoreUpdateHoldsTheRowLockUntilCommit(t *testing.T) {
+	t.Parallel()
+	f := newStoreFixture(t)
+	created := f.submit(task.SubmitParams{Queue: "q"})
+	claimed := f.claim(ports.ClaimParams{WorkerID: "w1"})
+	require.Len(t, claimed, 1)
+	lease := claimed[0].Snapshot().LeaseID
+	complete := task.CompleteParams{WorkerID: "w1", LeaseID: &lease}
+	update := func(decide func(t *task.Task)) error {
+		return f.tx.Run(context.Background(), func(ctx context.Context, st ports.Stores) error {
+			_, err := st.Tasks.Update(ctx, created.ID(), func(t *task.Task, now time.Time) ([]event.Event, error) {
+				decide(t)
+				e, err := t.Complete(complete, now)
+				return []event.Event{e}, err
+			})
+			return err
+		})
+	}
+
+	inFirst, release := make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	firstDone := make(chan error, 1)
+	go func() {
+		firstDone <- update(func(*task.Task) {
+			close(inFirst)
+			<-release
+		})
+	}()
+	<-inFirst
+
+	secondSaw := make(chan task.Status, 1)
+	secondDone := make(chan error, 1)
+	go func() { secondDone <- update(func(t *task.Task) { secondSaw <- t.Status() }) }()
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case status := <-secondSaw:
+			require.FailNow(t, "the second Update loaded the task while the first held it", "it saw %s", status)
+		default:
+		}
+		var waiting int
+		require.NoError(t, f.db.Get(&waiting, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`))
+		if waiting == 1 {
+			break
+		}
+		require.False(t, time.Now().After(deadline), "the second Update never waited for the lock")
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	releaseOnce.Do(func() { close(release) })
+	require.NoError(t, <-firstDone)
+	require.Equal(t, task.StatusDone, <-secondSaw, "the waiter decides on the committed state")
+	var transition *task.TransitionError
+	require.ErrorAs(t, <-secondDone, &transition)
+}
+
 // Twenty holders race to complete the same task: Update locks the row, so
 // exactly one sees it RUNNING and the others see it DONE.
 func TestTaskStoreUpdateLocksConcurrentCompletionsExactlyOneWins(t *testing.T) {
