@@ -111,7 +111,10 @@ func (s *TaskStore) Create(ctx context.Context, fn ports.TaskCreateFunc) (*task.
 		return row.toDomain(), true, nil
 	}
 	if err != sql.ErrNoRows {
-		return nil, false, fmt.Errorf("insert task: %w", jsonValueError(err, "payload"))
+		if len(v.Payload) > 0 {
+			err = jsonValueError(err, "payload")
+		}
+		return nil, false, fmt.Errorf("insert task: %w", err)
 	}
 	// The queue already holds this idempotency key (perhaps committed by a
 	// concurrent submission this statement waited for).
