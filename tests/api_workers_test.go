@@ -105,7 +105,7 @@ func TestAPIHeartbeat(t *testing.T) {
 	var revived testclient.Worker
 	c.Do(http.MethodPost, "/workers/v1/w/heartbeat", "").Expect(t, http.StatusOK, &revived)
 	require.Equal(t, "ACTIVE", revived.Status, "a heartbeat revives a STALE worker")
-	require.True(t, revived.LastHeartbeatAt.After(beat.LastHeartbeatAt.Add(-10*time.Second)))
+	require.False(t, revived.LastHeartbeatAt.Before(beat.LastHeartbeatAt), "refreshed from 40 s ago to now")
 
 	c.Do(http.MethodPost, "/workers/v1/nobody/heartbeat", nil).Problem(t, http.StatusNotFound, "worker-not-found")
 	stage(t, s, `UPDATE workers SET status = 'DEAD' WHERE id = 'w'`)
