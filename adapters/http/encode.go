@@ -7,7 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/taskmaster/taskmaster/domain/validation"
 )
@@ -29,6 +33,10 @@ func decode(r *http.Request, dst any, allowEmpty bool) error {
 			return nil
 		}
 		return badRequest("a JSON request body is required")
+	}
+	if bytes.Equal(bytes.TrimSpace(body), []byte("null")) {
+		// Decoding null into a struct would silently do nothing.
+		return badRequest("the request body must be a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -79,6 +87,8 @@ func jsonKind(goType string) string {
 	switch {
 	case strings.HasPrefix(goType, "[]"):
 		return "an array"
+	case strings.Contains(goType, "UUID"):
+		return "a UUID string"
 	case strings.Contains(goType, "int"), strings.Contains(goType, "float"):
 		return "a number"
 	case strings.Contains(goType, "string"):
@@ -90,6 +100,53 @@ func jsonKind(goType string) string {
 	default:
 		return "an object"
 	}
+}
+
+// timeValue is an RFC 3339 time in a request. A malformed one fails as a
+// type error, so the problem names its field (time.Time's own error does not
+// say where it was).
+type timeValue struct{ time.Time }
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (v *timeValue) UnmarshalJSON(b []byte) error {
+	if err := v.Time.UnmarshalJSON(b); err != nil {
+		return &json.UnmarshalTypeError{Value: "value " + string(b), Type: reflect.TypeFor[time.Time]()}
+	}
+	return nil
+}
+
+// get returns the time, or nil when the field was absent or null.
+func (v *timeValue) get() *time.Time {
+	if v == nil {
+		return nil
+	}
+	return &v.Time
+}
+
+// uuidValue is a UUID in a request; like timeValue, a malformed one fails as
+// a type error naming its field.
+type uuidValue struct{ uuid.UUID }
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (v *uuidValue) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return &json.UnmarshalTypeError{Value: "value " + string(b), Type: reflect.TypeFor[uuid.UUID]()}
+	}
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return &json.UnmarshalTypeError{Value: "string " + s, Type: reflect.TypeFor[uuid.UUID]()}
+	}
+	v.UUID = id
+	return nil
+}
+
+// get returns the id, or nil when the field was absent or null.
+func (v *uuidValue) get() *uuid.UUID {
+	if v == nil {
+		return nil
+	}
+	return &v.UUID
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -133,7 +133,7 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 func writeProblem(w http.ResponseWriter, r *http.Request, p Problem) {
-	p.Instance = r.URL.Path
+	p.Instance = r.URL.EscapedPath() // a URI reference, as RFC 9457 asks
 	p.CorrelationID = correlationID(r.Context())
 	writeJSONType(w, p.Status, "application/problem+json", p)
 }

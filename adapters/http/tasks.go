@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/gorilla/mux"
@@ -22,15 +21,15 @@ type submitRequest struct {
 	Priority       int             `json:"priority"`
 	MaxAttempts    int             `json:"max_attempts"`
 	Tags           []string        `json:"tags"`
-	Deadline       *time.Time      `json:"deadline"`
-	RunAt          *time.Time      `json:"run_at"`
+	Deadline       *timeValue      `json:"deadline"`
+	RunAt          *timeValue      `json:"run_at"`
 	IdempotencyKey string          `json:"idempotency_key"`
 }
 
 func (q submitRequest) params() task.SubmitParams {
 	return task.SubmitParams{
 		Queue: q.Queue, Payload: q.Payload, Priority: q.Priority, MaxAttempts: q.MaxAttempts,
-		Tags: q.Tags, Deadline: q.Deadline, RunAt: q.RunAt, IdempotencyKey: q.IdempotencyKey,
+		Tags: q.Tags, Deadline: q.Deadline.get(), RunAt: q.RunAt.get(), IdempotencyKey: q.IdempotencyKey,
 	}
 }
 
@@ -162,7 +161,7 @@ func (s *Server) handleClaimTasks(w http.ResponseWriter, r *http.Request) {
 
 type completeRequest struct {
 	WorkerID string          `json:"worker_id"`
-	LeaseID  *uuid.UUID      `json:"lease_id"`
+	LeaseID  *uuidValue      `json:"lease_id"`
 	Result   json.RawMessage `json:"result"`
 }
 
@@ -176,7 +175,7 @@ func (s *Server) handleCompleteTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	t, err := s.tasks.Complete(r.Context(), ports.CompleteCommand{TaskID: id, WorkerID: req.WorkerID, LeaseID: req.LeaseID, Result: req.Result})
+	t, err := s.tasks.Complete(r.Context(), ports.CompleteCommand{TaskID: id, WorkerID: req.WorkerID, LeaseID: req.LeaseID.get(), Result: req.Result})
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -186,7 +185,7 @@ func (s *Server) handleCompleteTask(w http.ResponseWriter, r *http.Request) {
 
 type failRequest struct {
 	WorkerID  string     `json:"worker_id"`
-	LeaseID   *uuid.UUID `json:"lease_id"`
+	LeaseID   *uuidValue `json:"lease_id"`
 	Error     string     `json:"error"`
 	Retryable *bool      `json:"retryable"`
 }
@@ -201,7 +200,7 @@ func (s *Server) handleFailTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	cmd := ports.FailCommand{TaskID: id, WorkerID: req.WorkerID, LeaseID: req.LeaseID, Error: req.Error, Retryable: true}
+	cmd := ports.FailCommand{TaskID: id, WorkerID: req.WorkerID, LeaseID: req.LeaseID.get(), Error: req.Error, Retryable: true}
 	if req.Retryable != nil {
 		cmd.Retryable = *req.Retryable
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -111,6 +112,9 @@ func (s *TaskStore) Create(ctx context.Context, fn ports.TaskCreateFunc) (*task.
 		return row.toDomain(), true, nil
 	}
 	if err != sql.ErrNoRows {
+		if len(v.Payload) > 0 {
+			err = jsonValueError(err, "payload")
+		}
 		return nil, false, fmt.Errorf("insert task: %w", err)
 	}
 	// The queue already holds this idempotency key (perhaps committed by a
@@ -166,6 +170,9 @@ func (s *TaskStore) save(ctx context.Context, t *task.Task) error {
 		v.ID, string(v.Status), v.Attempts, nullString(v.WorkerID), nullUUID(v.LeaseID), nullString(v.LastError),
 		nullString(string(v.DeadReason)), nullJSON(v.Result), v.RunAt, v.ClaimedAt, v.FinishedAt, v.UpdatedAt)
 	if err != nil {
+		if len(v.Result) > 0 {
+			err = jsonValueError(err, "result")
+		}
 		return fmt.Errorf("save task: %w", err)
 	}
 	return nil
@@ -215,6 +222,12 @@ var claimAnySQL = `
 
 // Claim implements ports.TaskStore with one statement.
 func (s *TaskStore) Claim(ctx context.Context, p ports.ClaimParams) ([]*task.Task, error) {
+	if len(p.Queues) > 0 {
+		p.Queues = slices.DeleteFunc(slices.Clone(p.Queues), func(q string) bool { return !storableText(q) })
+		if len(p.Queues) == 0 {
+			return []*task.Task{}, nil // no task is in a queue with such a name
+		}
+	}
 	tags := pq.StringArray(p.WorkerTags)
 	if tags == nil {
 		tags = pq.StringArray{}
@@ -248,6 +261,9 @@ func (s *TaskStore) Claim(ctx context.Context, p ports.ClaimParams) ([]*task.Tas
 // List implements ports.TaskStore: newest first by id (UUIDv7 ids are
 // time-ordered), keyset-paginated on the primary key.
 func (s *TaskStore) List(ctx context.Context, f ports.TaskFilter) ([]*task.Task, error) {
+	if f.Queue != "" && !storableText(f.Queue) {
+		return []*task.Task{}, nil // no task is in a queue with such a name
+	}
 	var (
 		where []string
 		args  []any

@@ -91,6 +91,9 @@ func (s *WorkerStore) Upsert(ctx context.Context, id string, fn func(*worker.Wor
 
 // Get implements ports.WorkerStore.
 func (s *WorkerStore) Get(ctx context.Context, id string) (*worker.Worker, error) {
+	if !storableText(id) {
+		return nil, worker.ErrNotFound
+	}
 	var row workerRow
 	if err := s.st.tx.GetContext(ctx, &row, `SELECT `+workerColumns+` FROM workers WHERE id = $1`, id); err != nil {
 		return nil, notFound(err, worker.ErrNotFound)
@@ -100,6 +103,9 @@ func (s *WorkerStore) Get(ctx context.Context, id string) (*worker.Worker, error
 
 // Update implements ports.WorkerStore.
 func (s *WorkerStore) Update(ctx context.Context, id string, fn ports.WorkerUpdateFunc) (*worker.Worker, error) {
+	if !storableText(id) {
+		return nil, worker.ErrNotFound
+	}
 	var row workerRowNow
 	err := s.st.tx.GetContext(ctx, &row, `SELECT `+workerColumns+`, now() AS db_now FROM workers WHERE id = $1 FOR UPDATE`, id)
 	if err != nil {
@@ -121,6 +127,9 @@ func (s *WorkerStore) Update(ctx context.Context, id string, fn ports.WorkerUpda
 // Touch implements ports.WorkerStore: it reads without locking and saves
 // only when the row still holds what was read.
 func (s *WorkerStore) Touch(ctx context.Context, id string, fn ports.WorkerTouchFunc) (*worker.Worker, error) {
+	if !storableText(id) {
+		return nil, worker.ErrNotFound
+	}
 	var row workerRowNow
 	err := s.st.tx.GetContext(ctx, &row, `SELECT `+workerColumns+`, now() AS db_now FROM workers WHERE id = $1`, id)
 	if err != nil {

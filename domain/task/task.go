@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -279,7 +280,7 @@ func (t *Task) Fail(p FailParams, policy backoff.Policy, now time.Time) (event.E
 	if err := t.fence(p.WorkerID, p.LeaseID, ""); err != nil {
 		return event.Event{}, err
 	}
-	t.s.LastError = truncate(p.Error, MaxErrorLength)
+	t.s.LastError = truncate(withoutNUL(p.Error), MaxErrorLength)
 	switch {
 	case !p.Retryable:
 		return t.die(event.TaskFailed, DeadNonRetryable, now), nil
@@ -403,6 +404,12 @@ func (t *Task) event(typ event.Type, from Status, reason string, at time.Time) e
 		WorkerID:   t.s.WorkerID,
 		OccurredAt: at,
 	}
+}
+
+// withoutNUL replaces NUL characters, which no text column can hold, with
+// U+FFFD: a failure report must not be refused for the bytes of its message.
+func withoutNUL(s string) string {
+	return strings.ReplaceAll(s, "\x00", "\uFFFD")
 }
 
 func truncate(s string, n int) string {

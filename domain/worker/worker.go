@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -148,9 +149,22 @@ func ValidateRegister(p *RegisterParams) error {
 	if !idPattern.MatchString(p.ID) {
 		v.Add("id", fmt.Sprintf("must be 1 to %d characters of [A-Za-z0-9._:-]", MaxIDLength))
 	}
+	printable(&v, "queues", p.Queues)
+	printable(&v, "tags", p.Tags)
 	p.Queues = dedupe(&v, "queues", p.Queues, MaxQueues)
 	p.Tags = dedupe(&v, "tags", p.Tags, MaxTags)
 	return v.Err()
+}
+
+// printable reports entries holding control characters, which task queue
+// names and tags may not hold either (no task could ever match them, and
+// storage cannot keep a NUL).
+func printable(v *validation.Errors, field string, in []string) {
+	for i, s := range in {
+		if strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			v.Add(fmt.Sprintf("%s[%d]", field, i), "must not contain control characters")
+		}
+	}
 }
 
 func dedupe(v *validation.Errors, field string, in []string, most int) []string {

@@ -1,0 +1,32 @@
+package application_test
+
+import (
+	"testing"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/taskmaster/taskmaster/adapters/postgres"
+	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
+	"github.com/taskmaster/taskmaster/application"
+	"github.com/taskmaster/taskmaster/domain/backoff"
+	"github.com/taskmaster/taskmaster/domain/worker"
+)
+
+// TestMain is the one TestMain of this package's tests: the use cases run
+// against the real PostgreSQL adapter, each test on its own database.
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// services are the use cases over one test database.
+type services struct {
+	db      *sqlx.DB
+	tasks   *application.TaskService
+	workers *application.WorkerService
+}
+
+func setup(t *testing.T) services {
+	t.Helper()
+	db := pgtest.NewDB(t)
+	tx := postgres.NewTxRunner(db)
+	cfg := application.Config{Backoff: backoff.DefaultPolicy(), Liveness: worker.DefaultLivenessConfig()}
+	return services{db: db, tasks: application.NewTaskService(tx, cfg), workers: application.NewWorkerService(tx, cfg)}
+}

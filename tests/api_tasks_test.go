@@ -1,0 +1,366 @@
+package tests
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskmaster/taskmaster/tests/testclient"
+)
+
+// The contract's field names; other issues and tools depend on them.
+var (
+	taskFields = []string{
+		"id", "queue", "status", "priority", "payload", "tags", "attempts", "max_attempts",
+		"worker_id", "lease_id", "last_error", "dead_reason", "result", "deadline", "run_at",
+		"idempotency_key", "created_at", "claimed_at", "finished_at", "updated_at",
+	}
+	workerFields = []string{"id", "queues", "tags", "status", "registered_at", "last_heartbeat_at"}
+	queueFields  = []string{"queue", "pending", "running", "done", "dead", "active_workers"}
+)
+
+// requireKeys requires the JSON object raw to have exactly the keys want.
+func requireKeys(t *testing.T, raw []byte, want []string) {
+	t.Helper()
+	var m map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(raw, &m), "%s", raw)
+	got := make([]string, 0, len(m))
+	for k := range m {
+		got = append(got, k)
+	}
+	require.ElementsMatch(t, want, got)
+}
+
+func TestAPIObjectsCarryTheContractFieldNames(t *testing.T) {
+	t.Parallel()
+	_, c := startAPI(t, nil)
+
+	r := c.Do(http.MethodPost, "/tasks/v1", jsonObj{"queue": "q"}).Expect(t, http.StatusCreated, nil)
+	requireKeys(t, r.Body, taskFields)
+
+	r = c.Do(http.MethodPost, "/workers/v1/register", jsonObj{"id": "w1"}).Expect(t, http.StatusCreated, nil)
+	requireKeys(t, r.Body, append(slices.Clone(workerFields), "heartbeat_interval_seconds"))
+
+	r = c.Do(http.MethodGet, "/workers/v1", nil).Expect(t, http.StatusOK, nil)
+	var workers struct{ Workers []json.RawMessage }
+	require.NoError(t, json.Unmarshal(r.Body, &workers))
+	require.Len(t, workers.Workers, 1)
+	requireKeys(t, workers.Workers[0], workerFields)
+
+	r = c.Do(http.MethodGet, "/queues/v1", nil).Expect(t, http.StatusOK, nil)
+	var queues struct{ Queues []json.RawMessage }
+	require.NoError(t, json.Unmarshal(r.Body, &queues))
+	require.Len(t, queues.Queues, 1)
+	requireKeys(t, queues.Queues[0], queueFields)
+
+	r = c.Do(http.MethodPost, "/tasks/v1/claim", jsonObj{"worker_id": "w1"}).Expect(t, http.StatusOK, nil)
+	var claimed struct{ Tasks []json.RawMessage }
+	require.NoError(t, json.Unmarshal(r.Body, &claimed))
+	require.Len(t, claimed.Tasks, 1)
+	requireKeys(t, claimed.Tasks[0], taskFields)
+
+	r = c.Do(http.MethodGet, "/tasks/v1", nil).Expect(t, http.StatusOK, nil)
+	requireKeys(t, r.Body, []string{"tasks", "next_cursor"})
+}
+
+func TestAPISubmitCreatesAPendingTaskWithDefaults(t *testing.T) {
+	t.Parallel()
+	_, c := startAPI(t, nil)
+
+	got := c.Submit(jsonObj{"queue": "emails", "payload": jsonObj{"to": "a@b.c", "n": []int{1, 2}}})
+	_, err := uuid.Parse(got.ID)
+	require.NoError(t, err)
+	require.Equal(t, "emails", got.Queue)
+	require.Equal(t, "PENDING", got.Status)
+	require.Zero(t, got.Priority)
+	require.JSONEq(t, `{"to": "a@b.c", "n": [1, 2]}`, string(got.Payload))
+	require.Equal(t, []string{}, got.Tags)
+	require.Zero(t, got.Attempts)
+	require.Equal(t, 3, got.MaxAttempts)
+	require.Nil(t, got.WorkerID)
+	require.Nil(t, got.LeaseID)
+	require.Nil(t, got.LastError)
+	require.Nil(t, got.DeadReason)
+	require.JSONEq(t, `null`, string(got.Result))
+	require.Nil(t, got.Deadline)
+	require.Nil(t, got.IdempotencyKey)
+	require.Nil(t, got.ClaimedAt)
+	require.Nil(t, got.FinishedAt)
+	require.Equal(t, got.CreatedAt, got.RunAt, "claimable at once")
+	require.Equal(t, got.CreatedAt, got.UpdatedAt)
+	require.Equal(t, time.UTC, got.CreatedAt.Location())
+
+	require.Equal(t, got, c.Get(got.ID))
+}
+
+func TestAPISubmitKeepsEveryGivenField(t *testing.T) {
+	t.Parallel()
+	_, c := startAPI(t, nil)
+	runAt := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
+	deadline := runAt.Add(24 * time.Hour)
+
+	got := c.Submit(jsonObj{
+		"queue": "reports", "payload": "plain string", "priority": -7, "max_attempts": 100,
+		"tags": []string{"gpu", "eu", "gpu"}, "deadline": deadline, "run_at": runAt, "idempotency_key": "r-1",
+	})
+	require.Equal(t, -7, got.Priority)
+	require.JSONEq(t, `"plain string"`, string(got.Payload))
+	require.Equal(t, 100, got.MaxAttempts)
+	require.Equal(t, []string{"gpu", "eu"}, got.Tags, "duplicate tags are dropped")
+	require.Equal(t, deadline, *got.Deadline)
+	require.Equal(t, runAt, got.RunAt)
+	require.Equal(t, "r-1", *got.IdempotencyKey)
+	require.Equal(t, got, c.Get(got.ID))
+}
+
+func TestAPISubmitWithAKnownIdempotencyKeyReturnsTheExistingTask(t *testing.T) {
+	t.Parallel()
+	s, c := startAPI(t, nil)
+	first := c.Submit(jsonObj{"queue": "q", "idempotency_key": "k", "payload": 1})
+
+	var again testclient.Task
+	r := c.Do(http.MethodPost, "/tasks/v1", jsonObj{"queue": "q", "idempotency_key": "k", "payload": 2}).
+		Expect(t, http.StatusOK, &again)
+	require.Equal(t, first, again, "the existing task, unchanged")
+	require.Empty(t, r.Header.Get("Location"))
+
+	other := c.Submit(jsonObj{"queue": "other", "idempotency_key": "k"})
+	require.NotEqual(t, first.ID, other.ID, "keys are per queue")
+
+	var n int
+	require.NoError(t, s.DB.Get(&n, `SELECT count(*) FROM tasks`))
+	require.Equal(t, 2, n)
+}
+
+func TestAPIGetUnknownOrMalformedTaskIs404(t *testing.T) {
+	t.Parallel()
+	_, c := startAPI(t, nil)
+	c.Do(http.MethodGet, "/tasks/v1/"+uuid.NewString(), nil).Problem(t, http.StatusNotFound, "task-not-found")
+	c.Do(http.MethodGet, "/tasks/v1/not-a-uuid", nil).Problem(t, http.StatusNotFound, "task-not-found")
+}
+
+func TestAPIListPagesThroughEveryTaskNewestFirst(t *testing.T) {
+	t.Parallel()
+	_, c := startAPI(t, nil)
+	const n = 250
+	want := make([]string, 0, n) // newest first
+	for i := range n {
+		want = append(want, c.Submit(jsonObj{"queue": "q", "payload": i}).ID)
+	}
+	slices.Reverse(want)
+
+	var got []string
+	var sizes []int
+	var last time.Time
+	query := "limit=100"
+	for page := 0; ; page++ {
+		require.Less(t, page, 10, "the cursor chain must end")
+		p := c.List(query)
+		sizes = append(sizes, len(p.Tasks))
+		for _, task := range p.Tasks {
+			if len(got) > 0 {
+				require.False(t, task.CreatedAt.After(last), "newest first")
+			}
+			last = task.CreatedAt
+			got = append(got, task.ID)
+		}
+		if p.NextCursor == nil {
+			break
+		}
+		query = "limit=100&cursor=" + url.QueryEscape(*p.NextCursor)
+	}
+	require.Equal(t, []int{100, 100, 50}, sizes)
+	require.Equal(t, want, got, "every task once, none missing, newest first")
+
+	p := c.List("")
+	require.Len(t, p.Tasks, 100, "the default page is 100")
+	require.NotNil(t, p.NextCursor)
+	require.Len(t, c.List("limit=1000").Tasks, n)
+	one := c.List("limit=1")
+	require.Equal(t, want[:1], []string{one.Tasks[0].ID})
+}
+
+func TestAPIListFiltersByQueueAndStatus(t *testing.T) {
+	t.Parallel()
+	_, c := startAPI(t, nil)
+	a1 := c.Submit(jsonObj{"queue": "a"})
+	a2 := c.Submit(jsonObj{"queue": "a"})
+	b1 := c.Submit(jsonObj{"queue": "b"})
+	c.Register(jsonObj{"id": "w1", "queues": []string{"a"}})
+	require.Len(t, c.Claim(jsonObj{"worker_id": "w1"}), 1) // a1
+
+	listIDs := func(query string) []string {
+		var out []string
+		for _, task := range c.List(query).Tasks {
+			out = append(out, task.ID)
+		}
+		return out
+	}
+	require.Equal(t, []string{a2.ID, a1.ID}, listIDs("queue=a"))
+	require.Equal(t, []string{b1.ID}, listIDs("queue=b"))
+	require.Equal(t, []string{a1.ID}, listIDs("status=RUNNING"))
+	require.Equal(t, []string{b1.ID, a2.ID}, listIDs("status=PENDING"))
+	require.Equal(t, []string{a2.ID}, listIDs("queue=a&status=PENDING"))
+	require.Empty(t, listIDs("queue=none"))
+	require.Empty(t, listIDs("status=DONE"))
+}
+
+func TestAPIListRejectsBadParameters(t *testing.T) {
+	t.Parallel()
+	_, c := startAPI(t, nil)
+	for query, field := range map[string]string{
+		"limit=0":         "limit",
+		"limit=1001":      "limit",
+		"limit=-1":        "limit",
+		"limit=abc":       "limit",
+		"status=FINISHED": "status",
+		"status=pending":  "status",
+		"cursor=%21%21":   "cursor",
+		"cursor=YWJj":     "cursor", // base64 of "abc": not an id
+	} {
+		t.Run(query, func(t *testing.T) {
+			p := c.Do(http.MethodGet, "/tasks/v1?"+query, nil).Problem(t, http.StatusUnprocessableEntity, "validation-error")
+			require.Equal(t, []string{field}, p.Fields())
+		})
+	}
+}
+
+// claimOne claims for worker and requires exactly one task.
+func claimOne(t *testing.T, c *testclient.Client, worker string) testclient.Task {
+	t.Helper()
+	got := c.Claim(jsonObj{"worker_id": worker})
+	require.Len(t, got, 1)
+	return got[0]
+}
+
+func TestAPIClaimDefaultsToOneTaskFromTheWorkersQueues(t *testing.T) {
+	t.Parallel()
+	_, c := startAPI(t, nil)
+	a1 := c.Submit(jsonObj{"queue": "a"})
+	a2 := c.Submit(jsonObj{"queue": "a"})
+	b1 := c.Submit(jsonObj{"queue": "b"})
+	c.Register(jsonObj{"id": "only-a", "queues": []string{"a"}})
+
+	got := claimOne(t, c, "only-a")
+	require.Equal(t, a1.ID, got.ID)
+	require.Equal(t, "RUNNING", got.Status)
+	require.Equal(t, "only-a", got.Holder())
+	_, err := uuid.Parse(got.Lease())
+	require.NoError(t, err)
+	require.Equal(t, 1, got.Attempts)
+	require.NotNil(t, got.ClaimedAt)
+	require.Equal(t, *got.ClaimedAt, got.UpdatedAt)
+	require.Equal(t, got, c.Get(a1.ID))
+
+	require.Equal(t, a2.ID, claimOne(t, c, "only-a").ID)
+	require.Empty(t, c.Claim(jsonObj{"worker_id": "only-a"}), "b is not among its queues")
+	explicit := c.Claim(jsonObj{"worker_id": "only-a", "queue": "b"})
+	require.Len(t, explicit, 1, "an explicit queue overrides the registration")
+	require.Equal(t, b1.ID, explicit[0].ID)
+
+	c1 := c.Submit(jsonObj{"queue": "c"})
+	c.Register(jsonObj{"id": "any"})
+	require.Equal(t, c1.ID, claimOne(t, c, "any").ID, "a worker without queues takes any queue")
+}
+
+func TestAPIClaimTakesAnyQueueWhenTheWorkerRegisteredNone(t *testing.T) {
+	t.Parallel()
+	_, c := startAPI(t, nil)
+	var want []string
+	for _, q := range []string{"x", "y", "z"} {
+		want = append(want, c.Submit(jsonObj{"queue": q}).ID)
+	}
+	c.Register(jsonObj{"id": "w"})
+	var got []string
+	for _, task := range c.Claim(jsonObj{"worker_id": "w", "limit": 10}) {
+		got = append(got, task.ID)
+	}
+	require.Equal(t, want, got)
+}
+
+func TestAPIClaimOrdersByPriorityThenFIFO(t *testing.T) {
+	t.Parallel()
+	_, c := startAPI(t, nil)
+	low1 := c.Submit(jsonObj{"queue": "q"})
+	high1 := c.Submit(jsonObj{"queue": "q", "priority": 10})
+	low2 := c.Submit(jsonObj{"queue": "q"})
+	high2 := c.Submit(jsonObj{"queue": "q", "priority": 10})
+	neg := c.Submit(jsonObj{"queue": "q", "priority": -1})
+	mid := c.Submit(jsonObj{"queue": "q", "priority": 5})
+	c.Register(jsonObj{"id": "w"})
+
+	require.Equal(t, high1.ID, claimOne(t, c, "w").ID)
+	var got []string
+	for _, task := range c.Claim(jsonObj{"worker_id": "w", "limit": 10}) {
+		got = append(got, task.ID)
+	}
+	require.Equal(t, []string{high2.ID, mid.ID, low1.ID, low2.ID, neg.ID}, got)
+}
+
+func TestAPIClaimGivesOnlyTasksWhoseTagsTheWorkerHas(t *testing.T) {
+	t.Parallel()
+	_, c := startAPI(t, nil)
+	untagged := c.Submit(jsonObj{"queue": "q"})
+	gpu := c.Submit(jsonObj{"queue": "q", "tags": []string{"gpu"}})
+	gpuLinux := c.Submit(jsonObj{"queue": "q", "tags": []string{"gpu", "linux"}})
+	arm := c.Submit(jsonObj{"queue": "q", "tags": []string{"arm"}})
+	c.Register(jsonObj{"id": "plain"})
+	c.Register(jsonObj{"id": "gpu", "tags": []string{"gpu", "x86"}})
+	c.Register(jsonObj{"id": "big", "tags": []string{"linux", "gpu", "arm", "more"}})
+
+	claimIDs := func(worker string) []string {
+		var out []string
+		for _, task := range c.Claim(jsonObj{"worker_id": worker, "limit": 10}) {
+			out = append(out, task.ID)
+		}
+		return out
+	}
+	require.Equal(t, []string{untagged.ID}, claimIDs("plain"), "untagged tasks match any worker; tagged ones need the tags")
+	require.Equal(t, []string{gpu.ID}, claimIDs("gpu"), "a task needs every one of its tags")
+	require.Equal(t, []string{gpuLinux.ID, arm.ID}, claimIDs("big"), "the worker may have more tags than the task")
+}
+
+func TestAPIClaimErrors(t *testing.T) {
+	t.Parallel()
+	s, c := startAPI(t, nil)
+	c.Submit(jsonObj{"queue": "q"})
+	c.Do(http.MethodPost, "/tasks/v1/claim", jsonObj{"worker_id": "nobody"}).Problem(t, http.StatusNotFound, "worker-not-found")
+
+	c.Register(jsonObj{"id": "w"})
+	for _, limit := range []any{0, -1, 1001} {
+		p := c.Do(http.MethodPost, "/tasks/v1/claim", jsonObj{"worker_id": "w", "limit": limit}).
+			Problem(t, http.StatusUnprocessableEntity, "validation-error")
+		require.Equal(t, []string{"limit"}, p.Fields(), "limit %v", limit)
+	}
+	p := c.Do(http.MethodPost, "/tasks/v1/claim", jsonObj{}).Problem(t, http.StatusUnprocessableEntity, "validation-error")
+	require.Equal(t, []string{"worker_id"}, p.Fields())
+
+	stage(t, s, `UPDATE workers SET status = 'DEAD' WHERE id = 'w'`)
+	c.Do(http.MethodPost, "/tasks/v1/claim", jsonObj{"worker_id": "w"}).Problem(t, http.StatusConflict, "worker-dead")
+
+	var pending int
+	require.NoError(t, s.DB.Get(&pending, `SELECT count(*) FROM tasks WHERE status = 'PENDING'`))
+	require.Equal(t, 1, pending, "no failed claim took the task")
+
+	c.Register(jsonObj{"id": "w"})
+	require.Len(t, c.Claim(jsonObj{"worker_id": "w", "limit": 1000}), 1,
+		"re-registered, the worker claims again, up to the largest limit")
+}
+
+func TestAPIClaimByAStaleWorkerRevivesIt(t *testing.T) {
+	t.Parallel()
+	s, c := startAPI(t, nil)
+	c.Register(jsonObj{"id": "w"})
+	stage(t, s, `UPDATE workers SET status = 'STALE', last_heartbeat_at = now() - interval '40 seconds' WHERE id = 'w'`)
+	require.Empty(t, c.Claim(jsonObj{"worker_id": "w"}))
+
+	var status string
+	require.NoError(t, s.DB.Get(&status, `SELECT status FROM workers WHERE id = 'w'`))
+	require.Equal(t, "ACTIVE", status, "a claim is a sign of life")
+}

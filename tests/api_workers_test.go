@@ -1,0 +1,192 @@
+package tests
+
+import (
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskmaster/taskmaster/cmd/taskmaster/app"
+	"github.com/taskmaster/taskmaster/tests/testclient"
+)
+
+func TestAPIRegisterCreatesThenUpdatesAWorker(t *testing.T) {
+	t.Parallel()
+	s, c := startAPI(t, nil)
+
+	var created testclient.Worker
+	c.Do(http.MethodPost, "/workers/v1/register", jsonObj{"id": "w-1", "queues": []string{"a", "b", "a"}, "tags": []string{"gpu"}}).
+		Expect(t, http.StatusCreated, &created)
+	require.Equal(t, "w-1", created.ID)
+	require.Equal(t, []string{"a", "b"}, created.Queues)
+	require.Equal(t, []string{"gpu"}, created.Tags)
+	require.Equal(t, "ACTIVE", created.Status)
+	require.Equal(t, created.RegisteredAt, created.LastHeartbeatAt)
+	require.NotNil(t, created.HeartbeatIntervalSeconds)
+	require.Equal(t, 10.0, *created.HeartbeatIntervalSeconds, "a third of the 30 s stale threshold")
+
+	var again testclient.Worker
+	c.Do(http.MethodPost, "/workers/v1/register", jsonObj{"id": "w-1", "queues": []string{"c"}}).
+		Expect(t, http.StatusOK, &again)
+	require.Equal(t, []string{"c"}, again.Queues, "queues are replaced")
+	require.Equal(t, []string{}, again.Tags, "tags are replaced")
+	require.Equal(t, created.RegisteredAt, again.RegisteredAt)
+	require.False(t, again.LastHeartbeatAt.Before(created.LastHeartbeatAt))
+
+	var n int
+	require.NoError(t, s.DB.Get(&n, `SELECT count(*) FROM workers`))
+	require.Equal(t, 1, n)
+}
+
+func TestAPIRegisteringADeadWorkerRevivesIt(t *testing.T) {
+	t.Parallel()
+	s, c := startAPI(t, nil)
+	c.Register(jsonObj{"id": "w"})
+	stage(t, s, `UPDATE workers SET status = 'DEAD', last_heartbeat_at = now() - interval '1 hour' WHERE id = 'w'`)
+	c.Do(http.MethodPost, "/workers/v1/w/heartbeat", nil).Problem(t, http.StatusConflict, "worker-dead")
+
+	var back testclient.Worker
+	c.Do(http.MethodPost, "/workers/v1/register", jsonObj{"id": "w"}).Expect(t, http.StatusOK, &back)
+	require.Equal(t, "ACTIVE", back.Status)
+	require.WithinDuration(t, back.RegisteredAt, back.LastHeartbeatAt, time.Minute)
+	var heartbeat testclient.Worker
+	c.Do(http.MethodPost, "/workers/v1/w/heartbeat", nil).Expect(t, http.StatusOK, &heartbeat)
+	require.Equal(t, "ACTIVE", heartbeat.Status)
+}
+
+func TestAPIRegisterGeneratesAnIDWhenAbsent(t *testing.T) {
+	t.Parallel()
+	_, c := startAPI(t, nil)
+	valid := regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+	var ids []string
+	for _, body := range []any{nil, jsonObj{}, jsonObj{"queues": []string{"q"}}} {
+		var w testclient.Worker
+		c.Do(http.MethodPost, "/workers/v1/register", body).Expect(t, http.StatusCreated, &w)
+		require.Regexp(t, valid, w.ID)
+		require.NotContains(t, ids, w.ID)
+		ids = append(ids, w.ID)
+	}
+}
+
+func TestAPIRegisterRejectsBadIDs(t *testing.T) {
+	t.Parallel()
+	_, c := startAPI(t, nil)
+	for _, id := range []string{"has space", "slash/no", "ünï", "semi;colon", strings.Repeat("x", 129)} {
+		p := c.Do(http.MethodPost, "/workers/v1/register", jsonObj{"id": id}).Problem(t, http.StatusUnprocessableEntity, "validation-error")
+		require.Equal(t, []string{"id"}, p.Fields(), "id %q", id)
+	}
+	w := c.Register(jsonObj{"id": "A-z_0.9:" + strings.Repeat("x", 120)})
+	require.Len(t, w.ID, 128, "every allowed character, at the longest length")
+}
+
+func TestAPIHeartbeatIntervalIsAThirdOfTheStaleThreshold(t *testing.T) {
+	t.Parallel()
+	_, c := startAPI(t, func(cfg *app.Config) { cfg.App.Liveness.StaleAfter = 4500 * time.Millisecond })
+	w := c.Register(jsonObj{"id": "w"})
+	require.Equal(t, 1.5, *w.HeartbeatIntervalSeconds)
+}
+
+func TestAPIHeartbeat(t *testing.T) {
+	t.Parallel()
+	s, c := startAPI(t, nil)
+	registered := c.Register(jsonObj{"id": "w", "queues": []string{"q"}})
+
+	var beat testclient.Worker
+	c.Do(http.MethodPost, "/workers/v1/w/heartbeat", nil).Expect(t, http.StatusOK, &beat)
+	require.Equal(t, "ACTIVE", beat.Status)
+	require.Equal(t, registered.Queues, beat.Queues)
+	require.False(t, beat.LastHeartbeatAt.Before(registered.LastHeartbeatAt))
+	require.Nil(t, beat.HeartbeatIntervalSeconds)
+
+	stage(t, s, `UPDATE workers SET status = 'STALE', last_heartbeat_at = now() - interval '40 seconds' WHERE id = 'w'`)
+	var revived testclient.Worker
+	c.Do(http.MethodPost, "/workers/v1/w/heartbeat", "").Expect(t, http.StatusOK, &revived)
+	require.Equal(t, "ACTIVE", revived.Status, "a heartbeat revives a STALE worker")
+	require.False(t, revived.LastHeartbeatAt.Before(beat.LastHeartbeatAt), "refreshed from 40 s ago to now")
+
+	c.Do(http.MethodPost, "/workers/v1/nobody/heartbeat", nil).Problem(t, http.StatusNotFound, "worker-not-found")
+	stage(t, s, `UPDATE workers SET status = 'DEAD' WHERE id = 'w'`)
+	c.Do(http.MethodPost, "/workers/v1/w/heartbeat", nil).Problem(t, http.StatusConflict, "worker-dead")
+}
+
+func TestAPIListWorkers(t *testing.T) {
+	t.Parallel()
+	s, c := startAPI(t, nil)
+	var empty struct {
+		Workers []testclient.Worker `json:"workers"`
+	}
+	c.Do(http.MethodGet, "/workers/v1", nil).Expect(t, http.StatusOK, &empty)
+	require.NotNil(t, empty.Workers, "an empty array, not null")
+	require.Empty(t, empty.Workers)
+
+	want := map[string]testclient.Worker{}
+	for _, id := range []string{"c", "a", "b"} {
+		w := c.Register(jsonObj{"id": id, "queues": []string{"q-" + id}, "tags": []string{"t"}})
+		w.HeartbeatIntervalSeconds = nil
+		want[id] = w
+	}
+	stage(t, s, `UPDATE workers SET status = 'DEAD' WHERE id = 'b'`)
+	dead := want["b"]
+	dead.Status = "DEAD"
+	want["b"] = dead
+
+	var got struct {
+		Workers []testclient.Worker `json:"workers"`
+	}
+	c.Do(http.MethodGet, "/workers/v1", nil).Expect(t, http.StatusOK, &got)
+	byID := map[string]testclient.Worker{}
+	for _, w := range got.Workers {
+		byID[w.ID] = w
+	}
+	require.Equal(t, want, byID)
+}
+
+func TestAPIQueueStatistics(t *testing.T) {
+	t.Parallel()
+	s, c := startAPI(t, nil)
+	var empty struct {
+		Queues []testclient.Queue `json:"queues"`
+	}
+	c.Do(http.MethodGet, "/queues/v1", nil).Expect(t, http.StatusOK, &empty)
+	require.NotNil(t, empty.Queues, "an empty array, not null")
+	require.Empty(t, empty.Queues)
+
+	c.Register(jsonObj{"id": "on-a", "queues": []string{"a"}})
+	c.Register(jsonObj{"id": "anywhere"})
+	c.Register(jsonObj{"id": "on-b-dead", "queues": []string{"b"}})
+	stage(t, s, `UPDATE workers SET status = 'DEAD' WHERE id = 'on-b-dead'`)
+	for range 4 {
+		c.Submit(jsonObj{"queue": "a"})
+	}
+	c.Submit(jsonObj{"queue": "b"})
+	c.Submit(jsonObj{"queue": "b"})
+	claimed := c.Claim(jsonObj{"worker_id": "on-a", "limit": 3})
+	require.Len(t, claimed, 3)
+	c.Complete(claimed[0].ID, jsonObj{"worker_id": "on-a"})
+	c.Fail(claimed[1].ID, jsonObj{"worker_id": "on-a", "retryable": false})
+
+	var got struct {
+		Queues []testclient.Queue `json:"queues"`
+	}
+	c.Do(http.MethodGet, "/queues/v1", nil).Expect(t, http.StatusOK, &got)
+	require.ElementsMatch(t, []testclient.Queue{
+		{Queue: "a", Pending: 1, Running: 1, Done: 1, Dead: 1, ActiveWorkers: 2},
+		{Queue: "b", Pending: 2, ActiveWorkers: 1},
+	}, got.Queues)
+}
+
+func TestAPIHealthAndReadiness(t *testing.T) {
+	t.Parallel()
+	s, c := startAPI(t, nil)
+	for _, path := range []string{"/healthz", "/readyz"} {
+		r := c.Do(http.MethodGet, path, nil)
+		require.Equal(t, http.StatusOK, r.Status, "%s", r)
+	}
+
+	stage(t, s, `DELETE FROM schema_migrations`)
+	c.Do(http.MethodGet, "/readyz", nil).Problem(t, http.StatusServiceUnavailable, "unavailable")
+	require.Equal(t, http.StatusOK, c.Do(http.MethodGet, "/healthz", nil).Status, "alive, though not ready")
+}
