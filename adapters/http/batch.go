@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/google/uuid"
-
 	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/domain/validation"
 	"github.com/taskmaster/taskmaster/ports"
@@ -42,8 +40,8 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request) {
 }
 
 type batchItem struct {
-	ID        *uuid.UUID      `json:"id"`
-	LeaseID   *uuid.UUID      `json:"lease_id"`
+	ID        *uuidValue      `json:"id"`
+	LeaseID   *uuidValue      `json:"lease_id"`
 	Result    json.RawMessage `json:"result"`
 	Error     *string         `json:"error"`
 	Retryable *bool           `json:"retryable"`
@@ -98,7 +96,7 @@ func (s *Server) handleCompleteBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	items := make([]ports.CompleteItem, len(req.Items))
 	for i, it := range req.Items {
-		items[i] = ports.CompleteItem{TaskID: *it.ID, LeaseID: it.LeaseID, Result: it.Result}
+		items[i] = ports.CompleteItem{TaskID: *it.ID.get(), LeaseID: it.LeaseID.get(), Result: it.Result}
 	}
 	results, err := s.tasks.CompleteBatch(r.Context(), req.WorkerID, items)
 	if err != nil {
@@ -116,7 +114,7 @@ func (s *Server) handleFailBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	items := make([]ports.FailItem, len(req.Items))
 	for i, it := range req.Items {
-		items[i] = ports.FailItem{TaskID: *it.ID, LeaseID: it.LeaseID, Retryable: true}
+		items[i] = ports.FailItem{TaskID: *it.ID.get(), LeaseID: it.LeaseID.get(), Retryable: true}
 		if it.Error != nil {
 			items[i].Error = *it.Error
 		}
