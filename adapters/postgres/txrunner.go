@@ -137,7 +137,7 @@ type txState struct {
 }
 
 func (s *txState) stores() ports.Stores {
-	return ports.Stores{Tasks: &TaskStore{st: s}, Workers: &WorkerStore{st: s}, Outbox: s}
+	return ports.Stores{Tasks: &TaskStore{st: s}, Workers: &WorkerStore{st: s}, Outbox: s, Reaper: &ReaperStore{st: s}}
 }
 
 // Record implements ports.Outbox.
