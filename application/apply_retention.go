@@ -54,29 +54,34 @@ func NewRetention(tx ports.TxRunner, cfg RetentionConfig) *Retention {
 	return &Retention{tx: tx, cfg: cfg}
 }
 
-// Apply runs one cycle: batches of tasks, then of workers, each batch in its
-// own transaction, until one comes back short. With a TTL of 0 it does
-// nothing.
+// Apply runs one cycle, in batches until one comes back short, each batch
+// in its own short transaction deleting up to BatchSize tasks and up to
+// BatchSize workers. With a TTL of 0 it does nothing.
 func (r *Retention) Apply(ctx context.Context) (RetentionReport, error) {
 	var rep RetentionReport
 	if r.cfg.TTL <= 0 {
 		return rep, nil
 	}
-	err := inBatches(ctx, r.tx, r.cfg.BatchSize, func(ctx context.Context, st ports.Stores) (int, int, error) {
+	err := inBatches(ctx, r.tx, r.cfg.BatchSize, func(ctx context.Context, st ports.Stores) (RetentionReport, int, error) {
 		ts, err := st.Reaper.DeleteExpiredTasks(ctx, r.cfg.TTL, r.cfg.BatchSize, r.cleanTask)
-		return len(ts), len(ts), err
-	}, func(n int) { rep.Tasks += n })
-	if err != nil {
-		return rep, fmt.Errorf("delete expired tasks: %w", err)
-	}
-	err = inBatches(ctx, r.tx, r.cfg.BatchSize, func(ctx context.Context, st ports.Stores) (int, int, error) {
+		if err != nil {
+			return RetentionReport{}, 0, fmt.Errorf("tasks: %w", err)
+		}
 		ws, err := st.Reaper.DeleteExpiredWorkers(ctx, r.cfg.TTL, r.cfg.BatchSize, r.cleanWorker)
-		return len(ws), len(ws), err
-	}, func(n int) { rep.Workers += n })
+		if err != nil {
+			return RetentionReport{}, 0, fmt.Errorf("workers: %w", err)
+		}
+		return RetentionReport{Tasks: len(ts), Workers: len(ws)}, max(len(ts), len(ws)), nil
+	}, rep.add)
 	if err != nil {
-		return rep, fmt.Errorf("delete expired workers: %w", err)
+		return rep, fmt.Errorf("apply retention: %w", err)
 	}
 	return rep, nil
+}
+
+func (r *RetentionReport) add(o RetentionReport) {
+	r.Tasks += o.Tasks
+	r.Workers += o.Workers
 }
 
 func (r *Retention) cleanTask(t *task.Task, now time.Time) ([]event.Event, error) {

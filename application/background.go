@@ -140,6 +140,9 @@ func (s *BackgroundService) run(ctx context.Context, done chan<- struct{}) {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
+			if ctx.Err() != nil { // both were ready; select picked at random
+				return
+			}
 		}
 	}
 }

@@ -83,8 +83,8 @@ func (r countReport) Idle() bool { return r == 0 }
 
 func (r countReport) Fields() []zap.Field { return []zap.Field{zap.Int("changed", int(r))} }
 
-// eventually polls cond until it holds, failing the test after a deadline.
-func eventually(t *testing.T, cond func() bool, msg string) {
+// awaitCond polls cond until it holds, failing the test after a deadline.
+func awaitCond(t *testing.T, cond func() bool, msg string) {
 	t.Helper()
 	require.Eventually(t, cond, 10*time.Second, time.Millisecond, msg)
 }
@@ -109,27 +109,27 @@ func TestBackgroundServiceRunsOnlyWhileItLeads(t *testing.T) {
 	})
 	require.NoError(t, s.Start(context.Background()))
 
-	eventually(t, func() bool { return locker.tries() >= 3 }, "keeps trying to take the lead")
+	awaitCond(t, func() bool { return locker.tries() >= 3 }, "keeps trying to take the lead")
 	require.Zero(t, cycles.Load(), "no cycle while another instance leads")
 	require.False(t, s.Leading())
 
 	locker.setFree(true)
-	eventually(t, func() bool { return cycles.Load() >= 2 }, "runs once it leads")
+	awaitCond(t, func() bool { return cycles.Load() >= 2 }, "runs once it leads")
 	require.True(t, s.Leading())
 
 	// The lock's session dies and another instance takes it.
 	locker.setFree(false)
 	lock := locker.holder()
 	lock.lost.Store(true)
-	eventually(t, func() bool { return locker.holder() == nil }, "releases a lost lock")
+	awaitCond(t, func() bool { return locker.holder() == nil }, "releases a lost lock")
 	require.False(t, s.Leading())
 	stopped := cycles.Load()
 	tries := locker.tries()
-	eventually(t, func() bool { return locker.tries() >= tries+3 }, "tries to take the lead again")
+	awaitCond(t, func() bool { return locker.tries() >= tries+3 }, "tries to take the lead again")
 	require.Equal(t, stopped, cycles.Load(), "no cycle without the lead")
 
 	locker.setFree(true)
-	eventually(t, func() bool { return cycles.Load() > stopped }, "takes the lead back")
+	awaitCond(t, func() bool { return cycles.Load() > stopped }, "takes the lead back")
 }
 
 func TestBackgroundServiceStopCancelsWaitsAndReleases(t *testing.T) {
@@ -165,11 +165,11 @@ func TestBackgroundServiceStopCancelsWaitsAndReleases(t *testing.T) {
 		return countReport(0), nil
 	})
 	require.NoError(t, s2.Start(context.Background()))
-	eventually(t, func() bool { return cycles.Load() >= 1 }, "runs")
+	awaitCond(t, func() bool { return cycles.Load() >= 1 }, "runs")
 	s2.Stop()
 	require.NoError(t, s2.Start(context.Background()))
 	n := cycles.Load()
-	eventually(t, func() bool { return cycles.Load() > n }, "runs again after a restart")
+	awaitCond(t, func() bool { return cycles.Load() > n }, "runs again after a restart")
 }
 
 func TestBackgroundServiceLogsOnlyCyclesThatDidSomething(t *testing.T) {
@@ -188,7 +188,7 @@ func TestBackgroundServiceLogsOnlyCyclesThatDidSomething(t *testing.T) {
 		return results[n].rep, results[n].err
 	})
 	require.NoError(t, s.Start(context.Background()))
-	eventually(t, func() bool { return i.Load() > int64(len(results)) }, "runs every cycle")
+	awaitCond(t, func() bool { return i.Load() > int64(len(results)) }, "runs every cycle")
 	s.Stop()
 
 	cycles := logs.FilterMessage("background job cycle").All()

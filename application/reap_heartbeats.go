@@ -83,19 +83,20 @@ func NewHeartbeatReaper(tx ports.TxRunner, liveness worker.LivenessConfig, batch
 	return &HeartbeatReaper{tx: tx, liveness: liveness, batch: batchSize}
 }
 
-// Reap runs one cycle. It changes silent workers in batches, each in its own
-// transaction that also takes back the tasks of the workers it declared dead;
-// then it sweeps, in batches, every task still RUNNING under a DEAD (or
-// deleted) worker: tasks a claim committed under a worker while it was being
-// declared dead, rows that were locked, and any beyond the batch. It returns
-// what the committed transactions did.
+// Reap runs one cycle, in batches until one comes back short, each batch in
+// its own short transaction. A batch changes silent workers and, in the same
+// transaction, takes back the tasks that no live worker holds: those of the
+// workers it just declared dead, and any still RUNNING under a DEAD (or
+// deleted) worker, such as a task a claim committed under a worker while it
+// was being declared dead, or one whose row was locked at the time. It
+// returns what the committed transactions did.
 func (r *HeartbeatReaper) Reap(ctx context.Context) (HeartbeatReport, error) {
 	var rep HeartbeatReport
 	err := inBatches(ctx, r.tx, r.batch, func(ctx context.Context, st ports.Stores) (HeartbeatReport, int, error) {
 		var b HeartbeatReport
 		ws, err := st.Reaper.UpdateSilentWorkers(ctx, r.liveness, r.batch, r.checkLiveness)
 		if err != nil {
-			return b, 0, err
+			return b, 0, fmt.Errorf("silent workers: %w", err)
 		}
 		for _, w := range ws {
 			if w.Status() == worker.StatusDead {
@@ -104,26 +105,15 @@ func (r *HeartbeatReaper) Reap(ctx context.Context) (HeartbeatReport, error) {
 				b.Stale++
 			}
 		}
-		if b.Dead > 0 {
-			ts, err := st.Reaper.UpdateOrphanedTasks(ctx, r.batch, releaseFromDeadWorker)
-			if err != nil {
-				return b, 0, err
-			}
-			b.countReleased(ts)
-		}
-		return b, len(ws), nil
-	}, rep.add)
-	if err != nil {
-		return rep, fmt.Errorf("reap silent workers: %w", err)
-	}
-	err = inBatches(ctx, r.tx, r.batch, func(ctx context.Context, st ports.Stores) (HeartbeatReport, int, error) {
-		var b HeartbeatReport
 		ts, err := st.Reaper.UpdateOrphanedTasks(ctx, r.batch, releaseFromDeadWorker)
+		if err != nil {
+			return b, 0, fmt.Errorf("tasks of dead workers: %w", err)
+		}
 		b.countReleased(ts)
-		return b, len(ts), err
+		return b, max(len(ws), len(ts)), nil
 	}, rep.add)
 	if err != nil {
-		return rep, fmt.Errorf("reap tasks of dead workers: %w", err)
+		return rep, fmt.Errorf("reap heartbeats: %w", err)
 	}
 	return rep, nil
 }

@@ -132,7 +132,7 @@ func (f *reaperFixture) silentWorkers(t *testing.T, limit int) []*worker.Worker 
 	return out
 }
 
-func releaseTask(t *task.Task, now time.Time) ([]event.Event, error) {
+func releaseHeldTask(t *task.Task, now time.Time) ([]event.Event, error) {
 	e, err := t.ReleaseFromDeadWorker(now)
 	return []event.Event{e}, err
 }
@@ -142,13 +142,13 @@ func (f *reaperFixture) orphans(t *testing.T, limit int) []*task.Task {
 	var out []*task.Task
 	require.NoError(t, f.tx.Run(context.Background(), func(ctx context.Context, st ports.Stores) error {
 		var err error
-		out, err = st.Reaper.UpdateOrphanedTasks(ctx, limit, releaseTask)
+		out, err = st.Reaper.UpdateOrphanedTasks(ctx, limit, releaseHeldTask)
 		return err
 	}))
 	return out
 }
 
-func workerIDs(ws []*worker.Worker) []string {
+func idsOfWorkers(ws []*worker.Worker) []string {
 	ids := make([]string, len(ws))
 	for i, w := range ws {
 		ids[i] = w.ID()
@@ -156,7 +156,7 @@ func workerIDs(ws []*worker.Worker) []string {
 	return ids
 }
 
-func taskIDs(ts []*task.Task) []uuid.UUID {
+func idsOfTasks(ts []*task.Task) []uuid.UUID {
 	ids := make([]uuid.UUID, len(ts))
 	for i, t := range ts {
 		ids[i] = t.ID()
@@ -183,9 +183,9 @@ func TestReaperStoreSelectsExactlyTheWorkersWhoseLivenessChanges(t *testing.T) {
 	}
 
 	first := f.silentWorkers(t, 2)
-	require.Equal(t, []string{"stale-300", "active-200"}, workerIDs(first), "longest silent first, at most the limit")
+	require.Equal(t, []string{"stale-300", "active-200"}, idsOfWorkers(first), "longest silent first, at most the limit")
 	rest := f.silentWorkers(t, 10)
-	require.Equal(t, []string{"active-40"}, workerIDs(rest))
+	require.Equal(t, []string{"active-40"}, idsOfWorkers(rest))
 	require.Empty(t, f.silentWorkers(t, 10), "changed workers leave the selection")
 
 	want := map[string]worker.Status{
@@ -227,9 +227,9 @@ func TestReaperStoreReleasesTasksNoLiveWorkerHolds(t *testing.T) {
 	require.NoError(t, err)
 	_, err = lockTx.Exec(`SELECT 1 FROM tasks WHERE id = $1 FOR UPDATE`, gone)
 	require.NoError(t, err)
-	require.ElementsMatch(t, []uuid.UUID{dead, deadLast}, taskIDs(f.orphans(t, 10)))
+	require.ElementsMatch(t, []uuid.UUID{dead, deadLast}, idsOfTasks(f.orphans(t, 10)))
 	require.NoError(t, lockTx.Rollback())
-	require.Equal(t, []uuid.UUID{gone}, taskIDs(f.orphans(t, 10)))
+	require.Equal(t, []uuid.UUID{gone}, idsOfTasks(f.orphans(t, 10)))
 	require.Empty(t, f.orphans(t, 10))
 
 	for _, id := range []uuid.UUID{live, stale} {
@@ -287,7 +287,7 @@ func TestReaperStoreExpiresOverduePendingTasks(t *testing.T) {
 		})
 		return err
 	}))
-	require.Equal(t, []uuid.UUID{overdue}, taskIDs(got))
+	require.Equal(t, []uuid.UUID{overdue}, idsOfTasks(got))
 	s := f.task(t, overdue)
 	require.Equal(t, task.StatusDead, s.Status)
 	require.Equal(t, task.DeadDeadline, s.DeadReason)
@@ -339,8 +339,8 @@ func TestReaperStoreDeletesExpiredRowsOldestFirst(t *testing.T) {
 		}))
 		return out
 	}
-	require.Equal(t, []uuid.UUID{oldest}, taskIDs(deleteTasks(1)))
-	require.Equal(t, []uuid.UUID{old}, taskIDs(deleteTasks(10)))
+	require.Equal(t, []uuid.UUID{oldest}, idsOfTasks(deleteTasks(1)))
+	require.Equal(t, []uuid.UUID{old}, idsOfTasks(deleteTasks(10)))
 	require.Empty(t, deleteTasks(10))
 	var left []uuid.UUID
 	require.NoError(t, f.db.Select(&left, `SELECT id FROM tasks`))
@@ -354,7 +354,7 @@ func TestReaperStoreDeletesExpiredRowsOldestFirst(t *testing.T) {
 		})
 		return err
 	}))
-	require.Equal(t, []string{"dead-old"}, workerIDs(workers))
+	require.Equal(t, []string{"dead-old"}, idsOfWorkers(workers))
 
 	cleaned, _ := f.outboxEvents(t, event.TaskCleaned)
 	require.Len(t, cleaned, 2)
