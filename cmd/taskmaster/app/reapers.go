@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"go.uber.org/fx"
@@ -47,12 +48,32 @@ func (r *Reapers) All() []*application.BackgroundService {
 func reapersModule() fx.Option {
 	return fx.Options(
 		fx.Provide(
-			fx.Annotate(postgres.NewAdvisoryLocker, fx.As(new(ports.Locker))),
+			newLocker,
 			func() application.NowFunc { return time.Now },
 			newReapers,
 		),
 		fx.Invoke(func(*Reapers) {}),
 	)
+}
+
+// lockPoolSize is the size of the leadership locks' own pool: a held lock
+// keeps its connection, one per job.
+const lockPoolSize = 3
+
+// newLocker returns the leadership Locker on a small pool of its own, so that
+// held locks never take connections from the API's pool (with a tiny
+// TASKMASTER_DB_MAX_CONNS they could otherwise starve it).
+func newLocker(lc fx.Lifecycle, cfg Config) (ports.Locker, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.PoolConfig{
+		MaxOpen: lockPoolSize, MaxIdle: lockPoolSize, MaxLifetime: cfg.Pool.MaxLifetime,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("leadership lock pool: %w", err)
+	}
+	lc.Append(fx.StopHook(db.Close)) // after the jobs have stopped and released their locks
+	return postgres.NewAdvisoryLocker(db), nil
 }
 
 type reapersParams struct {
