@@ -42,19 +42,9 @@ func (s *ReaperStore) UpdateSilentWorkers(ctx context.Context, cfg worker.Livene
 	if err := s.st.tx.SelectContext(ctx, &rows, silentWorkersSQL, micros(cfg.StaleAfter), micros(cfg.DeadAfter), limit); err != nil {
 		return nil, fmt.Errorf("select silent workers: %w", err)
 	}
-	if len(rows) == 0 {
-		return nil, nil
-	}
-	s.st.setNow(rows[0].Now)
-	ws := make([]*worker.Worker, len(rows))
-	var events []event.Event
-	for i := range rows {
-		ws[i] = rows[i].toDomain()
-		es, err := fn(ws[i], rows[i].Now)
-		if err != nil {
-			return nil, err
-		}
-		events = append(events, es...)
+	ws, events, err := decideAll(s.st, rows, restoreWorker, fn)
+	if err != nil || len(ws) == 0 {
+		return nil, err
 	}
 	if err := s.saveWorkers(ctx, ws); err != nil {
 		return nil, err
@@ -76,7 +66,7 @@ var orphanedTasksSQL = `
 
 // UpdateOrphanedTasks implements ports.ReaperStore.
 func (s *ReaperStore) UpdateOrphanedTasks(ctx context.Context, limit int, fn ports.TaskUpdateFunc) ([]*task.Task, error) {
-	return s.updateTasks(ctx, "orphaned", orphanedTasksSQL, fn, limit)
+	return s.updateTasks(ctx, "orphaned", orphanedTasksSQL, limit, fn)
 }
 
 // overdueTasksSQL selects PENDING tasks whose deadline has passed: the rule of
@@ -90,33 +80,25 @@ const overdueTasksSQL = `
 
 // UpdateOverdueTasks implements ports.ReaperStore.
 func (s *ReaperStore) UpdateOverdueTasks(ctx context.Context, limit int, fn ports.TaskUpdateFunc) ([]*task.Task, error) {
-	return s.updateTasks(ctx, "overdue", overdueTasksSQL, fn, limit)
+	return s.updateTasks(ctx, "overdue", overdueTasksSQL, limit, fn)
 }
 
-// updateTasks loads the rows query selects, lets fn decide each and saves
-// them all.
-func (s *ReaperStore) updateTasks(ctx context.Context, what, query string, fn ports.TaskUpdateFunc, args ...any) ([]*task.Task, error) {
+// updateTasks loads the (at most limit) rows query selects, lets fn decide
+// each and saves them all.
+func (s *ReaperStore) updateTasks(ctx context.Context, what, query string, limit int, fn ports.TaskUpdateFunc) ([]*task.Task, error) {
 	var rows []taskRowNow
-	if err := s.st.tx.SelectContext(ctx, &rows, query, args...); err != nil {
+	if err := s.st.tx.SelectContext(ctx, &rows, query, limit); err != nil {
 		return nil, fmt.Errorf("select %s tasks: %w", what, err)
 	}
-	if len(rows) == 0 {
-		return nil, nil
+	ts, events, err := decideAll(s.st, rows, restoreTask, fn)
+	if err != nil || len(ts) == 0 {
+		return nil, err
 	}
-	s.st.setNow(rows[0].Now)
-	ts := make([]*task.Task, len(rows))
-	var events []event.Event
-	for i := range rows {
-		ts[i] = rows[i].toDomain()
-		es, err := fn(ts[i], rows[i].Now)
-		if err != nil {
-			return nil, err
-		}
-		after := ts[i].Snapshot()
+	for i, t := range ts {
+		after := t.Snapshot()
 		if after.LastError != rows[i].LastError.String || !slices.Equal(after.Result, rows[i].Result) {
 			return nil, fmt.Errorf("%s task %s: a reaper transition may not change the result or last error", what, after.ID)
 		}
-		events = append(events, es...)
 	}
 	if err := s.saveTasks(ctx, ts); err != nil {
 		return nil, err
@@ -209,16 +191,9 @@ func (s *ReaperStore) DeleteExpiredTasks(ctx context.Context, ttl time.Duration,
 	if err := s.st.tx.SelectContext(ctx, &rows, expiredTasksSQL, micros(ttl), limit); err != nil {
 		return nil, fmt.Errorf("delete expired tasks: %w", err)
 	}
-	ts := make([]*task.Task, len(rows))
-	var events []event.Event
-	for i := range rows {
-		s.st.setNow(rows[i].Now)
-		ts[i] = rows[i].toDomain()
-		es, err := fn(ts[i], rows[i].Now)
-		if err != nil {
-			return nil, err
-		}
-		events = append(events, es...)
+	ts, events, err := decideAll(s.st, rows, restoreTask, fn)
+	if err != nil {
+		return nil, err
 	}
 	s.st.Record(events...)
 	return ts, nil
@@ -243,20 +218,36 @@ func (s *ReaperStore) DeleteExpiredWorkers(ctx context.Context, ttl time.Duratio
 	if err := s.st.tx.SelectContext(ctx, &rows, expiredWorkersSQL, micros(ttl), limit); err != nil {
 		return nil, fmt.Errorf("delete expired workers: %w", err)
 	}
-	ws := make([]*worker.Worker, len(rows))
-	var events []event.Event
-	for i := range rows {
-		s.st.setNow(rows[i].Now)
-		ws[i] = rows[i].toDomain()
-		es, err := fn(ws[i], rows[i].Now)
-		if err != nil {
-			return nil, err
-		}
-		events = append(events, es...)
+	ws, events, err := decideAll(s.st, rows, restoreWorker, fn)
+	if err != nil {
+		return nil, err
 	}
 	s.st.Record(events...)
 	return ws, nil
 }
+
+// decideAll restores each row and lets fn decide it at the database time the
+// row was read at, collecting fn's events. Nothing is saved or recorded.
+func decideAll[Row, T any](st *txState, rows []Row, restore func(*Row) (T, time.Time),
+	fn func(T, time.Time) ([]event.Event, error)) ([]T, []event.Event, error) {
+	out := make([]T, len(rows))
+	var events []event.Event
+	for i := range rows {
+		v, now := restore(&rows[i])
+		st.setNow(now)
+		es, err := fn(v, now)
+		if err != nil {
+			return nil, nil, err
+		}
+		out[i] = v
+		events = append(events, es...)
+	}
+	return out, events, nil
+}
+
+func restoreTask(r *taskRowNow) (*task.Task, time.Time) { return r.toDomain(), r.Now }
+
+func restoreWorker(r *workerRowNow) (*worker.Worker, time.Time) { return r.toDomain(), r.Now }
 
 // micros returns d in whole microseconds, the database's resolution, rounded
 // up: database times are whole microseconds, so "silence >= d" and "silence
