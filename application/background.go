@@ -185,7 +185,12 @@ func (s *BackgroundService) cycle(ctx context.Context) {
 	case err != nil && ctx.Err() != nil:
 		// Stopping: the cycle was cancelled, its transaction rolled back.
 	case err != nil:
-		s.p.Logger.Error("background job failed", zap.Error(err), zap.Duration("took", took))
+		// Batches committed before the failure stay done; say how many.
+		fields := []zap.Field{zap.Error(err), zap.Duration("took", took)}
+		if rep != nil {
+			fields = append(fields, rep.Fields()...)
+		}
+		s.p.Logger.Error("background job failed", fields...)
 	case rep != nil && !rep.Idle():
 		s.p.Logger.Info("background job cycle", append(rep.Fields(), zap.Duration("took", took))...)
 	}

@@ -173,7 +173,7 @@ func (s *ReaperStore) saveWorkers(ctx context.Context, ws []*worker.Worker) erro
 const cleanedTaskColumns = `id, queue, status, attempts, max_attempts, worker_id, dead_reason,
 	run_at, created_at, claimed_at, finished_at, updated_at`
 
-// expiredTasksSQL deletes finished tasks older than the TTL ($1 microseconds):
+// expiredTasksSQL deletes tasks finished at least the TTL ago ($1 microseconds):
 // the rule of task.Task.Expired. It walks tasks_finished.
 const expiredTasksSQL = `
 	DELETE FROM tasks WHERE id IN (
@@ -199,7 +199,7 @@ func (s *ReaperStore) DeleteExpiredTasks(ctx context.Context, ttl time.Duration,
 	return ts, nil
 }
 
-// expiredWorkersSQL deletes DEAD workers silent for longer than the TTL ($1
+// expiredWorkersSQL deletes DEAD workers silent for at least the TTL ($1
 // microseconds): the rule of worker.Worker.Expired. Workers are few and
 // retention is rare, so it scans the table (see migrations/0002_reapers.sql).
 const expiredWorkersSQL = `
