@@ -21,7 +21,7 @@ CREATE INDEX tasks_finished ON tasks (finished_at)
 --   one row per worker process and retention runs every few minutes, so a
 --   sequential scan is cheap enough.
 -- * RUNNING tasks of dead workers: tasks_running_by_worker (0001) already
---   serves the orphan sweep, which walks RUNNING tasks and probes workers by
---   primary key.
+--   serves the orphan sweep, which walks the RUNNING tasks and anti-joins the
+--   live workers.
 -- * Silent workers: workers_live_by_heartbeat (0001) serves the heartbeat
 --   reaper.
