@@ -30,6 +30,8 @@ type Stores struct {
 	Workers WorkerStore
 	// Outbox records events to publish with the transaction.
 	Outbox Outbox
+	// Reaper holds the set-based operations of the background jobs.
+	Reaper ReaperStore
 }
 
 // Outbox collects the lifecycle events of one transaction.
@@ -147,6 +149,56 @@ type WorkerStore interface {
 	Touch(ctx context.Context, id string, fn WorkerTouchFunc) (*worker.Worker, error)
 	// List returns every worker, in id order.
 	List(ctx context.Context) ([]*worker.Worker, error)
+}
+
+// ReaperStore holds the set-based operations of the background jobs, on the
+// transaction of its Stores. Each Update method selects at most limit rows
+// that match the domain rule it names at the database time, locking them and
+// skipping rows other transactions hold (FOR UPDATE SKIP LOCKED); fn decides
+// each row at that time, then every row is saved in one statement and fn's
+// events are recorded. fn may change a task's lifecycle (status, attempts,
+// holder, lease, dead reason, run_at and timestamps) but not its result or
+// last error. An error from fn (the domain disagreeing with the query) saves
+// nothing and is returned. Each Delete method deletes at most limit rows that
+// match the retention rule, oldest first, skipping locked rows, and lets fn
+// confirm each and return its events. Every method returns what it changed.
+type ReaperStore interface {
+	// UpdateSilentWorkers selects the workers whose liveness cfg changes at
+	// the database time (worker.Worker.CheckLiveness: ACTIVE silent for
+	// cfg.StaleAfter, or ACTIVE or STALE silent for cfg.DeadAfter), longest
+	// silent first.
+	UpdateSilentWorkers(ctx context.Context, cfg worker.LivenessConfig, limit int, fn WorkerUpdateFunc) ([]*worker.Worker, error)
+	// UpdateOrphanedTasks selects RUNNING tasks whose worker is DEAD or no
+	// longer exists.
+	UpdateOrphanedTasks(ctx context.Context, limit int, fn TaskUpdateFunc) ([]*task.Task, error)
+	// UpdateOverdueTasks selects PENDING tasks whose deadline has passed
+	// (task.Task.ExpireDeadline), earliest deadline first.
+	UpdateOverdueTasks(ctx context.Context, limit int, fn TaskUpdateFunc) ([]*task.Task, error)
+	// DeleteExpiredTasks deletes DONE and DEAD tasks finished at least ttl
+	// ago (task.Task.Expired). The tasks handed to fn carry the columns the
+	// rule and its event need, not their payload or result.
+	DeleteExpiredTasks(ctx context.Context, ttl time.Duration, limit int, fn TaskUpdateFunc) ([]*task.Task, error)
+	// DeleteExpiredWorkers deletes DEAD workers silent for at least ttl
+	// (worker.Worker.Expired).
+	DeleteExpiredWorkers(ctx context.Context, ttl time.Duration, limit int, fn WorkerUpdateFunc) ([]*worker.Worker, error)
+}
+
+// Locker elects leaders: it hands a named lock to at most one holder at a
+// time among every instance sharing the database. A holder that dies (its
+// process or its database session ends) loses the lock.
+type Locker interface {
+	// TryLock takes the lock called name without waiting. It returns the
+	// held Lock, or nil when another holder has it.
+	TryLock(ctx context.Context, name string) (Lock, error)
+}
+
+// Lock is a held Locker lock.
+type Lock interface {
+	// Check returns nil while the lock is held, and an error once it is lost
+	// (for example, the database session that held it ended).
+	Check(ctx context.Context) error
+	// Release gives the lock up; calling it again does nothing.
+	Release(ctx context.Context) error
 }
 
 // QueueStats are the counts of one queue.

@@ -41,6 +41,7 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 			newHTTPServer,
 		),
 		fx.Invoke(func(*httpadapter.Server) {}),
+		reapersModule(),
 		fx.StartTimeout(60 * time.Second),
 		fx.StopTimeout(60 * time.Second),
 	}

@@ -1,0 +1,268 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/lib/pq"
+
+	"github.com/taskmaster/taskmaster/domain/event"
+	"github.com/taskmaster/taskmaster/domain/task"
+	"github.com/taskmaster/taskmaster/domain/worker"
+	"github.com/taskmaster/taskmaster/ports"
+)
+
+// ReaperStore implements ports.ReaperStore on one transaction. Every query
+// reads the database clock (now()), never the application's.
+type ReaperStore struct {
+	st *txState
+}
+
+var _ ports.ReaperStore = (*ReaperStore)(nil)
+
+// silentWorkersSQL selects the workers whose liveness changes now: the rule of
+// worker.Worker.CheckLiveness. $1 is the stale threshold, $2 the dead one, in
+// microseconds. The first condition is the range of workers_live_by_heartbeat.
+const silentWorkersSQL = `
+	SELECT ` + workerColumns + `, now() AS db_now FROM workers
+	WHERE status <> 'DEAD'
+		AND last_heartbeat_at <= now() - $1 * interval '1 microsecond'
+		AND (status = 'ACTIVE' OR last_heartbeat_at <= now() - $2 * interval '1 microsecond')
+	ORDER BY last_heartbeat_at
+	LIMIT $3
+	FOR UPDATE SKIP LOCKED`
+
+// UpdateSilentWorkers implements ports.ReaperStore.
+func (s *ReaperStore) UpdateSilentWorkers(ctx context.Context, cfg worker.LivenessConfig, limit int, fn ports.WorkerUpdateFunc) ([]*worker.Worker, error) {
+	var rows []workerRowNow
+	if err := s.st.tx.SelectContext(ctx, &rows, silentWorkersSQL, micros(cfg.StaleAfter), micros(cfg.DeadAfter), limit); err != nil {
+		return nil, fmt.Errorf("select silent workers: %w", err)
+	}
+	ws, events, err := decideAll(s.st, rows, restoreWorker, fn)
+	if err != nil || len(ws) == 0 {
+		return nil, err
+	}
+	if err := s.saveWorkers(ctx, ws); err != nil {
+		return nil, err
+	}
+	s.st.Record(events...)
+	return ws, nil
+}
+
+// orphanedTasksSQL selects RUNNING tasks that no live worker holds: their
+// worker is DEAD or gone. A claim reads its worker without locking it, so it
+// can commit a task under a worker the reaper declared dead meanwhile; this
+// query finds such tasks too. It walks tasks_running_by_worker.
+var orphanedTasksSQL = `
+	SELECT ` + prefixed("t.", taskColumns) + `, now() AS db_now FROM tasks t
+	WHERE t.status = 'RUNNING'
+		AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.id = t.worker_id AND w.status <> 'DEAD')
+	LIMIT $1
+	FOR UPDATE OF t SKIP LOCKED`
+
+// UpdateOrphanedTasks implements ports.ReaperStore.
+func (s *ReaperStore) UpdateOrphanedTasks(ctx context.Context, limit int, fn ports.TaskUpdateFunc) ([]*task.Task, error) {
+	return s.updateTasks(ctx, "orphaned", orphanedTasksSQL, limit, fn)
+}
+
+// overdueTasksSQL selects PENDING tasks whose deadline has passed: the rule of
+// task.Task.ExpireDeadline. It walks tasks_pending_deadline.
+const overdueTasksSQL = `
+	SELECT ` + taskColumns + `, now() AS db_now FROM tasks
+	WHERE status = 'PENDING' AND deadline IS NOT NULL AND deadline <= now()
+	ORDER BY deadline
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED`
+
+// UpdateOverdueTasks implements ports.ReaperStore.
+func (s *ReaperStore) UpdateOverdueTasks(ctx context.Context, limit int, fn ports.TaskUpdateFunc) ([]*task.Task, error) {
+	return s.updateTasks(ctx, "overdue", overdueTasksSQL, limit, fn)
+}
+
+// updateTasks loads the (at most limit) rows query selects, lets fn decide
+// each and saves them all.
+func (s *ReaperStore) updateTasks(ctx context.Context, what, query string, limit int, fn ports.TaskUpdateFunc) ([]*task.Task, error) {
+	var rows []taskRowNow
+	if err := s.st.tx.SelectContext(ctx, &rows, query, limit); err != nil {
+		return nil, fmt.Errorf("select %s tasks: %w", what, err)
+	}
+	ts, events, err := decideAll(s.st, rows, restoreTask, fn)
+	if err != nil || len(ts) == 0 {
+		return nil, err
+	}
+	for i, t := range ts {
+		after := t.Snapshot()
+		if after.LastError != rows[i].LastError.String || !slices.Equal(after.Result, rows[i].Result) {
+			return nil, fmt.Errorf("%s task %s: a reaper transition may not change the result or last error", what, after.ID)
+		}
+	}
+	if err := s.saveTasks(ctx, ts); err != nil {
+		return nil, err
+	}
+	s.st.Record(events...)
+	return ts, nil
+}
+
+// saveTasksSQL writes the lifecycle columns of many tasks in one statement.
+const saveTasksSQL = `
+	UPDATE tasks t SET status = u.status, attempts = u.attempts, worker_id = u.worker_id,
+		lease_id = u.lease_id, dead_reason = u.dead_reason, run_at = u.run_at,
+		claimed_at = u.claimed_at, finished_at = u.finished_at, updated_at = u.updated_at
+	FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::uuid[], $6::text[],
+		$7::timestamptz[], $8::timestamptz[], $9::timestamptz[], $10::timestamptz[])
+		AS u(id, status, attempts, worker_id, lease_id, dead_reason, run_at, claimed_at, finished_at, updated_at)
+	WHERE t.id = u.id`
+
+func (s *ReaperStore) saveTasks(ctx context.Context, ts []*task.Task) error {
+	n := len(ts)
+	var (
+		ids         = make([]uuid.UUID, n)
+		statuses    = make(pq.StringArray, n)
+		attempts    = make(pq.Int64Array, n)
+		workerIDs   = make([]sql.NullString, n)
+		leaseIDs    = make([]uuid.NullUUID, n)
+		deadReasons = make([]sql.NullString, n)
+		runAts      = make([]time.Time, n)
+		claimedAts  = make([]sql.NullTime, n)
+		finishedAts = make([]sql.NullTime, n)
+		updatedAts  = make([]time.Time, n)
+	)
+	for i, t := range ts {
+		v := t.Snapshot()
+		ids[i], statuses[i], attempts[i] = v.ID, string(v.Status), int64(v.Attempts)
+		workerIDs[i], leaseIDs[i] = nullString(v.WorkerID), nullUUID(v.LeaseID)
+		deadReasons[i] = nullString(string(v.DeadReason))
+		runAts[i], updatedAts[i] = v.RunAt, v.UpdatedAt
+		claimedAts[i], finishedAts[i] = nullTime(v.ClaimedAt), nullTime(v.FinishedAt)
+	}
+	_, err := s.st.tx.ExecContext(ctx, saveTasksSQL,
+		pq.Array(ids), statuses, attempts, pq.Array(workerIDs), pq.Array(leaseIDs), pq.Array(deadReasons),
+		pq.Array(runAts), pq.Array(claimedAts), pq.Array(finishedAts), pq.Array(updatedAts))
+	if err != nil {
+		return fmt.Errorf("save tasks: %w", err)
+	}
+	return nil
+}
+
+// saveWorkersSQL writes the liveness of many workers in one statement.
+const saveWorkersSQL = `
+	UPDATE workers w SET status = u.status, last_heartbeat_at = u.last_heartbeat_at
+	FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS u(id, status, last_heartbeat_at)
+	WHERE w.id = u.id`
+
+func (s *ReaperStore) saveWorkers(ctx context.Context, ws []*worker.Worker) error {
+	ids := make(pq.StringArray, len(ws))
+	statuses := make(pq.StringArray, len(ws))
+	heartbeats := make([]time.Time, len(ws))
+	for i, w := range ws {
+		v := w.Snapshot()
+		ids[i], statuses[i], heartbeats[i] = v.ID, string(v.Status), v.LastHeartbeatAt
+	}
+	if _, err := s.st.tx.ExecContext(ctx, saveWorkersSQL, ids, statuses, pq.Array(heartbeats)); err != nil {
+		return fmt.Errorf("save workers: %w", err)
+	}
+	return nil
+}
+
+// cleanedTaskColumns are what the retention rule and the task.cleaned event
+// read; payloads and results stay in the database.
+const cleanedTaskColumns = `id, queue, status, attempts, max_attempts, worker_id, dead_reason,
+	run_at, created_at, claimed_at, finished_at, updated_at`
+
+// expiredTasksSQL deletes tasks finished at least the TTL ago ($1 microseconds):
+// the rule of task.Task.Expired. It walks tasks_finished.
+const expiredTasksSQL = `
+	DELETE FROM tasks WHERE id IN (
+		SELECT id FROM tasks
+		WHERE status IN ('DONE', 'DEAD') AND finished_at <= now() - $1 * interval '1 microsecond'
+		ORDER BY finished_at
+		LIMIT $2
+		FOR UPDATE SKIP LOCKED
+	)
+	RETURNING ` + cleanedTaskColumns + `, now() AS db_now`
+
+// DeleteExpiredTasks implements ports.ReaperStore.
+func (s *ReaperStore) DeleteExpiredTasks(ctx context.Context, ttl time.Duration, limit int, fn ports.TaskUpdateFunc) ([]*task.Task, error) {
+	var rows []taskRowNow
+	if err := s.st.tx.SelectContext(ctx, &rows, expiredTasksSQL, micros(ttl), limit); err != nil {
+		return nil, fmt.Errorf("delete expired tasks: %w", err)
+	}
+	ts, events, err := decideAll(s.st, rows, restoreTask, fn)
+	if err != nil {
+		return nil, err
+	}
+	s.st.Record(events...)
+	return ts, nil
+}
+
+// expiredWorkersSQL deletes DEAD workers silent for at least the TTL ($1
+// microseconds): the rule of worker.Worker.Expired. Workers are few and
+// retention is rare, so it scans the table (see migrations/0002_reapers.sql).
+const expiredWorkersSQL = `
+	DELETE FROM workers WHERE id IN (
+		SELECT id FROM workers
+		WHERE status = 'DEAD' AND last_heartbeat_at <= now() - $1 * interval '1 microsecond'
+		ORDER BY last_heartbeat_at
+		LIMIT $2
+		FOR UPDATE SKIP LOCKED
+	)
+	RETURNING ` + workerColumns + `, now() AS db_now`
+
+// DeleteExpiredWorkers implements ports.ReaperStore.
+func (s *ReaperStore) DeleteExpiredWorkers(ctx context.Context, ttl time.Duration, limit int, fn ports.WorkerUpdateFunc) ([]*worker.Worker, error) {
+	var rows []workerRowNow
+	if err := s.st.tx.SelectContext(ctx, &rows, expiredWorkersSQL, micros(ttl), limit); err != nil {
+		return nil, fmt.Errorf("delete expired workers: %w", err)
+	}
+	ws, events, err := decideAll(s.st, rows, restoreWorker, fn)
+	if err != nil {
+		return nil, err
+	}
+	s.st.Record(events...)
+	return ws, nil
+}
+
+// decideAll restores each row and lets fn decide it at the database time the
+// row was read at, collecting fn's events. Nothing is saved or recorded.
+func decideAll[Row, T any](st *txState, rows []Row, restore func(*Row) (T, time.Time),
+	fn func(T, time.Time) ([]event.Event, error)) ([]T, []event.Event, error) {
+	out := make([]T, len(rows))
+	var events []event.Event
+	for i := range rows {
+		v, now := restore(&rows[i])
+		st.setNow(now)
+		es, err := fn(v, now)
+		if err != nil {
+			return nil, nil, err
+		}
+		out[i] = v
+		events = append(events, es...)
+	}
+	return out, events, nil
+}
+
+func restoreTask(r *taskRowNow) (*task.Task, time.Time) { return r.toDomain(), r.Now }
+
+func restoreWorker(r *workerRowNow) (*worker.Worker, time.Time) { return r.toDomain(), r.Now }
+
+// micros returns d in whole microseconds, the database's resolution, rounded
+// up: database times are whole microseconds, so "silence >= d" and "silence
+// >= micros(d) µs" select the same rows and the SQL agrees with the domain.
+func micros(d time.Duration) int64 {
+	us := d / time.Microsecond
+	if d%time.Microsecond > 0 {
+		us++
+	}
+	return int64(us)
+}
+
+func nullTime(t *time.Time) sql.NullTime {
+	if t == nil {
+		return sql.NullTime{}
+	}
+	return sql.NullTime{Time: *t, Valid: true}
+}
