@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/lib/pq"
 
 	"github.com/taskmaster/taskmaster/domain/event"
@@ -100,52 +99,11 @@ func (s *ReaperStore) updateTasks(ctx context.Context, what, query string, limit
 			return nil, fmt.Errorf("%s task %s: a reaper transition may not change the result or last error", what, after.ID)
 		}
 	}
-	if err := s.saveTasks(ctx, ts); err != nil {
+	if err := saveTasks(ctx, s.st, ts); err != nil {
 		return nil, err
 	}
 	s.st.Record(events...)
 	return ts, nil
-}
-
-// saveTasksSQL writes the lifecycle columns of many tasks in one statement.
-const saveTasksSQL = `
-	UPDATE tasks t SET status = u.status, attempts = u.attempts, worker_id = u.worker_id,
-		lease_id = u.lease_id, dead_reason = u.dead_reason, run_at = u.run_at,
-		claimed_at = u.claimed_at, finished_at = u.finished_at, updated_at = u.updated_at
-	FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::uuid[], $6::text[],
-		$7::timestamptz[], $8::timestamptz[], $9::timestamptz[], $10::timestamptz[])
-		AS u(id, status, attempts, worker_id, lease_id, dead_reason, run_at, claimed_at, finished_at, updated_at)
-	WHERE t.id = u.id`
-
-func (s *ReaperStore) saveTasks(ctx context.Context, ts []*task.Task) error {
-	n := len(ts)
-	var (
-		ids         = make([]uuid.UUID, n)
-		statuses    = make(pq.StringArray, n)
-		attempts    = make(pq.Int64Array, n)
-		workerIDs   = make([]sql.NullString, n)
-		leaseIDs    = make([]uuid.NullUUID, n)
-		deadReasons = make([]sql.NullString, n)
-		runAts      = make([]time.Time, n)
-		claimedAts  = make([]sql.NullTime, n)
-		finishedAts = make([]sql.NullTime, n)
-		updatedAts  = make([]time.Time, n)
-	)
-	for i, t := range ts {
-		v := t.Snapshot()
-		ids[i], statuses[i], attempts[i] = v.ID, string(v.Status), int64(v.Attempts)
-		workerIDs[i], leaseIDs[i] = nullString(v.WorkerID), nullUUID(v.LeaseID)
-		deadReasons[i] = nullString(string(v.DeadReason))
-		runAts[i], updatedAts[i] = v.RunAt, v.UpdatedAt
-		claimedAts[i], finishedAts[i] = nullTime(v.ClaimedAt), nullTime(v.FinishedAt)
-	}
-	_, err := s.st.tx.ExecContext(ctx, saveTasksSQL,
-		pq.Array(ids), statuses, attempts, pq.Array(workerIDs), pq.Array(leaseIDs), pq.Array(deadReasons),
-		pq.Array(runAts), pq.Array(claimedAts), pq.Array(finishedAts), pq.Array(updatedAts))
-	if err != nil {
-		return fmt.Errorf("save tasks: %w", err)
-	}
-	return nil
 }
 
 // saveWorkersSQL writes the liveness of many workers in one statement.

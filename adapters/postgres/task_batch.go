@@ -173,15 +173,17 @@ func (s *TaskStore) UpdateEach(ctx context.Context, ids []uuid.UUID, fn ports.Ta
 		changed = append(changed, t)
 		events = append(events, es...)
 	}
-	if err := s.saveMany(ctx, changed); err != nil {
+	if err := saveTasks(ctx, s.st, changed); err != nil {
 		return nil, err
 	}
 	s.st.Record(events...)
 	return out, nil
 }
 
-// saveMany writes every mutable column of ts with one statement.
-func (s *TaskStore) saveMany(ctx context.Context, ts []*task.Task) error {
+// saveTasks writes every mutable column of ts with one statement, in id
+// order, and asks for a wake-up of the queues that got PENDING tasks. Batch
+// reports and the reapers save through it.
+func saveTasks(ctx context.Context, st *txState, ts []*task.Task) error {
 	if len(ts) == 0 {
 		return nil
 	}
@@ -216,10 +218,10 @@ func (s *TaskStore) saveMany(ctx context.Context, ts []*task.Task) error {
 		claimedAts[i] = nullTimeText(v.ClaimedAt)
 		finishedAts[i] = nullTimeText(v.FinishedAt)
 		if v.Status == task.StatusPending {
-			s.st.notify(v.Queue)
+			st.notify(v.Queue)
 		}
 	}
-	_, err := s.st.tx.ExecContext(ctx, `
+	_, err := st.tx.ExecContext(ctx, `
 		UPDATE tasks t SET status = u.status, attempts = u.attempts, worker_id = u.worker_id,
 			lease_id = u.lease_id::uuid, last_error = u.last_error, dead_reason = u.dead_reason,
 			result = u.result::jsonb, run_at = u.run_at::timestamptz, claimed_at = u.claimed_at::timestamptz,
