@@ -25,11 +25,16 @@ type ServerConfig struct {
 	MaxBodyBytes int64
 	// ShutdownTimeout bounds the wait for in-flight requests on Stop.
 	ShutdownTimeout time.Duration
+	// EventsHeartbeat is the interval of keep-alive comments on event
+	// streams (GET /events/v1); 0 means 15 s, the default.
+	EventsHeartbeat time.Duration
 }
 
-// DefaultServerConfig returns the defaults: 127.0.0.1:8080, 1 MiB bodies.
+// DefaultServerConfig returns the defaults: 127.0.0.1:8080, 1 MiB bodies,
+// event stream heartbeats every 15 s.
 func DefaultServerConfig() ServerConfig {
-	return ServerConfig{Addr: "127.0.0.1:8080", MaxBodyBytes: 1 << 20, ShutdownTimeout: 30 * time.Second}
+	return ServerConfig{Addr: "127.0.0.1:8080", MaxBodyBytes: 1 << 20, ShutdownTimeout: 30 * time.Second,
+		EventsHeartbeat: defaultEventsHeartbeat}
 }
 
 // Validate reports whether the config can be used.
@@ -60,6 +65,8 @@ type Deps struct {
 	Queues  ports.QueueService
 	Health  ports.HealthChecker
 	Logger  *zap.Logger
+	// Events, when set, serves GET /events/v1.
+	Events ports.EventFeed
 	// Observe, when set, receives every finished request.
 	Observe ObserveFunc
 	// Routes are extra routes to mount.
@@ -73,9 +80,15 @@ type Server struct {
 	workers     ports.WorkerService
 	queues      ports.QueueService
 	health      ports.HealthChecker
+	events      ports.EventFeed
 	logger      *zap.Logger
 	extraRoutes []Route
 	handler     http.Handler
+
+	// stopping is closed when Stop begins, to end event streams, which
+	// would otherwise keep Shutdown waiting.
+	stopping     chan struct{}
+	stoppingOnce sync.Once
 
 	mu       sync.Mutex
 	srv      *http.Server
@@ -87,7 +100,7 @@ type Server struct {
 func NewServer(cfg ServerConfig, d Deps) *Server {
 	s := &Server{
 		cfg: cfg, tasks: d.Tasks, workers: d.Workers, queues: d.Queues, health: d.Health,
-		logger: d.Logger, extraRoutes: d.Routes,
+		events: d.Events, logger: d.Logger, extraRoutes: d.Routes, stopping: make(chan struct{}),
 	}
 	if s.logger == nil {
 		s.logger = zap.NewNop()
@@ -155,9 +168,9 @@ func (s *Server) Addr() string {
 	return s.listener.Addr().String()
 }
 
-// Stop stops accepting connections, waits for in-flight requests (up to
-// the shutdown timeout or ctx), and returns when the server has stopped. It
-// is idempotent.
+// Stop ends event streams, stops accepting connections, waits for in-flight
+// requests (up to the shutdown timeout or ctx), and returns when the server
+// has stopped. It is idempotent.
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	srv, done := s.srv, s.done
@@ -165,6 +178,7 @@ func (s *Server) Stop(ctx context.Context) error {
 	if srv == nil {
 		return nil
 	}
+	s.stoppingOnce.Do(func() { close(s.stopping) })
 	if s.cfg.ShutdownTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.ShutdownTimeout)

@@ -7,21 +7,35 @@ import (
 
 // zapLogger adapts zap to Watermill. Watermill logs its life cycle at info
 // level ("Starting handler", "Subscriber stopped", ...); that is debug detail
-// for Taskmaster, so info and below go to debug.
+// for Taskmaster, so info and below go to debug. While quiet reports true
+// (the router is closing, cancelling what is in flight) errors go to debug
+// too.
 type zapLogger struct {
-	l *zap.Logger
+	l     *zap.Logger
+	quiet func() bool
 }
 
 // NewLogger returns a Watermill logger writing to l.
 func NewLogger(l *zap.Logger) watermill.LoggerAdapter {
+	return newLogger(l, nil)
+}
+
+func newLogger(l *zap.Logger, quiet func() bool) zapLogger {
 	if l == nil {
 		l = zap.NewNop()
 	}
-	return zapLogger{l: l}
+	if quiet == nil {
+		quiet = func() bool { return false }
+	}
+	return zapLogger{l: l, quiet: quiet}
 }
 
 func (z zapLogger) Error(msg string, err error, fields watermill.LogFields) {
-	z.l.Error(msg, append(zapFields(fields), zap.Error(err))...)
+	level := zap.ErrorLevel
+	if z.quiet() {
+		level = zap.DebugLevel
+	}
+	z.l.Log(level, msg, append(zapFields(fields), zap.Error(err))...)
 }
 
 func (z zapLogger) Info(msg string, fields watermill.LogFields) { z.l.Debug(msg, zapFields(fields)...) }
@@ -33,7 +47,7 @@ func (z zapLogger) Debug(msg string, fields watermill.LogFields) {
 func (z zapLogger) Trace(string, watermill.LogFields) {}
 
 func (z zapLogger) With(fields watermill.LogFields) watermill.LoggerAdapter {
-	return zapLogger{l: z.l.With(zapFields(fields)...)}
+	return zapLogger{l: z.l.With(zapFields(fields)...), quiet: z.quiet}
 }
 
 func zapFields(fields watermill.LogFields) []zap.Field {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -26,6 +27,8 @@ type Router struct {
 
 	// hooks lets tests act inside a message's savepoint.
 	hooks hooks
+	// closing is set when Stop begins.
+	closing atomic.Bool
 
 	mu      sync.Mutex
 	started bool
@@ -50,12 +53,13 @@ func NewRouter(db *sql.DB, cfg Config, logger *zap.Logger, projectors ...*Projec
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	wlogger := NewLogger(logger.Named("watermill"))
+	r := &Router{logger: logger}
+	wlogger := newLogger(logger.Named("watermill"), r.closing.Load)
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: cfg.CloseTimeout}, wlogger)
 	if err != nil {
 		return nil, fmt.Errorf("watermill router: %w", err)
 	}
-	r := &Router{router: router, logger: logger}
+	r.router = router
 	for _, p := range projectors {
 		sub, err := NewSubscriber(db, p.ConsumerGroup(), cfg, wlogger)
 		if err != nil {
@@ -112,7 +116,7 @@ func (r *Router) handler(p *Projector) message.NoPublishHandlerFunc {
 				zap.Uint64("transaction_id", pos.TransactionID), zap.Int64("offset", pos.Offset), zap.Error(err))
 			return nil
 		}
-		return inSavepoint(ctx, tx, func() error {
+		err = inSavepoint(ctx, tx, func() error {
 			if r.hooks.before != nil {
 				if err := r.hooks.before(ctx, tx, msg); err != nil {
 					return err
@@ -126,6 +130,11 @@ func (r *Router) handler(p *Projector) message.NoPublishHandlerFunc {
 			}
 			return nil
 		})
+		if err != nil && ctx.Err() != nil {
+			// Stopping or past the ack deadline: the message comes again.
+			return fmt.Errorf("%w: %w", ctx.Err(), err)
+		}
+		return err
 	}
 }
 
@@ -175,6 +184,7 @@ func (r *Router) Stop(ctx context.Context) error {
 	if cancel == nil {
 		return nil
 	}
+	r.closing.Store(true)
 	err := r.router.Close()
 	cancel()
 	select {

@@ -38,6 +38,7 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 			fx.Annotate(application.NewQueueService, fx.As(new(ports.QueueService))),
 			newHTTPServer,
 		),
+		outboxOptions(),
 		fx.Invoke(func(*httpadapter.Server) {}),
 		fx.StartTimeout(60 * time.Second),
 		fx.StopTimeout(60 * time.Second),
@@ -72,14 +73,15 @@ type httpParams struct {
 	Queues    ports.QueueService
 	Health    ports.HealthChecker
 	Logger    *zap.Logger
-	Routes    []httpadapter.Route `group:"routes"`
+	Routes    []httpadapter.Route     `group:"routes"`
 	Observe   httpadapter.ObserveFunc `optional:"true"`
+	Events    ports.EventFeed         `optional:"true"`
 }
 
 func newHTTPServer(p httpParams) *httpadapter.Server {
 	srv := httpadapter.NewServer(p.Config, httpadapter.Deps{
 		Tasks: p.Tasks, Workers: p.Workers, Queues: p.Queues, Health: p.Health,
-		Logger: p.Logger, Observe: p.Observe, Routes: p.Routes,
+		Logger: p.Logger, Observe: p.Observe, Routes: p.Routes, Events: p.Events,
 	})
 	p.Lifecycle.Append(fx.Hook{OnStart: srv.Start, OnStop: srv.Stop})
 	return srv
