@@ -133,8 +133,7 @@ func TestFeedReportsEventsTheJanitorDeleted(t *testing.T) {
 	all := positions(outboxMessages(t, e.db))
 	first, _ := readN(t, f, tail, 1, 4)
 
-	setOffset(t, e, QueueStatsGroup, all[1])
-	setOffset(t, e, MetricsGroup, all[1])
+	builtInGroupsAt(t, e, all[1])
 	cfg := DefaultConfig()
 	cfg.Retention = 0
 	j, err := NewJanitor(e.db.DB, cfg, nil)

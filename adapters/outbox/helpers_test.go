@@ -10,6 +10,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskmaster/taskmaster/adapters/outbox/outboxtest"
 	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
 	"github.com/taskmaster/taskmaster/application"
@@ -77,48 +78,14 @@ func (m storedMessage) types() []event.Type {
 	return out
 }
 
-// truthCounts is SELECT queue, status, count(*) FROM tasks GROUP BY 1, 2.
-func truthCounts(t *testing.T, db *sqlx.DB) map[string]int64 {
-	t.Helper()
-	return queryCounts(t, db, `SELECT queue || '/' || status, count(*) FROM tasks GROUP BY queue, status`)
-}
+// Shorthands for outboxtest's comparisons.
+var (
+	truthCounts     = outboxtest.TruthCounts
+	projectedCounts = outboxtest.ProjectedCounts
+	queryCounts     = outboxtest.Counts
+)
 
-// projectedCounts are the non-zero rows of queue_status_counts.
-func projectedCounts(t *testing.T, db *sqlx.DB) map[string]int64 {
-	t.Helper()
-	return queryCounts(t, db, `SELECT queue || '/' || status, count FROM queue_status_counts WHERE count <> 0`)
-}
-
-func queryCounts(t *testing.T, db *sqlx.DB, query string) map[string]int64 {
-	t.Helper()
-	rows, err := db.Query(query)
-	require.NoError(t, err)
-	defer rows.Close()
-	out := map[string]int64{}
-	for rows.Next() {
-		var k string
-		var n int64
-		require.NoError(t, rows.Scan(&k, &n))
-		out[k] = n
-	}
-	require.NoError(t, rows.Err())
-	return out
-}
-
-// waitCaughtUp polls until the consumer group's offset is at the last outbox
-// message.
-func waitCaughtUp(t *testing.T, db *sqlx.DB, group string) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		var caughtUp bool
-		require.NoError(t, db.Get(&caughtUp, `
-			SELECT NOT EXISTS (
-				SELECT 1 FROM watermill_taskmaster_events m, watermill_offsets_taskmaster_events o
-				WHERE o.consumer_group = $1
-					AND (m.transaction_id, m."offset") > (o.last_processed_transaction_id, o.offset_acked))`, group))
-		return caughtUp
-	}, 30*time.Second, 10*time.Millisecond, "consumer group %s did not catch up", group)
-}
+func waitCaughtUp(t *testing.T, db *sqlx.DB, group string) { outboxtest.WaitCaughtUp(t, db, group) }
 
 // fastConfig polls often, for tests.
 func fastConfig() Config {

@@ -22,6 +22,13 @@ func setOffset(t *testing.T, e *env, group string, pos Position) {
 	require.NoError(t, err)
 }
 
+// builtInGroupsAt moves both built-in consumer groups to pos.
+func builtInGroupsAt(t *testing.T, e *env, pos Position) {
+	t.Helper()
+	setOffset(t, e, QueueStatsGroup, pos)
+	setOffset(t, e, MetricsGroup, pos)
+}
+
 func submitN(t *testing.T, e *env, ctx context.Context, n int) {
 	t.Helper()
 	for range n {
@@ -80,8 +87,7 @@ func TestJanitorDeletesOnlyWhatEveryGroupConsumed(t *testing.T) {
 	// Deleting a group's offsets row releases what only it was holding.
 	submitN(t, e, ctx, 2)
 	more := positions(outboxMessages(t, e.db))
-	setOffset(t, e, QueueStatsGroup, more[1])
-	setOffset(t, e, MetricsGroup, more[1])
+	builtInGroupsAt(t, e, more[1])
 	n, err = j.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n, "billing has not consumed them")
@@ -98,8 +104,7 @@ func TestJanitorKeepsConsumedMessagesForTheRetention(t *testing.T) {
 	ctx := ctxT(t)
 	submitN(t, e, ctx, 3)
 	all := positions(outboxMessages(t, e.db))
-	setOffset(t, e, QueueStatsGroup, all[2])
-	setOffset(t, e, MetricsGroup, all[2])
+	builtInGroupsAt(t, e, all[2])
 	// The first message is old, the others recent.
 	_, err := e.db.Exec(`UPDATE watermill_taskmaster_events SET created_at = created_at - interval '2 hours'
 		WHERE (transaction_id, "offset") = ($1::text::xid8, $2)`, all[0].TransactionID, all[0].Offset)
@@ -137,8 +142,7 @@ func TestJanitorServiceRunsPeriodicallyAndStops(t *testing.T) {
 	ctx := ctxT(t)
 	submitN(t, e, ctx, 2)
 	all := positions(outboxMessages(t, e.db))
-	setOffset(t, e, QueueStatsGroup, all[1])
-	setOffset(t, e, MetricsGroup, all[1])
+	builtInGroupsAt(t, e, all[1])
 	cfg := DefaultConfig()
 	cfg.Retention = 0
 	cfg.JanitorInterval = 10 * time.Millisecond

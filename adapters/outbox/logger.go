@@ -15,11 +15,8 @@ type zapLogger struct {
 	quiet func() bool
 }
 
-// NewLogger returns a Watermill logger writing to l.
-func NewLogger(l *zap.Logger) watermill.LoggerAdapter {
-	return newLogger(l, nil)
-}
-
+// newLogger returns a Watermill logger writing to l, quiet while quiet()
+// (nil: never).
 func newLogger(l *zap.Logger, quiet func() bool) zapLogger {
 	if l == nil {
 		l = zap.NewNop()

@@ -61,7 +61,7 @@ func NewRouter(db *sql.DB, cfg Config, logger *zap.Logger, projectors ...*Projec
 	}
 	r.router = router
 	for _, p := range projectors {
-		sub, err := NewSubscriber(db, p.ConsumerGroup(), cfg, wlogger)
+		sub, err := newSubscriber(db, p.ConsumerGroup(), cfg, wlogger)
 		if err != nil {
 			return nil, err
 		}
@@ -70,11 +70,11 @@ func NewRouter(db *sql.DB, cfg Config, logger *zap.Logger, projectors ...*Projec
 	return r, nil
 }
 
-// NewSubscriber returns a watermill-sql subscriber of the outbox topic in
+// newSubscriber returns a watermill-sql subscriber of the outbox topic in
 // consumer group group, with the delivery settings of cfg. Messages it
 // delivers carry their outbox position (see SchemaAdapter) and the
 // subscriber's transaction (sql.TxFromContext).
-func NewSubscriber(db *sql.DB, group string, cfg Config, logger watermill.LoggerAdapter) (*wsql.Subscriber, error) {
+func newSubscriber(db *sql.DB, group string, cfg Config, logger watermill.LoggerAdapter) (*wsql.Subscriber, error) {
 	ackDeadline := cfg.AckDeadline
 	sub, err := wsql.NewSubscriber(db, wsql.SubscriberConfig{
 		ConsumerGroup:    group,

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -20,7 +19,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 
-	"github.com/taskmaster/taskmaster/adapters/postgres"
+	"github.com/taskmaster/taskmaster/adapters/outbox/outboxtest"
 	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
 	"github.com/taskmaster/taskmaster/cmd/taskmaster/app"
 	"github.com/taskmaster/taskmaster/domain/event"
@@ -132,20 +131,6 @@ type queueJSON struct {
 	} `json:"totals"`
 }
 
-// outboxEvents reads every event in the outbox, in delivery order.
-func outboxEvents(t testing.TB, db *sqlx.DB) []event.Event {
-	t.Helper()
-	var payloads [][]byte
-	require.NoError(t, db.Select(&payloads, `SELECT payload FROM watermill_taskmaster_events ORDER BY transaction_id, "offset"`))
-	var out []event.Event
-	for _, p := range payloads {
-		var env postgres.Envelope
-		require.NoError(t, json.Unmarshal(p, &env))
-		out = append(out, env.Events...)
-	}
-	return out
-}
-
 // expectedCounters counts the outbox's events the way the issue defines the
 // counters, independently of the projector's code: kind/queue/reason -> n.
 func expectedCounters(events []event.Event) map[string]int64 {
@@ -188,44 +173,17 @@ func expectedCounters(events []event.Event) map[string]int64 {
 	return out
 }
 
-func queryCounts(t testing.TB, db *sqlx.DB, query string) map[string]int64 {
-	t.Helper()
-	rows, err := db.Query(query)
-	require.NoError(t, err)
-	defer rows.Close()
-	out := map[string]int64{}
-	for rows.Next() {
-		var k string
-		var n int64
-		require.NoError(t, rows.Scan(&k, &n))
-		out[k] = n
-	}
-	require.NoError(t, rows.Err())
-	return out
-}
+// Shorthands for outboxtest's comparisons.
+var (
+	outboxEvents    = outboxtest.Events
+	truthCounts     = outboxtest.TruthCounts
+	projectedCounts = outboxtest.ProjectedCounts
+	queryCounts     = outboxtest.Counts
+)
 
-// truthCounts is SELECT queue, status, count(*) FROM tasks GROUP BY 1, 2.
-func truthCounts(t testing.TB, db *sqlx.DB) map[string]int64 {
-	return queryCounts(t, db, `SELECT queue || '/' || status, count(*) FROM tasks GROUP BY queue, status`)
-}
-
-func projectedCounts(t testing.TB, db *sqlx.DB) map[string]int64 {
-	return queryCounts(t, db, `SELECT queue || '/' || status, count FROM queue_status_counts WHERE count <> 0`)
-}
-
-// waitCaughtUp polls until every built-in consumer group has consumed the
+// waitCaughtUp polls until both built-in consumer groups have consumed the
 // last outbox message.
 func waitCaughtUp(t testing.TB, db *sqlx.DB) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		var behind int
-		require.NoError(t, db.Get(&behind, `
-			SELECT count(*) FROM watermill_offsets_taskmaster_events o
-			WHERE o.consumer_group IN ('queue_stats', 'metrics') AND EXISTS (
-				SELECT 1 FROM watermill_taskmaster_events m
-				WHERE (m.transaction_id, m."offset") > (o.last_processed_transaction_id, o.offset_acked))`))
-		return behind == 0
-	}, 60*time.Second, 20*time.Millisecond, "the projections did not catch up")
+	outboxtest.WaitCaughtUp(t, db, "queue_stats", "metrics")
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }

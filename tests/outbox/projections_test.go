@@ -2,11 +2,13 @@ package outboxe2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskmaster/taskmaster/adapters/postgres"
+	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
 	"github.com/taskmaster/taskmaster/cmd/taskmaster/app"
 	"github.com/taskmaster/taskmaster/domain/event"
 	"github.com/taskmaster/taskmaster/ports"
@@ -216,7 +219,9 @@ func TestMetricsExposeEverySeriesWithItsQueuesValues(t *testing.T) {
 
 	fams := scrape(t, s.URL+"/metrics")
 	q := func(queue string) map[string]string { return map[string]string{"queue": queue} }
-	qr := func(queue, reason string) map[string]string { return map[string]string{"queue": queue, "reason": reason} }
+	qr := func(queue, reason string) map[string]string {
+		return map[string]string{"queue": queue, "reason": reason}
+	}
 	for _, c := range []struct {
 		name   string
 		labels map[string]string
@@ -330,4 +335,39 @@ func TestMetricsExposeEverySeriesWithItsQueuesValues(t *testing.T) {
 		}
 	}
 	require.False(t, math.IsNaN(counterValue(t, actuator, "taskmaster_tasks_submitted_total", q("alpha"))))
+}
+
+// Several instances share the consumer groups: each message is applied once
+// whichever instance's subscriber gets it.
+func TestInstancesSharingADatabaseProjectEachEventOnce(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	a := testserver.StartOn(t, url, fastOutbox)
+	b := testserver.StartOn(t, url, fastOutbox)
+	stats := &opStats{ok: map[string]int64{}, unknown: map[string]int64{}}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, s := range []*testserver.Server{a, b, a, b} {
+		c := newClient(t, func() string { return s.URL })
+		id := fmt.Sprintf("w%d", i)
+		c.mustCall("POST", "/workers/v1/register", map[string]any{"id": id}, nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			randomWorker(t, c, id, uint64(i)+uint64(time.Now().UnixNano()), stats, stop)
+		}()
+	}
+	require.Eventually(t, func() bool { return stats.total.Load() >= 300 }, 60*time.Second, 5*time.Millisecond)
+	close(stop)
+	wg.Wait()
+	waitCaughtUp(t, a.DB)
+	require.Equal(t, truthCounts(t, a.DB), projectedCounts(t, a.DB))
+	require.Equal(t, expectedCounters(outboxEvents(t, a.DB)),
+		queryCounts(t, a.DB, `SELECT kind || '/' || queue || '/' || reason, value FROM metric_counters`))
+	// Both serve the same counters.
+	fa, fb := scrape(t, a.URL+"/metrics"), scrape(t, b.URL+"/metrics")
+	for _, m := range fa["taskmaster_tasks_submitted_total"].Metric {
+		labels := map[string]string{"queue": m.Label[0].GetValue()}
+		require.Equal(t, m.GetCounter().GetValue(), counterValue(t, fb, "taskmaster_tasks_submitted_total", labels))
+	}
 }
