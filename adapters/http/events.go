@@ -34,7 +34,7 @@ const StreamLostType = "stream.events_lost"
 // eventFilter selects the events a stream sends.
 type eventFilter struct {
 	queues []string
-	types  []string // exact types, or prefixes ending in ".*"
+	types  []string // exact types, or prefixes ending in "*" ("task.*")
 }
 
 // eventFilterOf reads the repeatable, comma-separated queue and type
@@ -179,8 +179,17 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 				return
 			case <-wait.C:
 			}
-		} else if err := st.flush(); err != nil {
-			return
+		} else {
+			if err := st.flush(); err != nil {
+				return
+			}
+			select { // catching up: read on at once, unless stopping
+			case <-ctx.Done():
+				return
+			case <-s.stopping:
+				return
+			default:
+			}
 		}
 		if page, err = s.events.Read(ctx, cursor, eventsReadLimit); err != nil {
 			if ctx.Err() == nil {

@@ -105,7 +105,7 @@ func (c Config) Validate() error {
 	if c.Outbox.Retention < 0 {
 		add("TASKMASTER_OUTBOX_RETENTION", errors.New("must not be negative"))
 	}
-	if len(errs) == 0 {
+	if len(errs) == 0 { // the outbox's own checks repeat some above; report a mistake once
 		add("TASKMASTER_OUTBOX_*", c.Outbox.Validate())
 	}
 	if c.RetentionBatchSize < 1 || c.RetentionBatchSize > 100000 {
