@@ -371,3 +371,49 @@ func TestInstancesSharingADatabaseProjectEachEventOnce(t *testing.T) {
 		require.Equal(t, m.GetCounter().GetValue(), counterValue(t, fb, "taskmaster_tasks_submitted_total", labels))
 	}
 }
+
+// With no retention, the janitors delete what both projectors consumed while
+// a workload runs: the outbox drains, and the projections (which the janitor
+// must never get ahead of) still equal the tasks table.
+func TestJanitorKeepsTheOutboxDrainedUnderLoad(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, func(c *app.Config) {
+		fastOutbox(c)
+		c.Outbox.Retention = 0
+		c.Outbox.JanitorInterval = 20 * time.Millisecond
+	})
+	stats := &opStats{ok: map[string]int64{}, unknown: map[string]int64{}}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 3 {
+		c := newClient(t, func() string { return s.URL })
+		id := fmt.Sprintf("w%d", i)
+		c.mustCall("POST", "/workers/v1/register", map[string]any{"id": id}, nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			randomWorker(t, c, id, uint64(i)+uint64(time.Now().UnixNano()), stats, stop)
+		}()
+	}
+	var peak int64
+	require.Eventually(t, func() bool {
+		var n int64
+		require.NoError(t, s.DB.Get(&n, `SELECT count(*) FROM watermill_taskmaster_events`))
+		peak = max(peak, n)
+		return stats.total.Load() >= 300
+	}, 60*time.Second, 5*time.Millisecond)
+	close(stop)
+	wg.Wait()
+	require.Eventually(t, func() bool {
+		var n int64
+		require.NoError(t, s.DB.Get(&n, `SELECT count(*) FROM watermill_taskmaster_events`))
+		return n == 0
+	}, 30*time.Second, 10*time.Millisecond, "the outbox drains")
+	t.Logf("%d requests; at most %d messages in the outbox at a time", stats.total.Load(), peak)
+	require.Equal(t, truthCounts(t, s.DB), projectedCounts(t, s.DB))
+	var submitted int64
+	require.NoError(t, s.DB.Get(&submitted, `SELECT coalesce(sum(count), 0) FROM queue_totals WHERE kind = 'tasks_submitted'`))
+	var tasks int64
+	require.NoError(t, s.DB.Get(&tasks, `SELECT count(*) FROM tasks`))
+	require.Equal(t, tasks, submitted)
+}
