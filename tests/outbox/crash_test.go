@@ -197,6 +197,45 @@ func randomWorker(t *testing.T, c *client, id string, seed uint64, stats *opStat
 	}
 }
 
+// randomWorkload runs one randomWorker per base URL, each as its own
+// registered worker, until finish.
+type randomWorkload struct {
+	stats *opStats
+	stop  chan struct{}
+	wg    sync.WaitGroup
+}
+
+func startRandomWorkload(t *testing.T, bases ...func() string) *randomWorkload {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("workload seed %d", seed)
+	w := &randomWorkload{stats: &opStats{ok: map[string]int64{}, unknown: map[string]int64{}}, stop: make(chan struct{})}
+	for i, base := range bases {
+		c := newClient(t, base)
+		id := fmt.Sprintf("w%d", i)
+		c.mustCall("POST", "/workers/v1/register", map[string]any{"id": id}, nil)
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			randomWorker(t, c, id, seed+uint64(i), w.stats, w.stop)
+		}()
+	}
+	return w
+}
+
+// waitOps polls until the workload has made n requests.
+func (w *randomWorkload) waitOps(t *testing.T, n int64) {
+	t.Helper()
+	require.Eventually(t, func() bool { return w.stats.total.Load() >= n }, 120*time.Second, 5*time.Millisecond)
+}
+
+// finish stops the workers and waits for them.
+func (w *randomWorkload) finish(t *testing.T) {
+	close(w.stop)
+	w.wg.Wait()
+	t.Logf("requests: ok %v, unknown outcome %v", w.stats.ok, w.stats.unknown)
+}
+
 // A random mixed workload runs against the service while it is killed with
 // SIGKILL twice and restarted. Once the projections catch up, the statistics
 // equal the tasks table and the totals equal the outbox's events.
@@ -212,35 +251,15 @@ func TestProjectionsSurviveKillsMidStream(t *testing.T) {
 	current.Store(startChild(t, databaseURL, logs))
 	base := func() string { return "http://" + current.Load().addr }
 	c := newClient(t, base)
-	const workers = 4
-	for i := range workers {
-		c.mustCall("POST", "/workers/v1/register", map[string]any{"id": fmt.Sprintf("w%d", i)}, nil)
-	}
-
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("workload seed %d", seed)
-	stats := &opStats{ok: map[string]int64{}, unknown: map[string]int64{}}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			randomWorker(t, newClient(t, base), fmt.Sprintf("w%d", i), seed+uint64(i), stats, stop)
-		}()
-	}
-	waitOps := func(n int64) {
-		require.Eventually(t, func() bool { return stats.total.Load() >= n }, 120*time.Second, 5*time.Millisecond)
-	}
+	load := startRandomWorkload(t, base, base, base, base)
 	for round := 1; round <= 2; round++ {
-		waitOps(int64(round) * 200)
+		load.waitOps(t, int64(round)*200)
 		current.Load().kill()
 		current.Store(startChild(t, databaseURL, logs))
 	}
-	waitOps(600)
-	close(stop)
-	wg.Wait()
-	t.Logf("requests: ok %v, unknown outcome %v", stats.ok, stats.unknown)
+	load.waitOps(t, 600)
+	load.finish(t)
+	stats := load.stats
 
 	waitCaughtUp(t, db)
 	require.Equal(t, truthCounts(t, db), projectedCounts(t, db), "queue_status_counts equal the tasks table\n%s", logs)

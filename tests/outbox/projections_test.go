@@ -2,13 +2,11 @@ package outboxe2e
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -344,22 +342,10 @@ func TestInstancesSharingADatabaseProjectEachEventOnce(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	a := testserver.StartOn(t, url, fastOutbox)
 	b := testserver.StartOn(t, url, fastOutbox)
-	stats := &opStats{ok: map[string]int64{}, unknown: map[string]int64{}}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i, s := range []*testserver.Server{a, b, a, b} {
-		c := newClient(t, func() string { return s.URL })
-		id := fmt.Sprintf("w%d", i)
-		c.mustCall("POST", "/workers/v1/register", map[string]any{"id": id}, nil)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			randomWorker(t, c, id, uint64(i)+uint64(time.Now().UnixNano()), stats, stop)
-		}()
-	}
-	require.Eventually(t, func() bool { return stats.total.Load() >= 300 }, 60*time.Second, 5*time.Millisecond)
-	close(stop)
-	wg.Wait()
+	urlA, urlB := func() string { return a.URL }, func() string { return b.URL }
+	load := startRandomWorkload(t, urlA, urlB, urlA, urlB)
+	load.waitOps(t, 300)
+	load.finish(t)
 	waitCaughtUp(t, a.DB)
 	require.Equal(t, truthCounts(t, a.DB), projectedCounts(t, a.DB))
 	require.Equal(t, expectedCounters(outboxEvents(t, a.DB)),
@@ -382,34 +368,22 @@ func TestJanitorKeepsTheOutboxDrainedUnderLoad(t *testing.T) {
 		c.Outbox.Retention = 0
 		c.Outbox.JanitorInterval = 20 * time.Millisecond
 	})
-	stats := &opStats{ok: map[string]int64{}, unknown: map[string]int64{}}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range 3 {
-		c := newClient(t, func() string { return s.URL })
-		id := fmt.Sprintf("w%d", i)
-		c.mustCall("POST", "/workers/v1/register", map[string]any{"id": id}, nil)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			randomWorker(t, c, id, uint64(i)+uint64(time.Now().UnixNano()), stats, stop)
-		}()
-	}
+	base := func() string { return s.URL }
+	load := startRandomWorkload(t, base, base, base)
 	var peak int64
 	require.Eventually(t, func() bool {
 		var n int64
 		require.NoError(t, s.DB.Get(&n, `SELECT count(*) FROM watermill_taskmaster_events`))
 		peak = max(peak, n)
-		return stats.total.Load() >= 300
+		return load.stats.total.Load() >= 300
 	}, 60*time.Second, 5*time.Millisecond)
-	close(stop)
-	wg.Wait()
+	load.finish(t)
 	require.Eventually(t, func() bool {
 		var n int64
 		require.NoError(t, s.DB.Get(&n, `SELECT count(*) FROM watermill_taskmaster_events`))
 		return n == 0
 	}, 30*time.Second, 10*time.Millisecond, "the outbox drains")
-	t.Logf("%d requests; at most %d messages in the outbox at a time", stats.total.Load(), peak)
+	t.Logf("at most %d messages in the outbox at a time", peak)
 	require.Equal(t, truthCounts(t, s.DB), projectedCounts(t, s.DB))
 	var submitted int64
 	require.NoError(t, s.DB.Get(&submitted, `SELECT coalesce(sum(count), 0) FROM queue_totals WHERE kind = 'tasks_submitted'`))
