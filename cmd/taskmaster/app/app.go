@@ -42,6 +42,7 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 		),
 		outboxOptions(),
 		fx.Invoke(func(*httpadapter.Server) {}),
+		fx.Invoke(newPprofServer),
 		reapersModule(),
 		fx.StartTimeout(60 * time.Second),
 		fx.StopTimeout(60 * time.Second),

@@ -46,6 +46,8 @@ type Config struct {
 	LogLevel string
 	// LogFormat is json or console.
 	LogFormat string
+	// PprofAddr, when set, serves net/http/pprof there (loopback only).
+	PprofAddr string
 }
 
 // DefaultConfig returns the documented defaults.
@@ -198,6 +200,9 @@ func settings() []setting {
 		{"TASKMASTER_EVENTS_HEARTBEAT_SECONDS", "events-heartbeat-seconds", "keep-alive interval of GET /events/v1 streams",
 			secondsSetter(func(c *Config, d time.Duration) { c.HTTP.EventsHeartbeat = d }),
 			func(c *Config) string { return seconds(c.HTTP.EventsHeartbeat) }},
+		{"TASKMASTER_PPROF_ADDR", "pprof-addr", "serve /debug/pprof/ on this address (empty: off)",
+			func(c *Config, v string) error { c.PprofAddr = v; return nil },
+			func(c *Config) string { return c.PprofAddr }},
 		{"TASKMASTER_LOG_LEVEL", "log-level", "debug, info, warn or error",
 			func(c *Config, v string) error { c.LogLevel = v; return nil },
 			func(c *Config) string { return c.LogLevel }},
