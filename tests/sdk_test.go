@@ -539,3 +539,144 @@ func TestClientAgainstServer(t *testing.T) {
 	_, err = c.Heartbeat(ctx, "sdk-worker")
 	require.True(t, client.IsWorkerDead(err))
 }
+
+// SubmitBatch keeps request order and honours idempotency keys per item,
+// including a key repeated inside the batch; a resubmitted keyed batch
+// creates nothing.
+func TestSDKSubmitBatch(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, nil)
+	v := spectest.New(t, s.URL)
+	c := newSDK(t, s.URL, v.Transport(http.DefaultTransport))
+	ctx := context.Background()
+	existing, err := c.Submit(ctx, client.SubmitParams{Queue: "sb", IdempotencyKey: "k-existing"})
+	require.NoError(t, err)
+
+	batch := []client.SubmitParams{
+		{Queue: "sb", Payload: map[string]int{"n": 0}},
+		{Queue: "sb", IdempotencyKey: "k-existing"},
+		{Queue: "sb", IdempotencyKey: "k-new", Payload: map[string]int{"n": 2}},
+		{Queue: "sb", IdempotencyKey: "k-new", Payload: map[string]int{"n": 3}},
+		{Queue: "sb", Payload: map[string]int{"n": 4}, Priority: 2, MaxAttempts: 5, Tags: []string{"gpu"}},
+	}
+	tasks, created, err := c.SubmitBatch(ctx, batch)
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, false, true, false, true}, created)
+	require.Len(t, tasks, 5)
+	require.JSONEq(t, `{"n":0}`, string(tasks[0].Payload))
+	require.Equal(t, existing.ID, tasks[1].ID)
+	require.Equal(t, tasks[2].ID, tasks[3].ID, "a key repeated in the batch names the first task")
+	require.JSONEq(t, `{"n":2}`, string(tasks[3].Payload))
+	require.Equal(t, "k-new", tasks[2].IdempotencyKey)
+	require.Equal(t, 2, tasks[4].Priority)
+	require.Equal(t, 5, tasks[4].MaxAttempts)
+	require.Equal(t, []string{"gpu"}, tasks[4].Tags)
+	for _, task := range tasks {
+		require.Equal(t, client.StatusPending, task.Status)
+	}
+	require.Equal(t, 4, countRows(t, s, `SELECT count(*) FROM tasks WHERE queue = 'sb'`))
+
+	// Every item keyed: safe to resend, and it creates nothing new.
+	again, created, err := c.SubmitBatch(ctx, batch[1:4])
+	require.NoError(t, err)
+	require.Equal(t, []bool{false, false, false}, created)
+	require.Equal(t, []string{existing.ID, tasks[2].ID, tasks[2].ID}, []string{again[0].ID, again[1].ID, again[2].ID})
+
+	// All or nothing: every bad item is named, nothing is created.
+	_, _, err = c.SubmitBatch(ctx, []client.SubmitParams{{Queue: "sb"}, {Queue: ""}, {Queue: "sb", MaxAttempts: 101}})
+	require.True(t, client.IsValidation(err), "%v", err)
+	p, _ := client.AsProblem(err)
+	var fields []string
+	for _, f := range p.Errors {
+		fields = append(fields, f.Field)
+	}
+	require.ElementsMatch(t, []string{"tasks[1].queue", "tasks[2].max_attempts"}, fields)
+	_, _, err = c.SubmitBatch(ctx, make([]client.SubmitParams, client.MaxBatch+1))
+	require.True(t, client.IsValidation(err), "%v", err)
+	require.Equal(t, 4, countRows(t, s, `SELECT count(*) FROM tasks WHERE queue = 'sb'`))
+}
+
+// CompleteBatch and FailBatch fence each item on its own: the worker's own
+// items go through, a stale lease or another worker's task is lease-lost
+// and changes nothing, an unknown id is not found.
+func TestSDKBatchReportsPerItemOutcomes(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, nil)
+	v := spectest.New(t, s.URL)
+	c := newSDK(t, s.URL, v.Transport(http.DefaultTransport))
+	ctx := context.Background()
+	// Distinct priorities fix the claim order: claimed[i] is batch[i].
+	batch := []client.SubmitParams{
+		{Queue: "rb", Priority: 5},                 // completed
+		{Queue: "rb", Priority: 4, MaxAttempts: 2}, // stale lease on complete, then failed: requeued
+		{Queue: "rb", Priority: 3, MaxAttempts: 2}, // failed non-retryable: dead
+		{Queue: "rb", Priority: 2, MaxAttempts: 1}, // failed, attempts exhausted: dead
+		{Queue: "rb", Priority: 1},                 // claimed by the other worker
+	}
+	submitted, _, err := c.SubmitBatch(ctx, batch)
+	require.NoError(t, err)
+	for _, w := range []string{"w1", "w2"} {
+		_, err := c.Register(ctx, client.RegisterParams{ID: w, Queues: []string{"rb"}})
+		require.NoError(t, err)
+	}
+	mine, err := c.Claim(ctx, client.ClaimParams{WorkerID: "w1", Limit: 4})
+	require.NoError(t, err)
+	require.Len(t, mine, 4)
+	for i := range mine {
+		require.Equal(t, submitted[i].ID, mine[i].ID)
+	}
+	theirs, err := c.Claim(ctx, client.ClaimParams{WorkerID: "w2"})
+	require.NoError(t, err)
+	require.Len(t, theirs, 1)
+
+	out, err := c.CompleteBatch(ctx, "w1", []client.CompleteItem{
+		{ID: mine[0].ID, LeaseID: mine[0].LeaseID, Result: map[string]bool{"ok": true}},
+		{ID: mine[1].ID, LeaseID: uuid.NewString()},         // stale lease
+		{ID: theirs[0].ID, LeaseID: theirs[0].LeaseID},      // held by w2
+		{ID: uuid.Must(uuid.NewV7()).String(), Result: "x"}, // no such task
+	})
+	require.NoError(t, err)
+	require.Len(t, out, 4)
+	require.Equal(t, client.OutcomeDone, out[0].Outcome)
+	require.NoError(t, out[0].Err())
+	require.Equal(t, client.StatusDone, out[0].Task.Status)
+	require.JSONEq(t, `{"ok":true}`, string(out[0].Task.Result))
+	for _, o := range out[1:3] {
+		require.Equal(t, client.OutcomeError, o.Outcome)
+		require.True(t, client.IsLeaseLost(o.Err()), "%v", o.Err())
+		require.Equal(t, client.StatusRunning, o.Problem.CurrentStatus)
+		require.NotEmpty(t, o.Problem.CorrelationID)
+	}
+	require.Equal(t, []string{mine[1].ID, theirs[0].ID}, []string{out[1].ID, out[2].ID})
+	require.Equal(t, client.OutcomeError, out[3].Outcome)
+	require.True(t, client.IsNotFound(out[3].Err()), "%v", out[3].Err())
+	held, err := c.Get(ctx, theirs[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, client.StatusRunning, held.Status)
+	require.Equal(t, "w2", held.WorkerID)
+	require.Equal(t, theirs[0].LeaseID, held.LeaseID, "the lease-lost item changed nothing")
+
+	out, err = c.FailBatch(ctx, "w1", []client.FailItem{
+		{ID: mine[1].ID, LeaseID: mine[1].LeaseID, Error: "temporary"},
+		{ID: mine[2].ID, LeaseID: mine[2].LeaseID, Error: "bad input", NonRetryable: true},
+		{ID: mine[3].ID, LeaseID: mine[3].LeaseID, Error: "last try"},
+		{ID: mine[0].ID, LeaseID: mine[0].LeaseID, Error: "too late"}, // already DONE
+		{ID: theirs[0].ID, LeaseID: mine[3].LeaseID, Error: "not mine"},
+	})
+	require.NoError(t, err)
+	require.Equal(t, []client.Outcome{client.OutcomeRequeued, client.OutcomeDead, client.OutcomeDead, client.OutcomeError, client.OutcomeError},
+		[]client.Outcome{out[0].Outcome, out[1].Outcome, out[2].Outcome, out[3].Outcome, out[4].Outcome})
+	require.Equal(t, client.StatusPending, out[0].Task.Status)
+	require.Equal(t, "temporary", out[0].Task.LastError)
+	require.Equal(t, client.DeadNonRetryable, out[1].Task.DeadReason)
+	require.Equal(t, client.DeadExhausted, out[2].Task.DeadReason)
+	require.True(t, client.IsInvalidTransition(out[3].Err()), "%v", out[3].Err())
+	require.Equal(t, client.StatusDone, out[3].Problem.CurrentStatus)
+	require.True(t, client.IsLeaseLost(out[4].Err()), "%v", out[4].Err())
+
+	// A malformed batch is refused as a whole.
+	_, err = c.CompleteBatch(ctx, "w1", []client.CompleteItem{{ID: theirs[0].ID}, {ID: theirs[0].ID}})
+	require.True(t, client.IsValidation(err), "%v", err)
+	p, _ := client.AsProblem(err)
+	require.Equal(t, "items[1].id", p.Errors[0].Field)
+}
