@@ -338,6 +338,8 @@ func TestRunnerConfigValidate(t *testing.T) {
 	require.Error(t, client.RunnerConfig{Concurrency: -1}.Validate())
 	require.Error(t, client.RunnerConfig{WorkerID: "has space"}.Validate())
 	require.Error(t, client.RunnerConfig{PollInterval: time.Second, MaxIdleInterval: time.Millisecond}.Validate())
+	require.Error(t, client.RunnerConfig{ClaimWait: client.MaxClaimWait + time.Millisecond}.Validate())
+	require.NoError(t, client.RunnerConfig{ClaimWait: -1}.Validate(), "negative: no long poll")
 }
 
 // Other services import this package: it must stay on the standard library.
@@ -470,4 +472,52 @@ func TestBatchReportsSendItemsAndDecodeOutcomes(t *testing.T) {
 	require.Equal(t, map[string]any{"id": "t1", "lease_id": "l1", "error": "boom", "retryable": true}, fail.Items[0])
 	require.Equal(t, false, fail.Items[1]["retryable"])
 	require.LessOrEqual(t, len(fail.Items[1]["error"].(string)), client.MaxErrorBytes)
+}
+
+// A server that answers a long-poll claim at once with nothing (it is
+// shutting down) must not turn the runner into a busy loop: it backs off
+// as it does without long polls. Long polls shorter than 100 ms (here cut
+// by a short drain timeout) are not made at all.
+func TestRunnerBacksOffWhenTheServerDoesNotWait(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		drain  time.Duration
+		waitMS any
+	}{{time.Minute, 1000.0}, {time.Millisecond, nil}} {
+		var mu sync.Mutex
+		var waits []any
+		mux := http.NewServeMux()
+		mux.HandleFunc("POST /workers/v1/register", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			_, _ = io.WriteString(w, `{"id":"w","queues":[],"tags":[],"status":"ACTIVE","heartbeat_interval_seconds":10}`)
+		})
+		mux.HandleFunc("POST /tasks/v1/claim", func(w http.ResponseWriter, r *http.Request) {
+			var body map[string]any
+			_ = json.NewDecoder(r.Body).Decode(&body)
+			mu.Lock()
+			waits = append(waits, body["wait_ms"])
+			mu.Unlock()
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"tasks":[]}`)
+		})
+		srv := httptest.NewServer(mux)
+		r, err := client.NewRunner(newClient(t, srv.URL), client.RunnerConfig{
+			WorkerID: "w", ClaimWait: time.Second, DrainTimeout: tc.drain,
+			PollInterval: 50 * time.Millisecond, MaxIdleInterval: 50 * time.Millisecond,
+		}, func(context.Context, client.Task) (any, error) { return nil, nil })
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		require.NoError(t, r.Run(ctx))
+		cancel()
+		srv.Close()
+
+		mu.Lock()
+		require.NotEmpty(t, waits)
+		require.LessOrEqual(t, len(waits), 10, "about one claim per 50 ms, not a busy loop")
+		for _, w := range waits {
+			require.Equal(t, tc.waitMS, w)
+		}
+		mu.Unlock()
+	}
 }

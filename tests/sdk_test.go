@@ -64,13 +64,16 @@ func testLogger(t *testing.T) (*slog.Logger, *syncBuffer) {
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
 }
 
-// startRunner runs a runner with cfg (fast polling and a captured log
-// unless set) until the returned stop function is called; stop waits for
-// Run to return and hands back its error.
+// startRunner runs a runner with cfg (fast polling, short long polls and a
+// captured log unless set) until the returned stop function is called; stop
+// waits for Run to return and hands back its error.
 func startRunner(t *testing.T, c *client.Client, cfg client.RunnerConfig, h client.HandlerFunc) (stop func() error, logs *syncBuffer) {
 	t.Helper()
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval, cfg.MaxIdleInterval = 5*time.Millisecond, 20*time.Millisecond
+	}
+	if cfg.ClaimWait == 0 {
+		cfg.ClaimWait = 500 * time.Millisecond // an idle runner stops within it
 	}
 	if cfg.Logger == nil {
 		cfg.Logger, logs = testLogger(t)
@@ -679,4 +682,96 @@ func TestSDKBatchReportsPerItemOutcomes(t *testing.T) {
 	require.True(t, client.IsValidation(err), "%v", err)
 	p, _ := client.AsProblem(err)
 	require.Equal(t, "items[1].id", p.Errors[0].Field)
+}
+
+// waitForIdleClaim waits until the runner has sent its n-th claim and that
+// claim is waiting on the server: a probe's own 200 ms long poll on the
+// same queue gives it the time to get there.
+func waitForIdleClaim(t *testing.T, runnerTraffic *countingTransport, n int, probe *client.Client, queue string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return runnerTraffic.count("POST /tasks/v1/claim") >= n }, 30*time.Second, time.Millisecond)
+	_, err := probe.Register(context.Background(), client.RegisterParams{ID: "probe", Queues: []string{queue}})
+	require.NoError(t, err)
+	got, err := probe.Claim(context.Background(), client.ClaimParams{WorkerID: "probe", Wait: 200 * time.Millisecond})
+	require.NoError(t, err)
+	require.Empty(t, got)
+}
+
+// A runner idle on an empty queue waits in a long-poll claim, so a task
+// submitted later starts within milliseconds. The server polls only every
+// 10 s and the runner's own idle wait would be a minute: the wake-up can
+// only come from the submission's notification.
+func TestRunnerIdleOnEmptyQueueStartsNewTasksAtOnce(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, func(c *app.Config) { c.App.ClaimPollInterval = 10 * time.Second })
+	v := spectest.New(t, s.URL)
+	traffic := &countingTransport{next: v.Transport(http.DefaultTransport)}
+	c := newSDK(t, s.URL, traffic)
+	probe := newSDK(t, s.URL, nil)
+	started := make(chan time.Time, 1)
+	stop, _ := startRunner(t, c, client.RunnerConfig{
+		WorkerID: "idle-worker", Queues: []string{"idle"},
+		ClaimWait: 2 * time.Second, PollInterval: time.Minute, MaxIdleInterval: time.Minute,
+	}, func(ctx context.Context, task client.Task) (any, error) {
+		started <- time.Now()
+		return "ok", nil
+	})
+
+	const rounds = 3
+	for i := range rounds {
+		waitForIdleClaim(t, traffic, i+1, probe, "idle")
+		begin := time.Now()
+		task, err := c.Submit(context.Background(), client.SubmitParams{Queue: "idle"})
+		require.NoError(t, err)
+		submitted := time.Now() // the submission is acknowledged
+		select {
+		case at := <-started:
+			latency := at.Sub(submitted)
+			t.Logf("round %d: submit took %s; from its answer to the handler's start %s", i, submitted.Sub(begin), latency)
+			require.Less(t, latency, 200*time.Millisecond)
+		case <-time.After(30 * time.Second):
+			t.Fatal("the idle runner did not start the task")
+		}
+		require.Eventually(t, func() bool {
+			got, err := c.Get(context.Background(), task.ID)
+			return err == nil && got.Status == client.StatusDone
+		}, 10*time.Second, 5*time.Millisecond)
+	}
+	require.NoError(t, stop())
+}
+
+// A stopping runner does not cut off its waiting claim (whose tasks would
+// then be held by no one): the claim runs out, and a task it brings is
+// handled within the drain, not stranded. The runner claims nothing more.
+func TestStoppingRunnerLetsItsWaitingClaimFinish(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, func(c *app.Config) { c.App.ClaimPollInterval = 10 * time.Second })
+	v := spectest.New(t, s.URL)
+	traffic := &countingTransport{next: v.Transport(http.DefaultTransport)}
+	c := newSDK(t, s.URL, traffic)
+	logger, _ := testLogger(t)
+	r, err := client.NewRunner(c, client.RunnerConfig{
+		WorkerID: "stopping-worker", Queues: []string{"stopping"}, Logger: logger,
+		ClaimWait: 5 * time.Second, PollInterval: time.Minute, MaxIdleInterval: time.Minute,
+	}, func(ctx context.Context, task client.Task) (any, error) {
+		return "handled while stopping", nil
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	stop := stopper(t, cancel, done, "runner")
+	waitForIdleClaim(t, traffic, 1, newSDK(t, s.URL, nil), "stopping")
+
+	cancel()
+	task, err := c.Submit(context.Background(), client.SubmitParams{Queue: "stopping"})
+	require.NoError(t, err)
+	require.NoError(t, stop())
+
+	got, err := c.Get(context.Background(), task.ID)
+	require.NoError(t, err)
+	require.Equal(t, client.StatusDone, got.Status)
+	require.Equal(t, 1, got.Attempts)
+	require.JSONEq(t, `"handled while stopping"`, string(got.Result))
+	require.Equal(t, 1, traffic.count("POST /tasks/v1/claim"), "no claim after the stop")
 }
