@@ -82,13 +82,11 @@ func (p SubmitParams) request() (submitRequest, error) {
 		Queue: p.Queue, Priority: p.Priority, MaxAttempts: p.MaxAttempts, Tags: p.Tags,
 		Deadline: p.Deadline, RunAt: p.RunAt, IdempotencyKey: p.IdempotencyKey,
 	}
-	if p.Payload != nil {
-		raw, err := marshalValue(p.Payload)
-		if err != nil {
-			return req, fmt.Errorf("encode payload: %w", err)
-		}
-		req.Payload = raw
+	raw, err := marshalValue(p.Payload)
+	if err != nil {
+		return req, fmt.Errorf("encode payload: %w", err)
 	}
+	req.Payload = raw
 	return req, nil
 }
 
@@ -345,15 +343,11 @@ type completeRequest struct {
 }
 
 func (it CompleteItem) request() (completeRequest, error) {
-	req := completeRequest{ID: it.ID, LeaseID: it.LeaseID}
-	if it.Result != nil {
-		raw, err := marshalValue(it.Result)
-		if err != nil {
-			return req, fmt.Errorf("encode result: %w", err)
-		}
-		req.Result = raw
+	raw, err := marshalValue(it.Result)
+	if err != nil {
+		return completeRequest{}, fmt.Errorf("encode result: %w", err)
 	}
-	return req, nil
+	return completeRequest{ID: it.ID, LeaseID: it.LeaseID, Result: raw}, nil
 }
 
 // failRequest is a fail body's task part, or a batch item.
@@ -376,10 +370,12 @@ func taskPath(id, action string) string {
 	return p
 }
 
-// marshalValue encodes v, passing a json.RawMessage through unchanged (an
-// empty one means no value).
+// marshalValue encodes v, passing a json.RawMessage through unchanged. A
+// nil v or an empty json.RawMessage means no value (nil).
 func marshalValue(v any) (json.RawMessage, error) {
 	switch x := v.(type) {
+	case nil:
+		return nil, nil
 	case json.RawMessage:
 		if len(x) == 0 {
 			return nil, nil // nothing to send

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -519,18 +518,14 @@ func (r *Runner) work(ctx context.Context, t Task) {
 
 func (r *Runner) report(ctx context.Context, t Task, o outcome) {
 	if o.err == nil {
-		var result json.RawMessage
-		if o.result != nil {
-			raw, err := marshalValue(o.result)
-			if err != nil {
-				r.fail(t, "handler result cannot be encoded as JSON: "+err.Error(), true)
-				return
-			}
-			result = raw
+		result, err := marshalValue(o.result)
+		if err != nil {
+			r.fail(t, "handler result cannot be encoded as JSON: "+err.Error(), true)
+			return
 		}
 		rctx, cancel := r.reportContext()
 		defer cancel()
-		_, err := r.client.Complete(rctx, t.ID, CompleteParams{WorkerID: r.cfg.WorkerID, LeaseID: t.LeaseID, Result: result})
+		_, err = r.client.Complete(rctx, t.ID, CompleteParams{WorkerID: r.cfg.WorkerID, LeaseID: t.LeaseID, Result: result})
 		if p, ok := AsProblem(err); ok && p.Status < 500 && !heldElsewhere(err) {
 			// The server refused the result itself (too large, say); it would
 			// refuse it again, so the task cannot succeed this way.
