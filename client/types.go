@@ -210,6 +210,10 @@ type ClaimParams struct {
 	Queue string `json:"queue,omitempty"`
 	// Limit is the most tasks to return, 1-1000 (0: 1).
 	Limit int `json:"limit,omitempty"`
+	// Wait makes a claim that finds nothing wait on the server, up to
+	// MaxClaimWait, until a task is claimable (long poll); it is sent as
+	// wait_ms, rounded up to a millisecond. 0 answers at once.
+	Wait time.Duration `json:"-"`
 }
 
 // CompleteParams report a held task done.
@@ -234,4 +238,66 @@ type FailParams struct {
 	// NonRetryable sends the task straight to DEAD (reason non_retryable);
 	// otherwise it is retried after backoff while attempts remain.
 	NonRetryable bool
+}
+
+// CompleteItem is one task of a CompleteBatch.
+type CompleteItem struct {
+	// ID is the task's id (required).
+	ID string
+	// LeaseID is the lease the task was claimed under (Task.LeaseID);
+	// checked by the server when given.
+	LeaseID string
+	// Result is any value encoding/json can marshal; nil sends none.
+	Result any
+}
+
+// FailItem is one task of a FailBatch.
+type FailItem struct {
+	// ID is the task's id (required).
+	ID string
+	// LeaseID is the lease the task was claimed under; checked when given.
+	LeaseID string
+	// Error says what went wrong (at most 64 KiB; longer is cut).
+	Error string
+	// NonRetryable sends the task straight to DEAD (reason non_retryable).
+	NonRetryable bool
+}
+
+// Outcome is what a batch report did to one item.
+type Outcome string
+
+// Outcomes of a batch report's items.
+const (
+	// OutcomeDone: the task completed.
+	OutcomeDone Outcome = "done"
+	// OutcomeRequeued: the failed task is PENDING again, after backoff.
+	OutcomeRequeued Outcome = "requeued"
+	// OutcomeDead: the failed task is DEAD (attempts exhausted, or non-retryable).
+	OutcomeDead Outcome = "dead"
+	// OutcomeError: the server refused the item; see ItemOutcome.Problem.
+	OutcomeError Outcome = "error"
+)
+
+// ItemOutcome is one item's result in a batch report, in request order.
+type ItemOutcome struct {
+	// ID is the item's task id.
+	ID string `json:"id"`
+	// Outcome says what happened to the task.
+	Outcome Outcome `json:"outcome"`
+	// Task is the task after the report (nil for an error).
+	Task *Task `json:"task"`
+	// Problem says why the item was refused (OutcomeError only): a
+	// lease-lost or invalid-transition problem means the worker no longer
+	// holds the task (drop it, do not report it again), task-not-found
+	// that there is no such task.
+	Problem *Problem `json:"problem"`
+}
+
+// Err returns the item's problem as an error, or nil when the item was
+// accepted, for use with IsLeaseLost and the other helpers.
+func (o ItemOutcome) Err() error {
+	if o.Problem == nil {
+		return nil
+	}
+	return o.Problem
 }
