@@ -16,6 +16,7 @@ import (
 
 	"github.com/taskmaster/taskmaster/cmd/taskmaster/app"
 	"github.com/taskmaster/taskmaster/domain/event"
+	"github.com/taskmaster/taskmaster/tests/spectest"
 	"github.com/taskmaster/taskmaster/tests/testserver"
 )
 
@@ -288,6 +289,9 @@ func TestEventStreamReportsEventsLostToTheJanitor(t *testing.T) {
 		LostThrough string `json:"lost_through"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(b.data), &notice))
+	spec := spectest.New(t, s.URL)
+	require.NoError(t, spec.CheckSchema("StreamEventsLost", []byte(b.data)), "as docs/openapi.yaml describes it")
+	require.Empty(t, b.id, "the notice has no id")
 	require.Equal(t, "stream.events_lost", notice.Type)
 	require.Equal(t, "0-0-0", notice.After)
 	require.NotEmpty(t, notice.LostThrough)
@@ -295,6 +299,7 @@ func TestEventStreamReportsEventsLostToTheJanitor(t *testing.T) {
 	b, ok = stream.next(30 * time.Second)
 	require.True(t, ok)
 	require.Equal(t, event.TaskSubmitted, b.event.Type, "the stream goes on")
+	require.NoError(t, spec.CheckSchema("LifecycleEvent", []byte(b.data)))
 }
 
 func TestEventStreamEndsWhenTheServerStops(t *testing.T) {
