@@ -182,7 +182,8 @@ func (c *Client) Workers(ctx context.Context) ([]Worker, error) {
 	return out.Workers, nil
 }
 
-// Queues returns every known queue's statistics.
+// Queues returns the statistics of every queue that holds tasks, ordered by
+// name. They are eventually consistent: see Queue.
 func (c *Client) Queues(ctx context.Context) ([]Queue, error) {
 	var out struct {
 		Queues []Queue `json:"queues"`

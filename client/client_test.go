@@ -521,3 +521,42 @@ func TestRunnerBacksOffWhenTheServerDoesNotWait(t *testing.T) {
 		mu.Unlock()
 	}
 }
+
+// Queues carries every field GET /queues/v1 serves, and marshals back to
+// what was served (the CLI's --json prints it).
+func TestQueuesCarryEveryServedField(t *testing.T) {
+	t.Parallel()
+	const queue = `{"queue":"emails","pending":2,"running":1,"done":5,"dead":1,"active_workers":3,` +
+		`"oldest_pending_age_seconds":90.5,` +
+		`"rates":{"last_1m":{"enqueued":2,"claimed":1,"completed":1,"dead_lettered":0},` +
+		`"last_5m":{"enqueued":0.4,"claimed":0.2,"completed":0.2,"dead_lettered":0.2},` +
+		`"last_15m":{"enqueued":0.6,"claimed":0.4,"completed":0.33,"dead_lettered":0.07}},` +
+		`"totals":{"submitted":9,"claimed":7,"completed":5,"failed":2,"dead_lettered":{"exhausted":1},"requeued":{"failed":1},"cleaned":0},` +
+		`"stats_as_of":"2026-01-01T00:00:00.5Z"}`
+	const idle = `{"queue":"idle","pending":0,"running":0,"done":1,"dead":0,"active_workers":0,"oldest_pending_age_seconds":null,` +
+		`"rates":{"last_1m":{"enqueued":0,"claimed":0,"completed":0,"dead_lettered":0},` +
+		`"last_5m":{"enqueued":0,"claimed":0,"completed":0,"dead_lettered":0},` +
+		`"last_15m":{"enqueued":0,"claimed":0,"completed":0,"dead_lettered":0}},` +
+		`"totals":{"submitted":1,"claimed":1,"completed":1,"failed":0,"dead_lettered":{},"requeued":{},"cleaned":0},"stats_as_of":null}`
+	srv := httptest.NewServer(&flaky{ok: `{"queues":[` + queue + `,` + idle + `]}`})
+	defer srv.Close()
+
+	qs, err := newClient(t, srv.URL).Queues(context.Background())
+	require.NoError(t, err)
+	require.Len(t, qs, 2)
+	q := qs[0]
+	age, ok := q.OldestPendingAge()
+	require.True(t, ok)
+	require.Equal(t, 90500*time.Millisecond, age)
+	require.Equal(t, 0.2, q.Rates[client.RateLast5m].Completed)
+	require.Equal(t, int64(1), q.Totals.DeadLettered[client.DeadExhausted])
+	require.Equal(t, time.Date(2026, 1, 1, 0, 0, 0, 5e8, time.UTC), q.StatsAsOf.UTC())
+	_, ok = qs[1].OldestPendingAge()
+	require.False(t, ok)
+	require.Nil(t, qs[1].StatsAsOf)
+	for i, served := range []string{queue, idle} {
+		back, err := json.Marshal(qs[i])
+		require.NoError(t, err)
+		require.JSONEq(t, served, string(back))
+	}
+}

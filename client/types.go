@@ -128,14 +128,78 @@ func (r Registration) HeartbeatInterval() time.Duration {
 	return time.Duration(r.HeartbeatIntervalSeconds * float64(time.Second))
 }
 
-// Queue is one queue's statistics.
+// Queue is one queue's statistics, as GET /queues/v1 serves them.
+//
+// The statistics are eventually consistent: the counts, Totals and Rates are
+// projected from the lifecycle events and lag the tasks table by about one
+// outbox poll interval (100 ms by default; longer while a long transaction
+// in the database holds delivery back). StatsAsOf says when the projection
+// last applied an event. ActiveWorkers and OldestPendingAgeSeconds are read
+// live. To see your own writes, read the tasks, or poll until the counts
+// match.
 type Queue struct {
-	Queue         string `json:"queue"`
-	Pending       int64  `json:"pending"`
-	Running       int64  `json:"running"`
-	Done          int64  `json:"done"`
-	Dead          int64  `json:"dead"`
-	ActiveWorkers int64  `json:"active_workers"`
+	Queue   string `json:"queue"`
+	Pending int64  `json:"pending"`
+	Running int64  `json:"running"`
+	Done    int64  `json:"done"`
+	Dead    int64  `json:"dead"`
+	// ActiveWorkers are the ACTIVE workers registered for the queue, or for
+	// every queue.
+	ActiveWorkers int64 `json:"active_workers"`
+	// OldestPendingAgeSeconds is how long ago the oldest PENDING task was
+	// submitted; nil when none is PENDING. See OldestPendingAge.
+	OldestPendingAgeSeconds *float64 `json:"oldest_pending_age_seconds"`
+	// Rates are the queue's throughput, per minute, over the windows
+	// RateLast1m, RateLast5m and RateLast15m.
+	Rates map[string]QueueRate `json:"rates"`
+	// Totals are cumulative transition counts.
+	Totals QueueTotals `json:"totals"`
+	// StatsAsOf is when the statistics projection last applied an event
+	// (nil before it applied any): the counts are exact as of then.
+	StatsAsOf *time.Time `json:"stats_as_of"`
+}
+
+// OldestPendingAge returns OldestPendingAgeSeconds as a duration, and
+// false when no task is PENDING.
+func (q Queue) OldestPendingAge() (time.Duration, bool) {
+	if q.OldestPendingAgeSeconds == nil {
+		return 0, false
+	}
+	return time.Duration(*q.OldestPendingAgeSeconds * float64(time.Second)), true
+}
+
+// The windows of Queue.Rates.
+const (
+	RateLast1m  = "last_1m"
+	RateLast5m  = "last_5m"
+	RateLast15m = "last_15m"
+)
+
+// QueueRate is a queue's throughput over one window, in tasks per minute.
+type QueueRate struct {
+	// Enqueued counts submitted tasks.
+	Enqueued  float64 `json:"enqueued"`
+	Claimed   float64 `json:"claimed"`
+	Completed float64 `json:"completed"`
+	// DeadLettered counts tasks that moved to DEAD, for any reason.
+	DeadLettered float64 `json:"dead_lettered"`
+}
+
+// QueueTotals are a queue's cumulative transition counts; they do not go
+// down when retention deletes tasks.
+type QueueTotals struct {
+	Submitted int64 `json:"submitted"`
+	Claimed   int64 `json:"claimed"`
+	Completed int64 `json:"completed"`
+	// Failed counts failures reported by workers, retried or not.
+	Failed int64 `json:"failed"`
+	// DeadLettered counts transitions to DEAD by DeadReason.
+	DeadLettered map[DeadReason]int64 `json:"dead_lettered"`
+	// Requeued counts transitions back to PENDING by reason: "failed"
+	// (retry after backoff), "worker_dead", "retried" (by an operator).
+	Requeued map[string]int64 `json:"requeued"`
+	// Cleaned counts finished tasks deleted by retention.
+	Cleaned int64 `json:"cleaned"`
 }
 
 // SubmitParams describe a new task.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -137,6 +138,31 @@ func submitN(t *testing.T, c *client.Client, queue string, n int, payload func(i
 		require.NoError(t, err)
 	}
 	return ids
+}
+
+// sdkQueuesEventually reads the queue statistics until done accepts them
+// or 30 s pass, and returns the last answer: the statistics are projected
+// from the outbox and lag writes by about one poll interval.
+func sdkQueuesEventually(t *testing.T, c *client.Client, done func([]client.Queue) bool) []client.Queue {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		qs, err := c.Queues(context.Background())
+		require.NoError(t, err)
+		if done(qs) || time.Now().After(deadline) {
+			return qs
+		}
+		time.Sleep(10 * time.Millisecond) // polling, with a deadline
+	}
+}
+
+// queueCounts keeps only the counts of each queue, for comparisons.
+func queueCounts(qs []client.Queue) []client.Queue {
+	out := make([]client.Queue, len(qs))
+	for i, q := range qs {
+		out[i] = client.Queue{Queue: q.Queue, Pending: q.Pending, Running: q.Running, Done: q.Done, Dead: q.Dead, ActiveWorkers: q.ActiveWorkers}
+	}
+	return out
 }
 
 func countRows(t *testing.T, s *testserver.Server, query string, args ...any) int {
@@ -517,9 +543,19 @@ func TestClientAgainstServer(t *testing.T) {
 	workers, err := c.Workers(ctx)
 	require.NoError(t, err)
 	require.Len(t, workers, 1)
-	queues, err := c.Queues(ctx)
-	require.NoError(t, err)
-	require.Equal(t, []client.Queue{{Queue: "sdk", Running: 2, Done: 1, Dead: 1, ActiveWorkers: 1}}, queues)
+	want := []client.Queue{{Queue: "sdk", Running: 2, Done: 1, Dead: 1, ActiveWorkers: 1}}
+	queues := sdkQueuesEventually(t, c, func(qs []client.Queue) bool { return reflect.DeepEqual(want, queueCounts(qs)) })
+	require.Equal(t, want, queueCounts(queues))
+	require.Equal(t, client.QueueTotals{
+		Submitted: 4, Claimed: 4, Completed: 1, Failed: 1,
+		DeadLettered: map[client.DeadReason]int64{client.DeadCancelled: 1, client.DeadNonRetryable: 1},
+		Requeued:     map[string]int64{"retried": 1},
+	}, queues[0].Totals)
+	require.Contains(t, queues[0].Rates, client.RateLast1m)
+	require.InDelta(t, 4.0/5, queues[0].Rates[client.RateLast5m].Enqueued, 1e-9)
+	_, anyPending := queues[0].OldestPendingAge()
+	require.False(t, anyPending)
+	require.NotNil(t, queues[0].StatsAsOf)
 
 	// Problems.
 	_, err = c.Get(client.WithCorrelationID(ctx, "sdk-test-cid"), uuid.NewString())
