@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -18,7 +19,12 @@ type Config struct {
 	// handled again (in the same subscriber transaction).
 	ResendInterval time.Duration
 	// BatchSize is how many messages one subscriber transaction reads and
-	// applies at most. Smaller batches mean shorter transactions.
+	// applies at most. Smaller batches mean shorter transactions. It is at
+	// most MaxBatchSize: each message is applied in its own savepoint, and a
+	// transaction with more than 64 subtransactions overflows PostgreSQL's
+	// per-backend subtransaction cache, after which every snapshot of every
+	// session must consult pg_subtrans (SubtransSLRU contention that slowed
+	// claims several-fold in the batch benchmark).
 	BatchSize int
 	// JanitorInterval is the janitor's period.
 	JanitorInterval time.Duration
@@ -34,15 +40,19 @@ type Config struct {
 	CloseTimeout time.Duration
 }
 
+// MaxBatchSize keeps a subscriber transaction's savepoints within
+// PostgreSQL's 64 cached subtransactions (PGPROC_MAX_CACHED_SUBXIDS).
+const MaxBatchSize = 60
+
 // DefaultConfig returns the defaults: 100 ms polls, a 10 s ack deadline,
-// batches of 100, a janitor every second that keeps consumed messages for a
+// batches of 50, a janitor every second that keeps consumed messages for a
 // minute, and rate buckets for an hour.
 func DefaultConfig() Config {
 	return Config{
 		PollInterval:        100 * time.Millisecond,
 		AckDeadline:         10 * time.Second,
 		ResendInterval:      100 * time.Millisecond,
-		BatchSize:           100,
+		BatchSize:           50,
 		JanitorInterval:     time.Second,
 		JanitorBatchSize:    5000,
 		Retention:           time.Minute,
@@ -63,8 +73,8 @@ func (c Config) Validate() error {
 	if c.ResendInterval <= 0 {
 		errs = append(errs, errors.New("resend interval must be positive"))
 	}
-	if c.BatchSize < 1 {
-		errs = append(errs, errors.New("batch size must be at least 1"))
+	if c.BatchSize < 1 || c.BatchSize > MaxBatchSize {
+		errs = append(errs, fmt.Errorf("batch size must be between 1 and %d", MaxBatchSize))
 	}
 	if c.JanitorInterval <= 0 {
 		errs = append(errs, errors.New("janitor interval must be positive"))
