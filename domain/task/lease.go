@@ -17,12 +17,16 @@ import (
 
 // ValidateLeaseSeconds checks a lease length asked for in field.
 func ValidateLeaseSeconds(field string, seconds int) error {
+	var v validation.Errors
+	CheckLeaseSeconds(&v, field, seconds)
+	return v.Err()
+}
+
+// CheckLeaseSeconds adds to v when seconds is not a lease length.
+func CheckLeaseSeconds(v *validation.Errors, field string, seconds int) {
 	if seconds < MinLeaseSeconds || seconds > MaxLeaseSeconds {
-		var v validation.Errors
 		v.Add(field, fmt.Sprintf("must be between %d and %d", MinLeaseSeconds, MaxLeaseSeconds))
-		return v.Err()
 	}
-	return nil
 }
 
 // LeaseExpired reports whether the task's lease has run out at now: it is
