@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 	"unicode/utf8"
 )
 
@@ -18,16 +19,9 @@ import (
 // did not reach the server, so a transport error cannot create a duplicate;
 // with one, every transport error and 5xx is retried.
 func (c *Client) Submit(ctx context.Context, p SubmitParams) (*Task, error) {
-	req := submitRequest{
-		Queue: p.Queue, Priority: p.Priority, MaxAttempts: p.MaxAttempts, Tags: p.Tags,
-		Deadline: p.Deadline, RunAt: p.RunAt, IdempotencyKey: p.IdempotencyKey,
-	}
-	if p.Payload != nil {
-		raw, err := marshalValue(p.Payload)
-		if err != nil {
-			return nil, fmt.Errorf("taskmaster: encode payload: %w", err)
-		}
-		req.Payload = raw
+	req, err := p.request()
+	if err != nil {
+		return nil, fmt.Errorf("taskmaster: %w", err)
 	}
 	mode := retryUnsent
 	if p.IdempotencyKey != "" {
@@ -38,6 +32,62 @@ func (c *Client) Submit(ctx context.Context, p SubmitParams) (*Task, error) {
 		return nil, err
 	}
 	return &t, nil
+}
+
+// MaxBatch is the most items one batch call (SubmitBatch, CompleteBatch,
+// FailBatch) may carry; the server refuses more with a validation problem.
+const MaxBatch = 1000
+
+// SubmitBatch creates up to MaxBatch tasks in one request and one
+// transaction. It returns the tasks in request order, and created[i] false
+// where ps[i].IdempotencyKey named an existing task (including one earlier
+// in the same batch), which is returned in its place. Validation is
+// all-or-nothing: a validation *Problem lists every bad item as
+// "tasks[i].field", and nothing is created.
+//
+// The batch is retried like Submit: after any transport error or 5xx only
+// when every item has an idempotency key, otherwise only when the request
+// surely did not reach the server.
+func (c *Client) SubmitBatch(ctx context.Context, ps []SubmitParams) ([]Task, []bool, error) {
+	body := struct {
+		Tasks []submitRequest `json:"tasks"`
+	}{Tasks: make([]submitRequest, len(ps))}
+	mode := retrySafe
+	for i, p := range ps {
+		req, err := p.request()
+		if err != nil {
+			return nil, nil, fmt.Errorf("taskmaster: tasks[%d]: %w", i, err)
+		}
+		body.Tasks[i] = req
+		if p.IdempotencyKey == "" {
+			mode = retryUnsent
+		}
+	}
+	var out struct {
+		Tasks   []Task `json:"tasks"`
+		Created []bool `json:"created"`
+	}
+	if _, err := c.do(ctx, call{method: http.MethodPost, path: "/tasks/v1/batch", body: body, out: &out, mode: mode}); err != nil {
+		return nil, nil, err
+	}
+	if len(out.Tasks) != len(ps) || len(out.Created) != len(ps) {
+		return nil, nil, fmt.Errorf("taskmaster: batch of %d answered with %d tasks and %d created flags", len(ps), len(out.Tasks), len(out.Created))
+	}
+	return out.Tasks, out.Created, nil
+}
+
+// request is the submission's JSON body.
+func (p SubmitParams) request() (submitRequest, error) {
+	req := submitRequest{
+		Queue: p.Queue, Priority: p.Priority, MaxAttempts: p.MaxAttempts, Tags: p.Tags,
+		Deadline: p.Deadline, RunAt: p.RunAt, IdempotencyKey: p.IdempotencyKey,
+	}
+	raw, err := marshalValue(p.Payload)
+	if err != nil {
+		return req, fmt.Errorf("encode payload: %w", err)
+	}
+	req.Payload = raw
+	return req, nil
 }
 
 // Get returns one task.
@@ -132,7 +182,8 @@ func (c *Client) Workers(ctx context.Context) ([]Worker, error) {
 	return out.Workers, nil
 }
 
-// Queues returns every known queue's statistics.
+// Queues returns the statistics of every queue that holds tasks, ordered by
+// name. They are eventually consistent: see Queue.
 func (c *Client) Queues(ctx context.Context) ([]Queue, error) {
 	var out struct {
 		Queues []Queue `json:"queues"`
@@ -143,39 +194,65 @@ func (c *Client) Queues(ctx context.Context) ([]Queue, error) {
 	return out.Queues, nil
 }
 
+// MaxClaimWait is the longest ClaimParams.Wait the server accepts.
+const MaxClaimWait = 30 * time.Second
+
 // Claim asks for up to p.Limit tasks for the worker; it may return none.
 // Each task is RUNNING under a fresh Task.LeaseID.
+//
+// With p.Wait, a claim that finds nothing waits on the server until a task
+// is claimable (woken by the server within milliseconds of a submission)
+// or p.Wait is over, then answers with what it has, possibly nothing. A
+// server shutting down answers waiting claims at once with nothing. Each
+// try of a waiting claim may take p.Wait plus the HTTP client's timeout
+// (see WithHTTPClient): the client's timeout bounds the rest of the
+// exchange, not the wait.
 //
 // A claim is retried after transport errors and 5xx like other calls. If
 // a claim's answer is lost after the server committed it, its tasks stay
 // held by this worker until the worker dies (or, with leases, until they
-// expire).
+// expire). Cancelling ctx during a claim risks exactly that, so let a
+// waiting claim run out rather than cancel it: keep p.Wait short enough
+// for the caller to wait for it.
 func (c *Client) Claim(ctx context.Context, p ClaimParams) ([]Task, error) {
+	body := struct {
+		ClaimParams
+		WaitMS int64 `json:"wait_ms,omitempty"`
+	}{ClaimParams: p, WaitMS: roundMillis(p.Wait)}
 	var out struct {
 		Tasks []Task `json:"tasks"`
 	}
-	if _, err := c.do(ctx, call{method: http.MethodPost, path: "/tasks/v1/claim", body: p, out: &out}); err != nil {
+	if _, err := c.do(ctx, call{method: http.MethodPost, path: "/tasks/v1/claim", body: body, out: &out, wait: max(p.Wait, 0)}); err != nil {
 		return nil, err
 	}
 	return out.Tasks, nil
+}
+
+// roundMillis returns d in milliseconds, rounded away from zero so that a
+// positive wait never becomes no wait (nor a negative one a valid one).
+func roundMillis(d time.Duration) int64 {
+	ms := int64(d / time.Millisecond)
+	switch rem := d % time.Millisecond; {
+	case rem > 0:
+		ms++
+	case rem < 0:
+		ms--
+	}
+	return ms
 }
 
 // Complete reports a held task done with p.Result. A *Problem with
 // IsLeaseLost (or IsInvalidTransition) means the worker no longer holds the
 // task: drop it, do not retry.
 func (c *Client) Complete(ctx context.Context, taskID string, p CompleteParams) (*Task, error) {
-	body := struct {
-		WorkerID string          `json:"worker_id"`
-		LeaseID  string          `json:"lease_id,omitempty"`
-		Result   json.RawMessage `json:"result,omitempty"`
-	}{WorkerID: p.WorkerID, LeaseID: p.LeaseID}
-	if p.Result != nil {
-		raw, err := marshalValue(p.Result)
-		if err != nil {
-			return nil, fmt.Errorf("taskmaster: encode result: %w", err)
-		}
-		body.Result = raw
+	item, err := CompleteItem{LeaseID: p.LeaseID, Result: p.Result}.request()
+	if err != nil {
+		return nil, fmt.Errorf("taskmaster: %w", err)
 	}
+	body := struct {
+		WorkerID string `json:"worker_id"`
+		completeRequest
+	}{WorkerID: p.WorkerID, completeRequest: item}
 	var t Task
 	if _, err := c.do(ctx, call{method: http.MethodPost, path: taskPath(taskID, "complete"), body: body, out: &t}); err != nil {
 		return nil, err
@@ -191,16 +268,99 @@ const MaxErrorBytes = 64 << 10
 // invalid-transition problem means the task is no longer this worker's.
 func (c *Client) Fail(ctx context.Context, taskID string, p FailParams) (*Task, error) {
 	body := struct {
-		WorkerID  string `json:"worker_id"`
-		LeaseID   string `json:"lease_id,omitempty"`
-		Error     string `json:"error"`
-		Retryable bool   `json:"retryable"`
-	}{WorkerID: p.WorkerID, LeaseID: p.LeaseID, Error: truncateUTF8(p.Error, MaxErrorBytes), Retryable: !p.NonRetryable}
+		WorkerID string `json:"worker_id"`
+		failRequest
+	}{WorkerID: p.WorkerID, failRequest: FailItem{LeaseID: p.LeaseID, Error: p.Error, NonRetryable: p.NonRetryable}.request()}
 	var t Task
 	if _, err := c.do(ctx, call{method: http.MethodPost, path: taskPath(taskID, "fail"), body: body, out: &t}); err != nil {
 		return nil, err
 	}
 	return &t, nil
+}
+
+// CompleteBatch reports up to MaxBatch held tasks done in one request and
+// one transaction. Each item is fenced on its own, so one refused item does
+// not stop the others: the outcomes, in request order, are OutcomeDone or
+// OutcomeError with the item's Problem (IsLeaseLost(o.Err()): drop the
+// task, do not report it again). The error is for the request as a whole
+// (a validation problem such as a repeated id, a transport failure).
+//
+// Like Complete, the batch is retried after transport errors and 5xx: the
+// fencing makes a repeat harmless, but if the first try was committed and
+// its answer lost, the repeat's items come back as invalid-transition
+// errors although the tasks are done.
+func (c *Client) CompleteBatch(ctx context.Context, workerID string, items []CompleteItem) ([]ItemOutcome, error) {
+	reqs := make([]completeRequest, len(items))
+	for i, it := range items {
+		r, err := it.request()
+		if err != nil {
+			return nil, fmt.Errorf("taskmaster: items[%d]: %w", i, err)
+		}
+		reqs[i] = r
+	}
+	return c.reportBatch(ctx, "/tasks/v1/complete", workerID, reqs, len(items))
+}
+
+// FailBatch reports up to MaxBatch held tasks failed in one request and one
+// transaction, each fenced on its own like CompleteBatch. The outcomes are
+// OutcomeRequeued (PENDING again after backoff), OutcomeDead (attempts
+// exhausted, or NonRetryable) or OutcomeError with the item's Problem.
+// Errors longer than MaxErrorBytes are cut.
+func (c *Client) FailBatch(ctx context.Context, workerID string, items []FailItem) ([]ItemOutcome, error) {
+	reqs := make([]failRequest, len(items))
+	for i, it := range items {
+		reqs[i] = it.request()
+	}
+	return c.reportBatch(ctx, "/tasks/v1/fail", workerID, reqs, len(items))
+}
+
+func (c *Client) reportBatch(ctx context.Context, path, workerID string, items any, n int) ([]ItemOutcome, error) {
+	body := struct {
+		WorkerID string `json:"worker_id"`
+		Items    any    `json:"items"`
+	}{WorkerID: workerID, Items: items}
+	var out struct {
+		Items []ItemOutcome `json:"items"`
+	}
+	if _, err := c.do(ctx, call{method: http.MethodPost, path: path, body: body, out: &out}); err != nil {
+		return nil, err
+	}
+	if len(out.Items) != n {
+		return nil, fmt.Errorf("taskmaster: batch of %d answered with %d outcomes", n, len(out.Items))
+	}
+	for i, o := range out.Items {
+		if o.Outcome == OutcomeError && o.Problem == nil {
+			out.Items[i].Problem = &Problem{Type: "about:blank", Title: "Item refused", Instance: path}
+		}
+	}
+	return out.Items, nil
+}
+
+// completeRequest is a complete body's task part, or a batch item.
+type completeRequest struct {
+	ID      string          `json:"id,omitempty"`
+	LeaseID string          `json:"lease_id,omitempty"`
+	Result  json.RawMessage `json:"result,omitempty"`
+}
+
+func (it CompleteItem) request() (completeRequest, error) {
+	raw, err := marshalValue(it.Result)
+	if err != nil {
+		return completeRequest{}, fmt.Errorf("encode result: %w", err)
+	}
+	return completeRequest{ID: it.ID, LeaseID: it.LeaseID, Result: raw}, nil
+}
+
+// failRequest is a fail body's task part, or a batch item.
+type failRequest struct {
+	ID        string `json:"id,omitempty"`
+	LeaseID   string `json:"lease_id,omitempty"`
+	Error     string `json:"error"`
+	Retryable bool   `json:"retryable"`
+}
+
+func (it FailItem) request() failRequest {
+	return failRequest{ID: it.ID, LeaseID: it.LeaseID, Error: truncateUTF8(it.Error, MaxErrorBytes), Retryable: !it.NonRetryable}
 }
 
 func taskPath(id, action string) string {
@@ -211,10 +371,12 @@ func taskPath(id, action string) string {
 	return p
 }
 
-// marshalValue encodes v, passing a json.RawMessage through unchanged (an
-// empty one means no value).
+// marshalValue encodes v, passing a json.RawMessage through unchanged. A
+// nil v or an empty json.RawMessage means no value (nil).
 func marshalValue(v any) (json.RawMessage, error) {
 	switch x := v.(type) {
+	case nil:
+		return nil, nil
 	case json.RawMessage:
 		if len(x) == 0 {
 			return nil, nil // nothing to send

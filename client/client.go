@@ -93,7 +93,8 @@ type Client struct {
 type Option func(*Client)
 
 // WithHTTPClient uses hc for every request (timeouts, transport, proxies).
-// The default is a client with a 60 s timeout.
+// The default is a client with a 60 s timeout. A long-poll claim
+// (ClaimParams.Wait) may take its wait plus hc.Timeout.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
 
 // WithRetryPolicy replaces DefaultRetryPolicy.
@@ -172,6 +173,7 @@ type call struct {
 	body   any // marshalled to JSON when not nil
 	out    any // decoded from a 2xx JSON body when not nil
 	mode   retryMode
+	wait   time.Duration // how long the server may hold the answer back (a long poll)
 }
 
 // do runs c.call with retries and returns the final status code.
@@ -236,6 +238,17 @@ func (c *Client) once(ctx context.Context, k call, target string, body []byte, c
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
+	hc := c.hc
+	if k.wait > 0 && hc.Timeout > 0 {
+		// The client's timeout bounds the exchange, not the server's wait:
+		// this try gets both, as a deadline on its own context.
+		lp := *hc
+		lp.Timeout = 0
+		hc = &lp
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, k.wait+c.hc.Timeout)
+		defer cancel()
+	}
 	req, err := http.NewRequestWithContext(ctx, k.method, target, rd)
 	if err != nil {
 		return 0, 0, fmt.Errorf("taskmaster: %w", err)
@@ -246,7 +259,7 @@ func (c *Client) once(ctx context.Context, k call, target string, body []byte, c
 	req.Header.Set("Accept", "application/json, application/problem+json")
 	req.Header.Set("User-Agent", c.userAgent)
 	req.Header.Set(HeaderCorrelationID, cid)
-	resp, err := c.hc.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return 0, 0, fmt.Errorf("taskmaster: %s %s: %w", k.method, k.path, err)
 	}

@@ -338,6 +338,8 @@ func TestRunnerConfigValidate(t *testing.T) {
 	require.Error(t, client.RunnerConfig{Concurrency: -1}.Validate())
 	require.Error(t, client.RunnerConfig{WorkerID: "has space"}.Validate())
 	require.Error(t, client.RunnerConfig{PollInterval: time.Second, MaxIdleInterval: time.Millisecond}.Validate())
+	require.Error(t, client.RunnerConfig{ClaimWait: client.MaxClaimWait + time.Millisecond}.Validate())
+	require.NoError(t, client.RunnerConfig{ClaimWait: -1}.Validate(), "negative: no long poll")
 }
 
 // Other services import this package: it must stay on the standard library.
@@ -347,5 +349,214 @@ func TestDependsOnStandardLibraryOnly(t *testing.T) {
 	require.NoError(t, err)
 	for _, dep := range strings.Fields(string(out)) {
 		require.Equal(t, "github.com/taskmaster/taskmaster/client", dep, "client must import only the standard library")
+	}
+}
+
+// A long-poll claim may take its wait on top of the HTTP client's timeout;
+// other calls stay bound by the timeout.
+func TestLongPollClaimOutlivesTheClientTimeout(t *testing.T) {
+	t.Parallel()
+	var waits []any
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		if r.Body != nil {
+			_ = json.NewDecoder(r.Body).Decode(&body)
+		}
+		mu.Lock()
+		waits = append(waits, body["wait_ms"])
+		mu.Unlock()
+		time.Sleep(300 * time.Millisecond) // the server's wait
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"tasks":[]}`)
+	}))
+	defer srv.Close()
+	c := newClient(t, srv.URL, client.WithHTTPClient(&http.Client{Timeout: 100 * time.Millisecond}),
+		client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 1}))
+
+	tasks, err := c.Claim(context.Background(), client.ClaimParams{WorkerID: "w", Wait: 299*time.Millisecond + 500*time.Microsecond})
+	require.NoError(t, err)
+	require.Empty(t, tasks)
+	_, err = c.Claim(context.Background(), client.ClaimParams{WorkerID: "w"})
+	require.Error(t, err, "a claim without a wait keeps the client's timeout")
+	_, err = c.Workers(context.Background())
+	require.Error(t, err, "so does any other call")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []any{300.0, nil, nil}, waits, "wait_ms is rounded up, and sent only with a wait")
+}
+
+// A batch is retried after an ambiguous transport error only when every
+// item has an idempotency key.
+func TestSubmitBatchRetriesLikeSubmit(t *testing.T) {
+	t.Parallel()
+	f := &flaky{ok: `{"tasks":[` + taskJSON + `,` + taskJSON + `],"created":[true,false]}`, okStatus: http.StatusCreated}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+
+	partlyKeyed := []client.SubmitParams{{Queue: "q", IdempotencyKey: "a"}, {Queue: "q"}}
+	ambiguous := &failingTransport{err: errors.New("connection reset by peer"), next: http.DefaultTransport}
+	ambiguous.n.Store(1)
+	c := newClient(t, srv.URL, client.WithHTTPClient(&http.Client{Transport: ambiguous}))
+	_, _, err := c.SubmitBatch(context.Background(), partlyKeyed)
+	require.Error(t, err)
+	require.Equal(t, int32(1), ambiguous.calls.Load())
+
+	refused := &failingTransport{err: &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}, next: http.DefaultTransport}
+	refused.n.Store(1)
+	c = newClient(t, srv.URL, client.WithHTTPClient(&http.Client{Transport: refused}))
+	_, _, err = c.SubmitBatch(context.Background(), partlyKeyed)
+	require.NoError(t, err, "a request that never left is always retried")
+	require.Equal(t, int32(2), refused.calls.Load())
+
+	keyed := &failingTransport{err: errors.New("connection reset by peer"), next: http.DefaultTransport}
+	keyed.n.Store(2)
+	c = newClient(t, srv.URL, client.WithHTTPClient(&http.Client{Transport: keyed}))
+	tasks, created, err := c.SubmitBatch(context.Background(), []client.SubmitParams{{Queue: "q", IdempotencyKey: "a"}, {Queue: "q", IdempotencyKey: "b"}})
+	require.NoError(t, err)
+	require.Equal(t, int32(3), keyed.calls.Load())
+	require.Len(t, tasks, 2)
+	require.Equal(t, []bool{true, false}, created)
+
+	_, _, err = c.SubmitBatch(context.Background(), []client.SubmitParams{{Queue: "q"}, {Queue: "q", Payload: json.RawMessage(`{bad`)}})
+	require.ErrorContains(t, err, "tasks[1]: encode payload")
+}
+
+// Batch reports send one body per batch and decode an outcome per item.
+func TestBatchReportsSendItemsAndDecodeOutcomes(t *testing.T) {
+	t.Parallel()
+	var bodies []string
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, r.URL.Path+" "+string(raw))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"items":[{"id":"t1","outcome":"done","task":`+taskJSON+`},`+
+			`{"id":"t2","outcome":"error","problem":{"type":"urn:problem-type:taskmaster:lease-lost","title":"Lease lost","status":409,"current_status":"RUNNING"}}]}`)
+	}))
+	defer srv.Close()
+	c := newClient(t, srv.URL)
+
+	out, err := c.CompleteBatch(context.Background(), "w", []client.CompleteItem{{ID: "t1", LeaseID: "l1", Result: []int{1}}, {ID: "t2"}})
+	require.NoError(t, err)
+	require.Len(t, out, 2)
+	require.Equal(t, client.OutcomeDone, out[0].Outcome)
+	require.Equal(t, "q", out[0].Task.Queue)
+	require.NoError(t, out[0].Err())
+	require.Equal(t, client.OutcomeError, out[1].Outcome)
+	require.Nil(t, out[1].Task)
+	require.True(t, client.IsLeaseLost(out[1].Err()))
+	require.Equal(t, client.StatusRunning, out[1].Problem.CurrentStatus)
+
+	_, err = c.FailBatch(context.Background(), "w", []client.FailItem{{ID: "t1", LeaseID: "l1", Error: "boom"}, {ID: "t2", Error: strings.Repeat("x", client.MaxErrorBytes+1), NonRetryable: true}})
+	require.NoError(t, err)
+
+	_, err = c.CompleteBatch(context.Background(), "w", []client.CompleteItem{{ID: "t1", Result: make(chan int)}})
+	require.ErrorContains(t, err, "items[0]: encode result")
+	_, err = c.CompleteBatch(context.Background(), "w", []client.CompleteItem{{ID: "t1"}})
+	require.ErrorContains(t, err, "batch of 1 answered with 2 outcomes")
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, bodies, 3)
+	require.Equal(t, `/tasks/v1/complete {"worker_id":"w","items":[{"id":"t1","lease_id":"l1","result":[1]},{"id":"t2"}]}`, bodies[0])
+	path, body, _ := strings.Cut(bodies[1], " ")
+	require.Equal(t, "/tasks/v1/fail", path)
+	var fail struct {
+		WorkerID string `json:"worker_id"`
+		Items    []map[string]any
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &fail))
+	require.Equal(t, map[string]any{"id": "t1", "lease_id": "l1", "error": "boom", "retryable": true}, fail.Items[0])
+	require.Equal(t, false, fail.Items[1]["retryable"])
+	require.LessOrEqual(t, len(fail.Items[1]["error"].(string)), client.MaxErrorBytes)
+}
+
+// A server that answers a long-poll claim at once with nothing (it is
+// shutting down) must not turn the runner into a busy loop: it backs off
+// as it does without long polls. Long polls shorter than 100 ms (here cut
+// by a short drain timeout) are not made at all.
+func TestRunnerBacksOffWhenTheServerDoesNotWait(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		drain  time.Duration
+		waitMS any
+	}{{time.Minute, 1000.0}, {time.Millisecond, nil}} {
+		var mu sync.Mutex
+		var waits []any
+		mux := http.NewServeMux()
+		mux.HandleFunc("POST /workers/v1/register", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			_, _ = io.WriteString(w, `{"id":"w","queues":[],"tags":[],"status":"ACTIVE","heartbeat_interval_seconds":10}`)
+		})
+		mux.HandleFunc("POST /tasks/v1/claim", func(w http.ResponseWriter, r *http.Request) {
+			var body map[string]any
+			_ = json.NewDecoder(r.Body).Decode(&body)
+			mu.Lock()
+			waits = append(waits, body["wait_ms"])
+			mu.Unlock()
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"tasks":[]}`)
+		})
+		srv := httptest.NewServer(mux)
+		r, err := client.NewRunner(newClient(t, srv.URL), client.RunnerConfig{
+			WorkerID: "w", ClaimWait: time.Second, DrainTimeout: tc.drain,
+			PollInterval: 50 * time.Millisecond, MaxIdleInterval: 50 * time.Millisecond,
+		}, func(context.Context, client.Task) (any, error) { return nil, nil })
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		require.NoError(t, r.Run(ctx))
+		cancel()
+		srv.Close()
+
+		mu.Lock()
+		require.NotEmpty(t, waits)
+		require.LessOrEqual(t, len(waits), 10, "about one claim per 50 ms, not a busy loop")
+		for _, w := range waits {
+			require.Equal(t, tc.waitMS, w)
+		}
+		mu.Unlock()
+	}
+}
+
+// Queues carries every field GET /queues/v1 serves, and marshals back to
+// what was served (the CLI's --json prints it).
+func TestQueuesCarryEveryServedField(t *testing.T) {
+	t.Parallel()
+	const queue = `{"queue":"emails","pending":2,"running":1,"done":5,"dead":1,"active_workers":3,` +
+		`"oldest_pending_age_seconds":90.5,` +
+		`"rates":{"last_1m":{"enqueued":2,"claimed":1,"completed":1,"dead_lettered":0},` +
+		`"last_5m":{"enqueued":0.4,"claimed":0.2,"completed":0.2,"dead_lettered":0.2},` +
+		`"last_15m":{"enqueued":0.6,"claimed":0.4,"completed":0.33,"dead_lettered":0.07}},` +
+		`"totals":{"submitted":9,"claimed":7,"completed":5,"failed":2,"dead_lettered":{"exhausted":1},"requeued":{"failed":1},"cleaned":0},` +
+		`"stats_as_of":"2026-01-01T00:00:00.5Z"}`
+	const idle = `{"queue":"idle","pending":0,"running":0,"done":1,"dead":0,"active_workers":0,"oldest_pending_age_seconds":null,` +
+		`"rates":{"last_1m":{"enqueued":0,"claimed":0,"completed":0,"dead_lettered":0},` +
+		`"last_5m":{"enqueued":0,"claimed":0,"completed":0,"dead_lettered":0},` +
+		`"last_15m":{"enqueued":0,"claimed":0,"completed":0,"dead_lettered":0}},` +
+		`"totals":{"submitted":1,"claimed":1,"completed":1,"failed":0,"dead_lettered":{},"requeued":{},"cleaned":0},"stats_as_of":null}`
+	srv := httptest.NewServer(&flaky{ok: `{"queues":[` + queue + `,` + idle + `]}`})
+	defer srv.Close()
+
+	qs, err := newClient(t, srv.URL).Queues(context.Background())
+	require.NoError(t, err)
+	require.Len(t, qs, 2)
+	q := qs[0]
+	age, ok := q.OldestPendingAge()
+	require.True(t, ok)
+	require.Equal(t, 90500*time.Millisecond, age)
+	require.Equal(t, 0.2, q.Rates[client.RateLast5m].Completed)
+	require.Equal(t, int64(1), q.Totals.DeadLettered[client.DeadExhausted])
+	require.Equal(t, time.Date(2026, 1, 1, 0, 0, 0, 5e8, time.UTC), q.StatsAsOf.UTC())
+	_, ok = qs[1].OldestPendingAge()
+	require.False(t, ok)
+	require.Nil(t, qs[1].StatsAsOf)
+	for i, served := range []string{queue, idle} {
+		back, err := json.Marshal(qs[i])
+		require.NoError(t, err)
+		require.JSONEq(t, served, string(back))
 	}
 }

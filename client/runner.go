@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -62,10 +61,21 @@ type RunnerConfig struct {
 	// CancelGrace is how long shutdown then waits for cancelled handlers to
 	// return before failing their tasks on their behalf (default 5 s).
 	CancelGrace time.Duration
-	// PollInterval is the first wait after a claim that found nothing; it
-	// doubles per empty claim up to MaxIdleInterval (default 100 ms).
+	// ClaimWait is how long a claim that finds nothing waits on the server
+	// for a task (a long poll, see ClaimParams.Wait), so that a task
+	// submitted to an idle runner starts within milliseconds. Default
+	// DefaultClaimWait; at most MaxClaimWait, and cut to DrainTimeout (a
+	// stopping runner lets its waiting claim run out, see Run). Negative, or
+	// under 100 ms after the cut: no long poll; an empty claim is followed
+	// by an idle wait (PollInterval doubling to MaxIdleInterval), as with
+	// servers before wait_ms.
+	ClaimWait time.Duration
+	// PollInterval is the first wait after a failed claim, or after an
+	// empty one that did not wait (no long poll, or a server shutting
+	// down); it doubles per such claim up to MaxIdleInterval (default
+	// 100 ms).
 	PollInterval time.Duration
-	// MaxIdleInterval caps the wait between empty claims (default 5 s).
+	// MaxIdleInterval caps the wait between those claims (default 5 s).
 	MaxIdleInterval time.Duration
 	// HeartbeatInterval overrides the interval the server asks for at
 	// registration (0: as the server asks).
@@ -82,11 +92,14 @@ const (
 	DefaultConcurrency     = 1
 	DefaultDrainTimeout    = 30 * time.Second
 	DefaultCancelGrace     = 5 * time.Second
+	DefaultClaimWait       = 5 * time.Second
 	DefaultPollInterval    = 100 * time.Millisecond
 	DefaultMaxIdleInterval = 5 * time.Second
 	DefaultReportTimeout   = 30 * time.Second
 	// maxClaimLimit is the most tasks one claim may ask for.
 	maxClaimLimit = 1000
+	// minClaimWait is the shortest long poll the runner makes.
+	minClaimWait = 100 * time.Millisecond
 )
 
 func (c RunnerConfig) withDefaults() RunnerConfig {
@@ -101,6 +114,9 @@ func (c RunnerConfig) withDefaults() RunnerConfig {
 	}
 	if c.CancelGrace == 0 {
 		c.CancelGrace = DefaultCancelGrace
+	}
+	if c.ClaimWait == 0 {
+		c.ClaimWait = DefaultClaimWait
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = DefaultPollInterval
@@ -129,6 +145,9 @@ func (c RunnerConfig) Validate() error {
 	}
 	if c.PollInterval < 0 || c.MaxIdleInterval < c.PollInterval {
 		errs = append(errs, errors.New("need 0 <= PollInterval <= MaxIdleInterval"))
+	}
+	if c.ClaimWait > MaxClaimWait {
+		errs = append(errs, fmt.Errorf("ClaimWait must be at most %s", MaxClaimWait))
 	}
 	if len(c.WorkerID) > 128 || strings.IndexFunc(c.WorkerID, func(r rune) bool { return !workerIDRune(r) }) >= 0 {
 		errs = append(errs, errors.New("WorkerID must be 1-128 characters of [A-Za-z0-9._:-]"))
@@ -229,6 +248,11 @@ func (r *Runner) InFlight() []Task {
 // fails the tasks whose handlers have not returned as retryable so they
 // are requeued. It keeps heartbeating until the drain is over. It returns
 // nil after a drain, or an error when the worker cannot register (a 4xx).
+//
+// A claim waiting on the server when ctx is cancelled is not cut off: it
+// runs out (at most ClaimWait, which is why that is cut to DrainTimeout)
+// and the tasks it brings are handled within the drain, so an idle runner
+// stops within ClaimWait.
 func (r *Runner) Run(ctx context.Context) error {
 	r.mu.Lock()
 	if r.started {
@@ -349,9 +373,11 @@ func (r *Runner) reregister(ctx context.Context, cause error) {
 }
 
 // claimLoop claims while ctx lives: it waits for a free slot, asks for as
-// many tasks as there are free slots, and starts a goroutine per task.
+// many tasks as there are free slots, and starts a goroutine per task. An
+// empty queue is waited out on the server (a long-poll claim), not here.
 func (r *Runner) claimLoop(ctx, handlerCtx context.Context) {
 	idle := time.Duration(0)
+	wait := r.claimWait()
 	for ctx.Err() == nil {
 		// One free slot at least, then as many more as are free.
 		select {
@@ -369,12 +395,22 @@ func (r *Runner) claimLoop(ctx, handlerCtx context.Context) {
 				break more
 			}
 		}
-		// The claim is not cancelled by ctx: a claim cut off after the
-		// server committed it would leave its tasks held by no one until
-		// this worker is declared dead. Claimed tasks are handled (within
-		// the drain) even when ctx ended meanwhile.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReportTimeout)
-		tasks, err := r.client.Claim(cctx, ClaimParams{WorkerID: r.cfg.WorkerID, Limit: n})
+		if ctx.Err() != nil { // the select above may pick a slot over a done ctx
+			for range n {
+				<-r.slots
+			}
+			return
+		}
+		// The claim is not cancelled by ctx, waiting or not: a claim cut
+		// off after the server committed it would leave its tasks held by
+		// no one until this worker is declared dead. So shutdown lets a
+		// waiting claim run out (ClaimWait is at most DrainTimeout), and
+		// claimed tasks are handled (within the drain) even when ctx ended
+		// meanwhile. The timeout only guards against a server that never
+		// answers.
+		begin := time.Now()
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait+r.cfg.ReportTimeout)
+		tasks, err := r.client.Claim(cctx, ClaimParams{WorkerID: r.cfg.WorkerID, Limit: n, Wait: wait})
 		cancel()
 		for range n - len(tasks) {
 			<-r.slots
@@ -388,8 +424,13 @@ func (r *Runner) claimLoop(ctx, handlerCtx context.Context) {
 			idle = r.nextIdle(idle)
 			sleep(ctx, idle)
 			continue
+		case len(tasks) == 0 && wait > 0 && time.Since(begin) >= wait:
+			// The server waited the whole ClaimWait for nothing: ask again.
+			idle = 0
+			continue
 		case len(tasks) == 0:
-			// With long-poll claims (wait_ms) the server will do this waiting.
+			// No long poll, or the server answered before the wait was over
+			// with nothing (it is shutting down): wait here instead.
 			idle = r.nextIdle(idle)
 			sleep(ctx, idle)
 			continue
@@ -399,6 +440,17 @@ func (r *Runner) claimLoop(ctx, handlerCtx context.Context) {
 			r.start(handlerCtx, t)
 		}
 	}
+}
+
+// claimWait is the long-poll wait of a claim (0: none). Long polls that
+// run out are followed by the next at once, so very short ones would make
+// an idle runner claim more often than it does without them.
+func (r *Runner) claimWait() time.Duration {
+	w := min(r.cfg.ClaimWait, r.cfg.DrainTimeout)
+	if w < minClaimWait {
+		return 0
+	}
+	return w
 }
 
 func (r *Runner) nextIdle(idle time.Duration) time.Duration {
@@ -466,18 +518,14 @@ func (r *Runner) work(ctx context.Context, t Task) {
 
 func (r *Runner) report(ctx context.Context, t Task, o outcome) {
 	if o.err == nil {
-		var result json.RawMessage
-		if o.result != nil {
-			raw, err := marshalValue(o.result)
-			if err != nil {
-				r.fail(t, "handler result cannot be encoded as JSON: "+err.Error(), true)
-				return
-			}
-			result = raw
+		result, err := marshalValue(o.result)
+		if err != nil {
+			r.fail(t, "handler result cannot be encoded as JSON: "+err.Error(), true)
+			return
 		}
 		rctx, cancel := r.reportContext()
 		defer cancel()
-		_, err := r.client.Complete(rctx, t.ID, CompleteParams{WorkerID: r.cfg.WorkerID, LeaseID: t.LeaseID, Result: result})
+		_, err = r.client.Complete(rctx, t.ID, CompleteParams{WorkerID: r.cfg.WorkerID, LeaseID: t.LeaseID, Result: result})
 		if p, ok := AsProblem(err); ok && p.Status < 500 && !heldElsewhere(err) {
 			// The server refused the result itself (too large, say); it would
 			// refuse it again, so the task cannot succeed this way.

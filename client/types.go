@@ -128,14 +128,78 @@ func (r Registration) HeartbeatInterval() time.Duration {
 	return time.Duration(r.HeartbeatIntervalSeconds * float64(time.Second))
 }
 
-// Queue is one queue's statistics.
+// Queue is one queue's statistics, as GET /queues/v1 serves them.
+//
+// The statistics are eventually consistent: the counts, Totals and Rates are
+// projected from the lifecycle events and lag the tasks table by about one
+// outbox poll interval (100 ms by default; longer while a long transaction
+// in the database holds delivery back). StatsAsOf says when the projection
+// last applied an event. ActiveWorkers and OldestPendingAgeSeconds are read
+// live. To see your own writes, read the tasks, or poll until the counts
+// match.
 type Queue struct {
-	Queue         string `json:"queue"`
-	Pending       int64  `json:"pending"`
-	Running       int64  `json:"running"`
-	Done          int64  `json:"done"`
-	Dead          int64  `json:"dead"`
-	ActiveWorkers int64  `json:"active_workers"`
+	Queue   string `json:"queue"`
+	Pending int64  `json:"pending"`
+	Running int64  `json:"running"`
+	Done    int64  `json:"done"`
+	Dead    int64  `json:"dead"`
+	// ActiveWorkers are the ACTIVE workers registered for the queue, or for
+	// every queue.
+	ActiveWorkers int64 `json:"active_workers"`
+	// OldestPendingAgeSeconds is how long ago the oldest PENDING task was
+	// submitted; nil when none is PENDING. See OldestPendingAge.
+	OldestPendingAgeSeconds *float64 `json:"oldest_pending_age_seconds"`
+	// Rates are the queue's throughput, per minute, over the windows
+	// RateLast1m, RateLast5m and RateLast15m.
+	Rates map[string]QueueRate `json:"rates"`
+	// Totals are cumulative transition counts.
+	Totals QueueTotals `json:"totals"`
+	// StatsAsOf is when the statistics projection last applied an event
+	// (nil before it applied any): the counts are exact as of then.
+	StatsAsOf *time.Time `json:"stats_as_of"`
+}
+
+// OldestPendingAge returns OldestPendingAgeSeconds as a duration, and
+// false when no task is PENDING.
+func (q Queue) OldestPendingAge() (time.Duration, bool) {
+	if q.OldestPendingAgeSeconds == nil {
+		return 0, false
+	}
+	return time.Duration(*q.OldestPendingAgeSeconds * float64(time.Second)), true
+}
+
+// The windows of Queue.Rates.
+const (
+	RateLast1m  = "last_1m"
+	RateLast5m  = "last_5m"
+	RateLast15m = "last_15m"
+)
+
+// QueueRate is a queue's throughput over one window, in tasks per minute.
+type QueueRate struct {
+	// Enqueued counts submitted tasks.
+	Enqueued  float64 `json:"enqueued"`
+	Claimed   float64 `json:"claimed"`
+	Completed float64 `json:"completed"`
+	// DeadLettered counts tasks that moved to DEAD, for any reason.
+	DeadLettered float64 `json:"dead_lettered"`
+}
+
+// QueueTotals are a queue's cumulative transition counts; they do not go
+// down when retention deletes tasks.
+type QueueTotals struct {
+	Submitted int64 `json:"submitted"`
+	Claimed   int64 `json:"claimed"`
+	Completed int64 `json:"completed"`
+	// Failed counts failures reported by workers, retried or not.
+	Failed int64 `json:"failed"`
+	// DeadLettered counts transitions to DEAD by DeadReason.
+	DeadLettered map[DeadReason]int64 `json:"dead_lettered"`
+	// Requeued counts transitions back to PENDING by reason: "failed"
+	// (retry after backoff), "worker_dead", "retried" (by an operator).
+	Requeued map[string]int64 `json:"requeued"`
+	// Cleaned counts finished tasks deleted by retention.
+	Cleaned int64 `json:"cleaned"`
 }
 
 // SubmitParams describe a new task.
@@ -210,6 +274,10 @@ type ClaimParams struct {
 	Queue string `json:"queue,omitempty"`
 	// Limit is the most tasks to return, 1-1000 (0: 1).
 	Limit int `json:"limit,omitempty"`
+	// Wait makes a claim that finds nothing wait on the server, up to
+	// MaxClaimWait, until a task is claimable (long poll); it is sent as
+	// wait_ms, rounded up to a millisecond. 0 answers at once.
+	Wait time.Duration `json:"-"`
 }
 
 // CompleteParams report a held task done.
@@ -234,4 +302,66 @@ type FailParams struct {
 	// NonRetryable sends the task straight to DEAD (reason non_retryable);
 	// otherwise it is retried after backoff while attempts remain.
 	NonRetryable bool
+}
+
+// CompleteItem is one task of a CompleteBatch.
+type CompleteItem struct {
+	// ID is the task's id (required).
+	ID string
+	// LeaseID is the lease the task was claimed under (Task.LeaseID);
+	// checked by the server when given.
+	LeaseID string
+	// Result is any value encoding/json can marshal; nil sends none.
+	Result any
+}
+
+// FailItem is one task of a FailBatch.
+type FailItem struct {
+	// ID is the task's id (required).
+	ID string
+	// LeaseID is the lease the task was claimed under; checked when given.
+	LeaseID string
+	// Error says what went wrong (at most 64 KiB; longer is cut).
+	Error string
+	// NonRetryable sends the task straight to DEAD (reason non_retryable).
+	NonRetryable bool
+}
+
+// Outcome is what a batch report did to one item.
+type Outcome string
+
+// Outcomes of a batch report's items.
+const (
+	// OutcomeDone: the task completed.
+	OutcomeDone Outcome = "done"
+	// OutcomeRequeued: the failed task is PENDING again, after backoff.
+	OutcomeRequeued Outcome = "requeued"
+	// OutcomeDead: the failed task is DEAD (attempts exhausted, or non-retryable).
+	OutcomeDead Outcome = "dead"
+	// OutcomeError: the server refused the item; see ItemOutcome.Problem.
+	OutcomeError Outcome = "error"
+)
+
+// ItemOutcome is one item's result in a batch report, in request order.
+type ItemOutcome struct {
+	// ID is the item's task id.
+	ID string `json:"id"`
+	// Outcome says what happened to the task.
+	Outcome Outcome `json:"outcome"`
+	// Task is the task after the report (nil for an error).
+	Task *Task `json:"task"`
+	// Problem says why the item was refused (OutcomeError only): a
+	// lease-lost or invalid-transition problem means the worker no longer
+	// holds the task (drop it, do not report it again), task-not-found
+	// that there is no such task.
+	Problem *Problem `json:"problem"`
+}
+
+// Err returns the item's problem as an error, or nil when the item was
+// accepted, for use with IsLeaseLost and the other helpers.
+func (o ItemOutcome) Err() error {
+	if o.Problem == nil {
+		return nil
+	}
+	return o.Problem
 }

@@ -228,6 +228,38 @@ type QueueStats struct {
 	Done          int64
 	Dead          int64
 	ActiveWorkers int64
+	// Totals are the queue's cumulative transition counts.
+	Totals QueueTotals
+	// Rates are per-minute rates over recent windows, shortest first.
+	Rates []QueueRate
+	// OldestPendingAge is the age of the oldest PENDING task (nil when none).
+	OldestPendingAge *time.Duration
+	// StatsAsOf is when the statistics last applied an event (nil before
+	// the first).
+	StatsAsOf *time.Time
+}
+
+// QueueTotals are cumulative transition counts of a queue.
+type QueueTotals struct {
+	Submitted int64
+	Claimed   int64
+	Completed int64
+	Failed    int64
+	Cleaned   int64
+	// DeadLettered counts transitions to DEAD by reason.
+	DeadLettered map[string]int64
+	// Requeued counts transitions back to PENDING by reason.
+	Requeued map[string]int64
+}
+
+// QueueRate is a queue's throughput over a recent window, in events per
+// minute.
+type QueueRate struct {
+	Window       time.Duration
+	Enqueued     float64
+	Claimed      float64
+	Completed    float64
+	DeadLettered float64
 }
 
 // StatsReader reads queue statistics.

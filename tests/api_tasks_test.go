@@ -2,6 +2,7 @@ package tests
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -23,7 +24,11 @@ var (
 		"lease_expires_at", "cancel_requested_at",
 	}
 	workerFields = []string{"id", "queues", "tags", "status", "registered_at", "last_heartbeat_at", "draining"}
-	queueFields  = []string{"queue", "pending", "running", "done", "dead", "active_workers"}
+	queueFields  = []string{"queue", "pending", "running", "done", "dead", "active_workers",
+		"oldest_pending_age_seconds", "rates", "totals", "stats_as_of"}
+	rateWindows = []string{"last_1m", "last_5m", "last_15m"}
+	rateFields  = []string{"enqueued", "claimed", "completed", "dead_lettered"}
+	totalFields = []string{"submitted", "claimed", "completed", "failed", "dead_lettered", "requeued", "cleaned"}
 )
 
 // requireKeys requires the JSON object raw to have exactly the keys want.
@@ -54,11 +59,25 @@ func TestAPIObjectsCarryTheContractFieldNames(t *testing.T) {
 	require.Len(t, workers.Workers, 1)
 	requireKeys(t, workers.Workers[0], workerFields)
 
-	r = c.Do(http.MethodGet, "/queues/v1", nil).Expect(t, http.StatusOK, nil)
+	// The queue statistics lag the submission by about one outbox poll.
 	var queues struct{ Queues []json.RawMessage }
-	require.NoError(t, json.Unmarshal(r.Body, &queues))
+	testclient.Poll(t, 30*time.Second, "the queue to appear in the statistics", func() bool {
+		r = c.Do(http.MethodGet, "/queues/v1", nil).Expect(t, http.StatusOK, nil)
+		require.NoError(t, json.Unmarshal(r.Body, &queues))
+		return len(queues.Queues) > 0
+	})
 	require.Len(t, queues.Queues, 1)
 	requireKeys(t, queues.Queues[0], queueFields)
+	var queue struct {
+		Rates  map[string]json.RawMessage
+		Totals json.RawMessage
+	}
+	require.NoError(t, json.Unmarshal(queues.Queues[0], &queue))
+	require.ElementsMatch(t, rateWindows, slices.Collect(maps.Keys(queue.Rates)))
+	for _, rate := range queue.Rates {
+		requireKeys(t, rate, rateFields)
+	}
+	requireKeys(t, queue.Totals, totalFields)
 
 	r = c.Do(http.MethodPost, "/tasks/v1/claim", jsonObj{"worker_id": "w1"}).Expect(t, http.StatusOK, nil)
 	var claimed struct{ Tasks []json.RawMessage }

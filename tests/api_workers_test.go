@@ -3,6 +3,7 @@ package tests
 import (
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -147,12 +148,7 @@ func TestAPIListWorkers(t *testing.T) {
 func TestAPIQueueStatistics(t *testing.T) {
 	t.Parallel()
 	s, c := startAPI(t, nil)
-	var empty struct {
-		Queues []testclient.Queue `json:"queues"`
-	}
-	c.Do(http.MethodGet, "/queues/v1", nil).Expect(t, http.StatusOK, &empty)
-	require.NotNil(t, empty.Queues, "an empty array, not null")
-	require.Empty(t, empty.Queues)
+	require.Empty(t, c.Queues())
 
 	c.Register(jsonObj{"id": "on-a", "queues": []string{"a"}})
 	c.Register(jsonObj{"id": "anywhere"})
@@ -166,16 +162,52 @@ func TestAPIQueueStatistics(t *testing.T) {
 	claimed := c.Claim(jsonObj{"worker_id": "on-a", "limit": 3})
 	require.Len(t, claimed, 3)
 	c.Complete(claimed[0].ID, jsonObj{"worker_id": "on-a"})
-	c.Fail(claimed[1].ID, jsonObj{"worker_id": "on-a", "retryable": false})
+	last := c.Fail(claimed[1].ID, jsonObj{"worker_id": "on-a", "retryable": false})
 
-	var got struct {
-		Queues []testclient.Queue `json:"queues"`
-	}
-	c.Do(http.MethodGet, "/queues/v1", nil).Expect(t, http.StatusOK, &got)
-	require.ElementsMatch(t, []testclient.Queue{
+	// The statistics are projected from the outbox: they catch up with the
+	// writes within about one poll interval. Ordered by queue name.
+	want := []testclient.QueueCounts{
 		{Queue: "a", Pending: 1, Running: 1, Done: 1, Dead: 1, ActiveWorkers: 2},
 		{Queue: "b", Pending: 2, ActiveWorkers: 1},
-	}, got.Queues)
+	}
+	got := c.QueuesEventually(30*time.Second, func(qs []testclient.Queue) bool {
+		return slices.Equal(want, testclient.Counts(qs))
+	})
+	require.Equal(t, want, testclient.Counts(got))
+
+	a, b := got[0], got[1]
+	require.Equal(t, testclient.QueueTotals{
+		Submitted: 4, Claimed: 3, Completed: 1, Failed: 1,
+		DeadLettered: map[string]int64{"non_retryable": 1}, Requeued: map[string]int64{},
+	}, a.Totals)
+	require.Equal(t, testclient.QueueTotals{Submitted: 2, DeadLettered: map[string]int64{}, Requeued: map[string]int64{}}, b.Totals)
+	// Every event happened within the last 5 minutes, so those windows
+	// count all of them: events per minute = count / window.
+	for _, w := range []struct {
+		name    string
+		minutes float64
+	}{{"last_5m", 5}, {"last_15m", 15}} {
+		require.InDelta(t, 4/w.minutes, a.Rates[w.name].Enqueued, 1e-9, w.name)
+		require.InDelta(t, 3/w.minutes, a.Rates[w.name].Claimed, 1e-9, w.name)
+		require.InDelta(t, 1/w.minutes, a.Rates[w.name].Completed, 1e-9, w.name)
+		require.InDelta(t, 1/w.minutes, a.Rates[w.name].DeadLettered, 1e-9, w.name)
+		require.InDelta(t, 2/w.minutes, b.Rates[w.name].Enqueued, 1e-9, w.name)
+	}
+	require.Len(t, a.Rates, 3)
+	require.Contains(t, a.Rates, "last_1m")
+	for _, q := range got {
+		require.NotNil(t, q.OldestPendingAgeSeconds, q.Queue)
+		require.GreaterOrEqual(t, *q.OldestPendingAgeSeconds, 0.0, q.Queue)
+		require.NotNil(t, q.StatsAsOf, q.Queue)
+		require.False(t, q.StatsAsOf.Before(last.UpdatedAt), "%s: stats as of %s, before the last write at %s", q.Queue, q.StatsAsOf, last.UpdatedAt)
+	}
+	ages := map[string]float64{}
+	stage(t, s, `UPDATE tasks SET created_at = now() - interval '1 hour' WHERE queue = 'b'`)
+	for _, q := range c.Queues() {
+		ages[q.Queue] = *q.OldestPendingAgeSeconds
+	}
+	require.GreaterOrEqual(t, ages["b"], 3600.0, "the oldest pending age is read live")
+	require.Less(t, ages["a"], 3600.0)
 }
 
 func TestAPIHealthAndReadiness(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -164,11 +165,16 @@ func TestCLIWorkerExec(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(mustCLI(t, url, "list", "--queue", "cli", "--json")), &page))
 	require.Len(t, page.Tasks, 8)
 	require.Nil(t, page.NextCursor)
+	// The statistics lag the tasks by about one outbox poll: wait for them.
+	wantQueues := []client.Queue{{Queue: "cli", Done: 6, Dead: 2, ActiveWorkers: 1}}
+	sdkQueuesEventually(t, c, func(qs []client.Queue) bool { return reflect.DeepEqual(wantQueues, queueCounts(qs)) })
 	var queues struct{ Queues []client.Queue }
 	require.NoError(t, json.Unmarshal([]byte(mustCLI(t, url, "queues", "--json")), &queues))
-	require.Equal(t, []client.Queue{{Queue: "cli", Done: 6, Dead: 2, ActiveWorkers: 1}}, queues.Queues)
+	require.Equal(t, wantQueues, queueCounts(queues.Queues))
+	require.Equal(t, int64(8), queues.Queues[0].Totals.Submitted, "--json prints every field")
 	out = mustCLI(t, url, "queues")
-	require.Regexp(t, `cli\s+0\s+0\s+6\s+2\s+1`, out)
+	require.Regexp(t, `cli\s+0\s+0\s+6\s+2\s+1\s+-\s+\d+\.\d`, out)
+	require.Regexp(t, `(?m)^statistics as of \d{4}-\d\d-\d\dT`, out)
 	out = mustCLI(t, url, "workers")
 	require.Regexp(t, `cli-worker\s+ACTIVE\s+cli`, out)
 

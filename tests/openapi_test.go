@@ -1,6 +1,8 @@
 package tests
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
 	"go/ast"
 	"go/parser"
@@ -12,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -362,8 +365,46 @@ func TestOpenAPIResponsesMatchSpec(t *testing.T) {
 	problem(400, "malformed-request", "POST", "/tasks/v1/"+id2+"/retry", `{"force":true}`)
 	expect(200, "GET", "/queues/v1", "")
 
+	// The event stream: filtered, then resumed with Last-Event-ID. Its body
+	// never ends, so the validator checks status, headers and media type and
+	// leaves the body to readEvents, which reads a bounded amount under a
+	// deadline and checks each message's data against the schemas.
+	events := openEvents(t, v, hc, s.URL+"/events/v1?queue=spec-events&type=task.*", "")
+	expect(201, "POST", "/workers/v1/register", `{"id":"spec-w4","queues":["spec-events"]}`) // a worker event: filtered out
+	expect(201, "POST", "/tasks/v1", `{"queue":"spec-other"}`)                               // another queue: filtered out
+	seenFirst := expect(201, "POST", "/tasks/v1", `{"queue":"spec-events"}`)
+	got1 := events.next(t)
+	events.close()
+	require.Equal(t, "task.submitted", got1.event["type"])
+	require.Equal(t, seenFirst["id"], got1.event["task_id"])
+	missed := expect(201, "POST", "/tasks/v1", `{"queue":"spec-events"}`)
+	events = openEvents(t, v, hc, s.URL+"/events/v1?queue=spec-events&queue=nowhere&type=task.submitted,task.claimed", got1.id)
+	got2 := events.next(t)
+	events.close()
+	require.Equal(t, missed["id"], got2.event["task_id"], "resumed right after the last event seen")
+	problem(422, "validation-error", "GET", "/events/v1?queue=", "")
+	badCursor, err := http.NewRequest(http.MethodGet, s.URL+"/events/v1", nil)
+	require.NoError(t, err)
+	badCursor.Header.Set("Last-Event-ID", "not-an-id")
+	resp, err := hc.Do(badCursor)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+
+	// Metrics, in the Prometheus text format 0.0.4.
+	for _, path := range []string{"/metrics", "/actuator/prometheus"} {
+		resp, err := hc.Get(s.URL + path)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, http.StatusOK, resp.StatusCode, path)
+		require.True(t, strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain; version=0.0.4"), "%s: %s", path, resp.Header.Get("Content-Type"))
+		require.Contains(t, string(body), "# TYPE taskmaster_tasks_submitted_total counter", path)
+	}
+
 	// A worker declared dead (what the heartbeat reaper does).
-	_, err := s.DB.Exec(`UPDATE workers SET status = 'DEAD' WHERE id = 'spec-w2'`)
+	_, err = s.DB.Exec(`UPDATE workers SET status = 'DEAD' WHERE id = 'spec-w2'`)
 	require.NoError(t, err)
 	problem(409, "worker-dead", "POST", "/workers/v1/spec-w2/heartbeat", "")
 	problem(409, "worker-dead", "POST", "/tasks/v1/claim", `{"worker_id":"spec-w2"}`)
@@ -379,6 +420,90 @@ func TestOpenAPIResponsesMatchSpec(t *testing.T) {
 		ok := slices.ContainsFunc(seen[op], func(s int) bool { return s < 300 })
 		require.True(t, ok, "operation %s was never exercised with a success (seen %v); add it to this test", op, seen[op])
 	}
+}
+
+// eventStream reads GET /events/v1 for TestOpenAPIResponsesMatchSpec.
+type eventStream struct {
+	v      *spectest.Validator
+	resp   *http.Response
+	body   *bufio.Reader
+	cancel context.CancelFunc
+}
+
+// sseMessage is one dispatched message of an event stream.
+type sseMessage struct {
+	id    string
+	event map[string]any
+}
+
+// openEvents opens an event stream through hc (so the validator checks its
+// status and headers). Every read on it ends by a deadline: a stream that
+// stays silent fails the test instead of hanging it.
+func openEvents(t *testing.T, v *spectest.Validator, hc *http.Client, url, lastEventID string) *eventStream {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	require.NoError(t, err)
+	if lastEventID != "" {
+		req.Header.Set("Last-Event-ID", lastEventID)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		cancel()
+		require.NoError(t, err)
+	}
+	es := &eventStream{v: v, resp: resp, body: bufio.NewReader(io.LimitReader(resp.Body, 1<<20)), cancel: cancel}
+	t.Cleanup(es.close)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	return es
+}
+
+// next returns the next message that carries data, requiring that every
+// message read on the way matches the description: an event has an id
+// (<transaction_id>-<offset>-<index>) and a LifecycleEvent as data; a data
+// message without an id is a StreamEventsLost notice.
+func (es *eventStream) next(t *testing.T) sseMessage {
+	t.Helper()
+	var id string
+	var data []string // one per data line; a message without data is not dispatched
+	for {
+		line, err := es.body.ReadString('\n')
+		require.NoError(t, err, "the event stream ended or stayed silent")
+		line = strings.TrimSuffix(line, "\n")
+		switch field, value, _ := strings.Cut(line, ": "); {
+		case line == "":
+			if data == nil {
+				id = "" // retry, a heartbeat, or a position alone
+				continue
+			}
+			schema := "LifecycleEvent"
+			if id == "" {
+				schema = "StreamEventsLost"
+			} else {
+				require.Regexp(t, `^[0-9]+-[0-9]+-[0-9]+$`, id)
+			}
+			doc := []byte(strings.Join(data, "\n"))
+			require.NoError(t, es.v.CheckSchema(schema, doc), "data: %s", doc)
+			out := sseMessage{id: id}
+			require.NoError(t, json.Unmarshal(doc, &out.event))
+			return out
+		case field == "id":
+			id = value
+		case field == "data":
+			data = append(data, value)
+		case field == "retry":
+			require.Equal(t, "2000", value)
+		case strings.HasPrefix(line, ":"):
+		default:
+			require.Failf(t, "not a line of an event stream", "%q", line)
+		}
+	}
+}
+
+func (es *eventStream) close() {
+	es.cancel()
+	_ = es.resp.Body.Close()
 }
 
 func TestSpecPath(t *testing.T) {

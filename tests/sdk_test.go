@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -64,13 +65,16 @@ func testLogger(t *testing.T) (*slog.Logger, *syncBuffer) {
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
 }
 
-// startRunner runs a runner with cfg (fast polling and a captured log
-// unless set) until the returned stop function is called; stop waits for
-// Run to return and hands back its error.
+// startRunner runs a runner with cfg (fast polling, short long polls and a
+// captured log unless set) until the returned stop function is called; stop
+// waits for Run to return and hands back its error.
 func startRunner(t *testing.T, c *client.Client, cfg client.RunnerConfig, h client.HandlerFunc) (stop func() error, logs *syncBuffer) {
 	t.Helper()
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval, cfg.MaxIdleInterval = 5*time.Millisecond, 20*time.Millisecond
+	}
+	if cfg.ClaimWait == 0 {
+		cfg.ClaimWait = 500 * time.Millisecond // an idle runner stops within it
 	}
 	if cfg.Logger == nil {
 		cfg.Logger, logs = testLogger(t)
@@ -134,6 +138,31 @@ func submitN(t *testing.T, c *client.Client, queue string, n int, payload func(i
 		require.NoError(t, err)
 	}
 	return ids
+}
+
+// sdkQueuesEventually reads the queue statistics until done accepts them
+// or 30 s pass, and returns the last answer: the statistics are projected
+// from the outbox and lag writes by about one poll interval.
+func sdkQueuesEventually(t *testing.T, c *client.Client, done func([]client.Queue) bool) []client.Queue {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		qs, err := c.Queues(context.Background())
+		require.NoError(t, err)
+		if done(qs) || time.Now().After(deadline) {
+			return qs
+		}
+		time.Sleep(10 * time.Millisecond) // polling, with a deadline
+	}
+}
+
+// queueCounts keeps only the counts of each queue, for comparisons.
+func queueCounts(qs []client.Queue) []client.Queue {
+	out := make([]client.Queue, len(qs))
+	for i, q := range qs {
+		out[i] = client.Queue{Queue: q.Queue, Pending: q.Pending, Running: q.Running, Done: q.Done, Dead: q.Dead, ActiveWorkers: q.ActiveWorkers}
+	}
+	return out
 }
 
 func countRows(t *testing.T, s *testserver.Server, query string, args ...any) int {
@@ -514,9 +543,19 @@ func TestClientAgainstServer(t *testing.T) {
 	workers, err := c.Workers(ctx)
 	require.NoError(t, err)
 	require.Len(t, workers, 1)
-	queues, err := c.Queues(ctx)
-	require.NoError(t, err)
-	require.Equal(t, []client.Queue{{Queue: "sdk", Running: 2, Done: 1, Dead: 1, ActiveWorkers: 1}}, queues)
+	want := []client.Queue{{Queue: "sdk", Running: 2, Done: 1, Dead: 1, ActiveWorkers: 1}}
+	queues := sdkQueuesEventually(t, c, func(qs []client.Queue) bool { return reflect.DeepEqual(want, queueCounts(qs)) })
+	require.Equal(t, want, queueCounts(queues))
+	require.Equal(t, client.QueueTotals{
+		Submitted: 4, Claimed: 4, Completed: 1, Failed: 1,
+		DeadLettered: map[client.DeadReason]int64{client.DeadCancelled: 1, client.DeadNonRetryable: 1},
+		Requeued:     map[string]int64{"retried": 1},
+	}, queues[0].Totals)
+	require.Contains(t, queues[0].Rates, client.RateLast1m)
+	require.InDelta(t, 4.0/5, queues[0].Rates[client.RateLast5m].Enqueued, 1e-9)
+	_, anyPending := queues[0].OldestPendingAge()
+	require.False(t, anyPending)
+	require.NotNil(t, queues[0].StatsAsOf)
 
 	// Problems.
 	_, err = c.Get(client.WithCorrelationID(ctx, "sdk-test-cid"), uuid.NewString())
@@ -538,4 +577,241 @@ func TestClientAgainstServer(t *testing.T) {
 	require.True(t, client.IsWorkerDead(err))
 	_, err = c.Heartbeat(ctx, "sdk-worker")
 	require.True(t, client.IsWorkerDead(err))
+}
+
+// SubmitBatch keeps request order and honours idempotency keys per item,
+// including a key repeated inside the batch; a resubmitted keyed batch
+// creates nothing.
+func TestSDKSubmitBatch(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, nil)
+	v := spectest.New(t, s.URL)
+	c := newSDK(t, s.URL, v.Transport(http.DefaultTransport))
+	ctx := context.Background()
+	existing, err := c.Submit(ctx, client.SubmitParams{Queue: "sb", IdempotencyKey: "k-existing"})
+	require.NoError(t, err)
+
+	batch := []client.SubmitParams{
+		{Queue: "sb", Payload: map[string]int{"n": 0}},
+		{Queue: "sb", IdempotencyKey: "k-existing"},
+		{Queue: "sb", IdempotencyKey: "k-new", Payload: map[string]int{"n": 2}},
+		{Queue: "sb", IdempotencyKey: "k-new", Payload: map[string]int{"n": 3}},
+		{Queue: "sb", Payload: map[string]int{"n": 4}, Priority: 2, MaxAttempts: 5, Tags: []string{"gpu"}},
+	}
+	tasks, created, err := c.SubmitBatch(ctx, batch)
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, false, true, false, true}, created)
+	require.Len(t, tasks, 5)
+	require.JSONEq(t, `{"n":0}`, string(tasks[0].Payload))
+	require.Equal(t, existing.ID, tasks[1].ID)
+	require.Equal(t, tasks[2].ID, tasks[3].ID, "a key repeated in the batch names the first task")
+	require.JSONEq(t, `{"n":2}`, string(tasks[3].Payload))
+	require.Equal(t, "k-new", tasks[2].IdempotencyKey)
+	require.Equal(t, 2, tasks[4].Priority)
+	require.Equal(t, 5, tasks[4].MaxAttempts)
+	require.Equal(t, []string{"gpu"}, tasks[4].Tags)
+	for _, task := range tasks {
+		require.Equal(t, client.StatusPending, task.Status)
+	}
+	require.Equal(t, 4, countRows(t, s, `SELECT count(*) FROM tasks WHERE queue = 'sb'`))
+
+	// Every item keyed: safe to resend, and it creates nothing new.
+	again, created, err := c.SubmitBatch(ctx, batch[1:4])
+	require.NoError(t, err)
+	require.Equal(t, []bool{false, false, false}, created)
+	require.Equal(t, []string{existing.ID, tasks[2].ID, tasks[2].ID}, []string{again[0].ID, again[1].ID, again[2].ID})
+
+	// All or nothing: every bad item is named, nothing is created.
+	_, _, err = c.SubmitBatch(ctx, []client.SubmitParams{{Queue: "sb"}, {Queue: ""}, {Queue: "sb", MaxAttempts: 101}})
+	require.True(t, client.IsValidation(err), "%v", err)
+	p, _ := client.AsProblem(err)
+	var fields []string
+	for _, f := range p.Errors {
+		fields = append(fields, f.Field)
+	}
+	require.ElementsMatch(t, []string{"tasks[1].queue", "tasks[2].max_attempts"}, fields)
+	_, _, err = c.SubmitBatch(ctx, make([]client.SubmitParams, client.MaxBatch+1))
+	require.True(t, client.IsValidation(err), "%v", err)
+	require.Equal(t, 4, countRows(t, s, `SELECT count(*) FROM tasks WHERE queue = 'sb'`))
+}
+
+// CompleteBatch and FailBatch fence each item on its own: the worker's own
+// items go through, a stale lease or another worker's task is lease-lost
+// and changes nothing, an unknown id is not found.
+func TestSDKBatchReportsPerItemOutcomes(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, nil)
+	v := spectest.New(t, s.URL)
+	c := newSDK(t, s.URL, v.Transport(http.DefaultTransport))
+	ctx := context.Background()
+	// Distinct priorities fix the claim order: claimed[i] is batch[i].
+	batch := []client.SubmitParams{
+		{Queue: "rb", Priority: 5},                 // completed
+		{Queue: "rb", Priority: 4, MaxAttempts: 2}, // stale lease on complete, then failed: requeued
+		{Queue: "rb", Priority: 3, MaxAttempts: 2}, // failed non-retryable: dead
+		{Queue: "rb", Priority: 2, MaxAttempts: 1}, // failed, attempts exhausted: dead
+		{Queue: "rb", Priority: 1},                 // claimed by the other worker
+	}
+	submitted, _, err := c.SubmitBatch(ctx, batch)
+	require.NoError(t, err)
+	for _, w := range []string{"w1", "w2"} {
+		_, err := c.Register(ctx, client.RegisterParams{ID: w, Queues: []string{"rb"}})
+		require.NoError(t, err)
+	}
+	mine, err := c.Claim(ctx, client.ClaimParams{WorkerID: "w1", Limit: 4})
+	require.NoError(t, err)
+	require.Len(t, mine, 4)
+	for i := range mine {
+		require.Equal(t, submitted[i].ID, mine[i].ID)
+	}
+	theirs, err := c.Claim(ctx, client.ClaimParams{WorkerID: "w2"})
+	require.NoError(t, err)
+	require.Len(t, theirs, 1)
+
+	out, err := c.CompleteBatch(ctx, "w1", []client.CompleteItem{
+		{ID: mine[0].ID, LeaseID: mine[0].LeaseID, Result: map[string]bool{"ok": true}},
+		{ID: mine[1].ID, LeaseID: uuid.NewString()},         // stale lease
+		{ID: theirs[0].ID, LeaseID: theirs[0].LeaseID},      // held by w2
+		{ID: uuid.Must(uuid.NewV7()).String(), Result: "x"}, // no such task
+	})
+	require.NoError(t, err)
+	require.Len(t, out, 4)
+	require.Equal(t, client.OutcomeDone, out[0].Outcome)
+	require.NoError(t, out[0].Err())
+	require.Equal(t, client.StatusDone, out[0].Task.Status)
+	require.JSONEq(t, `{"ok":true}`, string(out[0].Task.Result))
+	for _, o := range out[1:3] {
+		require.Equal(t, client.OutcomeError, o.Outcome)
+		require.True(t, client.IsLeaseLost(o.Err()), "%v", o.Err())
+		require.Equal(t, client.StatusRunning, o.Problem.CurrentStatus)
+		require.NotEmpty(t, o.Problem.CorrelationID)
+	}
+	require.Equal(t, []string{mine[1].ID, theirs[0].ID}, []string{out[1].ID, out[2].ID})
+	require.Equal(t, client.OutcomeError, out[3].Outcome)
+	require.True(t, client.IsNotFound(out[3].Err()), "%v", out[3].Err())
+	held, err := c.Get(ctx, theirs[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, client.StatusRunning, held.Status)
+	require.Equal(t, "w2", held.WorkerID)
+	require.Equal(t, theirs[0].LeaseID, held.LeaseID, "the lease-lost item changed nothing")
+
+	out, err = c.FailBatch(ctx, "w1", []client.FailItem{
+		{ID: mine[1].ID, LeaseID: mine[1].LeaseID, Error: "temporary"},
+		{ID: mine[2].ID, LeaseID: mine[2].LeaseID, Error: "bad input", NonRetryable: true},
+		{ID: mine[3].ID, LeaseID: mine[3].LeaseID, Error: "last try"},
+		{ID: mine[0].ID, LeaseID: mine[0].LeaseID, Error: "too late"}, // already DONE
+		{ID: theirs[0].ID, LeaseID: mine[3].LeaseID, Error: "not mine"},
+	})
+	require.NoError(t, err)
+	require.Equal(t, []client.Outcome{client.OutcomeRequeued, client.OutcomeDead, client.OutcomeDead, client.OutcomeError, client.OutcomeError},
+		[]client.Outcome{out[0].Outcome, out[1].Outcome, out[2].Outcome, out[3].Outcome, out[4].Outcome})
+	require.Equal(t, client.StatusPending, out[0].Task.Status)
+	require.Equal(t, "temporary", out[0].Task.LastError)
+	require.Equal(t, client.DeadNonRetryable, out[1].Task.DeadReason)
+	require.Equal(t, client.DeadExhausted, out[2].Task.DeadReason)
+	require.True(t, client.IsInvalidTransition(out[3].Err()), "%v", out[3].Err())
+	require.Equal(t, client.StatusDone, out[3].Problem.CurrentStatus)
+	require.True(t, client.IsLeaseLost(out[4].Err()), "%v", out[4].Err())
+
+	// A malformed batch is refused as a whole.
+	_, err = c.CompleteBatch(ctx, "w1", []client.CompleteItem{{ID: theirs[0].ID}, {ID: theirs[0].ID}})
+	require.True(t, client.IsValidation(err), "%v", err)
+	p, _ := client.AsProblem(err)
+	require.Equal(t, "items[1].id", p.Errors[0].Field)
+}
+
+// waitForIdleClaim waits until the runner has sent its n-th claim and that
+// claim is waiting on the server: a probe's own 200 ms long poll on the
+// same queue gives it the time to get there.
+func waitForIdleClaim(t *testing.T, runnerTraffic *countingTransport, n int, probe *client.Client, queue string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return runnerTraffic.count("POST /tasks/v1/claim") >= n }, 30*time.Second, time.Millisecond)
+	_, err := probe.Register(context.Background(), client.RegisterParams{ID: "probe", Queues: []string{queue}})
+	require.NoError(t, err)
+	got, err := probe.Claim(context.Background(), client.ClaimParams{WorkerID: "probe", Wait: 200 * time.Millisecond})
+	require.NoError(t, err)
+	require.Empty(t, got)
+}
+
+// A runner idle on an empty queue waits in a long-poll claim, so a task
+// submitted later starts at once (within milliseconds on an idle machine).
+// The server polls only every 10 s, the runner's own idle wait would be a
+// minute, and its claim would run out only after ClaimWait (5 s): a start
+// within 2 s can only come from the submission's notification. The bound
+// is that far above the usual latency so that a loaded machine does not
+// fail the test; it still fails when the notification does not wake the
+// claim.
+func TestRunnerIdleOnEmptyQueueStartsNewTasksAtOnce(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, func(c *app.Config) { c.App.ClaimPollInterval = 10 * time.Second })
+	v := spectest.New(t, s.URL)
+	traffic := &countingTransport{next: v.Transport(http.DefaultTransport)}
+	c := newSDK(t, s.URL, traffic)
+	probe := newSDK(t, s.URL, nil)
+	started := make(chan time.Time, 1)
+	stop, _ := startRunner(t, c, client.RunnerConfig{
+		WorkerID: "idle-worker", Queues: []string{"idle"},
+		ClaimWait: 5 * time.Second, PollInterval: time.Minute, MaxIdleInterval: time.Minute,
+	}, func(ctx context.Context, task client.Task) (any, error) {
+		started <- time.Now()
+		return "ok", nil
+	})
+
+	const rounds = 3
+	for i := range rounds {
+		waitForIdleClaim(t, traffic, i+1, probe, "idle")
+		begin := time.Now()
+		task, err := c.Submit(context.Background(), client.SubmitParams{Queue: "idle"})
+		require.NoError(t, err)
+		submitted := time.Now() // the submission is acknowledged
+		select {
+		case at := <-started:
+			latency := at.Sub(submitted)
+			t.Logf("round %d: submit took %s; from its answer to the handler's start %s", i, submitted.Sub(begin), latency)
+			require.Less(t, latency, 2*time.Second, "woken by the submission, not by the claim running out")
+		case <-time.After(30 * time.Second):
+			t.Fatal("the idle runner did not start the task")
+		}
+		require.Eventually(t, func() bool {
+			got, err := c.Get(context.Background(), task.ID)
+			return err == nil && got.Status == client.StatusDone
+		}, 10*time.Second, 5*time.Millisecond)
+	}
+	require.NoError(t, stop())
+}
+
+// A stopping runner does not cut off its waiting claim (whose tasks would
+// then be held by no one): the claim runs out, and a task it brings is
+// handled within the drain, not stranded. The runner claims nothing more.
+func TestStoppingRunnerLetsItsWaitingClaimFinish(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, func(c *app.Config) { c.App.ClaimPollInterval = 10 * time.Second })
+	v := spectest.New(t, s.URL)
+	traffic := &countingTransport{next: v.Transport(http.DefaultTransport)}
+	c := newSDK(t, s.URL, traffic)
+	logger, _ := testLogger(t)
+	r, err := client.NewRunner(c, client.RunnerConfig{
+		WorkerID: "stopping-worker", Queues: []string{"stopping"}, Logger: logger,
+		ClaimWait: 5 * time.Second, PollInterval: time.Minute, MaxIdleInterval: time.Minute,
+	}, func(ctx context.Context, task client.Task) (any, error) {
+		return "handled while stopping", nil
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	stop := stopper(t, cancel, done, "runner")
+	waitForIdleClaim(t, traffic, 1, newSDK(t, s.URL, nil), "stopping")
+
+	cancel()
+	task, err := c.Submit(context.Background(), client.SubmitParams{Queue: "stopping"})
+	require.NoError(t, err)
+	require.NoError(t, stop())
+
+	got, err := c.Get(context.Background(), task.ID)
+	require.NoError(t, err)
+	require.Equal(t, client.StatusDone, got.Status)
+	require.Equal(t, 1, got.Attempts)
+	require.JSONEq(t, `"handled while stopping"`, string(got.Result))
+	require.Equal(t, 1, traffic.count("POST /tasks/v1/claim"), "no claim after the stop")
 }

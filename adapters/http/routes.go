@@ -27,6 +27,9 @@ func (s *Server) routes(r *mux.Router) {
 	r.HandleFunc("/workers/v1", s.handleListWorkers).Methods(http.MethodGet)
 
 	r.HandleFunc("/queues/v1", s.handleListQueues).Methods(http.MethodGet)
+	if s.events != nil {
+		r.HandleFunc("/events/v1", s.handleEvents).Methods(http.MethodGet)
+	}
 
 	r.HandleFunc("/healthz", s.handleHealthz).Methods(http.MethodGet)
 	r.HandleFunc("/readyz", s.handleReadyz).Methods(http.MethodGet)

@@ -28,11 +28,16 @@ type ServerConfig struct {
 	MaxBatchBodyBytes int64
 	// ShutdownTimeout bounds the wait for in-flight requests on Stop.
 	ShutdownTimeout time.Duration
+	// EventsHeartbeat is the interval of keep-alive comments on event
+	// streams (GET /events/v1); 0 means 15 s, the default.
+	EventsHeartbeat time.Duration
 }
 
-// DefaultServerConfig returns the defaults: 127.0.0.1:8080, 1 MiB bodies.
+// DefaultServerConfig returns the defaults: 127.0.0.1:8080, 1 MiB bodies,
+// event stream heartbeats every 15 s.
 func DefaultServerConfig() ServerConfig {
-	return ServerConfig{Addr: "127.0.0.1:8080", MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 16 << 20, ShutdownTimeout: 30 * time.Second}
+	return ServerConfig{Addr: "127.0.0.1:8080", MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 16 << 20, ShutdownTimeout: 30 * time.Second,
+		EventsHeartbeat: defaultEventsHeartbeat}
 }
 
 // Validate reports whether the config can be used.
@@ -63,6 +68,8 @@ type Deps struct {
 	Queues  ports.QueueService
 	Health  ports.HealthChecker
 	Logger  *zap.Logger
+	// Events, when set, serves GET /events/v1.
+	Events ports.EventFeed
 	// Observe, when set, receives every finished request.
 	Observe ObserveFunc
 	// Routes are extra routes to mount.
@@ -79,11 +86,17 @@ type Server struct {
 	workers     ports.WorkerService
 	queues      ports.QueueService
 	health      ports.HealthChecker
+	events      ports.EventFeed
 	logger      *zap.Logger
 	extraRoutes []Route
 	onShutdown  []func()
 	router      *mux.Router
 	handler     http.Handler
+
+	// stopping is closed when Stop begins, to end event streams, which
+	// would otherwise keep Shutdown waiting.
+	stopping     chan struct{}
+	stoppingOnce sync.Once
 
 	mu       sync.Mutex
 	srv      *http.Server
@@ -95,7 +108,7 @@ type Server struct {
 func NewServer(cfg ServerConfig, d Deps) *Server {
 	s := &Server{
 		cfg: cfg, tasks: d.Tasks, workers: d.Workers, queues: d.Queues, health: d.Health,
-		logger: d.Logger, extraRoutes: d.Routes, onShutdown: d.OnShutdown,
+		events: d.Events, logger: d.Logger, extraRoutes: d.Routes, onShutdown: d.OnShutdown, stopping: make(chan struct{}),
 	}
 	if s.logger == nil {
 		s.logger = zap.NewNop()
@@ -173,9 +186,6 @@ func (s *Server) Start(context.Context) error {
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          zap.NewStdLog(s.logger.Named("http")),
 	}
-	for _, f := range s.onShutdown {
-		s.srv.RegisterOnShutdown(f)
-	}
 	s.done = make(chan struct{})
 	go func() {
 		defer close(s.done)
@@ -197,9 +207,10 @@ func (s *Server) Addr() string {
 	return s.listener.Addr().String()
 }
 
-// Stop stops accepting connections, waits for in-flight requests (up to
-// the shutdown timeout or ctx), and returns when the server has stopped. It
-// is idempotent.
+// Stop ends event streams, runs the OnShutdown hooks (answering waiting
+// claims), stops accepting connections, waits for in-flight
+// requests (up to the shutdown timeout or ctx), and returns when the server
+// has stopped. It is idempotent.
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	srv, done := s.srv, s.done
@@ -207,6 +218,12 @@ func (s *Server) Stop(ctx context.Context) error {
 	if srv == nil {
 		return nil
 	}
+	s.stoppingOnce.Do(func() {
+		close(s.stopping)
+		for _, f := range s.onShutdown {
+			f()
+		}
+	})
 	if s.cfg.ShutdownTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.ShutdownTimeout)

@@ -198,13 +198,18 @@ func (s *TaskStore) save(ctx context.Context, t *task.Task) error {
 // claimCandidates selects, per queue, the claimable rows in claim order and
 // locks them, skipping rows other transactions hold. The WHERE clause is
 // task.Task.Claimable: PENDING, run_at reached, deadline not passed, tags a
-// subset of the worker's.
+// subset of the worker's ($2). %s is the tag condition: for a worker without
+// tags it is the equivalent "tags = '{}'", which the planner estimates from
+// column statistics; "<@" gets a fixed, tiny selectivity estimate that makes
+// the planner sort every pending row of the queue instead of walking the
+// claim index (measured: 37 ms instead of under 1 ms per claim of 100 on a
+// 100k backlog).
 const claimCandidates = `
 	CROSS JOIN LATERAL (
 		SELECT t.id, t.priority, t.seq FROM tasks t
 		WHERE t.status = 'PENDING' AND t.queue = q.name AND t.run_at <= now()
 			AND (t.deadline IS NULL OR t.deadline > now())
-			AND t.tags <@ $2::text[]
+			AND %s
 		ORDER BY t.priority DESC, t.seq
 		LIMIT $3
 		FOR UPDATE SKIP LOCKED
@@ -221,15 +226,15 @@ var claimAssign = `
 	FROM cand WHERE t.id = cand.id
 	RETURNING ` + prefixed("t.", taskColumns)
 
-// claimQueuesSQL claims from the listed queues ($5).
-var claimQueuesSQL = `
+// claimQueues claims from the listed queues ($5).
+const claimQueues = `
 	WITH cand AS (
 		SELECT c.id FROM unnest($5::text[]) AS q(name)` + claimCandidates + `
-	)` + claimAssign
+	)`
 
-// claimAnySQL claims from every queue that has pending tasks; the recursive
+// claimAny claims from every queue that has pending tasks; the recursive
 // part walks the claim index's distinct queues (a loose index scan).
-var claimAnySQL = `
+const claimAny = `
 	WITH RECURSIVE q(name) AS (
 		SELECT min(queue) FROM tasks WHERE status = 'PENDING'
 		UNION ALL
@@ -237,7 +242,16 @@ var claimAnySQL = `
 		FROM q WHERE q.name IS NOT NULL
 	), cand AS (
 		SELECT c.id FROM q` + claimCandidates + `
-	)` + claimAssign
+	)`
+
+// claimSQL holds the four claim statements: [any queue][worker has tags].
+var claimSQL = func() (out [2][2]string) {
+	for i, head := range []string{claimQueues, claimAny} {
+		out[i][0] = fmt.Sprintf(head, "t.tags = '{}' AND cardinality($2::text[]) = 0") + claimAssign
+		out[i][1] = fmt.Sprintf(head, "t.tags <@ $2::text[]") + claimAssign
+	}
+	return out
+}()
 
 // Claim implements ports.TaskStore with one statement.
 func (s *TaskStore) Claim(ctx context.Context, p ports.ClaimParams) ([]*task.Task, error) {
@@ -256,10 +270,14 @@ func (s *TaskStore) Claim(ctx context.Context, p ports.ClaimParams) ([]*task.Tas
 	}
 	var rows []taskRow
 	var err error
+	hasTags := 0
+	if len(tags) > 0 {
+		hasTags = 1
+	}
 	if len(p.Queues) == 0 {
-		err = s.st.tx.SelectContext(ctx, &rows, claimAnySQL, p.WorkerID, tags, p.Limit, p.LeaseSeconds)
+		err = s.st.tx.SelectContext(ctx, &rows, claimSQL[1][hasTags], p.WorkerID, tags, p.Limit, p.LeaseSeconds)
 	} else {
-		err = s.st.tx.SelectContext(ctx, &rows, claimQueuesSQL, p.WorkerID, tags, p.Limit, p.LeaseSeconds, pq.StringArray(p.Queues))
+		err = s.st.tx.SelectContext(ctx, &rows, claimSQL[0][hasTags], p.WorkerID, tags, p.Limit, p.LeaseSeconds, pq.StringArray(p.Queues))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)

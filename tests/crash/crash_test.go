@@ -486,8 +486,8 @@ func TestSIGKILLMidClaimsLosesNoTaskAndCompletesNoneTwice(t *testing.T) {
 	t.Logf("%d tasks were claimed more than once, %d claim responses were lost, %d requests failed in the outages",
 		retried, lostResponses, l.transportErrors)
 
-	// The outbox holds at most one completion per task (the outbox janitor of
-	// a later release may have deleted consumed rows, so fewer is fine).
+	// The outbox holds at most one completion per task (the outbox janitor
+	// may have deleted consumed rows, so fewer is fine).
 	var doubles []string
 	require.NoError(t, db.Select(&doubles, `
 		SELECT e->>'task_id' FROM watermill_taskmaster_events m, json_array_elements(m.payload->'events') e

@@ -16,9 +16,13 @@ import (
 
 func TestDeadlineReaperDeadLettersOverduePendingTasks(t *testing.T) {
 	t.Parallel()
-	s := start(t, pgtest.NewDatabase(t), nil)
+	// Workers live long here: the worker holding claimedInTime must not die
+	// (and have its task requeued) while the overdue task's deadline passes.
+	s := start(t, pgtest.NewDatabase(t), func(cfg *app.Config) {
+		cfg.App.Liveness.StaleAfter, cfg.App.Liveness.DeadAfter = time.Minute, 2*time.Minute
+	})
 	queue := "q-" + uuid.NewString()
-	overdue := s.submit(t, map[string]any{"queue": queue, "deadline": time.Now().Add(400 * time.Millisecond)})
+	overdue := s.submit(t, map[string]any{"queue": queue, "deadline": dueSoon()})
 	open := s.submit(t, map[string]any{"queue": queue})
 	// A task claimed in time whose deadline then passes.
 	claimedInTime := s.submit(t, map[string]any{"queue": "other-" + queue, "deadline": time.Now().Add(time.Hour)})
@@ -45,13 +49,13 @@ func TestClaimNeverHandsOutAnOverdueTask(t *testing.T) {
 	t.Parallel()
 	s := start(t, pgtest.NewDatabase(t), func(cfg *app.Config) { cfg.DeadlineReaperInterval = time.Hour })
 	queue := "q-" + uuid.NewString()
-	tk := s.submit(t, map[string]any{"queue": queue, "deadline": time.Now().Add(200 * time.Millisecond)})
-	s.register(t, "w")
+	tk := s.submit(t, map[string]any{"queue": queue, "deadline": dueSoon()})
 	eventually(t, func() bool {
 		var passed bool
 		require.NoError(t, s.DB.Get(&passed, `SELECT deadline <= now() FROM tasks WHERE id = $1`, tk.ID))
 		return passed
 	}, "the deadline passes")
+	s.register(t, "w") // now: a worker silent since before would be dead by now
 	require.Empty(t, s.claim(t, "w", queue, 10))
 	require.Equal(t, "PENDING", s.task(t, tk.ID).Status, "the reaper has not run since")
 }

@@ -47,6 +47,17 @@ const (
 	interval   = 100 * time.Millisecond
 )
 
+// deadlineMargin is how far ahead a test sets a task's deadline that must
+// pass on its own. The server refuses a deadline that is not after its now()
+// when the submit arrives, so the margin covers the submit's whole trip on
+// a loaded machine, not just a reaper interval.
+const deadlineMargin = 2 * time.Second
+
+// dueSoon returns a deadline that passes deadlineMargin from now. Compute it
+// for each submit, right before it: a deadline computed once before many
+// submits may already have passed when a late one arrives.
+func dueSoon() time.Time { return time.Now().Add(deadlineMargin) }
+
 // waitFor bounds every poll: far above what any wait needs, so that only a
 // real failure reaches it.
 const waitFor = 20 * time.Second

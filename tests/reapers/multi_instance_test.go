@@ -144,11 +144,8 @@ func checkReapedOnce(t *testing.T, instances []*instance) {
 		FROM generate_series(1, 20)
 		RETURNING id::text`, queue))
 	var overdue []string
-	// Far enough ahead that the 30 submissions are all accepted on a loaded
-	// machine.
-	deadline := time.Now().Add(time.Second)
 	for i := range 30 {
-		overdue = append(overdue, instances[i%3].submit(t, map[string]any{"queue": "deadlines-" + queue, "deadline": deadline}).ID)
+		overdue = append(overdue, instances[i%3].submit(t, map[string]any{"queue": "deadlines-" + queue, "deadline": dueSoon()}).ID)
 	}
 
 	eventually(t, func() bool {
@@ -272,7 +269,7 @@ func TestAnotherInstanceTakesOverWhenTheLeadersSessionDies(t *testing.T) {
 		) k`))
 	require.Positive(t, killed)
 	waitSingleLeaders(t, instances, app.DeadlineReaperName, app.HeartbeatReaperName)
-	tk := instances[1].submit(t, map[string]any{"queue": "q", "deadline": time.Now().Add(100 * time.Millisecond)})
+	tk := instances[1].submit(t, map[string]any{"queue": "q", "deadline": dueSoon()})
 	instances[0].waitTask(t, tk.ID, "DEAD")
 }
 
@@ -307,7 +304,7 @@ func TestApplicationClockOffsetDoesNotChangeDecisions(t *testing.T) {
 		WHERE id IN ('canary', 'dying')`)
 	require.NoError(t, err)
 	queue := "q-" + uuid.NewString()
-	overdue := normal.submit(t, map[string]any{"queue": queue, "deadline": time.Now().Add(time.Second)})
+	overdue := normal.submit(t, map[string]any{"queue": queue, "deadline": dueSoon()})
 	young := normal.submit(t, map[string]any{"queue": "done-" + queue})
 	old := normal.submit(t, map[string]any{"queue": "done-" + queue})
 	require.Len(t, normal.claim(t, "fresh", "done-"+queue, 2), 2)

@@ -90,14 +90,51 @@ type Beat struct {
 	Drain  bool       `json:"drain"`
 }
 
-// Queue is one entry of GET /queues/v1.
-type Queue struct {
+// QueueCounts are the counts of one entry of GET /queues/v1.
+type QueueCounts struct {
 	Queue         string `json:"queue"`
 	Pending       int64  `json:"pending"`
 	Running       int64  `json:"running"`
 	Done          int64  `json:"done"`
 	Dead          int64  `json:"dead"`
 	ActiveWorkers int64  `json:"active_workers"`
+}
+
+// Queue is one entry of GET /queues/v1.
+type Queue struct {
+	QueueCounts
+	OldestPendingAgeSeconds *float64             `json:"oldest_pending_age_seconds"`
+	Rates                   map[string]QueueRate `json:"rates"`
+	Totals                  QueueTotals          `json:"totals"`
+	StatsAsOf               *time.Time           `json:"stats_as_of"`
+}
+
+// QueueRate is a queue's throughput over one window, per minute.
+type QueueRate struct {
+	Enqueued     float64 `json:"enqueued"`
+	Claimed      float64 `json:"claimed"`
+	Completed    float64 `json:"completed"`
+	DeadLettered float64 `json:"dead_lettered"`
+}
+
+// QueueTotals are a queue's cumulative transition counts.
+type QueueTotals struct {
+	Submitted    int64            `json:"submitted"`
+	Claimed      int64            `json:"claimed"`
+	Completed    int64            `json:"completed"`
+	Failed       int64            `json:"failed"`
+	DeadLettered map[string]int64 `json:"dead_lettered"`
+	Requeued     map[string]int64 `json:"requeued"`
+	Cleaned      int64            `json:"cleaned"`
+}
+
+// Counts returns the counts of each queue, in order.
+func Counts(qs []Queue) []QueueCounts {
+	out := make([]QueueCounts, len(qs))
+	for i, q := range qs {
+		out[i] = q.QueueCounts
+	}
+	return out
 }
 
 // FieldError is one entry of a validation problem's errors.
@@ -338,6 +375,34 @@ func (c *Client) List(query string) Page {
 	r := c.Do(http.MethodGet, "/tasks/v1?"+query, nil).Expect(c.t, http.StatusOK, &out)
 	require.NotNil(c.t, out.Tasks, "tasks is an array, never null: %s", r)
 	return out
+}
+
+// QueuesEventually reads GET /queues/v1 until done accepts the answer or
+// timeout passes, and returns the last answer for the caller to assert on.
+// The statistics are projected from the outbox and lag writes by about one
+// poll interval, so a test that has just written polls instead of reading
+// once.
+func (c *Client) QueuesEventually(timeout time.Duration, done func([]Queue) bool) []Queue {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		qs := c.Queues()
+		if done(qs) || time.Now().After(deadline) {
+			return qs
+		}
+		time.Sleep(10 * time.Millisecond) // polling, with a deadline
+	}
+}
+
+// Queues reads GET /queues/v1 once and requires 200.
+func (c *Client) Queues() []Queue {
+	c.t.Helper()
+	var out struct {
+		Queues []Queue `json:"queues"`
+	}
+	r := c.Do(http.MethodGet, "/queues/v1", nil).Expect(c.t, http.StatusOK, &out)
+	require.NotNil(c.t, out.Queues, "queues is an array, never null: %s", r)
+	return out.Queues
 }
 
 // Poll calls cond until it returns true, failing the test when timeout

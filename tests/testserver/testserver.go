@@ -32,6 +32,13 @@ type Server struct {
 	fxApp *fx.App
 }
 
+// OutboxRetention is the outbox retention instances start with unless mutate
+// changes it: far longer than any test, so that the janitor (every second)
+// never deletes outbox rows a test is about to count. The production default
+// (a minute) is shorter than a slow test run; tests of the janitor itself set
+// Outbox.Retention explicitly.
+const OutboxRetention = 24 * time.Hour
+
 // Start runs an instance on a fresh database. mutate, when not nil,
 // adjusts the configuration (fast reaper intervals, thresholds, ...).
 func Start(t testing.TB, mutate func(*app.Config)) *Server {
@@ -48,6 +55,7 @@ func StartOn(t testing.TB, databaseURL string, mutate func(*app.Config), extra .
 	cfg.HTTP.Addr = "127.0.0.1:0"
 	cfg.HTTP.ShutdownTimeout = 5 * time.Second
 	cfg.Pool.MaxOpen, cfg.Pool.MaxIdle = 10, 10
+	cfg.Outbox.Retention = OutboxRetention
 	if mutate != nil {
 		mutate(&cfg)
 	}

@@ -40,7 +40,9 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 			fx.Annotate(application.NewQueueService, fx.As(new(ports.QueueService))),
 			newHTTPServer,
 		),
+		outboxOptions(),
 		fx.Invoke(func(*httpadapter.Server) {}),
+		fx.Invoke(newPprofServer),
 		reapersModule(),
 		fx.StartTimeout(60 * time.Second),
 		fx.StopTimeout(60 * time.Second),
@@ -89,12 +91,13 @@ type httpParams struct {
 	Routes    []httpadapter.Route     `group:"routes"`
 	Observe   httpadapter.ObserveFunc `optional:"true"`
 	Notifier  *postgres.Notifier
+	Events    ports.EventFeed `optional:"true"`
 }
 
 func newHTTPServer(p httpParams) *httpadapter.Server {
 	srv := httpadapter.NewServer(p.Config, httpadapter.Deps{
 		Tasks: p.Tasks, Workers: p.Workers, Queues: p.Queues, Health: p.Health,
-		Logger: p.Logger, Observe: p.Observe, Routes: p.Routes,
+		Logger: p.Logger, Observe: p.Observe, Routes: p.Routes, Events: p.Events,
 		// A stopping server answers waiting long-poll claims at once.
 		OnShutdown: []func(){func() { _ = p.Notifier.Close() }},
 	})

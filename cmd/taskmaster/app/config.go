@@ -12,6 +12,7 @@ import (
 	"time"
 
 	httpadapter "github.com/taskmaster/taskmaster/adapters/http"
+	"github.com/taskmaster/taskmaster/adapters/outbox"
 	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/application"
 	"github.com/taskmaster/taskmaster/domain/backoff"
@@ -41,10 +42,15 @@ type Config struct {
 	RetentionInterval time.Duration
 	// RetentionBatchSize is how many rows one retention statement deletes.
 	RetentionBatchSize int
+	// Outbox configures the outbox consumers (projectors), the outbox
+	// janitor and the event feed.
+	Outbox outbox.Config
 	// LogLevel is debug, info, warn or error.
 	LogLevel string
 	// LogFormat is json or console.
 	LogFormat string
+	// PprofAddr, when set, serves net/http/pprof there (loopback only).
+	PprofAddr string
 }
 
 // DefaultConfig returns the documented defaults.
@@ -64,6 +70,7 @@ func DefaultConfig() Config {
 		RetentionTTL:           7 * 24 * time.Hour,
 		RetentionInterval:      10 * time.Minute,
 		RetentionBatchSize:     500,
+		Outbox:                 outbox.DefaultConfig(),
 		LogLevel:               "info",
 		LogFormat:              "json",
 	}
@@ -95,6 +102,9 @@ func (c Config) Validate() error {
 		"TASKMASTER_DEADLINE_REAPER_INTERVAL_MS": c.DeadlineReaperInterval,
 		"TASKMASTER_LEASE_REAPER_INTERVAL_MS":    c.LeaseReaperInterval,
 		"TASKMASTER_RETENTION_INTERVAL_MS":       c.RetentionInterval,
+		"TASKMASTER_OUTBOX_POLL_INTERVAL_MS":     c.Outbox.PollInterval,
+		"TASKMASTER_OUTBOX_JANITOR_INTERVAL_MS":  c.Outbox.JanitorInterval,
+		"TASKMASTER_EVENTS_HEARTBEAT_SECONDS":    c.HTTP.EventsHeartbeat,
 	}
 	for name, d := range positive {
 		if d <= 0 {
@@ -103,6 +113,12 @@ func (c Config) Validate() error {
 	}
 	if c.RetentionTTL < 0 {
 		add("TASKMASTER_RETENTION_TTL", errors.New("must not be negative"))
+	}
+	if c.Outbox.Retention < 0 {
+		add("TASKMASTER_OUTBOX_RETENTION", errors.New("must not be negative"))
+	}
+	if len(errs) == 0 { // the outbox's own checks repeat some above; report a mistake once
+		add("TASKMASTER_OUTBOX_*", c.Outbox.Validate())
 	}
 	if c.RetentionBatchSize < 1 || c.RetentionBatchSize > 100000 {
 		add("TASKMASTER_RETENTION_BATCH_SIZE", errors.New("must be between 1 and 100000"))
@@ -187,6 +203,21 @@ func settings() []setting {
 		{"TASKMASTER_RETENTION_BATCH_SIZE", "retention-batch-size", "rows deleted per retention statement",
 			intSetter(func(c *Config, n int) { c.RetentionBatchSize = n }),
 			func(c *Config) string { return strconv.Itoa(c.RetentionBatchSize) }},
+		{"TASKMASTER_OUTBOX_POLL_INTERVAL_MS", "outbox-poll-interval-ms", "how often caught-up outbox consumers and event streams look for new events",
+			millisSetter(func(c *Config, d time.Duration) { c.Outbox.PollInterval = d }),
+			func(c *Config) string { return millis(c.Outbox.PollInterval) }},
+		{"TASKMASTER_OUTBOX_JANITOR_INTERVAL_MS", "outbox-janitor-interval-ms", "outbox janitor period (deletes events every consumer group has consumed)",
+			millisSetter(func(c *Config, d time.Duration) { c.Outbox.JanitorInterval = d }),
+			func(c *Config) string { return millis(c.Outbox.JanitorInterval) }},
+		{"TASKMASTER_OUTBOX_RETENTION", "outbox-retention", "keep consumed events this long for resuming event streams (s/m/h/d; 0 deletes once consumed)",
+			func(c *Config, v string) error { d, err := ParseTTL(v); c.Outbox.Retention = d; return err },
+			func(c *Config) string { return c.Outbox.Retention.String() }},
+		{"TASKMASTER_EVENTS_HEARTBEAT_SECONDS", "events-heartbeat-seconds", "keep-alive interval of GET /events/v1 streams",
+			secondsSetter(func(c *Config, d time.Duration) { c.HTTP.EventsHeartbeat = d }),
+			func(c *Config) string { return seconds(c.HTTP.EventsHeartbeat) }},
+		{"TASKMASTER_PPROF_ADDR", "pprof-addr", "serve /debug/pprof/ on this address (empty: off)",
+			func(c *Config, v string) error { c.PprofAddr = v; return nil },
+			func(c *Config) string { return c.PprofAddr }},
 		{"TASKMASTER_LOG_LEVEL", "log-level", "debug, info, warn or error",
 			func(c *Config, v string) error { c.LogLevel = v; return nil },
 			func(c *Config) string { return c.LogLevel }},

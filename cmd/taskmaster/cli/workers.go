@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
+
+	"github.com/taskmaster/taskmaster/client"
 )
 
 func runWorkers(ctx context.Context, e *env, _ []string) error {
@@ -32,11 +35,27 @@ func runQueues(ctx context.Context, e *env, _ []string) error {
 		return printJSON(e.Stdout, map[string]any{"queues": nonNil(qs)})
 	}
 	tw := table(e.Stdout)
-	fmt.Fprintln(tw, "QUEUE\tPENDING\tRUNNING\tDONE\tDEAD\tACTIVE WORKERS")
+	fmt.Fprintln(tw, "QUEUE\tPENDING\tRUNNING\tDONE\tDEAD\tACTIVE WORKERS\tOLDEST PENDING\tDONE/MIN (5M)")
+	var asOf *time.Time
 	for _, q := range qs {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", q.Queue, q.Pending, q.Running, q.Done, q.Dead, q.ActiveWorkers)
+		age := "-"
+		if d, ok := q.OldestPendingAge(); ok {
+			age = d.Round(time.Second).String()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%.1f\n", q.Queue, q.Pending, q.Running, q.Done, q.Dead, q.ActiveWorkers,
+			age, q.Rates[client.RateLast5m].Completed)
+		if q.StatsAsOf != nil && (asOf == nil || q.StatsAsOf.After(*asOf)) {
+			asOf = q.StatsAsOf
+		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if asOf != nil {
+		// The counts are a projection of the lifecycle events: say how fresh.
+		_, err = fmt.Fprintf(e.Stdout, "statistics as of %s\n", when(asOf))
+	}
+	return err
 }
 
 func orText(s, alt string) string {

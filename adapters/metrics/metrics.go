@@ -1,0 +1,395 @@
+// Package metrics is the Prometheus adapter: a custom registry with the
+// lifecycle counters and histograms projected from the outbox, gauges read
+// from the statistics tables, HTTP request durations, and the Go runtime,
+// process and connection pool collectors.
+//
+// Lifecycle counters and histograms are not kept in process memory: the
+// metrics projector (adapters/outbox) accumulates them in tables, exactly once
+// per event, and the collector reads those tables at scrape time. So they
+// survive restarts, start where they left off on a new instance, and every
+// instance reports the same values (aggregate them across instances with max,
+// not sum).
+package metrics
+
+import (
+	"context"
+	"database/sql"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+)
+
+// Namespace prefixes every Taskmaster metric name.
+const Namespace = "taskmaster"
+
+// CounterKind names a cumulative counter the metrics projection keeps. Its
+// Prometheus name is taskmaster_<kind>_total.
+type CounterKind string
+
+// Counter kinds. The comment gives the Prometheus labels.
+const (
+	// TasksSubmitted counts new tasks {queue}.
+	TasksSubmitted CounterKind = "tasks_submitted"
+	// TasksClaimed counts claims {queue}.
+	TasksClaimed CounterKind = "tasks_claimed"
+	// TasksCompleted counts completions {queue}.
+	TasksCompleted CounterKind = "tasks_completed"
+	// TasksFailed counts failures reported by workers {queue}, retried or not.
+	TasksFailed CounterKind = "tasks_failed"
+	// TasksDeadLettered counts transitions to DEAD {queue, reason}.
+	TasksDeadLettered CounterKind = "tasks_dead_lettered"
+	// TasksRequeued counts transitions back to PENDING {queue, reason}:
+	// failed (retry after backoff), worker_dead, lease_expired, orphaned,
+	// retried (operator).
+	TasksRequeued CounterKind = "tasks_requeued"
+	// TasksCleaned counts tasks deleted by retention (no labels).
+	TasksCleaned CounterKind = "tasks_cleaned"
+	// WorkersRegistered counts registrations {queue}, once per registered
+	// queue; a worker registered for every queue counts under queue="*".
+	WorkersRegistered CounterKind = "workers_registered"
+	// WorkersDied counts workers declared dead (no labels).
+	WorkersDied CounterKind = "workers_died"
+	// WorkersCleaned counts dead workers deleted by retention (no labels).
+	WorkersCleaned CounterKind = "workers_cleaned"
+)
+
+// AnyQueue is the queue label of a worker registered for every queue.
+const AnyQueue = "*"
+
+// HistogramKind names a duration histogram the metrics projection keeps. Its
+// Prometheus name is taskmaster_<kind>_seconds, labelled {queue}.
+type HistogramKind string
+
+// Histogram kinds.
+const (
+	// TaskQueueWait observes claimed_at - created_at on every claim.
+	TaskQueueWait HistogramKind = "task_queue_wait"
+	// TaskExecutionDuration observes finished - claimed_at whenever a running
+	// attempt ends (completed, failed, requeued or dead-lettered).
+	TaskExecutionDuration HistogramKind = "task_execution_duration"
+	// TaskEndToEndDuration observes terminal time - created_at when a task
+	// reaches DONE or DEAD, across retries.
+	TaskEndToEndDuration HistogramKind = "task_end_to_end_duration"
+)
+
+// DurationBuckets are the upper bounds, in seconds, of the duration
+// histograms: from 5 ms to a day, since tasks may wait or run for hours.
+var DurationBuckets = []float64{
+	0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+	120, 300, 600, 1800, 3600, 7200, 21600, 86400,
+}
+
+// Counter is one stored counter value.
+type Counter struct {
+	Kind   CounterKind
+	Queue  string
+	Reason string
+	Value  float64
+}
+
+// Bucket is one non-cumulative histogram bucket.
+type Bucket struct {
+	// UpperBound is the bucket's inclusive upper bound (+Inf for the last).
+	UpperBound float64
+	// Count is the number of observations in this bucket alone.
+	Count uint64
+}
+
+// Histogram is one stored histogram.
+type Histogram struct {
+	Kind    HistogramKind
+	Queue   string
+	Buckets []Bucket
+	Sum     float64
+}
+
+// TaskCount is the number of tasks of a queue in a status.
+type TaskCount struct {
+	Queue  string
+	Status string
+	Count  float64
+}
+
+// WorkerCount is the number of workers in a status.
+type WorkerCount struct {
+	Status string
+	Count  float64
+}
+
+// ConsumerLag is how far an outbox consumer group is behind.
+type ConsumerLag struct {
+	ConsumerGroup string
+	// OldestUnconsumedSeconds is the age of the oldest event the group has
+	// not consumed yet (0 when it is caught up).
+	OldestUnconsumedSeconds float64
+}
+
+// Snapshot is everything the collector reads at scrape time.
+type Snapshot struct {
+	Counters   []Counter
+	Histograms []Histogram
+	Tasks      []TaskCount
+	Workers    []WorkerCount
+	Lags       []ConsumerLag
+}
+
+// Source reads a Snapshot from storage.
+type Source interface {
+	Snapshot(ctx context.Context) (*Snapshot, error)
+}
+
+// Params are what NewRegistry needs.
+type Params struct {
+	// Source provides the projected counters, histograms and gauges.
+	Source Source
+	// DB, when set, adds the connection pool statistics.
+	DB *sql.DB
+	// Logger logs scrape errors.
+	Logger *zap.Logger
+	// ScrapeTimeout bounds the reads of one scrape (default 5 s).
+	ScrapeTimeout time.Duration
+}
+
+// Registry is Taskmaster's Prometheus registry.
+type Registry struct {
+	reg          *prometheus.Registry
+	httpDuration *prometheus.HistogramVec
+	logger       *zap.Logger
+}
+
+// NewRegistry builds the registry with every collector registered.
+func NewRegistry(p Params) *Registry {
+	if p.Logger == nil {
+		p.Logger = zap.NewNop()
+	}
+	if p.ScrapeTimeout <= 0 {
+		p.ScrapeTimeout = 5 * time.Second
+	}
+	r := &Registry{
+		reg:    prometheus.NewRegistry(),
+		logger: p.Logger,
+		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace,
+			Name:      "http_request_duration_seconds",
+			Help:      "Duration of HTTP requests by route template, method and status.",
+			Buckets:   prometheus.DefBuckets,
+		}, []string{"route", "method", "status"}),
+	}
+	r.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		r.httpDuration,
+	)
+	if p.DB != nil {
+		r.reg.MustRegister(collectors.NewDBStatsCollector(p.DB, Namespace))
+	}
+	if p.Source != nil {
+		r.reg.MustRegister(newSnapshotCollector(p.Source, p.ScrapeTimeout))
+	}
+	return r
+}
+
+// ObserveHTTP records one finished request; it has the shape of the HTTP
+// adapter's ObserveFunc.
+func (r *Registry) ObserveHTTP(route, method string, status int, elapsed time.Duration) {
+	r.httpDuration.WithLabelValues(route, method, strconv.Itoa(status)).Observe(elapsed.Seconds())
+}
+
+// Gatherer returns the registry, for tests and embedding.
+func (r *Registry) Gatherer() prometheus.Gatherer { return r.reg }
+
+// Handler serves the registry in the Prometheus exposition formats. A
+// collector that fails is logged and left out; the rest is served.
+func (r *Registry) Handler() http.Handler {
+	return promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{
+		ErrorLog:      zap.NewStdLog(r.logger.Named("metrics")),
+		ErrorHandling: promhttp.ContinueOnError,
+	})
+}
+
+// counterLabels are the Prometheus labels of each counter kind.
+var counterLabels = map[CounterKind][]string{
+	TasksSubmitted:    {"queue"},
+	TasksClaimed:      {"queue"},
+	TasksCompleted:    {"queue"},
+	TasksFailed:       {"queue"},
+	TasksDeadLettered: {"queue", "reason"},
+	TasksRequeued:     {"queue", "reason"},
+	TasksCleaned:      nil,
+	WorkersRegistered: {"queue"},
+	WorkersDied:       nil,
+	WorkersCleaned:    nil,
+}
+
+var counterHelp = map[CounterKind]string{
+	TasksSubmitted:    "Tasks submitted.",
+	TasksClaimed:      "Tasks claimed by workers.",
+	TasksCompleted:    "Tasks completed.",
+	TasksFailed:       "Task failures reported by workers (retried or not).",
+	TasksDeadLettered: "Tasks moved to DEAD, by reason.",
+	TasksRequeued:     "Tasks moved back to PENDING, by reason.",
+	TasksCleaned:      "Finished tasks deleted by retention.",
+	WorkersRegistered: "Worker registrations, per registered queue (* = any queue).",
+	WorkersDied:       "Workers declared dead.",
+	WorkersCleaned:    "Dead workers deleted by retention.",
+}
+
+// queueCounters are emitted, at zero if need be, for every queue that has
+// any counter, so rate() has a starting point.
+var queueCounters = []CounterKind{TasksSubmitted, TasksClaimed, TasksCompleted, TasksFailed}
+
+// unlabelledCounters are always emitted, at zero if need be.
+var unlabelledCounters = []CounterKind{TasksCleaned, WorkersDied, WorkersCleaned}
+
+var histogramHelp = map[HistogramKind]string{
+	TaskQueueWait:         "Time tasks waited from submission to claim (claimed_at - created_at).",
+	TaskExecutionDuration: "Time a running attempt took (finished - claimed_at).",
+	TaskEndToEndDuration:  "Time from submission to DONE or DEAD, across retries.",
+}
+
+// snapshotCollector turns a Snapshot read at scrape time into constant
+// metrics. It is an unchecked collector: its label values depend on the data.
+type snapshotCollector struct {
+	src       Source
+	timeout   time.Duration
+	counters  map[CounterKind]*prometheus.Desc
+	histos    map[HistogramKind]*prometheus.Desc
+	tasks     *prometheus.Desc
+	workers   *prometheus.Desc
+	lag       *prometheus.Desc
+	readError *prometheus.Desc
+}
+
+func newSnapshotCollector(src Source, timeout time.Duration) *snapshotCollector {
+	c := &snapshotCollector{
+		src:      src,
+		timeout:  timeout,
+		counters: map[CounterKind]*prometheus.Desc{},
+		histos:   map[HistogramKind]*prometheus.Desc{},
+		tasks: prometheus.NewDesc(Namespace+"_tasks", "Tasks by queue and status (from the statistics projection).",
+			[]string{"queue", "status"}, nil),
+		workers: prometheus.NewDesc(Namespace+"_workers", "Workers by status (from the statistics projection).",
+			[]string{"status"}, nil),
+		lag: prometheus.NewDesc(Namespace+"_outbox_lag_seconds",
+			"Age of the oldest outbox event a consumer group has not consumed yet (0 when caught up).",
+			[]string{"consumer_group"}, nil),
+		readError: prometheus.NewDesc(Namespace+"_metrics_read_error", "Reading the projected metrics failed.", nil, nil),
+	}
+	for kind, labels := range counterLabels {
+		c.counters[kind] = prometheus.NewDesc(Namespace+"_"+string(kind)+"_total", counterHelp[kind], labels, nil)
+	}
+	for kind, help := range histogramHelp {
+		c.histos[kind] = prometheus.NewDesc(Namespace+"_"+string(kind)+"_seconds", help, []string{"queue"}, nil)
+	}
+	return c
+}
+
+// Describe sends nothing: the collector is unchecked.
+func (c *snapshotCollector) Describe(chan<- *prometheus.Desc) {}
+
+// Collect reads a snapshot and emits it.
+func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	snap, err := c.src.Snapshot(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.readError, err)
+		return
+	}
+	c.collectCounters(ch, snap.Counters)
+	for _, h := range snap.Histograms {
+		desc, ok := c.histos[h.Kind]
+		if !ok {
+			continue
+		}
+		count, cumulative := cumulate(h.Buckets)
+		ch <- prometheus.MustNewConstHistogram(desc, count, h.Sum, cumulative, h.Queue)
+	}
+	for _, t := range snap.Tasks {
+		ch <- prometheus.MustNewConstMetric(c.tasks, prometheus.GaugeValue, t.Count, t.Queue, t.Status)
+	}
+	for _, w := range snap.Workers {
+		ch <- prometheus.MustNewConstMetric(c.workers, prometheus.GaugeValue, w.Count, w.Status)
+	}
+	for _, l := range snap.Lags {
+		ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, l.OldestUnconsumedSeconds, l.ConsumerGroup)
+	}
+}
+
+// collectCounters sums stored counters into each kind's label set (the
+// storage may keep finer detail than the metric exposes) and fills in zeros.
+func (c *snapshotCollector) collectCounters(ch chan<- prometheus.Metric, counters []Counter) {
+	type series struct {
+		kind   CounterKind
+		labels string // the label values joined with \xff
+	}
+	values := map[series]float64{}
+	labelValues := map[series][]string{}
+	add := func(kind CounterKind, queue, reason string, v float64) {
+		var lv []string
+		for _, l := range counterLabels[kind] {
+			switch l {
+			case "queue":
+				lv = append(lv, queue)
+			case "reason":
+				lv = append(lv, reason)
+			}
+		}
+		key := series{kind, strings.Join(lv, "\xff")}
+		values[key] += v
+		labelValues[key] = lv
+	}
+	queues := map[string]bool{}
+	for _, k := range unlabelledCounters {
+		add(k, "", "", 0)
+	}
+	for _, ctr := range counters {
+		if _, ok := counterLabels[ctr.Kind]; !ok {
+			continue
+		}
+		add(ctr.Kind, ctr.Queue, ctr.Reason, ctr.Value)
+		if slices.Contains(queueCounters, ctr.Kind) || ctr.Kind == TasksDeadLettered || ctr.Kind == TasksRequeued {
+			queues[ctr.Queue] = true
+		}
+	}
+	for q := range queues {
+		for _, k := range queueCounters {
+			add(k, q, "", 0)
+		}
+	}
+	for key, v := range values {
+		ch <- prometheus.MustNewConstMetric(c.counters[key.kind], prometheus.CounterValue, v, labelValues[key]...)
+	}
+}
+
+// cumulate turns non-cumulative buckets into the total count and the
+// cumulative counts by finite upper bound that Prometheus expects.
+func cumulate(buckets []Bucket) (uint64, map[float64]uint64) {
+	sorted := slices.Clone(buckets)
+	slices.SortFunc(sorted, func(a, b Bucket) int {
+		switch {
+		case a.UpperBound < b.UpperBound:
+			return -1
+		case a.UpperBound > b.UpperBound:
+			return 1
+		}
+		return 0
+	})
+	out := make(map[float64]uint64, len(sorted))
+	var total uint64
+	for _, b := range sorted {
+		total += b.Count
+		if !math.IsInf(b.UpperBound, 1) {
+			out[b.UpperBound] = total
+		}
+	}
+	return total, out
+}

@@ -1,0 +1,155 @@
+package outbox
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskmaster/taskmaster/domain/task"
+)
+
+// setOffset moves a consumer group to pos, as if it had consumed up to it.
+func setOffset(t *testing.T, e *env, group string, pos Position) {
+	t.Helper()
+	_, err := e.db.Exec(`
+		INSERT INTO watermill_offsets_taskmaster_events (consumer_group, offset_acked, last_processed_transaction_id)
+		VALUES ($1, $2, $3::text::xid8)
+		ON CONFLICT (consumer_group) DO UPDATE
+		SET offset_acked = excluded.offset_acked, last_processed_transaction_id = excluded.last_processed_transaction_id`,
+		group, pos.Offset, pos.TransactionID)
+	require.NoError(t, err)
+}
+
+// builtInGroupsAt moves both built-in consumer groups to pos.
+func builtInGroupsAt(t *testing.T, e *env, pos Position) {
+	t.Helper()
+	setOffset(t, e, QueueStatsGroup, pos)
+	setOffset(t, e, MetricsGroup, pos)
+}
+
+func submitN(t *testing.T, e *env, ctx context.Context, n int) {
+	t.Helper()
+	for range n {
+		_, _, err := e.tasks.Submit(ctx, task.SubmitParams{Queue: "q"})
+		require.NoError(t, err)
+	}
+}
+
+func positions(msgs []storedMessage) []Position {
+	out := make([]Position, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.pos
+	}
+	return out
+}
+
+func TestJanitorDeletesOnlyWhatEveryGroupConsumed(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := ctxT(t)
+	submitN(t, e, ctx, 10)
+	all := positions(outboxMessages(t, e.db))
+	require.Len(t, all, 10)
+	cfg := DefaultConfig()
+	cfg.Retention = 0
+	cfg.JanitorBatchSize = 3 // several batches
+	j, err := NewJanitor(e.db.DB, cfg, nil)
+	require.NoError(t, err)
+
+	// The built-in groups exist from the migration and have consumed nothing.
+	n, err := j.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
+
+	// queue_stats is at 7, metrics at 4, an external group at 5: the slowest decides.
+	setOffset(t, e, QueueStatsGroup, all[6])
+	setOffset(t, e, MetricsGroup, all[3])
+	setOffset(t, e, "billing", all[4])
+	n, err = j.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 4, n)
+	require.Equal(t, all[4:], positions(outboxMessages(t, e.db)))
+	var mark Position
+	require.NoError(t, e.db.QueryRow(`SELECT transaction_id::text, "offset" FROM outbox_janitor_state`).Scan(&mark.TransactionID, &mark.Offset))
+	require.Equal(t, all[3], mark, "the high-water mark is the last deleted position")
+
+	// Everyone at the end: everything goes, in batches of 3.
+	for _, g := range []string{QueueStatsGroup, MetricsGroup, "billing"} {
+		setOffset(t, e, g, all[9])
+	}
+	n, err = j.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 6, n)
+	require.Empty(t, outboxMessages(t, e.db))
+
+	// Deleting a group's offsets row releases what only it was holding.
+	submitN(t, e, ctx, 2)
+	more := positions(outboxMessages(t, e.db))
+	builtInGroupsAt(t, e, more[1])
+	n, err = j.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "billing has not consumed them")
+	_, err = e.db.Exec(`DELETE FROM watermill_offsets_taskmaster_events WHERE consumer_group = 'billing'`)
+	require.NoError(t, err)
+	n, err = j.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+}
+
+func TestJanitorKeepsConsumedMessagesForTheRetention(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := ctxT(t)
+	submitN(t, e, ctx, 3)
+	all := positions(outboxMessages(t, e.db))
+	builtInGroupsAt(t, e, all[2])
+	// The first message is old, the others recent.
+	_, err := e.db.Exec(`UPDATE watermill_taskmaster_events SET created_at = created_at - interval '2 hours'
+		WHERE (transaction_id, "offset") = ($1::text::xid8, $2)`, all[0].TransactionID, all[0].Offset)
+	require.NoError(t, err)
+	cfg := DefaultConfig()
+	cfg.Retention = time.Hour
+	j, err := NewJanitor(e.db.DB, cfg, nil)
+	require.NoError(t, err)
+	n, err := j.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, all[1:], positions(outboxMessages(t, e.db)))
+}
+
+func TestJanitorPrunesOldRateBuckets(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := ctxT(t)
+	_, err := e.db.Exec(`INSERT INTO queue_rate_buckets (queue, minute, kind, count) VALUES
+		('q', date_trunc('minute', now()) - interval '3 hours', 'enqueued', 1),
+		('q', date_trunc('minute', now()), 'enqueued', 1)`)
+	require.NoError(t, err)
+	j, err := NewJanitor(e.db.DB, DefaultConfig(), nil)
+	require.NoError(t, err)
+	_, err = j.RunOnce(ctx)
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, e.db.Get(&n, `SELECT count(*) FROM queue_rate_buckets`))
+	require.Equal(t, 1, n)
+}
+
+func TestJanitorServiceRunsPeriodicallyAndStops(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := ctxT(t)
+	submitN(t, e, ctx, 2)
+	all := positions(outboxMessages(t, e.db))
+	builtInGroupsAt(t, e, all[1])
+	cfg := DefaultConfig()
+	cfg.Retention = 0
+	cfg.JanitorInterval = 10 * time.Millisecond
+	j, err := NewJanitor(e.db.DB, cfg, nil)
+	require.NoError(t, err)
+	require.NoError(t, j.Start(ctx))
+	require.Eventually(t, func() bool { return len(outboxMessages(t, e.db)) == 0 }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, j.Stop(ctx))
+	require.NoError(t, j.Stop(ctx), "Stop is idempotent")
+}

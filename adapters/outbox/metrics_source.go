@@ -1,0 +1,140 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/taskmaster/taskmaster/adapters/metrics"
+)
+
+// MetricsSource reads the metrics projection, the statistics gauges and the
+// consumer groups' lag, for the Prometheus collector.
+type MetricsSource struct {
+	db *sqlx.DB
+}
+
+var _ metrics.Source = (*MetricsSource)(nil)
+
+// NewMetricsSource returns a source over db.
+func NewMetricsSource(db *sqlx.DB) *MetricsSource { return &MetricsSource{db: db} }
+
+// workerStatuses are reported even when no worker is in them.
+var workerStatuses = []string{"ACTIVE", "STALE", "DEAD"}
+
+// lagSQL gives, per consumer group, the age of the first message after its
+// position (created_at and localtimestamp are both in the session's zone),
+// or 0. Messages of transactions still running are not visible, so they do
+// not count; those that committed but wait behind an older running
+// transaction do.
+const lagSQL = `
+SELECT o.consumer_group,
+	coalesce(extract(epoch FROM localtimestamp - (
+		SELECT m.created_at FROM watermill_taskmaster_events m
+		WHERE (m.transaction_id, m."offset") > (o.last_processed_transaction_id, coalesce(o.offset_acked, 0))
+		ORDER BY m.transaction_id, m."offset"
+		LIMIT 1)), 0)::float8 AS lag
+FROM watermill_offsets_taskmaster_events o
+ORDER BY o.consumer_group`
+
+// Snapshot implements metrics.Source, reading everything in one read-only
+// snapshot.
+func (s *MetricsSource) Snapshot(ctx context.Context) (*metrics.Snapshot, error) {
+	tx, err := s.db.BeginTxx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("metrics snapshot: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	snap := &metrics.Snapshot{}
+
+	var counters []struct {
+		Kind   string `db:"kind"`
+		Queue  string `db:"queue"`
+		Reason string `db:"reason"`
+		Value  int64  `db:"value"`
+	}
+	if err := tx.SelectContext(ctx, &counters, `SELECT kind, queue, reason, value FROM metric_counters`); err != nil {
+		return nil, fmt.Errorf("metrics snapshot: counters: %w", err)
+	}
+	for _, c := range counters {
+		snap.Counters = append(snap.Counters, metrics.Counter{
+			Kind: metrics.CounterKind(c.Kind), Queue: c.Queue, Reason: c.Reason, Value: float64(c.Value),
+		})
+	}
+
+	var buckets []struct {
+		Kind       string  `db:"kind"`
+		Queue      string  `db:"queue"`
+		UpperBound float64 `db:"upper_bound"`
+		Count      int64   `db:"count"`
+		Sum        float64 `db:"sum"`
+	}
+	if err := tx.SelectContext(ctx, &buckets, `
+		SELECT b.kind, b.queue, b.upper_bound, b.count, coalesce(s.sum, 0) AS sum
+		FROM metric_histogram_buckets b
+		LEFT JOIN metric_histogram_sums s ON s.kind = b.kind AND s.queue = b.queue
+		ORDER BY b.kind, b.queue, b.upper_bound`); err != nil {
+		return nil, fmt.Errorf("metrics snapshot: histograms: %w", err)
+	}
+	for _, b := range buckets {
+		n := len(snap.Histograms)
+		if n == 0 || snap.Histograms[n-1].Kind != metrics.HistogramKind(b.Kind) || snap.Histograms[n-1].Queue != b.Queue {
+			snap.Histograms = append(snap.Histograms, metrics.Histogram{Kind: metrics.HistogramKind(b.Kind), Queue: b.Queue, Sum: b.Sum})
+			n++
+		}
+		h := &snap.Histograms[n-1]
+		h.Buckets = append(h.Buckets, metrics.Bucket{UpperBound: b.UpperBound, Count: uint64(max(b.Count, 0))})
+	}
+
+	var tasks []struct {
+		Queue  string `db:"queue"`
+		Status string `db:"status"`
+		Count  int64  `db:"count"`
+	}
+	if err := tx.SelectContext(ctx, &tasks, `
+		SELECT q.queue, s.status, coalesce(c.count, 0) AS count
+		FROM (SELECT DISTINCT queue FROM queue_status_counts) q
+		CROSS JOIN unnest(ARRAY['PENDING', 'RUNNING', 'DONE', 'DEAD']) AS s(status)
+		LEFT JOIN queue_status_counts c ON c.queue = q.queue AND c.status = s.status
+		ORDER BY 1, 2`); err != nil {
+		return nil, fmt.Errorf("metrics snapshot: tasks: %w", err)
+	}
+	for _, t := range tasks {
+		snap.Tasks = append(snap.Tasks, metrics.TaskCount{Queue: t.Queue, Status: t.Status, Count: float64(t.Count)})
+	}
+
+	workers := map[string]int64{}
+	rows, err := tx.QueryContext(ctx, `SELECT status, count FROM worker_status_counts`)
+	if err != nil {
+		return nil, fmt.Errorf("metrics snapshot: workers: %w", err)
+	}
+	for rows.Next() {
+		var status string
+		var n int64
+		if err := rows.Scan(&status, &n); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("metrics snapshot: workers: %w", err)
+		}
+		workers[status] = n
+	}
+	if err := rows.Close(); err != nil {
+		return nil, fmt.Errorf("metrics snapshot: workers: %w", err)
+	}
+	for _, st := range workerStatuses {
+		snap.Workers = append(snap.Workers, metrics.WorkerCount{Status: st, Count: float64(workers[st])})
+	}
+
+	var lags []struct {
+		Group string  `db:"consumer_group"`
+		Lag   float64 `db:"lag"`
+	}
+	if err := tx.SelectContext(ctx, &lags, lagSQL); err != nil {
+		return nil, fmt.Errorf("metrics snapshot: outbox lag: %w", err)
+	}
+	for _, l := range lags {
+		snap.Lags = append(snap.Lags, metrics.ConsumerLag{ConsumerGroup: l.Group, OldestUnconsumedSeconds: max(l.Lag, 0)})
+	}
+	return snap, nil
+}
