@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/fx"
@@ -23,6 +24,7 @@ import (
 	httpadapter "github.com/taskmaster/taskmaster/adapters/http"
 	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
 	"github.com/taskmaster/taskmaster/docs"
+	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/tests/spectest"
 	"github.com/taskmaster/taskmaster/tests/testserver"
 )
@@ -510,4 +512,35 @@ func TestSpecPath(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "/tasks/v1/{id}/fail", specPath("/tasks/v1/{id:[0-9a-f-]+}/fail"))
 	require.Equal(t, "/healthz", specPath("/healthz"))
+}
+
+// The dead and requeue reasons docs/openapi.yaml lists are the domain's.
+func TestOpenAPIReasonsMatchTheDomain(t *testing.T) {
+	t.Parallel()
+	doc := spectest.Load(t)
+	enum := func(s *openapi3.Schema) []string {
+		var out []string
+		for _, v := range s.Enum {
+			if v != nil {
+				out = append(out, v.(string))
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	var dead []string
+	for _, r := range task.DeadReasons {
+		dead = append(dead, string(r))
+	}
+	slices.Sort(dead)
+	schemas := doc.Components.Schemas
+	require.Equal(t, dead, enum(schemas["Task"].Value.Properties["dead_reason"].Value), "Task.dead_reason")
+	totals := schemas["QueueTotals"].Value.Properties
+	require.Equal(t, dead, enum(totals["dead_lettered"].Value.PropertyNames.Value), "QueueTotals.dead_lettered")
+	var requeue []string
+	for _, r := range task.RequeueReasons {
+		requeue = append(requeue, string(r))
+	}
+	slices.Sort(requeue)
+	require.Equal(t, requeue, enum(totals["requeued"].Value.PropertyNames.Value), "QueueTotals.requeued")
 }

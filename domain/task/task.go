@@ -95,6 +95,11 @@ const (
 	RequeueOrphaned RequeueReason = "orphaned"
 )
 
+// RequeueReasons lists every requeue reason.
+var RequeueReasons = []RequeueReason{
+	RequeueFailed, RequeueWorkerDead, RequeueLeaseExpired, RequeueOrphaned, RequeueRetried,
+}
+
 // Limits on submitted values.
 const (
 	// MaxQueueLength is the longest queue name.
