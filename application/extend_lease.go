@@ -30,16 +30,8 @@ func (s *TaskService) Extend(ctx context.Context, cmd ports.ExtendCommand) (*tas
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	var out *task.Task
-	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
-		var err error
-		out, err = st.Tasks.Update(ctx, cmd.TaskID, func(t *task.Task, now time.Time) ([]event.Event, error) {
-			return nil, t.ExtendLease(task.ExtendParams{WorkerID: cmd.WorkerID, LeaseID: *cmd.LeaseID, LeaseSeconds: cmd.LeaseSeconds}, now)
-		})
-		if err != nil {
-			return err
-		}
-		return touchReporter(ctx, st, cmd.WorkerID)
+	out, err := s.updateReported(ctx, cmd.TaskID, cmd.WorkerID, func(t *task.Task, now time.Time) ([]event.Event, error) {
+		return nil, t.ExtendLease(task.ExtendParams{WorkerID: cmd.WorkerID, LeaseID: *cmd.LeaseID, LeaseSeconds: cmd.LeaseSeconds}, now)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("extend lease: %w", err)

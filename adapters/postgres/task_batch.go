@@ -143,11 +143,8 @@ func (s *TaskStore) UpdateEach(ctx context.Context, ids []uuid.UUID, fn ports.Ta
 		return nil, fmt.Errorf("lock tasks: %w", err)
 	}
 	found := make(map[uuid.UUID]*task.Task, len(rows))
-	now, err := s.st.Now(ctx)
-	if len(rows) > 0 {
-		now = rows[0].Now
-		s.st.setNow(now)
-	} else if err != nil {
+	now, err := s.st.nowOf(ctx, rows)
+	if err != nil {
 		return nil, err
 	}
 	for i := range rows {

@@ -38,11 +38,8 @@ func (s *TaskStore) UpdateHeld(ctx context.Context, workerID string, fn ports.Ta
 	if err != nil {
 		return nil, err
 	}
-	now, err := s.st.Now(ctx)
-	if len(rows) > 0 {
-		now = rows[0].Now
-		s.st.setNow(now)
-	} else if err != nil {
+	now, err := s.st.nowOf(ctx, rows)
+	if err != nil {
 		return nil, err
 	}
 	out := make([]*task.Task, len(rows))
