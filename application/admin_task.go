@@ -21,7 +21,11 @@ func (s *TaskService) Retry(ctx context.Context, id uuid.UUID) (*task.Task, erro
 	return out, nil
 }
 
-// Cancel moves a PENDING task to DEAD with reason cancelled.
+// Cancel moves a PENDING task to DEAD with reason cancelled. On a RUNNING
+// task it records the request: the holder learns it from its heartbeats and
+// should fail the task (DEAD cancelled); if it does not, the task ends DEAD
+// cancelled when the service takes it back (its lease runs out, its worker
+// dies, or its heartbeat no longer lists it).
 func (s *TaskService) Cancel(ctx context.Context, id uuid.UUID) (*task.Task, error) {
 	out, err := s.update(ctx, id, (*task.Task).Cancel)
 	if err != nil {

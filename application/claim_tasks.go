@@ -14,10 +14,13 @@ import (
 )
 
 // Claim hands up to cmd.Limit claimable tasks to a registered, non-DEAD
-// worker, each RUNNING under a fresh lease. The claim counts as the worker's
-// sign of life. With cmd.Wait set, an empty claim waits for a notification
-// (or polls) until a task is claimable or the wait is over; it holds no
-// database connection while it waits.
+// worker, each RUNNING under a fresh lease of cmd.LeaseSeconds (the
+// configured default when 0). The claim counts as the worker's sign of life.
+// With cmd.Wait set, an empty claim waits for a notification (or polls) until
+// a task is claimable or the wait is over; it holds no database connection
+// while it waits. A draining worker gets no tasks: its claim answers like a
+// claim on empty queues (after the wait, so a worker that does not read its
+// heartbeats does not spin).
 func (s *TaskService) Claim(ctx context.Context, cmd ports.ClaimCommand) ([]*task.Task, error) {
 	var v validation.Errors
 	if cmd.WorkerID == "" {
@@ -32,6 +35,10 @@ func (s *TaskService) Claim(ctx context.Context, cmd ports.ClaimCommand) ([]*tas
 	if cmd.Wait < 0 || cmd.Wait > MaxClaimWait {
 		v.Add("wait_ms", fmt.Sprintf("must be between 0 and %d", MaxClaimWait.Milliseconds()))
 	}
+	if cmd.LeaseSeconds == 0 {
+		cmd.LeaseSeconds = s.cfg.leaseSeconds()
+	}
+	task.CheckLeaseSeconds(&v, "lease_seconds", cmd.LeaseSeconds)
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
@@ -100,11 +107,16 @@ func (s *TaskService) claimOnce(ctx context.Context, cmd ports.ClaimCommand) ([]
 		if cmd.Queue != "" {
 			queues = []string{cmd.Queue}
 		}
+		if w.Draining() {
+			out = []*task.Task{}
+			return nil
+		}
 		out, err = st.Tasks.Claim(ctx, ports.ClaimParams{
-			WorkerID:   w.ID(),
-			WorkerTags: w.Tags(),
-			Queues:     queues,
-			Limit:      cmd.Limit,
+			WorkerID:     w.ID(),
+			WorkerTags:   w.Tags(),
+			Queues:       queues,
+			Limit:        cmd.Limit,
+			LeaseSeconds: cmd.LeaseSeconds,
 		})
 		return err
 	})

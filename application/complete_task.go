@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/taskmaster/taskmaster/domain/event"
 	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/domain/validation"
@@ -19,22 +21,28 @@ func (s *TaskService) Complete(ctx context.Context, cmd ports.CompleteCommand) (
 	if cmd.WorkerID == "" {
 		return nil, requiredWorkerID()
 	}
-	var out *task.Task
-	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
-		var err error
-		out, err = st.Tasks.Update(ctx, cmd.TaskID, func(t *task.Task, now time.Time) ([]event.Event, error) {
-			e, err := t.Complete(task.CompleteParams{WorkerID: cmd.WorkerID, LeaseID: cmd.LeaseID, Result: cmd.Result}, now)
-			return []event.Event{e}, err
-		})
-		if err != nil {
-			return err
-		}
-		return touchReporter(ctx, st, cmd.WorkerID)
+	out, err := s.updateReported(ctx, cmd.TaskID, cmd.WorkerID, func(t *task.Task, now time.Time) ([]event.Event, error) {
+		e, err := t.Complete(task.CompleteParams{WorkerID: cmd.WorkerID, LeaseID: cmd.LeaseID, Result: cmd.Result}, now)
+		return []event.Event{e}, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("complete task: %w", err)
 	}
 	return out, nil
+}
+
+// updateReported applies a holder's report to its task (fn fences it) and
+// counts the report as the worker's sign of life, in one transaction.
+func (s *TaskService) updateReported(ctx context.Context, id uuid.UUID, workerID string, fn ports.TaskUpdateFunc) (*task.Task, error) {
+	var out *task.Task
+	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
+		var err error
+		if out, err = st.Tasks.Update(ctx, id, fn); err != nil {
+			return err
+		}
+		return touchReporter(ctx, st, workerID)
+	})
+	return out, err
 }
 
 // touchReporter counts a task report as its worker's sign of life. The report

@@ -25,19 +25,11 @@ func (s *TaskService) Fail(ctx context.Context, cmd ports.FailCommand) (*task.Ta
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	var out *task.Task
-	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
-		var err error
-		out, err = st.Tasks.Update(ctx, cmd.TaskID, func(t *task.Task, now time.Time) ([]event.Event, error) {
-			e, err := t.Fail(task.FailParams{
-				WorkerID: cmd.WorkerID, LeaseID: cmd.LeaseID, Error: cmd.Error, Retryable: cmd.Retryable,
-			}, s.cfg.Backoff, now)
-			return []event.Event{e}, err
-		})
-		if err != nil {
-			return err
-		}
-		return touchReporter(ctx, st, cmd.WorkerID)
+	out, err := s.updateReported(ctx, cmd.TaskID, cmd.WorkerID, func(t *task.Task, now time.Time) ([]event.Event, error) {
+		e, err := t.Fail(task.FailParams{
+			WorkerID: cmd.WorkerID, LeaseID: cmd.LeaseID, Error: cmd.Error, Retryable: cmd.Retryable,
+		}, s.cfg.Backoff, now)
+		return []event.Event{e}, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("fail task: %w", err)

@@ -6,23 +6,105 @@ import (
 	"time"
 
 	"github.com/taskmaster/taskmaster/domain/event"
+	"github.com/taskmaster/taskmaster/domain/task"
+	"github.com/taskmaster/taskmaster/domain/validation"
 	"github.com/taskmaster/taskmaster/domain/worker"
 	"github.com/taskmaster/taskmaster/ports"
 )
 
-// Heartbeat records a worker's sign of life: a STALE worker becomes ACTIVE
-// again; a DEAD one gets worker.ErrDead and must register again.
-func (s *WorkerService) Heartbeat(ctx context.Context, id string) (*worker.Worker, error) {
+// MaxHeartbeatTasks is the most tasks one heartbeat may list.
+const MaxHeartbeatTasks = 10000
+
+// Heartbeat records a worker's sign of life (a STALE worker becomes ACTIVE
+// again; a DEAD one gets worker.ErrDead and must register again) and answers
+// with what the worker must act on: the listed tasks it lost, the held tasks
+// an operator asked to cancel, and whether it must drain.
+//
+// A heartbeat that lists the worker's tasks also, in the same transaction,
+// renews the lease of every listed task the worker still holds under the
+// listed lease, and takes back as orphaned every task the worker holds but
+// did not list and claimed more than one heartbeat interval ago (a claim
+// whose response never reached it). A heartbeat that lists nothing renews
+// and orphans nothing.
+func (s *WorkerService) Heartbeat(ctx context.Context, cmd ports.HeartbeatCommand) (ports.HeartbeatResult, error) {
+	if len(cmd.Tasks) > MaxHeartbeatTasks {
+		var v validation.Errors
+		v.Add("tasks", fmt.Sprintf("must list at most %d tasks", MaxHeartbeatTasks))
+		return ports.HeartbeatResult{}, v.Err()
+	}
+	var out ports.HeartbeatResult
+	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
+		// The worker's tasks are locked before its row, in the order reports
+		// lock them (task, then worker), so the two never deadlock.
+		var (
+			held []*task.Task
+			err  error
+		)
+		listing := task.NewListing(cmd.WorkerID, cmd.Tasks, s.cfg.Liveness.HeartbeatInterval())
+		if cmd.ListsTasks {
+			held, err = st.Tasks.UpdateHeld(ctx, cmd.WorkerID, func(t *task.Task, now time.Time) ([]event.Event, bool, error) {
+				return leaseDecision(t, listing, now)
+			})
+		} else {
+			held, err = st.Tasks.Held(ctx, cmd.WorkerID)
+		}
+		if err != nil {
+			return err
+		}
+		w, err := st.Workers.Update(ctx, cmd.WorkerID, func(w *worker.Worker, now time.Time) ([]event.Event, error) {
+			return w.Heartbeat(now)
+		})
+		if err != nil {
+			return err
+		}
+		out = ports.HeartbeatResult{Worker: w, Lost: []task.LeaseRef{}, Cancel: []task.LeaseRef{}, Drain: w.Draining()}
+		if cmd.ListsTasks {
+			out.Lost = listing.Lost(cmd.Tasks, held)
+		}
+		for _, t := range held {
+			if t.CancelRequested() {
+				v := t.Snapshot()
+				out.Cancel = append(out.Cancel, task.LeaseRef{ID: v.ID, LeaseID: v.LeaseID})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return ports.HeartbeatResult{}, fmt.Errorf("heartbeat: %w", err)
+	}
+	return out, nil
+}
+
+// leaseDecision is what a task-listing heartbeat does to one task its worker
+// holds: renew its lease when listed, take it back when orphaned, else leave
+// it (a claim too recent to be missing from the list).
+func leaseDecision(t *task.Task, l task.Listing, now time.Time) ([]event.Event, bool, error) {
+	switch {
+	case l.Lists(t):
+		v := t.Snapshot()
+		return nil, true, t.ExtendLease(task.ExtendParams{WorkerID: v.WorkerID, LeaseID: v.LeaseID}, now)
+	case t.Orphaned(l, now):
+		e, err := t.ReleaseOrphan(l, now)
+		return []event.Event{e}, true, err
+	default:
+		return nil, false, nil
+	}
+}
+
+// Drain asks a worker to stop claiming: its claims return no tasks and its
+// heartbeats answer drain: true until it registers again. Its tasks stay
+// its own to finish.
+func (s *WorkerService) Drain(ctx context.Context, id string) (*worker.Worker, error) {
 	var out *worker.Worker
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
 		var err error
 		out, err = st.Workers.Update(ctx, id, func(w *worker.Worker, now time.Time) ([]event.Event, error) {
-			return w.Heartbeat(now)
+			return w.Drain(now), nil
 		})
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("heartbeat: %w", err)
+		return nil, fmt.Errorf("drain worker: %w", err)
 	}
 	return out, nil
 }

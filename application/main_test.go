@@ -19,6 +19,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // services are the use cases over one test database.
 type services struct {
 	db      *sqlx.DB
+	tx      *postgres.TxRunner
 	tasks   *application.TaskService
 	workers *application.WorkerService
 }
@@ -28,5 +29,5 @@ func setup(t *testing.T) services {
 	db := pgtest.NewDB(t)
 	tx := postgres.NewTxRunner(db)
 	cfg := application.Config{Backoff: backoff.DefaultPolicy(), Liveness: worker.DefaultLivenessConfig()}
-	return services{db: db, tasks: application.NewTaskService(tx, cfg), workers: application.NewWorkerService(tx, cfg)}
+	return services{db: db, tx: tx, tasks: application.NewTaskService(tx, cfg), workers: application.NewWorkerService(tx, cfg)}
 }

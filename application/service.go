@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/taskmaster/taskmaster/domain/backoff"
+	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/domain/worker"
 	"github.com/taskmaster/taskmaster/ports"
 )
@@ -39,11 +40,26 @@ type Config struct {
 	// ClaimPollInterval is how often a waiting claim looks again without a
 	// notification (0: DefaultClaimPollInterval).
 	ClaimPollInterval time.Duration
+	// DefaultLeaseSeconds is the lease of a claim that asks for none (0:
+	// task.DefaultLeaseSeconds).
+	DefaultLeaseSeconds int
 }
 
 // Validate reports whether the config can be used.
 func (c Config) Validate() error {
-	return errors.Join(c.Backoff.Validate(), c.Liveness.Validate())
+	var lease error
+	if c.DefaultLeaseSeconds != 0 {
+		lease = task.ValidateLeaseSeconds("default lease", c.DefaultLeaseSeconds)
+	}
+	return errors.Join(c.Backoff.Validate(), c.Liveness.Validate(), lease)
+}
+
+// leaseSeconds is the default lease in force.
+func (c Config) leaseSeconds() int {
+	if c.DefaultLeaseSeconds == 0 {
+		return task.DefaultLeaseSeconds
+	}
+	return c.DefaultLeaseSeconds
 }
 
 // TaskService implements ports.TaskService.

@@ -134,8 +134,12 @@ func (c *Client) Retry(ctx context.Context, id string) (*Task, error) {
 	return c.admin(ctx, id, "retry")
 }
 
-// Cancel moves a PENDING task to DEAD (reason cancelled). Any other status
-// is a 409 invalid-transition problem.
+// Cancel moves a PENDING task to DEAD (reason cancelled). On a RUNNING task
+// it asks the holder to stop: the task stays RUNNING with CancelRequestedAt
+// set, the holder learns it from its next heartbeat (HeartbeatResult.Cancel)
+// and fails it, and the task ends DEAD cancelled (also when the holder never
+// fails it: when its lease runs out). DONE and DEAD tasks are a 409
+// invalid-transition problem.
 func (c *Client) Cancel(ctx context.Context, id string) (*Task, error) {
 	return c.admin(ctx, id, "cancel")
 }
@@ -160,15 +164,69 @@ func (c *Client) Register(ctx context.Context, p RegisterParams) (*Registration,
 	return &r, nil
 }
 
-// Heartbeat sends the worker's sign of life. A *Problem with IsWorkerDead
-// or IsWorkerNotFound means the worker must register again.
-func (c *Client) Heartbeat(ctx context.Context, workerID string) (*Worker, error) {
-	var w Worker
+// Heartbeat sends the worker's sign of life without listing its tasks: it
+// renews no lease and takes back no task (a worker that does not list its
+// tasks keeps their leases alive with Extend). The answer still carries
+// Cancel and Drain. A *Problem with IsWorkerDead or IsWorkerNotFound means
+// the worker must register again.
+func (c *Client) Heartbeat(ctx context.Context, workerID string) (*HeartbeatResult, error) {
+	return c.heartbeat(ctx, workerID, nil)
+}
+
+// HeartbeatTasks sends the worker's sign of life listing every task it
+// holds, under the lease it got it with (none: an empty list, not nil's
+// meaning for Heartbeat). The server renews each listed task's lease, takes
+// back as orphaned the tasks it shows this worker holding, claimed more than
+// a heartbeat interval ago, that the list leaves out (claims whose answer
+// never arrived), and answers with the listed tasks the worker lost, the
+// tasks to cancel, and whether to drain. List a task from the moment its
+// claim's answer arrives until it is reported.
+func (c *Client) HeartbeatTasks(ctx context.Context, workerID string, held []LeaseRef) (*HeartbeatResult, error) {
+	if held == nil {
+		held = []LeaseRef{}
+	}
+	return c.heartbeat(ctx, workerID, held)
+}
+
+func (c *Client) heartbeat(ctx context.Context, workerID string, held []LeaseRef) (*HeartbeatResult, error) {
+	var body any
+	if held != nil {
+		body = struct {
+			Tasks []LeaseRef `json:"tasks"`
+		}{held}
+	}
+	var res HeartbeatResult
 	path := "/workers/v1/" + url.PathEscape(workerID) + "/heartbeat"
+	if _, err := c.do(ctx, call{method: http.MethodPost, path: path, body: body, out: &res}); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// Drain asks a worker to stop claiming (an operator action, for rolling
+// deploys): its claims return nothing and its heartbeats answer Drain true
+// until it registers again; it finishes the tasks it holds. Idempotent.
+func (c *Client) Drain(ctx context.Context, workerID string) (*Worker, error) {
+	var w Worker
+	path := "/workers/v1/" + url.PathEscape(workerID) + "/drain"
 	if _, err := c.do(ctx, call{method: http.MethodPost, path: path, out: &w}); err != nil {
 		return nil, err
 	}
 	return &w, nil
+}
+
+// Extend sets a held task's lease to run out p.LeaseSeconds from now (the
+// task's current length when 0), the length later renewals keep. It is
+// fenced like Complete: IsLeaseLost or IsInvalidTransition means the task
+// is no longer this worker's. Workers whose heartbeats list their tasks
+// (HeartbeatTasks, as the Runner's do) need not call it: each heartbeat
+// renews the listed leases.
+func (c *Client) Extend(ctx context.Context, taskID string, p ExtendParams) (*Task, error) {
+	var t Task
+	if _, err := c.do(ctx, call{method: http.MethodPost, path: taskPath(taskID, "extend"), body: p, out: &t}); err != nil {
+		return nil, err
+	}
+	return &t, nil
 }
 
 // Workers lists every worker.
@@ -210,10 +268,11 @@ const MaxClaimWait = 30 * time.Second
 //
 // A claim is retried after transport errors and 5xx like other calls. If
 // a claim's answer is lost after the server committed it, its tasks stay
-// held by this worker until the worker dies (or, with leases, until they
-// expire). Cancelling ctx during a claim risks exactly that, so let a
+// held by this worker until its next task-listing heartbeat (HeartbeatTasks)
+// after a heartbeat interval, which gives them back, or until their leases
+// run out. Cancelling ctx during a claim risks exactly that, so let a
 // waiting claim run out rather than cancel it: keep p.Wait short enough
-// for the caller to wait for it.
+// for the caller to wait for it. A draining worker's claims return nothing.
 func (c *Client) Claim(ctx context.Context, p ClaimParams) ([]Task, error) {
 	body := struct {
 		ClaimParams

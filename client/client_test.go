@@ -28,7 +28,7 @@ var fastRetries = client.RetryPolicy{MaxAttempts: 4, BaseDelay: time.Millisecond
 const taskJSON = `{"id":"8f0e3a4e-4f5e-4a51-9e0e-2b1b8c1d9a11","queue":"q","status":"PENDING","priority":0,"payload":{"n":1},` +
 	`"tags":[],"attempts":0,"max_attempts":3,"worker_id":null,"lease_id":null,"last_error":null,"dead_reason":null,` +
 	`"result":null,"deadline":null,"run_at":"2026-01-01T00:00:00Z","idempotency_key":null,"created_at":"2026-01-01T00:00:00Z",` +
-	`"claimed_at":null,"finished_at":null,"updated_at":"2026-01-01T00:00:00Z"}`
+	`"claimed_at":null,"finished_at":null,"updated_at":"2026-01-01T00:00:00Z","lease_expires_at":null,"cancel_requested_at":null}`
 
 // flaky answers the first `failures` requests with status, then with ok.
 type flaky struct {
@@ -340,6 +340,10 @@ func TestRunnerConfigValidate(t *testing.T) {
 	require.Error(t, client.RunnerConfig{PollInterval: time.Second, MaxIdleInterval: time.Millisecond}.Validate())
 	require.Error(t, client.RunnerConfig{ClaimWait: client.MaxClaimWait + time.Millisecond}.Validate())
 	require.NoError(t, client.RunnerConfig{ClaimWait: -1}.Validate(), "negative: no long poll")
+	require.NoError(t, client.RunnerConfig{LeaseSeconds: client.MaxLeaseSeconds, TaskTimeout: time.Hour}.Validate())
+	require.Error(t, client.RunnerConfig{LeaseSeconds: client.MaxLeaseSeconds + 1}.Validate())
+	require.Error(t, client.RunnerConfig{LeaseSeconds: -1}.Validate())
+	require.Error(t, client.RunnerConfig{TaskTimeout: -1}.Validate())
 }
 
 // Other services import this package: it must stay on the standard library.
@@ -558,5 +562,60 @@ func TestQueuesCarryEveryServedField(t *testing.T) {
 		back, err := json.Marshal(qs[i])
 		require.NoError(t, err)
 		require.JSONEq(t, served, string(back))
+	}
+}
+
+// A server without leases refuses a heartbeat's task list as an unknown
+// field: the runner then sends plain heartbeats and carries on.
+func TestRunnerFallsBackToPlainHeartbeats(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var beats []string // "list" or "plain", in order
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /workers/v1/register", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"id":"w","queues":[],"tags":[],"status":"ACTIVE","heartbeat_interval_seconds":0.01}`)
+	})
+	mux.HandleFunc("POST /tasks/v1/claim", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"tasks":[]}`)
+	})
+	mux.HandleFunc("POST /workers/v1/w/heartbeat", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(body) > 0 {
+			beats = append(beats, "list")
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = io.WriteString(w, `{"type":"urn:problem-type:taskmaster:malformed-request","title":"Malformed request","status":400,"detail":"unknown field \"tasks\""}`)
+			return
+		}
+		beats = append(beats, "plain")
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"w","queues":[],"tags":[],"status":"ACTIVE"}`)
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	r, err := client.NewRunner(newClient(t, srv.URL), client.RunnerConfig{
+		WorkerID: "w", ClaimWait: -1, PollInterval: 20 * time.Millisecond, MaxIdleInterval: 20 * time.Millisecond,
+	}, func(context.Context, client.Task) (any, error) { return nil, nil })
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(beats) >= 4
+	}, 10*time.Second, 5*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"list", "plain", "plain", "plain"}, beats[:4], "one refused list, then plain heartbeats only")
+	for _, b := range beats[4:] {
+		require.Equal(t, "plain", b)
 	}
 }

@@ -9,19 +9,35 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // HandlerFunc processes one task. Its result, which encoding/json must be
 // able to marshal, completes the task; an error fails it (retried after
 // backoff while attempts remain, unless wrapped with NonRetryable). ctx is
-// cancelled when the runner gives up waiting for the handler at shutdown;
-// context.Cause(ctx) is then ErrShutdown.
+// cancelled when the runner stops waiting for the handler; context.Cause(ctx)
+// says why: ErrShutdown, ErrTaskLost, ErrTaskCancelled or ErrTaskTimeout.
 type HandlerFunc func(ctx context.Context, t Task) (result any, err error)
 
-// ErrShutdown is the cause of a handler context cancelled because the
-// runner is shutting down and the drain timeout passed.
-var ErrShutdown = errors.New("taskmaster: runner shutting down")
+var (
+	// ErrShutdown is the cause of a handler context cancelled because the
+	// runner is shutting down and the drain timeout passed.
+	ErrShutdown = errors.New("taskmaster: runner shutting down")
+	// ErrTaskLost is the cause of a handler context cancelled because the
+	// server says this worker no longer holds the task (its lease ran out,
+	// it was taken back or given to another worker). Whatever the handler
+	// returns is dropped: the server would refuse its report.
+	ErrTaskLost = errors.New("taskmaster: task lost")
+	// ErrTaskCancelled is the cause of a handler context cancelled because
+	// an operator cancelled the running task. The runner fails the task
+	// (it ends DEAD, reason cancelled) unless the handler still succeeds.
+	ErrTaskCancelled = errors.New("taskmaster: task cancelled by an operator")
+	// ErrTaskTimeout is the cause of a handler context cancelled because the
+	// handler ran past RunnerConfig.TaskTimeout. The runner fails the task
+	// (retried while attempts remain) unless the handler still succeeds.
+	ErrTaskTimeout = errors.New("taskmaster: task timed out")
+)
 
 // NonRetryable marks err as not worth retrying: the runner fails the task
 // with retryable=false, so it goes straight to DEAD (reason non_retryable).
@@ -58,8 +74,22 @@ type RunnerConfig struct {
 	// DrainTimeout is how long shutdown waits for in-flight handlers before
 	// cancelling their contexts (default 30 s).
 	DrainTimeout time.Duration
-	// CancelGrace is how long shutdown then waits for cancelled handlers to
-	// return before failing their tasks on their behalf (default 5 s).
+	// LeaseSeconds is the lease each claim asks for (0: the server's
+	// default, 300 s unless configured). Every heartbeat lists the runner's
+	// in-flight tasks, which renews their leases, so a lease only has to
+	// outlast a few missed heartbeats, not the longest handler: a short one
+	// hands the tasks of a runner that stopped beating to others sooner.
+	LeaseSeconds int
+	// TaskTimeout, when positive, bounds each handler: past it, the
+	// handler's context is cancelled (cause ErrTaskTimeout) and the task is
+	// failed, retryable, when the handler returns an error or does not
+	// return within CancelGrace. Without it a handler that never returns
+	// keeps its task RUNNING: its lease is renewed with every heartbeat.
+	TaskTimeout time.Duration
+	// CancelGrace is how long the runner waits for a handler whose context
+	// it cancelled (shutdown, lost, cancelled or timed-out task) before it
+	// stops waiting: it then fails the task on the handler's behalf (or, for
+	// a lost task, drops it) and frees the handler's slot (default 5 s).
 	CancelGrace time.Duration
 	// ClaimWait is how long a claim that finds nothing waits on the server
 	// for a task (a long poll, see ClaimParams.Wait), so that a task
@@ -140,8 +170,11 @@ func (c RunnerConfig) Validate() error {
 	if c.Concurrency < 1 {
 		errs = append(errs, errors.New("Concurrency must be at least 1"))
 	}
-	if c.DrainTimeout < 0 || c.CancelGrace < 0 || c.HeartbeatInterval < 0 || c.ReportTimeout < 0 {
+	if c.DrainTimeout < 0 || c.CancelGrace < 0 || c.HeartbeatInterval < 0 || c.ReportTimeout < 0 || c.TaskTimeout < 0 {
 		errs = append(errs, errors.New("durations must not be negative"))
+	}
+	if c.LeaseSeconds < 0 || c.LeaseSeconds > MaxLeaseSeconds {
+		errs = append(errs, fmt.Errorf("LeaseSeconds must be between 0 and %d", MaxLeaseSeconds))
 	}
 	if c.PollInterval < 0 || c.MaxIdleInterval < c.PollInterval {
 		errs = append(errs, errors.New("need 0 <= PollInterval <= MaxIdleInterval"))
@@ -183,6 +216,16 @@ func DefaultWorkerID() string {
 // Runner is a worker: it registers, heartbeats, claims tasks up to its
 // free concurrency, runs the handler on each, and reports every outcome
 // with the task's lease. Run it once.
+//
+// It speaks the lease protocol: every heartbeat lists the tasks in flight
+// under their leases (renewing the leases, and letting the server take back
+// a task whose claim's answer never arrived), and the runner acts on the
+// answer: a lost task's handler is cancelled (cause ErrTaskLost) and its
+// outcome dropped; a cancelled task's handler is cancelled (cause
+// ErrTaskCancelled) and the task failed; on drain the runner claims no
+// more tasks and finishes those it holds (Run still returns only when its
+// context ends). Against a server without leases (one that refuses task
+// lists in heartbeats) it falls back to plain heartbeats.
 type Runner struct {
 	client  *Client
 	cfg     RunnerConfig
@@ -196,16 +239,47 @@ type Runner struct {
 
 	mu       sync.Mutex
 	started  bool
-	inflight map[string]*job // by task id: what a lease-carrying heartbeat will list
+	inflight map[LeaseRef]*job // by task and lease: what heartbeats list
 
 	wg      sync.WaitGroup // task goroutines
 	abandon chan struct{}  // closed when shutdown stops waiting for handlers
+
+	plainBeats atomic.Bool   // the server takes no task lists: beat without
+	drainOnce  sync.Once     // closes draining
+	draining   chan struct{} // closed once the server asked the runner to drain
 }
 
 // job is one task in flight.
 type job struct {
 	task   Task
 	cancel context.CancelCauseFunc // cancels this task's handler context
+
+	once  sync.Once
+	stop  chan struct{} // closed when the runner gives up on the handler
+	cause error         // why stop was closed; set before
+}
+
+// halt cancels the handler with cause and tells work to stop waiting for
+// it; only the first call counts. It reports whether this call did it.
+func (j *job) halt(cause error) bool {
+	first := false
+	j.once.Do(func() {
+		j.cause = cause
+		j.cancel(cause)
+		close(j.stop)
+		first = true
+	})
+	return first
+}
+
+// halted returns the cause of halt, or nil when the job was not halted.
+func (j *job) halted() error {
+	select {
+	case <-j.stop:
+		return j.cause
+	default:
+		return nil
+	}
 }
 
 // NewRunner returns a runner that handles tasks with handler.
@@ -223,13 +297,25 @@ func NewRunner(c *Client, cfg RunnerConfig, handler HandlerFunc) (*Runner, error
 		handler:  handler,
 		log:      cfg.Logger.With("worker_id", cfg.WorkerID),
 		slots:    make(chan struct{}, cfg.Concurrency),
-		inflight: map[string]*job{},
+		inflight: map[LeaseRef]*job{},
 		abandon:  make(chan struct{}),
+		draining: make(chan struct{}),
 	}, nil
 }
 
 // WorkerID returns the id the runner registers under.
 func (r *Runner) WorkerID() string { return r.cfg.WorkerID }
+
+// Draining reports whether the server asked the runner to drain: it claims
+// no more tasks.
+func (r *Runner) Draining() bool {
+	select {
+	case <-r.draining:
+		return true
+	default:
+		return false
+	}
+}
 
 // InFlight returns the tasks being handled now.
 func (r *Runner) InFlight() []Task {
@@ -269,6 +355,9 @@ func (r *Runner) Run(ctx context.Context) error {
 		return err
 	}
 	r.log.Info("worker registered", "queues", r.cfg.Queues, "concurrency", r.cfg.Concurrency, "heartbeat_interval", r.heartbeatInterval())
+	if lease := time.Duration(r.cfg.LeaseSeconds) * time.Second; lease > 0 && lease < 3*r.heartbeatInterval() {
+		r.log.Warn("LeaseSeconds is under three heartbeat intervals: a late heartbeat may let a lease run out", "lease", lease)
+	}
 
 	// Handlers and reports outlive ctx (the drain); they keep its values.
 	detached := context.WithoutCancel(ctx)
@@ -329,13 +418,10 @@ func (r *Runner) heartbeatInterval() time.Duration {
 	return r.interval
 }
 
-// heartbeatLoop beats until ctx ends. A worker the server declared dead
-// (or forgot) registers again: its tasks were taken back, and their late
-// reports will be refused as lease-lost.
-//
-// With the lease protocol, the beat will carry r.InFlight()'s ids and
-// lease ids, and its answer's lost/cancel lists will cancel the matching
-// jobs (job.cancel) and drain will stop the claim loop.
+// heartbeatLoop beats until ctx ends, listing the tasks in flight, and acts
+// on each answer. A worker the server declared dead (or forgot) registers
+// again: its tasks were taken back, and their late reports will be refused
+// as lease-lost.
 func (r *Runner) heartbeatLoop(ctx context.Context) {
 	interval := r.heartbeatInterval()
 	t := time.NewTicker(interval)
@@ -347,10 +433,11 @@ func (r *Runner) heartbeatLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		bctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
-		_, err := r.client.Heartbeat(bctx, r.cfg.WorkerID)
+		res, err := r.beat(bctx)
 		cancel()
 		switch {
 		case err == nil:
+			r.act(res)
 		case IsWorkerDead(err) || IsWorkerNotFound(err):
 			r.reregister(ctx, err)
 		case ctx.Err() != nil:
@@ -363,6 +450,62 @@ func (r *Runner) heartbeatLoop(ctx context.Context) {
 			t.Reset(interval)
 		}
 	}
+}
+
+// beat sends one heartbeat listing the tasks in flight, or a plain one to a
+// server that takes no task lists (it answers the list as an unknown field).
+func (r *Runner) beat(ctx context.Context) (*HeartbeatResult, error) {
+	if r.plainBeats.Load() {
+		return r.client.Heartbeat(ctx, r.cfg.WorkerID)
+	}
+	res, err := r.client.HeartbeatTasks(ctx, r.cfg.WorkerID, r.held())
+	if isType(err, ProblemMalformedRequest) {
+		r.plainBeats.Store(true)
+		r.log.Warn("the server takes no task lists in heartbeats (it has no leases); sending plain heartbeats", "error", err)
+		return r.client.Heartbeat(ctx, r.cfg.WorkerID)
+	}
+	return res, err
+}
+
+// held lists the tasks in flight that the runner still holds (not those the
+// server said it lost), under their leases.
+func (r *Runner) held() []LeaseRef {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]LeaseRef, 0, len(r.inflight))
+	for ref, j := range r.inflight {
+		if !errors.Is(j.halted(), ErrTaskLost) {
+			out = append(out, ref)
+		}
+	}
+	return out
+}
+
+// act carries out a heartbeat's answer: it halts the lost and cancelled
+// tasks' handlers and stops claiming on drain.
+func (r *Runner) act(res *HeartbeatResult) {
+	for _, ref := range res.Lost {
+		if j := r.job(ref); j != nil && j.halt(ErrTaskLost) {
+			r.log.Warn("task lost: the server no longer gives this worker the task; cancelling its handler and dropping its outcome", "task_id", ref.ID)
+		}
+	}
+	for _, ref := range res.Cancel {
+		if j := r.job(ref); j != nil && j.halt(ErrTaskCancelled) {
+			r.log.Info("task cancelled by an operator; cancelling its handler", "task_id", ref.ID)
+		}
+	}
+	if res.Drain {
+		r.drainOnce.Do(func() {
+			r.log.Info("the server asked this worker to drain: claiming no more tasks")
+			close(r.draining)
+		})
+	}
+}
+
+func (r *Runner) job(ref LeaseRef) *job {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.inflight[ref]
 }
 
 func (r *Runner) reregister(ctx context.Context, cause error) {
@@ -379,9 +522,13 @@ func (r *Runner) claimLoop(ctx, handlerCtx context.Context) {
 	idle := time.Duration(0)
 	wait := r.claimWait()
 	for ctx.Err() == nil {
-		// One free slot at least, then as many more as are free.
+		// One free slot at least, then as many more as are free; none once
+		// draining (until ctx ends, when Run drains as on any shutdown).
 		select {
 		case <-ctx.Done():
+			return
+		case <-r.draining:
+			<-ctx.Done()
 			return
 		case r.slots <- struct{}{}:
 		}
@@ -395,11 +542,11 @@ func (r *Runner) claimLoop(ctx, handlerCtx context.Context) {
 				break more
 			}
 		}
-		if ctx.Err() != nil { // the select above may pick a slot over a done ctx
+		if ctx.Err() != nil || r.Draining() { // the select above may pick a slot over either
 			for range n {
 				<-r.slots
 			}
-			return
+			continue
 		}
 		// The claim is not cancelled by ctx, waiting or not: a claim cut
 		// off after the server committed it would leave its tasks held by
@@ -410,7 +557,7 @@ func (r *Runner) claimLoop(ctx, handlerCtx context.Context) {
 		// answers.
 		begin := time.Now()
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait+r.cfg.ReportTimeout)
-		tasks, err := r.client.Claim(cctx, ClaimParams{WorkerID: r.cfg.WorkerID, Limit: n, Wait: wait})
+		tasks, err := r.client.Claim(cctx, ClaimParams{WorkerID: r.cfg.WorkerID, Limit: n, Wait: wait, LeaseSeconds: r.cfg.LeaseSeconds})
 		cancel()
 		for range n - len(tasks) {
 			<-r.slots
@@ -460,24 +607,37 @@ func (r *Runner) nextIdle(idle time.Duration) time.Duration {
 	return min(idle*2, r.cfg.MaxIdleInterval)
 }
 
-// start runs t on a goroutine holding one slot.
+// start runs t on a goroutine holding one slot. The task is in flight (and
+// listed by heartbeats) until its outcome is reported or dropped.
 func (r *Runner) start(handlerCtx context.Context, t Task) {
 	taskCtx, cancel := context.WithCancelCause(handlerCtx)
-	j := &job{task: t, cancel: cancel}
+	j := &job{task: t, cancel: cancel, stop: make(chan struct{})}
+	ref := t.Ref()
 	r.mu.Lock()
-	r.inflight[t.ID] = j
+	r.inflight[ref] = j
 	r.mu.Unlock()
+	var timeout *time.Timer
+	if r.cfg.TaskTimeout > 0 {
+		timeout = time.AfterFunc(r.cfg.TaskTimeout, func() {
+			if j.halt(ErrTaskTimeout) {
+				r.log.Warn("handler ran past TaskTimeout; cancelling it", "task_id", t.ID, "timeout", r.cfg.TaskTimeout)
+			}
+		})
+	}
 	r.wg.Add(1)
 	go func() {
 		defer func() {
+			if timeout != nil {
+				timeout.Stop()
+			}
 			cancel(nil)
 			r.mu.Lock()
-			delete(r.inflight, t.ID)
+			delete(r.inflight, ref)
 			r.mu.Unlock()
 			<-r.slots
 			r.wg.Done()
 		}()
-		r.work(taskCtx, t)
+		r.work(taskCtx, j)
 	}()
 }
 
@@ -487,10 +647,14 @@ type outcome struct {
 	err    error
 }
 
-// work runs the handler and reports its outcome. If shutdown abandons the
-// handler (it ignored its cancelled context), the task is failed as
-// retryable on its behalf and the handler's eventual outcome is dropped.
-func (r *Runner) work(ctx context.Context, t Task) {
+// work runs the handler and reports its outcome. When the runner halts the
+// job (lost, cancelled, timed out) it gives the handler CancelGrace to
+// return; when shutdown abandons the handler, or it does not return in that
+// grace, the runner stops waiting: the task is failed as retryable on the
+// handler's behalf (a lost one is dropped) and the handler's eventual
+// outcome is dropped.
+func (r *Runner) work(ctx context.Context, j *job) {
+	t := j.task
 	done := make(chan outcome, 1)
 	go func() {
 		defer func() {
@@ -502,21 +666,52 @@ func (r *Runner) work(ctx context.Context, t Task) {
 		done <- outcome{result: res, err: err}
 	}()
 	var o outcome
+	returned := true
 	select {
 	case o = <-done:
+	case <-j.stop:
+		grace := time.NewTimer(r.cfg.CancelGrace)
+		select {
+		case o = <-done:
+		case <-grace.C:
+			returned = false
+		case <-r.abandon:
+			returned = false
+		}
+		grace.Stop()
 	case <-r.abandon:
 		select {
 		case o = <-done:
 		default:
-			r.log.Warn("handler did not return after its context was cancelled; requeueing its task", "task_id", t.ID)
-			r.fail(t, "worker shut down before the handler finished", false)
-			return
+			returned = false
 		}
 	}
-	r.report(ctx, t, o)
+	cause := j.halted()
+	switch {
+	case errors.Is(cause, ErrTaskLost):
+		r.log.Warn("dropping the outcome of a lost task", "task_id", t.ID, "handler_returned", returned)
+		return
+	case cause != nil && !returned:
+		r.log.Warn("handler did not return after its context was cancelled; failing its task", "task_id", t.ID, "cause", cause)
+		r.fail(t, cause.Error()+": the handler did not return", false)
+		return
+	case cause != nil && o.err != nil:
+		r.fail(t, cause.Error()+": "+o.err.Error(), false)
+		return
+	case !returned:
+		r.log.Warn("handler did not return after its context was cancelled; requeueing its task", "task_id", t.ID)
+		r.fail(t, "worker shut down before the handler finished", false)
+		return
+	}
+	r.report(ctx, j, o)
 }
 
-func (r *Runner) report(ctx context.Context, t Task, o outcome) {
+func (r *Runner) report(ctx context.Context, j *job, o outcome) {
+	t := j.task
+	if errors.Is(j.halted(), ErrTaskLost) {
+		r.log.Warn("dropping the outcome of a lost task", "task_id", t.ID, "handler_returned", true)
+		return
+	}
 	if o.err == nil {
 		result, err := marshalValue(o.result)
 		if err != nil {

@@ -30,6 +30,11 @@ const (
 	DeadWorkerDead   DeadReason = "worker_dead"
 	DeadDeadline     DeadReason = "deadline"
 	DeadCancelled    DeadReason = "cancelled"
+	// DeadLeaseExpired: the lease ran out on the task's last attempt.
+	DeadLeaseExpired DeadReason = "lease_expired"
+	// DeadOrphaned: the holder's heartbeats stopped listing the task on its
+	// last attempt.
+	DeadOrphaned DeadReason = "orphaned"
 )
 
 // WorkerStatus is a worker's liveness.
@@ -65,6 +70,12 @@ type Task struct {
 	ClaimedAt      *time.Time      `json:"claimed_at"`
 	FinishedAt     *time.Time      `json:"finished_at"`
 	UpdatedAt      time.Time       `json:"updated_at"`
+	// LeaseExpiresAt is when the holder's lease runs out (nil unless
+	// RUNNING).
+	LeaseExpiresAt *time.Time `json:"lease_expires_at"`
+	// CancelRequestedAt is when an operator asked to cancel the running
+	// task (nil unless RUNNING with a cancel pending).
+	CancelRequestedAt *time.Time `json:"cancel_requested_at"`
 }
 
 // DecodePayload unmarshals the task's payload into v.
@@ -111,6 +122,32 @@ type Worker struct {
 	Status          WorkerStatus `json:"status"`
 	RegisteredAt    time.Time    `json:"registered_at"`
 	LastHeartbeatAt time.Time    `json:"last_heartbeat_at"`
+	// Draining is true once an operator asked the worker to stop claiming
+	// (until it registers again).
+	Draining bool `json:"draining"`
+}
+
+// LeaseRef names a task and the lease a worker holds it under.
+type LeaseRef struct {
+	ID      string `json:"id"`
+	LeaseID string `json:"lease_id"`
+}
+
+// Ref returns the task's id and lease.
+func (t Task) Ref() LeaseRef { return LeaseRef{ID: t.ID, LeaseID: t.LeaseID} }
+
+// HeartbeatResult is the worker after a heartbeat, and what it must act on.
+type HeartbeatResult struct {
+	Worker
+	// Lost are the listed tasks the worker no longer holds under the listed
+	// lease (requeued, cancelled, finished, taken by another worker): stop
+	// them and drop their reports. Empty unless the heartbeat listed tasks.
+	Lost []LeaseRef `json:"lost"`
+	// Cancel are tasks the worker holds that an operator asked to cancel:
+	// stop them and fail them (they end DEAD, reason cancelled).
+	Cancel []LeaseRef `json:"cancel"`
+	// Drain is true once the worker must stop claiming.
+	Drain bool `json:"drain"`
 }
 
 // Registration is a registered worker plus what the server asks of it.
@@ -196,7 +233,8 @@ type QueueTotals struct {
 	// DeadLettered counts transitions to DEAD by DeadReason.
 	DeadLettered map[DeadReason]int64 `json:"dead_lettered"`
 	// Requeued counts transitions back to PENDING by reason: "failed"
-	// (retry after backoff), "worker_dead", "retried" (by an operator).
+	// (retry after backoff), "worker_dead", "lease_expired", "orphaned",
+	// "retried" (by an operator).
 	Requeued map[string]int64 `json:"requeued"`
 	// Cleaned counts finished tasks deleted by retention.
 	Cleaned int64 `json:"cleaned"`
@@ -278,6 +316,24 @@ type ClaimParams struct {
 	// MaxClaimWait, until a task is claimable (long poll); it is sent as
 	// wait_ms, rounded up to a millisecond. 0 answers at once.
 	Wait time.Duration `json:"-"`
+	// LeaseSeconds is each claimed task's lease, 1 to MaxLeaseSeconds (0:
+	// the server's default, 300 unless configured). Heartbeats that list
+	// the task renew it (see HeartbeatTasks); Extend sets it anew.
+	LeaseSeconds int `json:"lease_seconds,omitempty"`
+}
+
+// MaxLeaseSeconds is the longest lease the server grants (12 h).
+const MaxLeaseSeconds = 43200
+
+// ExtendParams extend a held task's lease.
+type ExtendParams struct {
+	// WorkerID is the holder (required).
+	WorkerID string `json:"worker_id"`
+	// LeaseID is the lease the task was claimed under (required).
+	LeaseID string `json:"lease_id"`
+	// LeaseSeconds is the new lease length, from now (0: the task's
+	// current length); later heartbeat renewals keep it.
+	LeaseSeconds int `json:"lease_seconds,omitempty"`
 }
 
 // CompleteParams report a held task done.

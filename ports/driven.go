@@ -50,6 +50,10 @@ type TaskCreateFunc func(now time.Time) (*task.Task, event.Event, error)
 // TaskCreateManyFunc builds new tasks at the database time now.
 type TaskCreateManyFunc func(now time.Time) ([]*task.Task, []event.Event, error)
 
+// TaskDecideFunc decides at the database time now whether and how to change
+// a loaded task; changed false saves nothing (and events must then be empty).
+type TaskDecideFunc func(t *task.Task, now time.Time) (events []event.Event, changed bool, err error)
+
 // TaskUpdateEachFunc decides a change to the i-th task of a batch.
 type TaskUpdateEachFunc func(i int, t *task.Task, now time.Time) ([]event.Event, error)
 
@@ -83,6 +87,8 @@ type ClaimParams struct {
 	Queues []string
 	// Limit is the most tasks to claim.
 	Limit int
+	// LeaseSeconds is each claimed task's lease length.
+	LeaseSeconds int
 }
 
 // TaskFilter selects tasks for listing. Results are newest first.
@@ -121,8 +127,18 @@ type TaskStore interface {
 	UpdateEach(ctx context.Context, ids []uuid.UUID, fn TaskUpdateEachFunc) ([]TaskResult, error)
 	// Claim assigns up to p.Limit claimable tasks to the worker in one
 	// statement (the rule of task.Task.Claimable, priority DESC then FIFO,
-	// skipping rows other claims hold) and records a claimed event for each.
+	// skipping rows other claims hold), each under a fresh lease of
+	// p.LeaseSeconds, and records a claimed event for each.
 	Claim(ctx context.Context, p ClaimParams) ([]*task.Task, error)
+	// Held returns the tasks RUNNING under the worker, in id order, without
+	// locking them. The tasks carry every column but their payload.
+	Held(ctx context.Context, workerID string) ([]*task.Task, error)
+	// UpdateHeld locks the tasks RUNNING under the worker (in id order,
+	// waiting for rows other transactions hold), lets fn decide each at the
+	// database time, saves the ones fn changed with one statement and records
+	// their events. It returns every task it loaded, as fn left it; like
+	// Held's, they carry no payload.
+	UpdateHeld(ctx context.Context, workerID string, fn TaskDecideFunc) ([]*task.Task, error)
 	// List returns a page of tasks, newest first.
 	List(ctx context.Context, f TaskFilter) ([]*task.Task, error)
 }
@@ -171,6 +187,9 @@ type ReaperStore interface {
 	// UpdateOrphanedTasks selects RUNNING tasks whose worker is DEAD or no
 	// longer exists.
 	UpdateOrphanedTasks(ctx context.Context, limit int, fn TaskUpdateFunc) ([]*task.Task, error)
+	// UpdateExpiredLeases selects RUNNING tasks whose lease has run out
+	// (task.Task.LeaseExpired).
+	UpdateExpiredLeases(ctx context.Context, limit int, fn TaskUpdateFunc) ([]*task.Task, error)
 	// UpdateOverdueTasks selects PENDING tasks whose deadline has passed
 	// (task.Task.ExpireDeadline), earliest deadline first.
 	UpdateOverdueTasks(ctx context.Context, limit int, fn TaskUpdateFunc) ([]*task.Task, error)

@@ -23,6 +23,47 @@ type ClaimCommand struct {
 	// Wait, when positive, makes an empty claim wait up to this long for a
 	// claimable task (long poll) without holding a database connection.
 	Wait time.Duration
+	// LeaseSeconds is each claimed task's lease length (0: the configured
+	// default).
+	LeaseSeconds int
+}
+
+// ExtendCommand asks for a held task's lease to run out LeaseSeconds from
+// now.
+type ExtendCommand struct {
+	TaskID   uuid.UUID
+	WorkerID string
+	// LeaseID is required: only the current lease may be extended.
+	LeaseID *uuid.UUID
+	// LeaseSeconds is the new lease length (0: the task's current one).
+	LeaseSeconds int
+}
+
+// HeartbeatCommand is a worker's heartbeat and, when ListsTasks, the tasks
+// it holds.
+type HeartbeatCommand struct {
+	WorkerID string
+	// ListsTasks says the heartbeat lists the worker's tasks (Tasks, possibly
+	// none): listed tasks get their leases renewed, and tasks the worker holds
+	// but did not list (claimed more than a heartbeat interval ago) are taken
+	// back as orphaned. Without it the heartbeat renews and orphans nothing.
+	ListsTasks bool
+	// Tasks are the tasks the worker holds, each under the lease it knows.
+	Tasks []task.LeaseRef
+}
+
+// HeartbeatResult is the worker after its heartbeat and what it must act on.
+type HeartbeatResult struct {
+	// Worker is the worker, ACTIVE.
+	Worker *worker.Worker
+	// Lost are the listed tasks the worker no longer holds under the listed
+	// lease: it must abandon them (their reports would be refused).
+	Lost []task.LeaseRef
+	// Cancel are the tasks the worker holds that an operator asked to
+	// cancel: it should stop them and fail them.
+	Cancel []task.LeaseRef
+	// Drain is true when the worker was asked to stop claiming.
+	Drain bool
 }
 
 // CompleteItem is one success report of a batch.
@@ -82,8 +123,11 @@ type TaskService interface {
 	FailBatch(ctx context.Context, workerID string, items []FailItem) ([]TaskResult, error)
 	// Retry moves a DEAD task back to PENDING.
 	Retry(ctx context.Context, id uuid.UUID) (*task.Task, error)
-	// Cancel moves a PENDING task to DEAD (cancelled).
+	// Cancel moves a PENDING task to DEAD (cancelled), or records an
+	// operator's cancel request on a RUNNING one.
 	Cancel(ctx context.Context, id uuid.UUID) (*task.Task, error)
+	// Extend sets a held task's lease to run out LeaseSeconds from now.
+	Extend(ctx context.Context, cmd ExtendCommand) (*task.Task, error)
 }
 
 // WorkerService is what workers and operators can do with workers.
@@ -91,8 +135,12 @@ type WorkerService interface {
 	// Register creates or re-registers a worker (created false when it
 	// existed).
 	Register(ctx context.Context, p worker.RegisterParams) (w *worker.Worker, created bool, err error)
-	// Heartbeat records a sign of life.
-	Heartbeat(ctx context.Context, id string) (*worker.Worker, error)
+	// Heartbeat records a sign of life and, for a heartbeat that lists the
+	// worker's tasks, renews their leases and takes back the ones it lost
+	// track of; it answers with what the worker must act on.
+	Heartbeat(ctx context.Context, cmd HeartbeatCommand) (HeartbeatResult, error)
+	// Drain asks a worker to stop claiming.
+	Drain(ctx context.Context, id string) (*worker.Worker, error)
 	// List returns every worker.
 	List(ctx context.Context) ([]*worker.Worker, error)
 	// Liveness returns the thresholds in force.

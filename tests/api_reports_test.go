@@ -283,7 +283,6 @@ func TestAPIRetryAndCancelFromOtherStatesAreConflicts(t *testing.T) {
 		{pending.ID, "retry", "PENDING"},
 		{running.ID, "retry", "RUNNING"},
 		{done.ID, "retry", "DONE"},
-		{running.ID, "cancel", "RUNNING"},
 		{done.ID, "cancel", "DONE"},
 		{dead.ID, "cancel", "DEAD"},
 	} {

@@ -21,8 +21,9 @@ var (
 		"id", "queue", "status", "priority", "payload", "tags", "attempts", "max_attempts",
 		"worker_id", "lease_id", "last_error", "dead_reason", "result", "deadline", "run_at",
 		"idempotency_key", "created_at", "claimed_at", "finished_at", "updated_at",
+		"lease_expires_at", "cancel_requested_at",
 	}
-	workerFields = []string{"id", "queues", "tags", "status", "registered_at", "last_heartbeat_at"}
+	workerFields = []string{"id", "queues", "tags", "status", "registered_at", "last_heartbeat_at", "draining"}
 	queueFields  = []string{"queue", "pending", "running", "done", "dead", "active_workers",
 		"oldest_pending_age_seconds", "rates", "totals", "stats_as_of"}
 	rateWindows = []string{"last_1m", "last_5m", "last_15m"}

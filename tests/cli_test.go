@@ -177,6 +177,11 @@ func TestCLIWorkerExec(t *testing.T) {
 	require.Regexp(t, `(?m)^statistics as of \d{4}-\d\d-\d\dT`, out)
 	out = mustCLI(t, url, "workers")
 	require.Regexp(t, `cli-worker\s+ACTIVE\s+cli`, out)
+	out = mustCLI(t, url, "drain", "cli-worker")
+	require.Contains(t, out, "cli-worker ACTIVE (draining)")
+	require.Regexp(t, `cli-worker\s+ACTIVE \(draining\)\s+cli`, mustCLI(t, url, "workers"))
+	_, err = runCLI(t, context.Background(), url, "", "drain", "nobody")
+	require.True(t, client.IsWorkerNotFound(err), "%v", err)
 
 	// Operator commands.
 	out = mustCLI(t, url, "retry", fatal.ID, "--json")

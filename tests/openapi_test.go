@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/fx"
@@ -23,6 +24,7 @@ import (
 	httpadapter "github.com/taskmaster/taskmaster/adapters/http"
 	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
 	"github.com/taskmaster/taskmaster/docs"
+	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/tests/spectest"
 	"github.com/taskmaster/taskmaster/tests/testserver"
 )
@@ -326,6 +328,36 @@ func TestOpenAPIResponsesMatchSpec(t *testing.T) {
 	problem(422, "validation-error", "POST", "/tasks/v1/complete", `{"worker_id":"spec-w3","items":[]}`)
 	problem(422, "validation-error", "POST", "/tasks/v1/claim", `{"worker_id":"spec-w3","wait_ms":30001}`)
 
+	// Leases and the heartbeat protocol.
+	id3, lease3 := held(3)
+	extended := expect(200, "POST", "/tasks/v1/"+id3+"/extend", `{"worker_id":"spec-w1","lease_id":"`+lease3+`","lease_seconds":600}`)
+	require.NotNil(t, extended["lease_expires_at"])
+	expect(200, "POST", "/tasks/v1/"+id3+"/extend", `{"worker_id":"spec-w1","lease_id":"`+lease3+`"}`)
+	problem(409, "lease-lost", "POST", "/tasks/v1/"+id3+"/extend", `{"worker_id":"spec-w1","lease_id":"`+uuid.NewString()+`"}`)
+	problem(409, "invalid-transition", "POST", "/tasks/v1/"+id0+"/extend", `{"worker_id":"spec-w1","lease_id":"`+lease0+`"}`)
+	problem(422, "validation-error", "POST", "/tasks/v1/"+id3+"/extend", `{"worker_id":"spec-w1","lease_id":"`+lease3+`","lease_seconds":43201}`)
+	problem(422, "validation-error", "POST", "/tasks/v1/"+id3+"/extend", `{"worker_id":"spec-w1"}`)
+	problem(404, "task-not-found", "POST", "/tasks/v1/"+uuid.NewString()+"/extend", `{"worker_id":"spec-w1","lease_id":"`+lease3+`"}`)
+	cancelling := expect(200, "POST", "/tasks/v1/"+id3+"/cancel", "")
+	require.Equal(t, "RUNNING", cancelling["status"])
+	require.NotNil(t, cancelling["cancel_requested_at"])
+	beat := expect(200, "POST", "/workers/v1/spec-w1/heartbeat",
+		`{"tasks":[{"id":"`+id3+`","lease_id":"`+lease3+`"},{"id":"`+id0+`","lease_id":"`+lease0+`"}]}`)
+	require.Equal(t, []any{map[string]any{"id": id0, "lease_id": lease0}}, beat["lost"])
+	require.Equal(t, []any{map[string]any{"id": id3, "lease_id": lease3}}, beat["cancel"])
+	require.Equal(t, false, beat["drain"])
+	problem(422, "validation-error", "POST", "/workers/v1/spec-w1/heartbeat", `{"tasks":[{"id":"`+id3+`"}]}`)
+	problem(400, "malformed-request", "POST", "/workers/v1/spec-w1/heartbeat", `{"tasks":[{"id":"x","lease_id":"y"}]}`)
+	expect(200, "POST", "/tasks/v1/"+id3+"/fail", `{"worker_id":"spec-w1","lease_id":"`+lease3+`","error":"cancelled"}`)
+	drained := expect(200, "POST", "/workers/v1/spec-w3/drain", "")
+	require.Equal(t, true, drained["draining"])
+	expect(200, "POST", "/workers/v1/spec-w3/drain", "{}")
+	problem(404, "worker-not-found", "POST", "/workers/v1/nobody/drain", "")
+	problem(400, "malformed-request", "POST", "/workers/v1/spec-w3/drain", `{"now":true}`)
+	require.Equal(t, true, expect(200, "POST", "/workers/v1/spec-w3/heartbeat", `{"tasks":[]}`)["drain"])
+	expect(200, "POST", "/tasks/v1/claim", `{"worker_id":"spec-w1","lease_seconds":30}`)
+	problem(422, "validation-error", "POST", "/tasks/v1/claim", `{"worker_id":"spec-w1","lease_seconds":0}`)
+
 	// Operators.
 	expect(200, "POST", "/tasks/v1/"+id2+"/retry", "")
 	problem(409, "invalid-transition", "POST", "/tasks/v1/"+id2+"/retry", "{}")
@@ -480,4 +512,35 @@ func TestSpecPath(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "/tasks/v1/{id}/fail", specPath("/tasks/v1/{id:[0-9a-f-]+}/fail"))
 	require.Equal(t, "/healthz", specPath("/healthz"))
+}
+
+// The dead and requeue reasons docs/openapi.yaml lists are the domain's.
+func TestOpenAPIReasonsMatchTheDomain(t *testing.T) {
+	t.Parallel()
+	doc := spectest.Load(t)
+	enum := func(s *openapi3.Schema) []string {
+		var out []string
+		for _, v := range s.Enum {
+			if v != nil {
+				out = append(out, v.(string))
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	var dead []string
+	for _, r := range task.DeadReasons {
+		dead = append(dead, string(r))
+	}
+	slices.Sort(dead)
+	schemas := doc.Components.Schemas
+	require.Equal(t, dead, enum(schemas["Task"].Value.Properties["dead_reason"].Value), "Task.dead_reason")
+	totals := schemas["QueueTotals"].Value.Properties
+	require.Equal(t, dead, enum(totals["dead_lettered"].Value.PropertyNames.Value), "QueueTotals.dead_lettered")
+	var requeue []string
+	for _, r := range task.RequeueReasons {
+		requeue = append(requeue, string(r))
+	}
+	slices.Sort(requeue)
+	require.Equal(t, requeue, enum(totals["requeued"].Value.PropertyNames.Value), "QueueTotals.requeued")
 }

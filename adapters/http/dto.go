@@ -34,6 +34,12 @@ type TaskJSON struct {
 	ClaimedAt      *time.Time      `json:"claimed_at"`
 	FinishedAt     *time.Time      `json:"finished_at"`
 	UpdatedAt      time.Time       `json:"updated_at"`
+	// LeaseExpiresAt is when the holder's lease runs out (null unless
+	// RUNNING).
+	LeaseExpiresAt *time.Time `json:"lease_expires_at"`
+	// CancelRequestedAt is when an operator asked to cancel the running task
+	// (null unless RUNNING with such a request pending).
+	CancelRequestedAt *time.Time `json:"cancel_requested_at"`
 }
 
 func taskJSON(t *task.Task) TaskJSON {
@@ -49,7 +55,8 @@ func taskJSON(t *task.Task) TaskJSON {
 		DeadReason: optString(string(s.DeadReason)), Result: rawOrNull(s.Result),
 		Deadline: optTime(s.Deadline), RunAt: s.RunAt.UTC(), IdempotencyKey: optString(s.IdempotencyKey),
 		CreatedAt: s.CreatedAt.UTC(), ClaimedAt: optTime(s.ClaimedAt), FinishedAt: optTime(s.FinishedAt),
-		UpdatedAt: s.UpdatedAt.UTC(),
+		UpdatedAt: s.UpdatedAt.UTC(), LeaseExpiresAt: optTime(s.LeaseExpiresAt),
+		CancelRequestedAt: optTime(s.CancelRequestedAt),
 	}
 	if s.LeaseID != uuid.Nil {
 		out.LeaseID = optString(s.LeaseID.String())
@@ -73,14 +80,45 @@ type WorkerJSON struct {
 	Status          string    `json:"status"`
 	RegisteredAt    time.Time `json:"registered_at"`
 	LastHeartbeatAt time.Time `json:"last_heartbeat_at"`
+	// Draining is true when the worker was asked to stop claiming.
+	Draining bool `json:"draining"`
 }
 
 func workerJSON(w *worker.Worker) WorkerJSON {
 	s := w.Snapshot()
 	return WorkerJSON{
 		ID: s.ID, Queues: nonNil(s.Queues), Tags: nonNil(s.Tags), Status: string(s.Status),
-		RegisteredAt: s.RegisteredAt.UTC(), LastHeartbeatAt: s.LastHeartbeatAt.UTC(),
+		RegisteredAt: s.RegisteredAt.UTC(), LastHeartbeatAt: s.LastHeartbeatAt.UTC(), Draining: s.Draining,
 	}
+}
+
+// LeaseRefJSON names a task and a lease on it.
+type LeaseRefJSON struct {
+	ID      string `json:"id"`
+	LeaseID string `json:"lease_id"`
+}
+
+// HeartbeatResponse is the worker plus what its heartbeat asks of it.
+type HeartbeatResponse struct {
+	WorkerJSON
+	// Lost are the listed tasks the worker no longer holds.
+	Lost []LeaseRefJSON `json:"lost"`
+	// Cancel are held tasks an operator asked to cancel.
+	Cancel []LeaseRefJSON `json:"cancel"`
+	// Drain is true when the worker must stop claiming.
+	Drain bool `json:"drain"`
+}
+
+func heartbeatJSON(r ports.HeartbeatResult) HeartbeatResponse {
+	return HeartbeatResponse{WorkerJSON: workerJSON(r.Worker), Lost: leaseRefsJSON(r.Lost), Cancel: leaseRefsJSON(r.Cancel), Drain: r.Drain}
+}
+
+func leaseRefsJSON(refs []task.LeaseRef) []LeaseRefJSON {
+	out := make([]LeaseRefJSON, len(refs))
+	for i, r := range refs {
+		out[i] = LeaseRefJSON{ID: r.ID.String(), LeaseID: r.LeaseID.String()}
+	}
+	return out
 }
 
 // RegisterResponse is a worker plus the heartbeat interval asked of it.

@@ -86,8 +86,7 @@ func problemFor(err error) Problem {
 	case errors.As(err, &valErr):
 		return newProblem(kindValidation, "the request has invalid fields; see errors", func(p *Problem) { p.Errors = valErr.Fields })
 	case errors.As(err, &leaseErr):
-		return newProblem(kindLeaseLost, fmt.Sprintf("the task is %s and held by another worker or under another lease", leaseErr.Status),
-			func(p *Problem) { p.CurrentStatus = string(leaseErr.Status) })
+		return newProblem(kindLeaseLost, leaseDetail(leaseErr), func(p *Problem) { p.CurrentStatus = string(leaseErr.Status) })
 	case errors.As(err, &transErr):
 		return newProblem(kindTransition, transitionDetail(transErr), func(p *Problem) { p.CurrentStatus = string(transErr.From) })
 	case errors.Is(err, task.ErrNotFound):
@@ -99,6 +98,13 @@ func problemFor(err error) Problem {
 	default:
 		return newProblem(kindInternal, "an unexpected error occurred; quote the correlation id when reporting it", nil)
 	}
+}
+
+func leaseDetail(e *task.LeaseError) string {
+	if e.Status == task.StatusPending {
+		return "the lease is gone: the task was taken back and is PENDING again"
+	}
+	return fmt.Sprintf("the task is %s and held by another worker or under another lease", e.Status)
 }
 
 func transitionDetail(e *task.TransitionError) string {

@@ -19,9 +19,11 @@ func (s *Server) routes(r *mux.Router) {
 	r.HandleFunc("/tasks/v1/{id}/fail", s.handleFailTask).Methods(http.MethodPost)
 	r.HandleFunc("/tasks/v1/{id}/retry", s.handleRetryTask).Methods(http.MethodPost)
 	r.HandleFunc("/tasks/v1/{id}/cancel", s.handleCancelTask).Methods(http.MethodPost)
+	r.HandleFunc("/tasks/v1/{id}/extend", s.handleExtendLease).Methods(http.MethodPost)
 
 	r.HandleFunc("/workers/v1/register", s.handleRegisterWorker).Methods(http.MethodPost)
 	r.HandleFunc("/workers/v1/{id}/heartbeat", s.handleHeartbeat).Methods(http.MethodPost)
+	r.HandleFunc("/workers/v1/{id}/drain", s.handleDrainWorker).Methods(http.MethodPost)
 	r.HandleFunc("/workers/v1", s.handleListWorkers).Methods(http.MethodGet)
 
 	r.HandleFunc("/queues/v1", s.handleListQueues).Methods(http.MethodGet)

@@ -126,10 +126,11 @@ func decodeCursor(s string) (uuid.UUID, error) {
 }
 
 type claimRequest struct {
-	WorkerID string `json:"worker_id"`
-	Queue    string `json:"queue"`
-	Limit    *int   `json:"limit"`
-	WaitMS   int64  `json:"wait_ms"`
+	WorkerID     string `json:"worker_id"`
+	Queue        string `json:"queue"`
+	Limit        *int   `json:"limit"`
+	WaitMS       int64  `json:"wait_ms"`
+	LeaseSeconds *int   `json:"lease_seconds"`
 }
 
 type tasksResponse struct {
@@ -152,6 +153,7 @@ func (s *Server) handleClaimTasks(w http.ResponseWriter, r *http.Request) {
 			cmd.Limit = -1 // explicit 0 is out of range, not "default"
 		}
 	}
+	cmd.LeaseSeconds = explicit(req.LeaseSeconds)
 	ts, err := s.tasks.Claim(r.Context(), cmd)
 	if err != nil {
 		writeError(w, r, err)
@@ -211,6 +213,45 @@ func (s *Server) handleFailTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, taskJSON(t))
+}
+
+type extendRequest struct {
+	WorkerID     string     `json:"worker_id"`
+	LeaseID      *uuidValue `json:"lease_id"`
+	LeaseSeconds *int       `json:"lease_seconds"`
+}
+
+func (s *Server) handleExtendLease(w http.ResponseWriter, r *http.Request) {
+	id, ok := taskID(w, r)
+	if !ok {
+		return
+	}
+	var req extendRequest
+	if err := decode(r, &req, false); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	t, err := s.tasks.Extend(r.Context(), ports.ExtendCommand{
+		TaskID: id, WorkerID: req.WorkerID, LeaseID: req.LeaseID.get(), LeaseSeconds: explicit(req.LeaseSeconds),
+	})
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, taskJSON(t))
+}
+
+// explicit returns an optional count whose absence means "the default" (0
+// to the use cases): an explicit 0 becomes -1, out of range, not the default.
+func explicit(n *int) int {
+	switch {
+	case n == nil:
+		return 0
+	case *n == 0:
+		return -1
+	default:
+		return *n
+	}
 }
 
 func (s *Server) handleRetryTask(w http.ResponseWriter, r *http.Request) {

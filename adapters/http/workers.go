@@ -1,11 +1,15 @@
 package http
 
 import (
+	"fmt"
 	"net/http"
 
 	"github.com/gorilla/mux"
 
+	"github.com/taskmaster/taskmaster/domain/task"
+	"github.com/taskmaster/taskmaster/domain/validation"
 	"github.com/taskmaster/taskmaster/domain/worker"
+	"github.com/taskmaster/taskmaster/ports"
 )
 
 type registerRequest struct {
@@ -35,12 +39,63 @@ func (s *Server) handleRegisterWorker(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// heartbeatRequest is an optional body; a nil Tasks (absent, or the body
+// absent or {}) means the heartbeat lists nothing.
+type heartbeatRequest struct {
+	Tasks *[]heldTask `json:"tasks"`
+}
+
+type heldTask struct {
+	ID      *uuidValue `json:"id"`
+	LeaseID *uuidValue `json:"lease_id"`
+}
+
+func (req heartbeatRequest) command(workerID string) (ports.HeartbeatCommand, error) {
+	cmd := ports.HeartbeatCommand{WorkerID: workerID, ListsTasks: req.Tasks != nil}
+	if req.Tasks == nil {
+		return cmd, nil
+	}
+	var v validation.Errors
+	cmd.Tasks = make([]task.LeaseRef, 0, len(*req.Tasks))
+	for i, h := range *req.Tasks {
+		if h.ID == nil {
+			v.Add(fmt.Sprintf("tasks[%d].id", i), "is required")
+		}
+		if h.LeaseID == nil {
+			v.Add(fmt.Sprintf("tasks[%d].lease_id", i), "is required")
+		}
+		if h.ID != nil && h.LeaseID != nil {
+			cmd.Tasks = append(cmd.Tasks, task.LeaseRef{ID: h.ID.UUID, LeaseID: h.LeaseID.UUID})
+		}
+	}
+	return cmd, v.Err()
+}
+
 func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
+	var req heartbeatRequest
+	if err := decode(r, &req, true); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	cmd, err := req.command(mux.Vars(r)["id"])
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	res, err := s.workers.Heartbeat(r.Context(), cmd)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, heartbeatJSON(res))
+}
+
+func (s *Server) handleDrainWorker(w http.ResponseWriter, r *http.Request) {
 	if err := decode(r, &struct{}{}, true); err != nil {
 		writeError(w, r, err)
 		return
 	}
-	wk, err := s.workers.Heartbeat(r.Context(), mux.Vars(r)["id"])
+	wk, err := s.workers.Drain(r.Context(), mux.Vars(r)["id"])
 	if err != nil {
 		writeError(w, r, err)
 		return

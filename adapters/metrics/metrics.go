@@ -47,7 +47,8 @@ const (
 	// TasksDeadLettered counts transitions to DEAD {queue, reason}.
 	TasksDeadLettered CounterKind = "tasks_dead_lettered"
 	// TasksRequeued counts transitions back to PENDING {queue, reason}:
-	// failed (retry after backoff), worker_dead, retried (operator).
+	// failed (retry after backoff), worker_dead, lease_expired, orphaned,
+	// retried (operator).
 	TasksRequeued CounterKind = "tasks_requeued"
 	// TasksCleaned counts tasks deleted by retention (no labels).
 	TasksCleaned CounterKind = "tasks_cleaned"

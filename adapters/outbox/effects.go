@@ -30,7 +30,7 @@ const (
 // dead-lettered with its reason (a failure on the last attempt, a
 // non-retryable failure, a dead worker, a deadline, a cancellation), and
 // every transition of an existing task back to PENDING counts as requeued
-// with its reason (failed, worker_dead, retried).
+// with its reason (failed, worker_dead, lease_expired, orphaned, retried).
 func countersOf(e event.Event) []counterKey {
 	var out []counterKey
 	add := func(kind metrics.CounterKind, queue, reason string) {

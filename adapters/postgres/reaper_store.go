@@ -68,6 +68,21 @@ func (s *ReaperStore) UpdateOrphanedTasks(ctx context.Context, limit int, fn por
 	return s.updateTasks(ctx, "orphaned", orphanedTasksSQL, limit, fn)
 }
 
+// expiredLeasesSQL selects RUNNING tasks whose lease has run out: the rule of
+// task.Task.LeaseExpired. It walks tasks_running_by_worker and filters on the
+// heap; lease_expires_at is not indexed so that lease renewals stay HOT
+// updates (see migrations/0004_leases.sql).
+var expiredLeasesSQL = `
+	SELECT ` + taskColumns + `, now() AS db_now FROM tasks
+	WHERE status = 'RUNNING' AND lease_expires_at <= now()
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED`
+
+// UpdateExpiredLeases implements ports.ReaperStore.
+func (s *ReaperStore) UpdateExpiredLeases(ctx context.Context, limit int, fn ports.TaskUpdateFunc) ([]*task.Task, error) {
+	return s.updateTasks(ctx, "lease-expired", expiredLeasesSQL, limit, fn)
+}
+
 // overdueTasksSQL selects PENDING tasks whose deadline has passed: the rule of
 // task.Task.ExpireDeadline. It walks tasks_pending_deadline.
 const overdueTasksSQL = `

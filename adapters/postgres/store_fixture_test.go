@@ -75,6 +75,9 @@ func (f *storeFixture) claim(p ports.ClaimParams) []*task.Task {
 	if p.Limit == 0 {
 		p.Limit = 100
 	}
+	if p.LeaseSeconds == 0 {
+		p.LeaseSeconds = task.DefaultLeaseSeconds
+	}
 	var out []*task.Task
 	f.run(func(ctx context.Context, st ports.Stores) error {
 		var err error

@@ -143,11 +143,8 @@ func (s *TaskStore) UpdateEach(ctx context.Context, ids []uuid.UUID, fn ports.Ta
 		return nil, fmt.Errorf("lock tasks: %w", err)
 	}
 	found := make(map[uuid.UUID]*task.Task, len(rows))
-	now, err := s.st.Now(ctx)
-	if len(rows) > 0 {
-		now = rows[0].Now
-		s.st.setNow(now)
-	} else if err != nil {
+	now, err := s.st.nowOf(ctx, rows)
+	if err != nil {
 		return nil, err
 	}
 	for i := range rows {
@@ -202,6 +199,9 @@ func saveTasks(ctx context.Context, st *txState, ts []*task.Task) error {
 		claimedAts  = make([]sql.NullString, n)
 		finishedAts = make([]sql.NullString, n)
 		updatedAts  = make(pq.StringArray, n)
+		leaseSecs   = make([]sql.NullInt64, n)
+		leaseEnds   = make([]sql.NullString, n)
+		cancelAts   = make([]sql.NullString, n)
 	)
 	for i, t := range ts {
 		v := t.Snapshot()
@@ -217,6 +217,9 @@ func saveTasks(ctx context.Context, st *txState, ts []*task.Task) error {
 		}
 		claimedAts[i] = nullTimeText(v.ClaimedAt)
 		finishedAts[i] = nullTimeText(v.FinishedAt)
+		leaseSecs[i] = nullInt(v.LeaseSeconds)
+		leaseEnds[i] = nullTimeText(v.LeaseExpiresAt)
+		cancelAts[i] = nullTimeText(v.CancelRequestedAt)
 		if v.Status == task.StatusPending {
 			st.notify(v.Queue)
 		}
@@ -225,15 +228,17 @@ func saveTasks(ctx context.Context, st *txState, ts []*task.Task) error {
 		UPDATE tasks t SET status = u.status, attempts = u.attempts, worker_id = u.worker_id,
 			lease_id = u.lease_id::uuid, last_error = u.last_error, dead_reason = u.dead_reason,
 			result = u.result::jsonb, run_at = u.run_at::timestamptz, claimed_at = u.claimed_at::timestamptz,
-			finished_at = u.finished_at::timestamptz, updated_at = u.updated_at::timestamptz
+			finished_at = u.finished_at::timestamptz, updated_at = u.updated_at::timestamptz,
+			lease_seconds = u.lease_seconds, lease_expires_at = u.lease_expires_at::timestamptz,
+			cancel_requested_at = u.cancel_requested_at::timestamptz
 		FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[],
-			$8::text[], $9::text[], $10::text[], $11::text[], $12::text[])
+			$8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::int[], $14::text[], $15::text[])
 			AS u(id, status, attempts, worker_id, lease_id, last_error, dead_reason, result, run_at,
-				claimed_at, finished_at, updated_at)
+				claimed_at, finished_at, updated_at, lease_seconds, lease_expires_at, cancel_requested_at)
 		WHERE t.id = u.id`,
 		ids, statuses, attempts, pq.Array(workers), pq.Array(leases), pq.Array(lastErrors),
 		pq.Array(deadReasons), pq.Array(results), runAts, pq.Array(claimedAts),
-		pq.Array(finishedAts), updatedAts)
+		pq.Array(finishedAts), updatedAts, pq.Array(leaseSecs), pq.Array(leaseEnds), pq.Array(cancelAts))
 	if err != nil {
 		return fmt.Errorf("save tasks: %w", err)
 	}

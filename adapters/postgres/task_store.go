@@ -21,7 +21,15 @@ import (
 // taskColumns are the columns of taskRow, in order.
 const taskColumns = `id, seq, queue, status, priority, payload, tags, attempts, max_attempts,
 	worker_id, lease_id, last_error, dead_reason, result, deadline, run_at,
-	idempotency_key, created_at, claimed_at, finished_at, updated_at`
+	idempotency_key, created_at, claimed_at, finished_at, updated_at,
+	lease_seconds, lease_expires_at, cancel_requested_at`
+
+// heldTaskColumns are taskColumns but the payload: what the lease protocol
+// reads of a worker's tasks (saving a task never writes its payload).
+const heldTaskColumns = `id, seq, queue, status, priority, tags, attempts, max_attempts,
+	worker_id, lease_id, last_error, dead_reason, result, deadline, run_at,
+	idempotency_key, created_at, claimed_at, finished_at, updated_at,
+	lease_seconds, lease_expires_at, cancel_requested_at`
 
 // taskRow is one row of tasks.
 type taskRow struct {
@@ -46,6 +54,9 @@ type taskRow struct {
 	ClaimedAt      sql.NullTime   `db:"claimed_at"`
 	FinishedAt     sql.NullTime   `db:"finished_at"`
 	UpdatedAt      time.Time      `db:"updated_at"`
+	LeaseSeconds   sql.NullInt32  `db:"lease_seconds"`
+	LeaseExpiresAt sql.NullTime   `db:"lease_expires_at"`
+	CancelReqAt    sql.NullTime   `db:"cancel_requested_at"`
 }
 
 // taskRowNow is a task row with the transaction's now().
@@ -76,6 +87,10 @@ func (r *taskRow) toDomain() *task.Task {
 		ClaimedAt:      timePtr(r.ClaimedAt),
 		FinishedAt:     timePtr(r.FinishedAt),
 		UpdatedAt:      r.UpdatedAt,
+
+		LeaseSeconds:      int(r.LeaseSeconds.Int32),
+		LeaseExpiresAt:    timePtr(r.LeaseExpiresAt),
+		CancelRequestedAt: timePtr(r.CancelReqAt),
 	})
 }
 
@@ -165,10 +180,12 @@ func (s *TaskStore) save(ctx context.Context, t *task.Task) error {
 	v := t.Snapshot()
 	_, err := s.st.tx.ExecContext(ctx, `
 		UPDATE tasks SET status = $2, attempts = $3, worker_id = $4, lease_id = $5, last_error = $6,
-			dead_reason = $7, result = $8, run_at = $9, claimed_at = $10, finished_at = $11, updated_at = $12
+			dead_reason = $7, result = $8, run_at = $9, claimed_at = $10, finished_at = $11, updated_at = $12,
+			lease_seconds = $13, lease_expires_at = $14, cancel_requested_at = $15
 		WHERE id = $1`,
 		v.ID, string(v.Status), v.Attempts, nullString(v.WorkerID), nullUUID(v.LeaseID), nullString(v.LastError),
-		nullString(string(v.DeadReason)), nullJSON(v.Result), v.RunAt, v.ClaimedAt, v.FinishedAt, v.UpdatedAt)
+		nullString(string(v.DeadReason)), nullJSON(v.Result), v.RunAt, v.ClaimedAt, v.FinishedAt, v.UpdatedAt,
+		nullInt(v.LeaseSeconds), v.LeaseExpiresAt, v.CancelRequestedAt)
 	if err != nil {
 		if len(v.Result) > 0 {
 			err = jsonValueError(err, "result")
@@ -200,17 +217,19 @@ const claimCandidates = `
 	ORDER BY c.priority DESC, c.seq
 	LIMIT $3`
 
-// claimAssign marks the candidates RUNNING under the worker with fresh leases.
+// claimAssign marks the candidates RUNNING under the worker ($1) with fresh
+// leases of $4 seconds (task.Task.Claim).
 var claimAssign = `
 	UPDATE tasks t SET status = 'RUNNING', attempts = t.attempts + 1, worker_id = $1,
-		lease_id = gen_random_uuid(), claimed_at = now(), updated_at = now()
+		lease_id = gen_random_uuid(), claimed_at = now(), updated_at = now(),
+		lease_seconds = $4::int, lease_expires_at = now() + $4::int * interval '1 second', cancel_requested_at = NULL
 	FROM cand WHERE t.id = cand.id
 	RETURNING ` + prefixed("t.", taskColumns)
 
-// claimQueues claims from the listed queues ($4).
+// claimQueues claims from the listed queues ($5).
 const claimQueues = `
 	WITH cand AS (
-		SELECT c.id FROM unnest($4::text[]) AS q(name)` + claimCandidates + `
+		SELECT c.id FROM unnest($5::text[]) AS q(name)` + claimCandidates + `
 	)`
 
 // claimAny claims from every queue that has pending tasks; the recursive
@@ -246,6 +265,9 @@ func (s *TaskStore) Claim(ctx context.Context, p ports.ClaimParams) ([]*task.Tas
 	if tags == nil {
 		tags = pq.StringArray{}
 	}
+	if err := task.ValidateLeaseSeconds("lease_seconds", p.LeaseSeconds); err != nil {
+		return nil, err
+	}
 	var rows []taskRow
 	var err error
 	hasTags := 0
@@ -253,9 +275,9 @@ func (s *TaskStore) Claim(ctx context.Context, p ports.ClaimParams) ([]*task.Tas
 		hasTags = 1
 	}
 	if len(p.Queues) == 0 {
-		err = s.st.tx.SelectContext(ctx, &rows, claimSQL[1][hasTags], p.WorkerID, tags, p.Limit)
+		err = s.st.tx.SelectContext(ctx, &rows, claimSQL[1][hasTags], p.WorkerID, tags, p.Limit, p.LeaseSeconds)
 	} else {
-		err = s.st.tx.SelectContext(ctx, &rows, claimSQL[0][hasTags], p.WorkerID, tags, p.Limit, pq.StringArray(p.Queues))
+		err = s.st.tx.SelectContext(ctx, &rows, claimSQL[0][hasTags], p.WorkerID, tags, p.Limit, p.LeaseSeconds, pq.StringArray(p.Queues))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
@@ -333,6 +355,9 @@ func timePtr(t sql.NullTime) *time.Time {
 func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
 
 func nullUUID(id uuid.UUID) uuid.NullUUID { return uuid.NullUUID{UUID: id, Valid: id != uuid.Nil} }
+
+// nullInt stores 0 as SQL NULL.
+func nullInt(n int) sql.NullInt64 { return sql.NullInt64{Int64: int64(n), Valid: n != 0} }
 
 // nullJSON stores an absent value as SQL NULL. JSON goes as text: lib/pq
 // would send a []byte as bytea.

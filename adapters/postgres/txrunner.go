@@ -187,6 +187,16 @@ func (s *txState) Now(ctx context.Context) (time.Time, error) {
 	return s.now, nil
 }
 
+// nowOf returns the now() that rows were read with, or the transaction's
+// when there are none.
+func (s *txState) nowOf(ctx context.Context, rows []taskRowNow) (time.Time, error) {
+	if len(rows) == 0 {
+		return s.Now(ctx)
+	}
+	s.setNow(rows[0].Now)
+	return rows[0].Now, nil
+}
+
 // setNow remembers a now() that a query returned alongside its rows.
 func (s *txState) setNow(t time.Time) {
 	s.now, s.hasNow = t, true

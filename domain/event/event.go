@@ -24,12 +24,17 @@ const (
 	// TaskFailed: the holder reported a failure; To is PENDING (retry after
 	// backoff) or DEAD (Reason exhausted or non_retryable).
 	TaskFailed Type = "task.failed"
-	// TaskRequeued: the service took a RUNNING task back (Reason says why, for
-	// example worker_dead) and it went to PENDING.
+	// TaskRequeued: the service took a RUNNING task back and it went to
+	// PENDING; Reason says why: worker_dead, lease_expired or orphaned.
 	TaskRequeued Type = "task.requeued"
 	// TaskDeadLettered: the service moved a task to DEAD without a failure
-	// report (Reason worker_dead, deadline, cancelled, ...).
+	// report (Reason worker_dead, lease_expired, orphaned, deadline,
+	// cancelled).
 	TaskDeadLettered Type = "task.dead_lettered"
+	// TaskCancelRequested: an operator asked to cancel a RUNNING task; it
+	// stays RUNNING (From and To are both RUNNING) until its holder fails it
+	// or the service takes it back, either way into DEAD cancelled.
+	TaskCancelRequested Type = "task.cancel_requested"
 	// TaskRetried: an operator moved a DEAD task back to PENDING.
 	TaskRetried Type = "task.retried"
 	// TaskCleaned: retention deleted a finished task.
@@ -48,6 +53,9 @@ const (
 	WorkerDied Type = "worker.died"
 	// WorkerCleaned: retention deleted a DEAD worker.
 	WorkerCleaned Type = "worker.cleaned"
+	// WorkerDraining: an operator asked the worker to stop claiming (From
+	// and To are both its liveness status, which does not change).
+	WorkerDraining Type = "worker.draining"
 )
 
 // Event is one lifecycle transition. It is JSON-encoded into the outbox.

@@ -19,6 +19,13 @@ var (
 	// ErrDeadlineNotPassed: deadline expiry was asked of a task whose
 	// deadline has not passed.
 	ErrDeadlineNotPassed = errors.New("deadline has not passed")
+	// ErrLeaseNotExpired: lease expiry was asked of a task whose lease has
+	// not run out.
+	ErrLeaseNotExpired = errors.New("lease has not expired")
+	// ErrNotOrphaned: an orphan release was asked of a task its worker's
+	// heartbeat listed, or that it claimed too recently to be missing from
+	// the list, or that it does not hold.
+	ErrNotOrphaned = errors.New("task is not orphaned")
 )
 
 // TransitionError is an illegal transition: the task's current status does

@@ -28,8 +28,11 @@ const (
 	// DEAD past the deadline or on cancel.
 	StatusPending Status = "PENDING"
 	// StatusRunning is entered by a claim; exactly one worker holds the task
-	// under a lease id. It is left by complete (DONE), fail (PENDING or DEAD),
-	// or the holder's death (PENDING or DEAD).
+	// under a lease id until the lease expires (renewed by the holder's
+	// heartbeats and by extend). It is left by complete (DONE), fail (PENDING
+	// or DEAD), or when the service takes it back (PENDING, or DEAD on the
+	// last attempt or after a cancel request): the holder died, its lease
+	// expired, or its heartbeat showed it had lost track of the task.
 	StatusRunning Status = "RUNNING"
 	// StatusDone is entered when the holder completes the task. Terminal; only
 	// retention deletes it.
@@ -60,9 +63,21 @@ const (
 	DeadWorkerDead DeadReason = "worker_dead"
 	// DeadDeadline: it was still PENDING when its deadline passed.
 	DeadDeadline DeadReason = "deadline"
-	// DeadCancelled: an operator cancelled it.
+	// DeadCancelled: an operator cancelled it: while PENDING, or while
+	// RUNNING and then the holder failed it or lost it.
 	DeadCancelled DeadReason = "cancelled"
+	// DeadLeaseExpired: its lease ran out on its last attempt.
+	DeadLeaseExpired DeadReason = "lease_expired"
+	// DeadOrphaned: its worker's heartbeat did not list it (the worker never
+	// learned of the claim, or forgot it) on its last attempt.
+	DeadOrphaned DeadReason = "orphaned"
 )
+
+// DeadReasons lists every dead reason, in the order the API documents them.
+var DeadReasons = []DeadReason{
+	DeadExhausted, DeadNonRetryable, DeadWorkerDead, DeadDeadline, DeadCancelled,
+	DeadLeaseExpired, DeadOrphaned,
+}
 
 // RequeueReason says why a task went back to PENDING.
 type RequeueReason string
@@ -74,7 +89,16 @@ const (
 	RequeueWorkerDead RequeueReason = "worker_dead"
 	// RequeueRetried: an operator retried a DEAD task.
 	RequeueRetried RequeueReason = "retried"
+	// RequeueLeaseExpired: the holder's lease ran out.
+	RequeueLeaseExpired RequeueReason = "lease_expired"
+	// RequeueOrphaned: the holder's heartbeat did not list the task.
+	RequeueOrphaned RequeueReason = "orphaned"
 )
+
+// RequeueReasons lists every requeue reason.
+var RequeueReasons = []RequeueReason{
+	RequeueFailed, RequeueWorkerDead, RequeueLeaseExpired, RequeueOrphaned, RequeueRetried,
+}
 
 // Limits on submitted values.
 const (
@@ -92,6 +116,13 @@ const (
 	MaxErrorLength = 64 << 10
 	// MaxIdempotencyKeyLength is the longest idempotency key.
 	MaxIdempotencyKeyLength = 255
+	// MinLeaseSeconds is the shortest lease a claim or extension may ask.
+	MinLeaseSeconds = 1
+	// MaxLeaseSeconds is the longest lease (12 h).
+	MaxLeaseSeconds = 12 * 60 * 60
+	// DefaultLeaseSeconds is the lease of a claim that asks for none, unless
+	// configured otherwise (5 min).
+	DefaultLeaseSeconds = 300
 )
 
 // Snapshot is a task's full state as plain data: what storage saves and
@@ -118,6 +149,15 @@ type Snapshot struct {
 	ClaimedAt      *time.Time
 	FinishedAt     *time.Time
 	UpdatedAt      time.Time
+	// LeaseSeconds is the lease length of the running attempt, which
+	// renewals reuse; 0 unless RUNNING.
+	LeaseSeconds int
+	// LeaseExpiresAt is when the running attempt's lease runs out; nil
+	// unless RUNNING.
+	LeaseExpiresAt *time.Time
+	// CancelRequestedAt is when an operator asked to cancel the running
+	// attempt; nil unless RUNNING with such a request pending.
+	CancelRequestedAt *time.Time
 }
 
 // Task is a unit of work in a queue. Its fields are reachable only through
@@ -192,11 +232,13 @@ func Submit(p SubmitParams, now time.Time) (*Task, event.Event, error) {
 	return t, t.event(event.TaskSubmitted, "", "", now), nil
 }
 
-// ClaimParams identify the claiming worker.
+// ClaimParams identify the claiming worker and the lease it gets.
 type ClaimParams struct {
 	WorkerID   string
 	WorkerTags []string
 	LeaseID    uuid.UUID
+	// LeaseSeconds is the lease length (MinLeaseSeconds..MaxLeaseSeconds).
+	LeaseSeconds int
 }
 
 // Claimable reports whether a worker with workerTags may claim the task at
@@ -219,10 +261,13 @@ func (t *Task) Claimable(workerTags []string, now time.Time) bool {
 }
 
 // Claim moves a claimable PENDING task to RUNNING under the worker, with a
-// fresh lease, counting an attempt.
+// fresh lease of p.LeaseSeconds from now, counting an attempt.
 func (t *Task) Claim(p ClaimParams, now time.Time) (event.Event, error) {
 	if t.s.Status != StatusPending {
 		return event.Event{}, &TransitionError{ID: t.s.ID, From: t.s.Status, To: StatusRunning}
+	}
+	if err := ValidateLeaseSeconds("lease_seconds", p.LeaseSeconds); err != nil {
+		return event.Event{}, err
 	}
 	if !t.Claimable(p.WorkerTags, now) {
 		return event.Event{}, ErrNotClaimable
@@ -233,6 +278,8 @@ func (t *Task) Claim(p ClaimParams, now time.Time) (event.Event, error) {
 	t.s.LeaseID = p.LeaseID
 	t.s.ClaimedAt = &now
 	t.s.UpdatedAt = now
+	t.s.LeaseSeconds = p.LeaseSeconds
+	t.s.LeaseExpiresAt = leaseEnd(now, p.LeaseSeconds)
 	return Claimed(t), nil
 }
 
@@ -275,13 +322,16 @@ type FailParams struct {
 // Fail records a failed attempt of a RUNNING task held by the worker. With
 // attempts left and a retryable error the task goes back to PENDING, claimable
 // after policy.Delay(attempts); otherwise it goes to DEAD (exhausted or
-// non_retryable).
+// non_retryable). A task an operator asked to cancel goes to DEAD cancelled,
+// whatever the error: the cancellation is what the holder reports.
 func (t *Task) Fail(p FailParams, policy backoff.Policy, now time.Time) (event.Event, error) {
 	if err := t.fence(p.WorkerID, p.LeaseID, ""); err != nil {
 		return event.Event{}, err
 	}
 	t.s.LastError = truncate(withoutNUL(p.Error), MaxErrorLength)
 	switch {
+	case t.s.CancelRequestedAt != nil:
+		return t.die(event.TaskFailed, DeadCancelled, now), nil
 	case !p.Retryable:
 		return t.die(event.TaskFailed, DeadNonRetryable, now), nil
 	case t.s.Attempts >= t.s.MaxAttempts:
@@ -293,15 +343,12 @@ func (t *Task) Fail(p FailParams, policy backoff.Policy, now time.Time) (event.E
 
 // ReleaseFromDeadWorker takes a RUNNING task back from a worker that was
 // declared dead. The attempt counts: with attempts left the task is PENDING
-// again at once, otherwise DEAD with reason worker_dead.
+// again at once, otherwise DEAD with reason worker_dead (see takeBack).
 func (t *Task) ReleaseFromDeadWorker(now time.Time) (event.Event, error) {
 	if t.s.Status != StatusRunning {
 		return event.Event{}, &TransitionError{ID: t.s.ID, From: t.s.Status, To: StatusPending}
 	}
-	if t.s.Attempts >= t.s.MaxAttempts {
-		return t.die(event.TaskDeadLettered, DeadWorkerDead, now), nil
-	}
-	return t.requeue(event.TaskRequeued, RequeueWorkerDead, now, now), nil
+	return t.takeBack(RequeueWorkerDead, DeadWorkerDead, now), nil
 }
 
 // ExpireDeadline moves a PENDING task whose deadline has passed to DEAD with
@@ -316,12 +363,26 @@ func (t *Task) ExpireDeadline(now time.Time) (event.Event, error) {
 	return t.die(event.TaskDeadLettered, DeadDeadline, now), nil
 }
 
-// Cancel moves a PENDING task to DEAD with reason cancelled.
+// Cancel is an operator's cancellation. A PENDING task moves to DEAD with
+// reason cancelled. A RUNNING task stays RUNNING with the request recorded
+// (task.cancel_requested; the first request's time is kept): its holder
+// learns it from its heartbeats and should fail the task, which then ends
+// DEAD cancelled, as it does if the service takes the task back instead
+// (lease expired, worker dead, orphaned). Any other status is a
+// TransitionError.
 func (t *Task) Cancel(now time.Time) (event.Event, error) {
-	if t.s.Status != StatusPending {
+	switch t.s.Status {
+	case StatusPending:
+		return t.die(event.TaskDeadLettered, DeadCancelled, now), nil
+	case StatusRunning:
+		if t.s.CancelRequestedAt == nil {
+			t.s.CancelRequestedAt = &now
+			t.s.UpdatedAt = now
+		}
+		return t.event(event.TaskCancelRequested, StatusRunning, "", now), nil
+	default:
 		return event.Event{}, &TransitionError{ID: t.s.ID, From: t.s.Status, To: StatusDead}
 	}
-	return t.die(event.TaskDeadLettered, DeadCancelled, now), nil
 }
 
 // Retry moves a DEAD task back to PENDING with its attempts reset, claimable
@@ -343,15 +404,51 @@ func (t *Task) Retry(now time.Time) (event.Event, error) {
 }
 
 // fence checks that the task is RUNNING and held by workerID under leaseID
-// (when given). to is the status the caller wanted, for the error.
+// (when given). to is the status the caller wanted, for the error. A caller
+// naming a lease on a task that is PENDING again lost that lease (the task
+// was taken back and waits for its next claim): a LeaseError, like a lease
+// another claim replaced. A finished task (DONE, DEAD), or a PENDING one
+// reported without a lease, is a TransitionError.
 func (t *Task) fence(workerID string, leaseID *uuid.UUID, to Status) error {
-	if t.s.Status != StatusRunning {
+	switch {
+	case t.s.Status == StatusPending && leaseID != nil:
+		return &LeaseError{ID: t.s.ID, Status: t.s.Status}
+	case t.s.Status != StatusRunning:
 		return &TransitionError{ID: t.s.ID, From: t.s.Status, To: to}
-	}
-	if workerID != t.s.WorkerID || (leaseID != nil && *leaseID != t.s.LeaseID) {
+	case workerID != t.s.WorkerID || (leaseID != nil && *leaseID != t.s.LeaseID):
 		return &LeaseError{ID: t.s.ID, Status: t.s.Status}
 	}
 	return nil
+}
+
+// takeBack ends the running attempt of a task the service takes from its
+// holder: DEAD cancelled when an operator asked to cancel it, DEAD with
+// exhausted when it was on its last attempt, else PENDING again at once with
+// requeue. The attempt counts.
+func (t *Task) takeBack(requeue RequeueReason, exhausted DeadReason, now time.Time) event.Event {
+	switch {
+	case t.s.CancelRequestedAt != nil:
+		return t.die(event.TaskDeadLettered, DeadCancelled, now)
+	case t.s.Attempts >= t.s.MaxAttempts:
+		return t.die(event.TaskDeadLettered, exhausted, now)
+	default:
+		return t.requeue(event.TaskRequeued, requeue, now, now)
+	}
+}
+
+// leaseEnd is when a lease of seconds taken at now runs out.
+func leaseEnd(now time.Time, seconds int) *time.Time {
+	end := now.Add(time.Duration(seconds) * time.Second)
+	return &end
+}
+
+// endLease clears what only a RUNNING task has.
+func (t *Task) endLease() {
+	t.s.WorkerID = ""
+	t.s.LeaseID = uuid.Nil
+	t.s.LeaseSeconds = 0
+	t.s.LeaseExpiresAt = nil
+	t.s.CancelRequestedAt = nil
 }
 
 // finishRun ends the running attempt in a terminal status.
@@ -363,8 +460,7 @@ func (t *Task) finishRun(typ event.Type, to Status, reason string, now time.Time
 	}
 	e.EndToEndSeconds = event.Seconds(now.Sub(t.s.CreatedAt))
 	t.s.Status = to
-	t.s.WorkerID = ""
-	t.s.LeaseID = uuid.Nil
+	t.endLease()
 	t.s.FinishedAt = &now
 	t.s.UpdatedAt = now
 	e.To = string(to)
@@ -383,8 +479,7 @@ func (t *Task) requeue(typ event.Type, reason RequeueReason, runAt, now time.Tim
 		e.ExecutionSeconds = event.Seconds(now.Sub(*t.s.ClaimedAt))
 	}
 	t.s.Status = StatusPending
-	t.s.WorkerID = ""
-	t.s.LeaseID = uuid.Nil
+	t.endLease()
 	t.s.RunAt = runAt
 	t.s.UpdatedAt = now
 	e.To = string(StatusPending)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +34,9 @@ var (
 
 const holder = "worker-1"
 
+// leaseSeconds is the lease of the fixture's claims.
+const leaseSeconds = 60
+
 func at(d time.Duration) time.Time { return base.Add(d) }
 
 func ptr[T any](v T) *T { return &v }
@@ -57,7 +61,8 @@ func pending() task.Snapshot {
 	}
 }
 
-// running is the pending task claimed by holder at base+5s, on attempt n.
+// running is the pending task claimed by holder at base+5s, on attempt n,
+// with a 60 s lease (it runs out at base+65s).
 func running(n int) task.Snapshot {
 	s := pending()
 	s.Status = task.StatusRunning
@@ -66,6 +71,17 @@ func running(n int) task.Snapshot {
 	s.LeaseID = leaseID
 	s.ClaimedAt = ptr(at(5 * time.Second))
 	s.UpdatedAt = at(5 * time.Second)
+	s.LeaseSeconds = leaseSeconds
+	s.LeaseExpiresAt = ptr(at(65 * time.Second))
+	return s
+}
+
+// cancelRequested is running(n) with an operator's cancel request made at
+// base+10s.
+func cancelRequested(n int) task.Snapshot {
+	s := running(n)
+	s.CancelRequestedAt = ptr(at(10 * time.Second))
+	s.UpdatedAt = at(10 * time.Second)
 	return s
 }
 
@@ -224,8 +240,7 @@ func TestSubmitRejectsDeadlineNotAfterNow(t *testing.T) {
 func endRun(s *task.Snapshot, status task.Status, reason task.DeadReason, now time.Time) {
 	s.Status = status
 	s.DeadReason = reason
-	s.WorkerID = ""
-	s.LeaseID = uuid.Nil
+	noLease(s)
 	s.FinishedAt = &now
 	s.UpdatedAt = now
 }
@@ -233,10 +248,18 @@ func endRun(s *task.Snapshot, status task.Status, reason task.DeadReason, now ti
 // backToPending is what every move into PENDING does to a snapshot.
 func backToPending(s *task.Snapshot, runAt, now time.Time) {
 	s.Status = task.StatusPending
-	s.WorkerID = ""
-	s.LeaseID = uuid.Nil
+	noLease(s)
 	s.RunAt = runAt
 	s.UpdatedAt = now
+}
+
+// noLease clears what only a RUNNING task has.
+func noLease(s *task.Snapshot) {
+	s.WorkerID = ""
+	s.LeaseID = uuid.Nil
+	s.LeaseSeconds = 0
+	s.LeaseExpiresAt = nil
+	s.CancelRequestedAt = nil
 }
 
 func TestLegalTransitions(t *testing.T) {
@@ -260,7 +283,7 @@ func TestLegalTransitions(t *testing.T) {
 	}
 	claim := func(workerID string, l uuid.UUID) func(*task.Task, time.Time) (event.Event, error) {
 		return func(tk *task.Task, now time.Time) (event.Event, error) {
-			return tk.Claim(task.ClaimParams{WorkerID: workerID, WorkerTags: []string{"eu", "gpu"}, LeaseID: l}, now)
+			return tk.Claim(task.ClaimParams{WorkerID: workerID, WorkerTags: []string{"eu", "gpu"}, LeaseID: l, LeaseSeconds: leaseSeconds}, now)
 		}
 	}
 	complete := func(l *uuid.UUID) func(*task.Task, time.Time) (event.Event, error) {
@@ -274,6 +297,12 @@ func TestLegalTransitions(t *testing.T) {
 		}
 	}
 	release := (*task.Task).ReleaseFromDeadWorker
+	expireLease := (*task.Task).ExpireLease
+	orphan := func(listed ...task.LeaseRef) func(*task.Task, time.Time) (event.Event, error) {
+		return func(tk *task.Task, now time.Time) (event.Event, error) {
+			return tk.ReleaseOrphan(task.NewListing(holder, listed, 10*time.Second), now)
+		}
+	}
 	expire := (*task.Task).ExpireDeadline
 	cancel := (*task.Task).Cancel
 	retry := (*task.Task).Retry
@@ -296,6 +325,7 @@ func TestLegalTransitions(t *testing.T) {
 			want: func(s *task.Snapshot, now time.Time) {
 				s.Status, s.Attempts, s.WorkerID, s.LeaseID = task.StatusRunning, 1, holder, leaseID
 				s.ClaimedAt, s.UpdatedAt = &now, now
+				s.LeaseSeconds, s.LeaseExpiresAt = leaseSeconds, ptr(now.Add(time.Minute))
 			},
 			event: event.Event{Type: event.TaskClaimed, Attempt: 1, WorkerID: holder, QueueWaitSeconds: secs(5)},
 		},
@@ -305,6 +335,7 @@ func TestLegalTransitions(t *testing.T) {
 			want: func(s *task.Snapshot, now time.Time) {
 				s.Status, s.Attempts, s.WorkerID, s.LeaseID = task.StatusRunning, 2, "worker-2", staleID
 				s.ClaimedAt, s.UpdatedAt = &now, now
+				s.LeaseSeconds, s.LeaseExpiresAt = leaseSeconds, ptr(now.Add(time.Minute))
 			},
 			event: event.Event{Type: event.TaskClaimed, Attempt: 2, WorkerID: "worker-2", QueueWaitSeconds: secs(20)},
 		},
@@ -373,6 +404,99 @@ func TestLegalTransitions(t *testing.T) {
 			act:   release,
 			want:  func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadWorkerDead, now) },
 			event: event.Event{Type: event.TaskDeadLettered, Reason: "worker_dead", Attempt: 3, WorkerID: holder, ExecutionSeconds: secs(120), EndToEndSeconds: secs(125)},
+		},
+		{
+			name: "RUNNING -> DONE: complete of a task an operator asked to cancel (the work is done)", start: cancelRequested(1), now: at(15 * time.Second),
+			act: complete(lease(leaseID)),
+			want: func(s *task.Snapshot, now time.Time) {
+				endRun(s, task.StatusDone, "", now)
+				s.Result = result
+			},
+			event: event.Event{Type: event.TaskCompleted, Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
+		},
+		{
+			name: "RUNNING -> DEAD: fail of a task an operator asked to cancel is cancelled, not retried", start: cancelRequested(1), now: at(15 * time.Second),
+			act: fail("context canceled", true),
+			want: func(s *task.Snapshot, now time.Time) {
+				endRun(s, task.StatusDead, task.DeadCancelled, now)
+				s.LastError = "context canceled"
+			},
+			event: event.Event{Type: event.TaskFailed, Reason: "cancelled", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
+		},
+		{
+			name: "RUNNING -> DEAD: non-retryable fail of a task an operator asked to cancel is cancelled", start: cancelRequested(1), now: at(15 * time.Second),
+			act: fail("stopped", false),
+			want: func(s *task.Snapshot, now time.Time) {
+				endRun(s, task.StatusDead, task.DeadCancelled, now)
+				s.LastError = "stopped"
+			},
+			event: event.Event{Type: event.TaskFailed, Reason: "cancelled", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
+		},
+		{
+			name: "RUNNING -> RUNNING: cancel records the request", start: running(1), now: at(20 * time.Second),
+			act:   cancel,
+			want:  func(s *task.Snapshot, now time.Time) { s.CancelRequestedAt, s.UpdatedAt = &now, now },
+			event: event.Event{Type: event.TaskCancelRequested, Attempt: 1, WorkerID: holder},
+		},
+		{
+			name: "RUNNING -> RUNNING: a repeated cancel keeps the first request's time", start: cancelRequested(1), now: at(20 * time.Second),
+			act:   cancel,
+			want:  func(s *task.Snapshot, now time.Time) {},
+			event: event.Event{Type: event.TaskCancelRequested, Attempt: 1, WorkerID: holder},
+		},
+		{
+			name: "RUNNING -> DEAD: holder declared dead after a cancel request", start: cancelRequested(1), now: at(125 * time.Second),
+			act:   release,
+			want:  func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadCancelled, now) },
+			event: event.Event{Type: event.TaskDeadLettered, Reason: "cancelled", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(120), EndToEndSeconds: secs(125)},
+		},
+		{
+			name: "RUNNING -> PENDING: lease ran out exactly now, attempts left", start: running(1), now: at(65 * time.Second),
+			act:   expireLease,
+			want:  func(s *task.Snapshot, now time.Time) { backToPending(s, now, now) },
+			event: event.Event{Type: event.TaskRequeued, Reason: "lease_expired", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(60)},
+		},
+		{
+			name: "RUNNING -> PENDING: lease ran out a while ago, attempts left", start: running(2), now: at(90 * time.Second),
+			act:   expireLease,
+			want:  func(s *task.Snapshot, now time.Time) { backToPending(s, now, now) },
+			event: event.Event{Type: event.TaskRequeued, Reason: "lease_expired", Attempt: 2, WorkerID: holder, ExecutionSeconds: secs(85)},
+		},
+		{
+			name: "RUNNING -> DEAD: lease ran out on the last attempt", start: running(3), now: at(65 * time.Second),
+			act:   expireLease,
+			want:  func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadLeaseExpired, now) },
+			event: event.Event{Type: event.TaskDeadLettered, Reason: "lease_expired", Attempt: 3, WorkerID: holder, ExecutionSeconds: secs(60), EndToEndSeconds: secs(65)},
+		},
+		{
+			name: "RUNNING -> DEAD: lease ran out after a cancel request the holder ignored", start: cancelRequested(1), now: at(65 * time.Second),
+			act:   expireLease,
+			want:  func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadCancelled, now) },
+			event: event.Event{Type: event.TaskDeadLettered, Reason: "cancelled", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(60), EndToEndSeconds: secs(65)},
+		},
+		{
+			name: "RUNNING -> PENDING: orphaned by a heartbeat listing nothing", start: running(1), now: at(16 * time.Second),
+			act:   orphan(),
+			want:  func(s *task.Snapshot, now time.Time) { backToPending(s, now, now) },
+			event: event.Event{Type: event.TaskRequeued, Reason: "orphaned", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(11)},
+		},
+		{
+			name: "RUNNING -> PENDING: orphaned by a heartbeat listing it under a stale lease", start: running(1), now: at(16 * time.Second),
+			act:   orphan(task.LeaseRef{ID: taskID, LeaseID: staleID}),
+			want:  func(s *task.Snapshot, now time.Time) { backToPending(s, now, now) },
+			event: event.Event{Type: event.TaskRequeued, Reason: "orphaned", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(11)},
+		},
+		{
+			name: "RUNNING -> DEAD: orphaned on the last attempt", start: running(3), now: at(16 * time.Second),
+			act:   orphan(),
+			want:  func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadOrphaned, now) },
+			event: event.Event{Type: event.TaskDeadLettered, Reason: "orphaned", Attempt: 3, WorkerID: holder, ExecutionSeconds: secs(11), EndToEndSeconds: secs(16)},
+		},
+		{
+			name: "RUNNING -> DEAD: orphaned after a cancel request", start: cancelRequested(2), now: at(16 * time.Second),
+			act:   orphan(),
+			want:  func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadCancelled, now) },
+			event: event.Event{Type: event.TaskDeadLettered, Reason: "cancelled", Attempt: 2, WorkerID: holder, ExecutionSeconds: secs(11), EndToEndSeconds: secs(16)},
 		},
 		{
 			name: "PENDING -> DEAD: deadline passed", start: withDeadline(10 * time.Second), now: at(11 * time.Second),
@@ -483,41 +607,52 @@ func TestFailTruncatesErrorOnARuneBoundary(t *testing.T) {
 // the task were in a status the method accepts.
 type operation struct {
 	name    string
-	accepts task.Status
+	accepts []task.Status
 	to      task.Status // TransitionError.To
 	call    func(*task.Task) (event.Event, error)
 }
 
 var operations = []operation{
-	{"Claim", task.StatusPending, task.StatusRunning, func(tk *task.Task) (event.Event, error) {
-		return tk.Claim(task.ClaimParams{WorkerID: holder, WorkerTags: []string{"eu"}, LeaseID: leaseID}, at(time.Hour))
+	{"Claim", only(task.StatusPending), task.StatusRunning, func(tk *task.Task) (event.Event, error) {
+		return tk.Claim(task.ClaimParams{WorkerID: holder, WorkerTags: []string{"eu"}, LeaseID: leaseID, LeaseSeconds: leaseSeconds}, at(time.Hour))
 	}},
-	{"Complete", task.StatusRunning, task.StatusDone, func(tk *task.Task) (event.Event, error) {
-		return tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: lease(leaseID), Result: json.RawMessage(`1`)}, at(time.Hour))
+	// Without a lease id: with one, a PENDING task is a lease error (see
+	// TestFencingAfterTakeBack).
+	{"Complete", only(task.StatusRunning), task.StatusDone, func(tk *task.Task) (event.Event, error) {
+		return tk.Complete(task.CompleteParams{WorkerID: holder, Result: json.RawMessage(`1`)}, at(time.Hour))
 	}},
-	{"Fail", task.StatusRunning, "", func(tk *task.Task) (event.Event, error) {
-		return tk.Fail(task.FailParams{WorkerID: holder, LeaseID: lease(leaseID), Error: "x", Retryable: true}, policy, at(time.Hour))
+	{"Fail", only(task.StatusRunning), "", func(tk *task.Task) (event.Event, error) {
+		return tk.Fail(task.FailParams{WorkerID: holder, Error: "x", Retryable: true}, policy, at(time.Hour))
 	}},
-	{"ReleaseFromDeadWorker", task.StatusRunning, task.StatusPending, func(tk *task.Task) (event.Event, error) {
+	{"ReleaseFromDeadWorker", only(task.StatusRunning), task.StatusPending, func(tk *task.Task) (event.Event, error) {
 		return tk.ReleaseFromDeadWorker(at(time.Hour))
 	}},
-	{"ExpireDeadline", task.StatusPending, task.StatusDead, func(tk *task.Task) (event.Event, error) {
+	{"ExpireLease", only(task.StatusRunning), task.StatusPending, func(tk *task.Task) (event.Event, error) {
+		return tk.ExpireLease(at(time.Hour))
+	}},
+	{"ReleaseOrphan", only(task.StatusRunning), task.StatusPending, func(tk *task.Task) (event.Event, error) {
+		return tk.ReleaseOrphan(task.NewListing(holder, nil, time.Second), at(time.Hour))
+	}},
+	{"ExpireDeadline", only(task.StatusPending), task.StatusDead, func(tk *task.Task) (event.Event, error) {
 		return tk.ExpireDeadline(at(time.Hour))
 	}},
-	{"Cancel", task.StatusPending, task.StatusDead, func(tk *task.Task) (event.Event, error) {
+	{"Cancel", []task.Status{task.StatusPending, task.StatusRunning}, task.StatusDead, func(tk *task.Task) (event.Event, error) {
 		return tk.Cancel(at(time.Hour))
 	}},
-	{"Retry", task.StatusDead, task.StatusPending, func(tk *task.Task) (event.Event, error) {
+	{"Retry", only(task.StatusDead), task.StatusPending, func(tk *task.Task) (event.Event, error) {
 		return tk.Retry(at(time.Hour))
 	}},
 }
 
+func only(s task.Status) []task.Status { return []task.Status{s} }
+
 func TestIllegalTransitions(t *testing.T) {
 	t.Parallel()
-	n := 0
+	n, accepted := 0, 0
 	for _, op := range operations {
+		accepted += len(op.accepts)
 		for _, status := range allStatuses {
-			if status == op.accepts {
+			if slices.Contains(op.accepts, status) {
 				continue
 			}
 			n++
@@ -542,8 +677,8 @@ func TestIllegalTransitions(t *testing.T) {
 			})
 		}
 	}
-	// 7 methods, each accepted in exactly one of 4 statuses.
-	require.Equal(t, len(operations)*3, n)
+	// Every method is refused in each status it does not accept.
+	require.Equal(t, len(operations)*len(allStatuses)-accepted, n)
 }
 
 // TestAcceptedOperationsSucceed checks the other side of the illegal table:
@@ -551,19 +686,21 @@ func TestIllegalTransitions(t *testing.T) {
 func TestAcceptedOperationsSucceed(t *testing.T) {
 	t.Parallel()
 	for _, op := range operations {
-		t.Run(op.name+" from "+string(op.accepts), func(t *testing.T) {
-			t.Parallel()
-			start := snapshotIn(op.accepts)
-			start.Deadline = ptr(at(time.Minute))
-			if op.name == "Claim" {
-				start.Deadline = nil
-			}
-			tk := task.Restore(start)
-			ev, err := op.call(tk)
-			require.NoError(t, err)
-			require.Equal(t, string(op.accepts), ev.From)
-			require.NotEqual(t, start, tk.Snapshot())
-		})
+		for _, status := range op.accepts {
+			t.Run(op.name+" from "+string(status), func(t *testing.T) {
+				t.Parallel()
+				start := snapshotIn(status)
+				start.Deadline = ptr(at(time.Minute))
+				if op.name == "Claim" {
+					start.Deadline = nil
+				}
+				tk := task.Restore(start)
+				ev, err := op.call(tk)
+				require.NoError(t, err)
+				require.Equal(t, string(status), ev.From)
+				require.NotEqual(t, start, tk.Snapshot())
+			})
+		}
 	}
 }
 
@@ -621,7 +758,7 @@ func TestFencingAcrossReclaim(t *testing.T) {
 	tk := task.Restore(running(1))
 	_, err := tk.ReleaseFromDeadWorker(at(2 * time.Minute))
 	require.NoError(t, err)
-	_, err = tk.Claim(task.ClaimParams{WorkerID: holder, WorkerTags: []string{"eu"}, LeaseID: staleID}, at(3*time.Minute))
+	_, err = tk.Claim(task.ClaimParams{WorkerID: holder, WorkerTags: []string{"eu"}, LeaseID: staleID, LeaseSeconds: leaseSeconds}, at(3*time.Minute))
 	require.NoError(t, err)
 
 	before := tk.Snapshot()
@@ -706,7 +843,7 @@ func TestClaimable(t *testing.T) {
 			tk := task.Restore(c.snap)
 			require.Equal(t, c.want, tk.Claimable(c.workerTags, now))
 			before := tk.Snapshot()
-			_, err := tk.Claim(task.ClaimParams{WorkerID: holder, WorkerTags: c.workerTags, LeaseID: leaseID}, now)
+			_, err := tk.Claim(task.ClaimParams{WorkerID: holder, WorkerTags: c.workerTags, LeaseID: leaseID, LeaseSeconds: leaseSeconds}, now)
 			if c.want {
 				require.NoError(t, err)
 				require.Equal(t, task.StatusRunning, tk.Status())

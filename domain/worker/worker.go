@@ -102,6 +102,9 @@ type Snapshot struct {
 	Status          Status
 	RegisteredAt    time.Time
 	LastHeartbeatAt time.Time
+	// Draining is set when an operator asked the worker to stop claiming;
+	// registering again clears it.
+	Draining bool
 }
 
 // Worker is a registered worker process.
@@ -197,7 +200,8 @@ func Register(p RegisterParams, now time.Time) (*Worker, event.Event, error) {
 }
 
 // Reregister updates an existing worker's queues and tags and makes it
-// ACTIVE again, whatever its status (a DEAD worker comes back this way).
+// ACTIVE again, whatever its status (a DEAD worker comes back this way). It
+// clears a drain request: a registration is a fresh start.
 func (w *Worker) Reregister(p RegisterParams, now time.Time) (event.Event, error) {
 	p.ID = w.s.ID
 	if err := ValidateRegister(&p); err != nil {
@@ -207,7 +211,23 @@ func (w *Worker) Reregister(p RegisterParams, now time.Time) (event.Event, error
 	w.s.Queues, w.s.Tags = p.Queues, p.Tags
 	w.s.Status = StatusActive
 	w.s.LastHeartbeatAt = now
+	w.s.Draining = false
 	return w.event(event.WorkerRegistered, from, now), nil
+}
+
+// Draining reports whether the worker was asked to stop claiming.
+func (w *Worker) Draining() bool { return w.s.Draining }
+
+// Drain asks the worker to stop claiming: its claims return no tasks and
+// its heartbeats tell it to drain, while it keeps its tasks and finishes
+// them. Its liveness status does not change. The first request produces
+// worker.draining; a repeated one changes nothing and produces no event.
+func (w *Worker) Drain(now time.Time) []event.Event {
+	if w.s.Draining {
+		return nil
+	}
+	w.s.Draining = true
+	return []event.Event{w.event(event.WorkerDraining, w.s.Status, now)}
 }
 
 // Heartbeat records a sign of life. A STALE worker is revived (and the

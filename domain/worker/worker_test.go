@@ -250,9 +250,12 @@ func TestReregister(t *testing.T) {
 	for _, from := range []worker.Status{worker.StatusActive, worker.StatusStale, worker.StatusDead} {
 		t.Run(string(from), func(t *testing.T) {
 			t.Parallel()
-			w := worker.Restore(snapshotIn(from))
+			draining := snapshotIn(from)
+			draining.Draining = true
+			w := worker.Restore(draining)
 			now := at(10 * time.Minute)
-			// The id in the params is ignored: a worker keeps its id.
+			// The id in the params is ignored: a worker keeps its id; a
+			// drain request is cleared.
 			ev, err := w.Reregister(worker.RegisterParams{ID: "someone-else", Queues: []string{"x", "x", "y"}, Tags: []string{"gpu"}}, now)
 			require.NoError(t, err)
 			require.Equal(t, worker.Snapshot{
@@ -310,6 +313,34 @@ func TestHeartbeat(t *testing.T) {
 			}
 			require.Equal(t, c.wantEvents, events)
 			require.Equal(t, want, w.Snapshot())
+		})
+	}
+}
+
+func TestDrain(t *testing.T) {
+	t.Parallel()
+	for _, from := range []worker.Status{worker.StatusActive, worker.StatusStale, worker.StatusDead} {
+		t.Run(string(from), func(t *testing.T) {
+			t.Parallel()
+			w := worker.Restore(snapshotIn(from))
+			require.False(t, w.Draining())
+			now := at(time.Minute)
+			events := w.Drain(now)
+			require.Equal(t, []event.Event{workerEvent(event.WorkerDraining, from, from, []string{"emails", "reports"}, now)}, events)
+			want := snapshotIn(from)
+			want.Draining = true
+			require.Equal(t, want, w.Snapshot(), "only the drain flag changes")
+			require.True(t, w.Draining())
+
+			require.Empty(t, w.Drain(at(2*time.Minute)), "a repeated drain changes nothing")
+			require.Equal(t, want, w.Snapshot())
+
+			// Heartbeats and signs of life leave the flag alone.
+			if from != worker.StatusDead {
+				_, err := w.Heartbeat(at(3 * time.Minute))
+				require.NoError(t, err)
+				require.True(t, w.Draining())
+			}
 		})
 	}
 }

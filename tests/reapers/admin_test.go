@@ -33,7 +33,8 @@ func TestRetryAndCancelEndpoints(t *testing.T) {
 	queue := "q-" + uuid.NewString()
 	s.register(t, "w")
 
-	// cancel: PENDING -> DEAD cancelled; 409 from any other state.
+	// cancel: PENDING -> DEAD cancelled; on RUNNING a request (see
+	// leases_test.go); 409 from DONE and DEAD.
 	tk := s.submit(t, map[string]any{"queue": queue})
 	var got httpadapter.TaskJSON
 	s.expect(t, http.MethodPost, "/tasks/v1/"+tk.ID+"/cancel", nil, http.StatusOK, &got)
@@ -50,11 +51,10 @@ func TestRetryAndCancelEndpoints(t *testing.T) {
 	require.Contains(t, *got.LastError, "cancelled")
 	s.conflict(t, "/tasks/v1/"+tk.ID+"/retry", "PENDING")
 
-	// RUNNING and DONE refuse both.
+	// RUNNING refuses retry; DONE refuses both.
 	claimed := s.claim(t, "w", queue, 1)
 	require.Len(t, claimed, 1)
 	require.Equal(t, tk.ID, claimed[0].ID)
-	s.conflict(t, "/tasks/v1/"+tk.ID+"/cancel", "RUNNING")
 	s.conflict(t, "/tasks/v1/"+tk.ID+"/retry", "RUNNING")
 	s.expect(t, http.MethodPost, "/tasks/v1/"+tk.ID+"/complete", map[string]any{"worker_id": "w"}, http.StatusOK, nil)
 	s.conflict(t, "/tasks/v1/"+tk.ID+"/cancel", "DONE")

@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 }
 
 // The fast settings: STALE after 0.3 s, DEAD after 0.8 s, every reaper every
-// 100 ms.
+// 100 ms (the lease reaper too).
 const (
 	staleAfter = 300 * time.Millisecond
 	deadAfter  = 800 * time.Millisecond
@@ -69,6 +69,7 @@ func fast(cfg *app.Config) {
 	cfg.App.Liveness.DeadAfter = deadAfter
 	cfg.ReaperInterval = interval
 	cfg.DeadlineReaperInterval = interval
+	cfg.LeaseReaperInterval = interval
 	cfg.RetentionInterval = interval
 	cfg.RetentionTTL = 0
 }

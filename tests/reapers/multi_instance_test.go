@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/fx"
 
+	httpadapter "github.com/taskmaster/taskmaster/adapters/http"
 	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
 	"github.com/taskmaster/taskmaster/application"
 	"github.com/taskmaster/taskmaster/cmd/taskmaster/app"
@@ -76,7 +77,7 @@ func TestThreeInstancesReapEachTransitionOnce(t *testing.T) {
 	t.Run("one leader per job", func(t *testing.T) {
 		t.Parallel()
 		instances := reapWithThreeInstances(t)
-		jobs := []string{app.HeartbeatReaperName, app.DeadlineReaperName, app.RetentionName}
+		jobs := []string{app.HeartbeatReaperName, app.DeadlineReaperName, app.LeaseReaperName, app.RetentionName}
 		t.Logf("leaders: %v", waitSingleLeaders(t, instances, jobs...))
 		checkReapedOnce(t, instances)
 	})
@@ -105,9 +106,10 @@ func reapWithThreeInstances(t *testing.T, extra ...fx.Option) []*instance {
 func checkReapedOnce(t *testing.T, instances []*instance) {
 	t.Helper()
 	db := instances[0].DB
-	// 10 silent workers hold 10 tasks each, 20 tasks finished long ago, all
-	// written at once so that no reaper sees half of it; then 30 tasks with
-	// a deadline arrive through the three APIs.
+	// 10 silent workers hold 10 tasks each, a live worker holds 10 tasks
+	// whose lease ran out, 20 tasks finished long ago, all written at once so
+	// that no reaper sees half of it; then 30 tasks with a deadline arrive
+	// through the three APIs.
 	queue := "q-" + uuid.NewString()
 	var held []string
 	require.NoError(t, db.Select(&held, `
@@ -121,6 +123,19 @@ func checkReapedOnce(t *testing.T, instances []*instance) {
 		SELECT gen_random_uuid(), $1, 'RUNNING', 1, 3, w.id, gen_random_uuid(), now(), now(), now(), now()
 		FROM w, generate_series(1, 10)
 		RETURNING id::text`, queue))
+	var leased []string
+	require.NoError(t, db.Select(&leased, `
+		WITH w AS (
+			INSERT INTO workers (id, status, registered_at, last_heartbeat_at)
+			VALUES ('alive', 'ACTIVE', now(), now() + interval '1 hour')
+			RETURNING id
+		)
+		INSERT INTO tasks (id, queue, status, attempts, max_attempts, worker_id, lease_id,
+			run_at, created_at, claimed_at, updated_at, lease_seconds, lease_expires_at)
+		SELECT gen_random_uuid(), $1, 'RUNNING', 1, 3, w.id, gen_random_uuid(), now(), now(), now(), now(), 1, now()
+		FROM w, generate_series(1, 10)
+		RETURNING id::text`, queue))
+	held = append(held, leased...)
 	var finished []string
 	require.NoError(t, db.Select(&finished, `
 		INSERT INTO tasks (id, queue, status, attempts, max_attempts, run_at, created_at, claimed_at, finished_at, updated_at)
@@ -166,6 +181,13 @@ func checkReapedOnce(t *testing.T, instances []*instance) {
 	for _, id := range held {
 		require.Equal(t, 1, requeued[id], "task %s requeued once", id)
 	}
+	for _, e := range outbox(t, db, event.TaskRequeued) {
+		want := "worker_dead"
+		if e.WorkerID == "alive" {
+			want = "lease_expired"
+		}
+		require.Equal(t, want, e.Reason, "task %s", e.TaskID)
+	}
 	died := count(event.WorkerDied)
 	for w := range 10 {
 		require.Equal(t, 1, died[fmt.Sprintf("w%d", w)], "worker w%d died once", w)
@@ -189,7 +211,7 @@ func checkReapedOnce(t *testing.T, instances []*instance) {
 
 	// No attempt was counted twice: the next claim is everyone's second.
 	instances[1].register(t, "second")
-	again := instances[2].claim(t, "second", queue, 100)
+	again := instances[2].claim(t, "second", queue, len(held))
 	require.Len(t, again, len(held))
 	for _, tk := range again {
 		require.Equal(t, 2, tk.Attempts)
@@ -268,7 +290,7 @@ func TestApplicationClockOffsetDoesNotChangeDecisions(t *testing.T) {
 		cfg.RetentionTTL = 5 * time.Minute // shorter than the skew
 	}
 	skewed := start(t, url, settings, ahead)
-	waitSingleLeaders(t, []*instance{skewed}, app.HeartbeatReaperName, app.DeadlineReaperName, app.RetentionName)
+	waitSingleLeaders(t, []*instance{skewed}, app.HeartbeatReaperName, app.DeadlineReaperName, app.LeaseReaperName, app.RetentionName)
 	normal := start(t, url, settings)
 	require.Empty(t, leaders([]*instance{normal}), "the skewed instance leads every job")
 
@@ -286,6 +308,11 @@ func TestApplicationClockOffsetDoesNotChangeDecisions(t *testing.T) {
 	young := normal.submit(t, map[string]any{"queue": "done-" + queue})
 	old := normal.submit(t, map[string]any{"queue": "done-" + queue})
 	require.Len(t, normal.claim(t, "fresh", "done-"+queue, 2), 2)
+	leased := normal.submit(t, map[string]any{"queue": "leased-" + queue})
+	var claimed struct{ Tasks []httpadapter.TaskJSON }
+	normal.expect(t, http.MethodPost, "/tasks/v1/claim",
+		map[string]any{"worker_id": "fresh", "queue": "leased-" + queue, "lease_seconds": 60}, http.StatusOK, &claimed)
+	require.Len(t, claimed.Tasks, 1)
 	for _, id := range []string{young.ID, old.ID} {
 		normal.expect(t, http.MethodPost, "/tasks/v1/"+id+"/complete", map[string]any{"worker_id": "fresh"}, http.StatusOK, nil)
 	}
@@ -312,4 +339,5 @@ func TestApplicationClockOffsetDoesNotChangeDecisions(t *testing.T) {
 	require.Equal(t, "DONE", normal.task(t, young.ID).Status, "the task finished just now is kept")
 	require.Equal(t, "ACTIVE", normal.worker(t, "fresh").Status)
 	require.Empty(t, about(outbox(t, normal.DB, event.WorkerStale, event.WorkerDied), "fresh"))
+	require.Equal(t, "RUNNING", normal.task(t, leased.ID).Status, "a lease with a minute of database time left is not ten minutes expired")
 }

@@ -45,6 +45,10 @@ type Task struct {
 	ClaimedAt      *time.Time      `json:"claimed_at"`
 	FinishedAt     *time.Time      `json:"finished_at"`
 	UpdatedAt      time.Time       `json:"updated_at"`
+	// LeaseExpiresAt is when the holder's lease runs out (RUNNING only).
+	LeaseExpiresAt *time.Time `json:"lease_expires_at"`
+	// CancelRequestedAt is when an operator asked to cancel the running task.
+	CancelRequestedAt *time.Time `json:"cancel_requested_at"`
 }
 
 // Lease returns the task's lease id, or "" when it has none.
@@ -68,7 +72,22 @@ type Worker struct {
 	Status                   string    `json:"status"`
 	RegisteredAt             time.Time `json:"registered_at"`
 	LastHeartbeatAt          time.Time `json:"last_heartbeat_at"`
+	Draining                 bool      `json:"draining"`
 	HeartbeatIntervalSeconds *float64  `json:"heartbeat_interval_seconds,omitempty"`
+}
+
+// LeaseRef names a task and the lease a worker holds it under.
+type LeaseRef struct {
+	ID      string `json:"id"`
+	LeaseID string `json:"lease_id"`
+}
+
+// Beat is the answer to a heartbeat: the worker and what it must act on.
+type Beat struct {
+	Worker
+	Lost   []LeaseRef `json:"lost"`
+	Cancel []LeaseRef `json:"cancel"`
+	Drain  bool       `json:"drain"`
 }
 
 // QueueCounts are the counts of one entry of GET /queues/v1.
@@ -325,6 +344,28 @@ func (c *Client) Fail(id string, body any) Task {
 	c.Do(http.MethodPost, "/tasks/v1/"+id+"/fail", body).Expect(c.t, http.StatusOK, &out)
 	return out
 }
+
+// Heartbeat sends a heartbeat with body (nil: none) and requires 200.
+func (c *Client) Heartbeat(workerID string, body any) Beat {
+	c.t.Helper()
+	var out Beat
+	r := c.Do(http.MethodPost, "/workers/v1/"+workerID+"/heartbeat", body).Expect(c.t, http.StatusOK, &out)
+	require.NotNil(c.t, out.Lost, "lost is an array, never null: %s", r)
+	require.NotNil(c.t, out.Cancel, "cancel is an array, never null: %s", r)
+	return out
+}
+
+// Listing is the body of a heartbeat that lists tasks (as claimed).
+func Listing(tasks ...Task) map[string]any {
+	refs := make([]LeaseRef, len(tasks))
+	for i, t := range tasks {
+		refs[i] = LeaseRef{ID: t.ID, LeaseID: t.Lease()}
+	}
+	return map[string]any{"tasks": refs}
+}
+
+// Ref is t's id and lease.
+func (t Task) Ref() LeaseRef { return LeaseRef{ID: t.ID, LeaseID: t.Lease()} }
 
 // List reads one page of tasks (query is the raw query string) and requires
 // 200.

@@ -16,6 +16,7 @@ import (
 	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/application"
 	"github.com/taskmaster/taskmaster/domain/backoff"
+	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/domain/worker"
 )
 
@@ -33,6 +34,8 @@ type Config struct {
 	ReaperInterval time.Duration
 	// DeadlineReaperInterval is the deadline reaper's period.
 	DeadlineReaperInterval time.Duration
+	// LeaseReaperInterval is the lease reaper's period.
+	LeaseReaperInterval time.Duration
 	// RetentionTTL is how long finished tasks and dead workers are kept (0 keeps them forever).
 	RetentionTTL time.Duration
 	// RetentionInterval is the retention reaper's period.
@@ -56,12 +59,14 @@ func DefaultConfig() Config {
 		HTTP: httpadapter.DefaultServerConfig(),
 		Pool: postgres.DefaultPoolConfig(),
 		App: application.Config{
-			Backoff:           backoff.DefaultPolicy(),
-			Liveness:          worker.DefaultLivenessConfig(),
-			ClaimPollInterval: application.DefaultClaimPollInterval,
+			Backoff:             backoff.DefaultPolicy(),
+			Liveness:            worker.DefaultLivenessConfig(),
+			ClaimPollInterval:   application.DefaultClaimPollInterval,
+			DefaultLeaseSeconds: task.DefaultLeaseSeconds,
 		},
 		ReaperInterval:         15 * time.Second,
 		DeadlineReaperInterval: 30 * time.Second,
+		LeaseReaperInterval:    5 * time.Second,
 		RetentionTTL:           7 * 24 * time.Hour,
 		RetentionInterval:      10 * time.Minute,
 		RetentionBatchSize:     500,
@@ -89,9 +94,13 @@ func (c Config) Validate() error {
 	add("TASKMASTER_DB_MAX_CONNS", c.Pool.Validate())
 	add("TASKMASTER_RETRY_BASE_DELAY_SECONDS", c.App.Backoff.Validate())
 	add("TASKMASTER_HEARTBEAT_DEAD_THRESHOLD_SECONDS", c.App.Liveness.Validate())
+	if n := c.App.DefaultLeaseSeconds; n < task.MinLeaseSeconds || n > task.MaxLeaseSeconds {
+		add("TASKMASTER_LEASE_DEFAULT_SECONDS", fmt.Errorf("must be a whole number of seconds between %d and %d", task.MinLeaseSeconds, task.MaxLeaseSeconds))
+	}
 	positive := map[string]time.Duration{
 		"TASKMASTER_REAPER_INTERVAL_MS":          c.ReaperInterval,
 		"TASKMASTER_DEADLINE_REAPER_INTERVAL_MS": c.DeadlineReaperInterval,
+		"TASKMASTER_LEASE_REAPER_INTERVAL_MS":    c.LeaseReaperInterval,
 		"TASKMASTER_RETENTION_INTERVAL_MS":       c.RetentionInterval,
 		"TASKMASTER_OUTBOX_POLL_INTERVAL_MS":     c.Outbox.PollInterval,
 		"TASKMASTER_OUTBOX_JANITOR_INTERVAL_MS":  c.Outbox.JanitorInterval,
@@ -176,6 +185,12 @@ func settings() []setting {
 		{"TASKMASTER_DEADLINE_REAPER_INTERVAL_MS", "deadline-reaper-interval-ms", "deadline reaper period",
 			millisSetter(func(c *Config, d time.Duration) { c.DeadlineReaperInterval = d }),
 			func(c *Config) string { return millis(c.DeadlineReaperInterval) }},
+		{"TASKMASTER_LEASE_DEFAULT_SECONDS", "lease-default-seconds", "lease of a claim that asks for none (whole seconds, 1-43200)",
+			intSetter(func(c *Config, n int) { c.App.DefaultLeaseSeconds = n }),
+			func(c *Config) string { return strconv.Itoa(c.App.DefaultLeaseSeconds) }},
+		{"TASKMASTER_LEASE_REAPER_INTERVAL_MS", "lease-reaper-interval-ms", "lease reaper period",
+			millisSetter(func(c *Config, d time.Duration) { c.LeaseReaperInterval = d }),
+			func(c *Config) string { return millis(c.LeaseReaperInterval) }},
 		{"TASKMASTER_RETRY_BASE_DELAY_SECONDS", "retry-base-delay-seconds", "backoff base: delay = min(2^attempts x base, 5 min)",
 			secondsSetter(func(c *Config, d time.Duration) { c.App.Backoff.Base = d }),
 			func(c *Config) string { return seconds(c.App.Backoff.Base) }},

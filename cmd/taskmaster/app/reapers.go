@@ -17,6 +17,7 @@ import (
 const (
 	HeartbeatReaperName = "heartbeat-reaper"
 	DeadlineReaperName  = "deadline-reaper"
+	LeaseReaperName     = "lease-reaper"
 	RetentionName       = "retention"
 )
 
@@ -28,6 +29,8 @@ type Reapers struct {
 	Heartbeats *application.BackgroundService
 	// Deadlines dead-letters PENDING tasks past their deadline.
 	Deadlines *application.BackgroundService
+	// Leases takes back RUNNING tasks whose lease ran out.
+	Leases *application.BackgroundService
 	// Retention deletes old finished tasks and dead workers; nil when
 	// TASKMASTER_RETENTION_TTL is 0.
 	Retention *application.BackgroundService
@@ -35,7 +38,7 @@ type Reapers struct {
 
 // All returns the services that run.
 func (r *Reapers) All() []*application.BackgroundService {
-	all := []*application.BackgroundService{r.Heartbeats, r.Deadlines}
+	all := []*application.BackgroundService{r.Heartbeats, r.Deadlines, r.Leases}
 	if r.Retention != nil {
 		all = append(all, r.Retention)
 	}
@@ -58,7 +61,7 @@ func reapersModule() fx.Option {
 
 // lockPoolSize is the size of the leadership locks' own pool: a held lock
 // keeps its connection, one per job.
-const lockPoolSize = 3
+const lockPoolSize = 4
 
 // newLocker returns the leadership Locker on a small pool of its own, so that
 // held locks never take connections from the API's pool (with a tiny
@@ -104,6 +107,8 @@ func newReapers(p reapersParams) *Reapers {
 			application.NewHeartbeatReaper(p.Tx, cfg.App.Liveness, application.DefaultReaperBatchSize).Reap)),
 		Deadlines: service(DeadlineReaperName, cfg.DeadlineReaperInterval, application.Cycle(
 			application.NewDeadlineReaper(p.Tx, application.DefaultReaperBatchSize).Reap)),
+		Leases: service(LeaseReaperName, cfg.LeaseReaperInterval, application.Cycle(
+			application.NewLeaseReaper(p.Tx, application.DefaultReaperBatchSize).Reap)),
 	}
 	if cfg.RetentionTTL > 0 {
 		r.Retention = service(RetentionName, cfg.RetentionInterval, application.Cycle(

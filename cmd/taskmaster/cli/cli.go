@@ -61,8 +61,9 @@ func commands() []command {
 		{name: "get", args: "ID", summary: "show a task", nargs: 1, run: runGet},
 		{name: "list", summary: "list tasks, newest first", flags: listFlags, run: runList},
 		{name: "retry", args: "ID", summary: "move a DEAD task back to PENDING", nargs: 1, run: runRetry},
-		{name: "cancel", args: "ID", summary: "move a PENDING task to DEAD (cancelled)", nargs: 1, run: runCancel},
+		{name: "cancel", args: "ID", summary: "move a PENDING task to DEAD (cancelled), or ask a RUNNING task's worker to stop it", nargs: 1, run: runCancel},
 		{name: "workers", summary: "list workers", run: runWorkers},
+		{name: "drain", args: "WORKER", summary: "ask a worker to stop claiming (it finishes what it holds)", nargs: 1, run: runDrain},
 		{name: "queues", summary: "show queue statistics", run: runQueues},
 		{name: "worker", summary: "run a shell command once per task (a generic worker)", flags: workerFlags, run: runWorker},
 	}

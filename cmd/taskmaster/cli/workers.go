@@ -20,10 +20,29 @@ func runWorkers(ctx context.Context, e *env, _ []string) error {
 	tw := table(e.Stdout)
 	fmt.Fprintln(tw, "ID\tSTATUS\tQUEUES\tTAGS\tREGISTERED\tLAST HEARTBEAT")
 	for _, w := range ws {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", w.ID, w.Status, orText(strings.Join(w.Queues, ","), "(any)"),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", w.ID, workerStatusText(w), orText(strings.Join(w.Queues, ","), "(any)"),
 			orDash(strings.Join(w.Tags, ",")), when(&w.RegisteredAt), when(&w.LastHeartbeatAt))
 	}
 	return tw.Flush()
+}
+
+func runDrain(ctx context.Context, e *env, args []string) error {
+	w, err := e.client.Drain(ctx, args[0])
+	if err != nil {
+		return err
+	}
+	if e.json {
+		return printJSON(e.Stdout, w)
+	}
+	_, err = fmt.Fprintf(e.Stdout, "%s %s: claims no more tasks until it registers again\n", w.ID, workerStatusText(*w))
+	return err
+}
+
+func workerStatusText(w client.Worker) string {
+	if w.Draining {
+		return string(w.Status) + " (draining)"
+	}
+	return string(w.Status)
 }
 
 func runQueues(ctx context.Context, e *env, _ []string) error {

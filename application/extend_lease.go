@@ -1,0 +1,40 @@
+package application
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/taskmaster/taskmaster/domain/event"
+	"github.com/taskmaster/taskmaster/domain/task"
+	"github.com/taskmaster/taskmaster/domain/validation"
+	"github.com/taskmaster/taskmaster/ports"
+)
+
+// Extend sets the lease of a task the worker holds under cmd.LeaseID to run
+// out cmd.LeaseSeconds from now (the task's lease length when 0), which
+// becomes the length later renewals reuse. It is fenced like a report; it
+// counts as the worker's sign of life. Workers whose heartbeats list their
+// tasks need not call it: each such heartbeat renews the listed leases.
+func (s *TaskService) Extend(ctx context.Context, cmd ports.ExtendCommand) (*task.Task, error) {
+	var v validation.Errors
+	if cmd.WorkerID == "" {
+		v.Add("worker_id", "is required")
+	}
+	if cmd.LeaseID == nil {
+		v.Add("lease_id", "is required")
+	}
+	if cmd.LeaseSeconds != 0 {
+		task.CheckLeaseSeconds(&v, "lease_seconds", cmd.LeaseSeconds)
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	out, err := s.updateReported(ctx, cmd.TaskID, cmd.WorkerID, func(t *task.Task, now time.Time) ([]event.Event, error) {
+		return nil, t.ExtendLease(task.ExtendParams{WorkerID: cmd.WorkerID, LeaseID: *cmd.LeaseID, LeaseSeconds: cmd.LeaseSeconds}, now)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("extend lease: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,496 @@
+// Package crash_test kills the server process (SIGKILL) in the middle of
+// claims under load and checks that no task is lost and none is completed
+// twice: the real binary, on real PostgreSQL, with workers that speak the
+// lease protocol over HTTP and tolerate the outage.
+package crash_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+const (
+	tasks        = 600
+	workers      = 8
+	claimLimit   = 10
+	kills        = 3
+	leaseSeconds = 2
+	// Workers beat every 200 ms (a third of the stale threshold) and are
+	// declared dead only after 10 s: the outage must not kill them.
+	staleThreshold = "0.6"
+	beatEvery      = 200 * time.Millisecond
+	waitFor        = 90 * time.Second
+)
+
+// server is one `taskmaster serve` process.
+type server struct {
+	cmd *exec.Cmd
+	out *bytes.Buffer
+}
+
+// buildBinary builds cmd/taskmaster into dir, with the race detector when
+// the tests run with it (its packages are then already compiled).
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "taskmaster")
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	gocmd, err := exec.LookPath("go")
+	if err != nil {
+		gocmd = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	}
+	cmd := exec.Command(gocmd, append(args, "github.com/taskmaster/taskmaster/cmd/taskmaster")...)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	return bin
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// serve starts the binary on addr and waits until it is ready.
+func serve(t *testing.T, bin, databaseURL, addr string) *server {
+	t.Helper()
+	cmd := exec.Command(bin, "serve")
+	cmd.Env = []string{
+		"PATH=" + os.Getenv("PATH"),
+		"TASKMASTER_DATABASE_URL=" + databaseURL,
+		"TASKMASTER_HTTP_ADDR=" + addr,
+		"TASKMASTER_LOG_LEVEL=warn",
+		"TASKMASTER_DB_MAX_CONNS=10",
+		"TASKMASTER_HEARTBEAT_STALE_THRESHOLD_SECONDS=" + staleThreshold,
+		"TASKMASTER_HEARTBEAT_DEAD_THRESHOLD_SECONDS=10",
+		"TASKMASTER_REAPER_INTERVAL_MS=200",
+		"TASKMASTER_LEASE_REAPER_INTERVAL_MS=100",
+		"TASKMASTER_CLAIM_POLL_INTERVAL_MS=50",
+		"TASKMASTER_RETENTION_TTL=0",
+	}
+	out := &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	require.NoError(t, cmd.Start())
+	s := &server{cmd: cmd, out: out}
+	t.Cleanup(func() { s.stop(t) })
+	deadline := time.Now().Add(waitFor)
+	for {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s
+			}
+		}
+		require.False(t, time.Now().After(deadline), "server not ready: %s", out)
+		require.Nil(t, cmd.ProcessState, "server exited: %s", out)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// kill ends the process with SIGKILL: no shutdown hook runs.
+func (s *server) kill(t *testing.T) {
+	t.Helper()
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGKILL))
+	err := s.cmd.Wait()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	require.Equal(t, syscall.SIGKILL, exit.Sys().(syscall.WaitStatus).Signal())
+}
+
+// stop ends the process gracefully, if it still runs.
+func (s *server) stop(t *testing.T) {
+	if s.cmd.ProcessState != nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- s.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Logf("server stopped: %v\n%s", err, s.out)
+		}
+	case <-time.After(30 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-done
+		t.Errorf("server did not stop on SIGTERM:\n%s", s.out)
+	}
+}
+
+// ledger is what the workers saw, to check against the database.
+type ledger struct {
+	mu sync.Mutex
+	// claimed counts, per task, the claims whose response a worker read.
+	claimed map[string]int
+	// acked is, per task, the "worker/lease" of each complete answered 200.
+	acked map[string][]string
+	// unsure is, per task, the "worker/lease" of completes sent without a
+	// definite answer (the connection broke): they may have been applied.
+	unsure map[string]map[string]bool
+	// refused is, per task, the "worker/lease" of completes answered 409.
+	refused map[string]map[string]bool
+	// transportErrors counts requests that failed without an answer;
+	// claimErrors those that were claims.
+	transportErrors, claimErrors int
+	unexpected                   []string
+}
+
+func (l *ledger) add(m map[string]map[string]bool, task, key string) {
+	if m[task] == nil {
+		m[task] = map[string]bool{}
+	}
+	m[task][key] = true
+}
+
+// apiTask is the part of the task object the workers use.
+type apiTask struct {
+	ID      string `json:"id"`
+	LeaseID string `json:"lease_id"`
+}
+
+type leaseRef struct {
+	ID      string `json:"id"`
+	LeaseID string `json:"lease_id"`
+}
+
+// worker claims and completes tasks over HTTP, tolerating an unreachable
+// server: it retries a report without a definite answer with the same lease,
+// lists its in-flight tasks in every heartbeat, and drops the tasks the
+// heartbeat says it lost.
+type worker struct {
+	id   string
+	base string
+	hc   *http.Client
+	l    *ledger
+
+	mu       sync.Mutex
+	inflight map[string]string // task id -> lease id
+	lost     map[leaseRef]bool
+}
+
+func (w *worker) post(ctx context.Context, path string, body, out any) (int, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.base+path, bytes.NewReader(b))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := w.hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return 0, fmt.Errorf("%s: %d %s: %w", path, resp.StatusCode, data, err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+func (w *worker) register(ctx context.Context) {
+	for ctx.Err() == nil {
+		code, err := w.post(ctx, "/workers/v1/register", map[string]any{"id": w.id}, nil)
+		if err == nil && code < 300 {
+			return
+		}
+		pause(ctx, 50*time.Millisecond)
+	}
+}
+
+func (w *worker) heartbeats(ctx context.Context) {
+	for pause(ctx, beatEvery) {
+		w.mu.Lock()
+		refs := make([]leaseRef, 0, len(w.inflight))
+		for id, lease := range w.inflight {
+			refs = append(refs, leaseRef{ID: id, LeaseID: lease})
+		}
+		w.mu.Unlock()
+		var answer struct {
+			Lost []leaseRef `json:"lost"`
+		}
+		code, err := w.post(ctx, "/workers/v1/"+w.id+"/heartbeat", map[string]any{"tasks": refs}, &answer)
+		switch {
+		case err != nil:
+		case code == http.StatusNotFound || code == http.StatusConflict:
+			w.register(ctx)
+		case code == http.StatusOK:
+			w.mu.Lock()
+			for _, r := range answer.Lost {
+				w.lost[r] = true
+			}
+			w.mu.Unlock()
+		}
+	}
+}
+
+func (w *worker) run(ctx context.Context) {
+	w.register(ctx)
+	beats := make(chan struct{})
+	go func() {
+		defer close(beats)
+		w.heartbeats(ctx)
+	}()
+	defer func() { <-beats }()
+	for ctx.Err() == nil {
+		var claimed struct {
+			Tasks []apiTask `json:"tasks"`
+		}
+		code, err := w.post(ctx, "/tasks/v1/claim", map[string]any{
+			"worker_id": w.id, "limit": claimLimit, "lease_seconds": leaseSeconds, "wait_ms": 200,
+		}, &claimed)
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				w.l.mu.Lock()
+				w.l.transportErrors++
+				w.l.claimErrors++
+				w.l.mu.Unlock()
+				pause(ctx, 20*time.Millisecond)
+			}
+			continue
+		case code == http.StatusNotFound || code == http.StatusConflict:
+			w.register(ctx)
+			continue
+		case code != http.StatusOK:
+			w.unexpected(fmt.Sprintf("claim: %d", code))
+			continue
+		}
+		w.mu.Lock()
+		for _, tk := range claimed.Tasks {
+			w.inflight[tk.ID] = tk.LeaseID
+		}
+		w.mu.Unlock()
+		w.l.mu.Lock()
+		for _, tk := range claimed.Tasks {
+			w.l.claimed[tk.ID]++
+		}
+		w.l.mu.Unlock()
+		for _, tk := range claimed.Tasks {
+			w.complete(ctx, tk)
+		}
+	}
+}
+
+// complete reports tk done, retrying while no definite answer comes, unless
+// a heartbeat says the task was lost.
+func (w *worker) complete(ctx context.Context, tk apiTask) {
+	key := w.id + "/" + tk.LeaseID
+	defer func() {
+		w.mu.Lock()
+		delete(w.inflight, tk.ID)
+		w.mu.Unlock()
+	}()
+	for ctx.Err() == nil {
+		w.mu.Lock()
+		lost := w.lost[leaseRef{ID: tk.ID, LeaseID: tk.LeaseID}]
+		w.mu.Unlock()
+		if lost {
+			return
+		}
+		var problem struct {
+			Type          string `json:"type"`
+			CurrentStatus string `json:"current_status"`
+		}
+		code, err := w.post(ctx, "/tasks/v1/"+tk.ID+"/complete", map[string]any{
+			"worker_id": w.id, "lease_id": tk.LeaseID, "result": map[string]string{"by": key},
+		}, &problem)
+		w.l.mu.Lock()
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				w.l.transportErrors++
+				w.l.add(w.l.unsure, tk.ID, key)
+			}
+		case code == http.StatusOK:
+			w.l.acked[tk.ID] = append(w.l.acked[tk.ID], key)
+		case code == http.StatusConflict:
+			w.l.add(w.l.refused, tk.ID, key)
+		default:
+			w.l.unexpected = append(w.l.unexpected, fmt.Sprintf("complete %s: %d %+v", tk.ID, code, problem))
+		}
+		w.l.mu.Unlock()
+		if err == nil {
+			return
+		}
+		pause(ctx, 20*time.Millisecond)
+	}
+}
+
+func (w *worker) unexpected(s string) {
+	w.l.mu.Lock()
+	w.l.unexpected = append(w.l.unexpected, s)
+	w.l.mu.Unlock()
+}
+
+// pause waits d (a worker's pace, not a synchronisation) and reports whether
+// ctx is still alive.
+func pause(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+func countDone(t *testing.T, db *sqlx.DB) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.Get(&n, `SELECT count(*) FROM tasks WHERE status = 'DONE'`))
+	return n
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for !cond() {
+		require.False(t, time.Now().After(deadline), "timed out waiting for %s", what)
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestSIGKILLMidClaimsLosesNoTaskAndCompletesNoneTwice(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	databaseURL := pgtest.NewDatabase(t)
+	addr := freeAddr(t)
+	srv := serve(t, bin, databaseURL, addr)
+	db, err := sqlx.Open("postgres", databaseURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+
+	base := "http://" + addr
+	batch := make([]map[string]any, tasks)
+	for i := range batch {
+		batch[i] = map[string]any{"queue": "crash", "payload": i, "max_attempts": 20}
+	}
+	body, err := json.Marshal(map[string]any{"tasks": batch})
+	require.NoError(t, err)
+	resp, err := http.Post(base+"/tasks/v1/batch", "application/json", bytes.NewReader(body))
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+
+	l := &ledger{claimed: map[string]int{}, acked: map[string][]string{}, unsure: map[string]map[string]bool{}, refused: map[string]map[string]bool{}}
+	ctx, stopWorkers := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range workers {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		t.Cleanup(tr.CloseIdleConnections)
+		w := &worker{
+			id: "crash-w" + strconv.Itoa(i), base: base, l: l,
+			hc:       &http.Client{Transport: tr, Timeout: 10 * time.Second},
+			inflight: map[string]string{}, lost: map[leaseRef]bool{},
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.run(ctx)
+		}()
+	}
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			stopWorkers()
+			wg.Wait()
+		}
+	}
+	t.Cleanup(stop)
+
+	// Kill the server while the workers are busy claiming and completing,
+	// restart it on the same database, several times.
+	for k := 1; k <= kills; k++ {
+		waitUntil(t, "more tasks done", func() bool { return countDone(t, db) >= k*tasks/(kills+1) })
+		srv.kill(t)
+		doneAtKill := countDone(t, db)
+		t.Logf("SIGKILL %d with %d of %d tasks done", k, doneAtKill, tasks)
+		require.Less(t, doneAtKill, tasks, "the kill came in the middle of the run")
+		srv = serve(t, bin, databaseURL, addr)
+	}
+	waitUntil(t, "every task done", func() bool { return countDone(t, db) == tasks })
+	stop()
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	require.Empty(t, l.unexpected)
+	require.Positive(t, l.transportErrors, "the workers felt the kill")
+
+	var rows []struct {
+		ID       string `db:"id"`
+		Status   string `db:"status"`
+		Attempts int    `db:"attempts"`
+		By       string `db:"by"`
+	}
+	require.NoError(t, db.Select(&rows, `SELECT id::text, status, attempts, result->>'by' AS by FROM tasks`))
+	require.Len(t, rows, tasks, "no task vanished")
+	lostResponses, retried := 0, 0
+	for _, r := range rows {
+		require.Equal(t, "DONE", r.Status, "task %s", r.ID)
+		// Completed once: at most one complete was ever accepted, and the
+		// stored result is that complete's (or, when its answer was lost in
+		// the outage, one sent without a definite answer). A refused
+		// complete never left its result.
+		acked := l.acked[r.ID]
+		require.LessOrEqual(t, len(acked), 1, "task %s completed twice: %v", r.ID, acked)
+		if len(acked) == 1 {
+			require.Equal(t, acked[0], r.By, "task %s: the stored result is the accepted complete's", r.ID)
+		} else {
+			require.True(t, l.unsure[r.ID][r.By], "task %s: DONE by %q, which no worker was told of and none sent unanswered", r.ID, r.By)
+		}
+		require.False(t, l.refused[r.ID][r.By] && !l.unsure[r.ID][r.By], "task %s: the stored result is a refused complete's", r.ID)
+		// Attempts: every claim counts one; the claims no worker saw are
+		// those whose response the outage swallowed.
+		require.GreaterOrEqual(t, r.Attempts, l.claimed[r.ID], "task %s", r.ID)
+		lostResponses += r.Attempts - l.claimed[r.ID]
+		if r.Attempts > 1 {
+			retried++
+		}
+	}
+	require.LessOrEqual(t, lostResponses, l.claimErrors*claimLimit,
+		"attempts beyond the claims the workers saw are only the claims cut off by the outage")
+	t.Logf("%d tasks were claimed more than once, %d claim responses were lost, %d requests failed in the outages",
+		retried, lostResponses, l.transportErrors)
+
+	// The outbox holds at most one completion per task (the outbox janitor
+	// may have deleted consumed rows, so fewer is fine).
+	var doubles []string
+	require.NoError(t, db.Select(&doubles, `
+		SELECT e->>'task_id' FROM watermill_taskmaster_events m, json_array_elements(m.payload->'events') e
+		WHERE e->>'type' = 'task.completed' GROUP BY 1 HAVING count(*) > 1`))
+	require.Empty(t, doubles, "tasks completed twice in the outbox")
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package crash_test
+
+const raceEnabled = false

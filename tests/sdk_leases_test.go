@@ -1,0 +1,281 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskmaster/taskmaster/client"
+	"github.com/taskmaster/taskmaster/cmd/taskmaster/app"
+	"github.com/taskmaster/taskmaster/tests/spectest"
+	"github.com/taskmaster/taskmaster/tests/testserver"
+)
+
+// fastLeases runs the lease reaper every 50 ms.
+func fastLeases(cfg *app.Config) { cfg.LeaseReaperInterval = 50 * time.Millisecond }
+
+// causes records, per task, why its handler's context ended.
+type causes struct {
+	mu sync.Mutex
+	m  map[string]error
+}
+
+func (c *causes) set(id string, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]error{}
+	}
+	c.m[id] = err
+}
+
+func (c *causes) get(id string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[id]
+}
+
+// A runner whose heartbeat came too late: its task's lease ran out, the
+// task went to another worker, and the runner's next heartbeat, listing it,
+// learns it lost it: the handler's context is cancelled with ErrTaskLost and
+// the runner reports nothing for it.
+func TestRunnerAbandonsATaskItLost(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, fastLeases)
+	counter := &countingTransport{next: spectest.New(t, s.URL).Transport(http.DefaultTransport)}
+	c := newSDK(t, s.URL, counter)
+	task, err := c.Submit(context.Background(), client.SubmitParams{Queue: "lost"})
+	require.NoError(t, err)
+
+	started := make(chan client.Task, 1)
+	var seen causes
+	stop, logs := startRunner(t, c, client.RunnerConfig{
+		WorkerID: "late-beater", Queues: []string{"lost"}, LeaseSeconds: 1,
+		HeartbeatInterval: 1500 * time.Millisecond, // later than the lease
+	}, func(ctx context.Context, tk client.Task) (any, error) {
+		started <- tk
+		<-ctx.Done()
+		seen.set(tk.ID, context.Cause(ctx))
+		return nil, ctx.Err()
+	})
+	held := <-started
+	require.Equal(t, task.ID, held.ID)
+
+	thief := newSDK(t, s.URL, nil)
+	_, err = thief.Register(context.Background(), client.RegisterParams{ID: "thief", Queues: []string{"lost"}})
+	require.NoError(t, err)
+	var taken []client.Task
+	require.Eventually(t, func() bool {
+		taken, err = thief.Claim(context.Background(), client.ClaimParams{WorkerID: "thief", LeaseSeconds: 300})
+		require.NoError(t, err)
+		return len(taken) == 1
+	}, 10*time.Second, 10*time.Millisecond, "the lease runs out and the task is claimable again")
+
+	require.Eventually(t, func() bool { return errors.Is(seen.get(task.ID), client.ErrTaskLost) }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "dropping the outcome of a lost task") }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, stop())
+
+	require.Zero(t, counter.count("POST /tasks/v1/"+task.ID+"/complete"))
+	require.Zero(t, counter.count("POST /tasks/v1/"+task.ID+"/fail"), "a lost task's outcome is dropped, not reported")
+	now, err := thief.Get(context.Background(), task.ID)
+	require.NoError(t, err)
+	require.Equal(t, "thief", now.WorkerID)
+	require.Equal(t, taken[0].LeaseID, now.LeaseID)
+}
+
+// An operator cancels two running tasks: the runner learns it from its
+// heartbeat, cancels the handlers (cause ErrTaskCancelled) and fails the
+// tasks, the one whose handler returns and the one whose handler ignores its
+// context alike (after CancelGrace). Both end DEAD cancelled.
+func TestRunnerFailsTasksAnOperatorCancelled(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, nil)
+	c := newSDK(t, s.URL, spectest.New(t, s.URL).Transport(http.DefaultTransport))
+	obliging, err := c.Submit(context.Background(), client.SubmitParams{Queue: "cancel", Payload: "obliging"})
+	require.NoError(t, err)
+	stubborn, err := c.Submit(context.Background(), client.SubmitParams{Queue: "cancel", Payload: "stubborn"})
+	require.NoError(t, err)
+
+	started := make(chan string, 2)
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	var seen causes
+	stop, _ := startRunner(t, c, client.RunnerConfig{
+		WorkerID: "cancellable", Queues: []string{"cancel"}, Concurrency: 2,
+		HeartbeatInterval: 50 * time.Millisecond, CancelGrace: 300 * time.Millisecond,
+	}, func(ctx context.Context, tk client.Task) (any, error) {
+		started <- tk.ID
+		var kind string
+		_ = tk.DecodePayload(&kind)
+		if kind == "stubborn" {
+			<-release // ignores ctx
+			return "too late", nil
+		}
+		<-ctx.Done()
+		seen.set(tk.ID, context.Cause(ctx))
+		return nil, ctx.Err()
+	})
+	<-started
+	<-started
+
+	for _, id := range []string{obliging.ID, stubborn.ID} {
+		got, err := c.Cancel(context.Background(), id)
+		require.NoError(t, err)
+		require.Equal(t, client.StatusRunning, got.Status, "cancelling a running task is a request")
+		require.NotNil(t, got.CancelRequestedAt)
+	}
+	for _, id := range []string{obliging.ID, stubborn.ID} {
+		var got *client.Task
+		require.Eventually(t, func() bool {
+			got, err = c.Get(context.Background(), id)
+			require.NoError(t, err)
+			return got.Status == client.StatusDead
+		}, 10*time.Second, 10*time.Millisecond)
+		require.Equal(t, client.DeadCancelled, got.DeadReason)
+		require.Equal(t, 1, got.Attempts, "not retried")
+		require.Contains(t, got.LastError, "cancelled by an operator")
+	}
+	require.ErrorIs(t, seen.get(obliging.ID), client.ErrTaskCancelled)
+	got, err := c.Get(context.Background(), stubborn.ID)
+	require.NoError(t, err)
+	require.Contains(t, got.LastError, "the handler did not return")
+	require.NoError(t, stop())
+}
+
+// Drained, a runner claims nothing more but finishes what it holds; it
+// learns of the drain from its heartbeat.
+func TestRunnerStopsClaimingWhenDrained(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, nil)
+	counter := &countingTransport{next: spectest.New(t, s.URL).Transport(http.DefaultTransport)}
+	c := newSDK(t, s.URL, counter)
+	logger, _ := testLogger(t)
+	inHand := make(chan struct{})
+	finish := make(chan struct{})
+	var handled atomic.Int32
+	r, err := client.NewRunner(c, client.RunnerConfig{
+		WorkerID: "drained", Queues: []string{"drain"}, Concurrency: 2, HeartbeatInterval: 50 * time.Millisecond,
+		ClaimWait: 200 * time.Millisecond, PollInterval: 5 * time.Millisecond, MaxIdleInterval: 20 * time.Millisecond, Logger: logger,
+	}, func(ctx context.Context, tk client.Task) (any, error) {
+		handled.Add(1)
+		close(inHand)
+		<-finish
+		return "finished", nil
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	stop := stopper(t, cancel, done, "runner")
+
+	held, err := c.Submit(context.Background(), client.SubmitParams{Queue: "drain"})
+	require.NoError(t, err)
+	<-inHand
+	w, err := c.Drain(context.Background(), "drained")
+	require.NoError(t, err)
+	require.True(t, w.Draining)
+	require.Eventually(t, r.Draining, 10*time.Second, 5*time.Millisecond)
+
+	claims := counter.count("POST /tasks/v1/claim")
+	beats := counter.count("POST /workers/v1/drained/heartbeat")
+	waiting, err := c.Submit(context.Background(), client.SubmitParams{Queue: "drain"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return counter.count("POST /workers/v1/drained/heartbeat") >= beats+5 }, 10*time.Second, 5*time.Millisecond)
+	require.LessOrEqual(t, counter.count("POST /tasks/v1/claim"), claims+1, "at most the claim already under way when the drain came")
+	got, err := c.Get(context.Background(), waiting.ID)
+	require.NoError(t, err)
+	require.Equal(t, client.StatusPending, got.Status, "a drained runner leaves new tasks to others")
+
+	close(finish)
+	require.Eventually(t, func() bool {
+		got, err := c.Get(context.Background(), held.ID)
+		require.NoError(t, err)
+		return got.Status == client.StatusDone
+	}, 10*time.Second, 5*time.Millisecond, "the task in hand is finished")
+	require.NoError(t, stop())
+	require.EqualValues(t, 1, handled.Load())
+}
+
+// loseFirstClaimAnswer is a transport that lets the server commit the first
+// claim that hands out tasks and then drops its answer, as a connection cut
+// after the commit would.
+type loseFirstClaimAnswer struct {
+	next http.RoundTripper
+	lost atomic.Bool
+	ids  []string
+}
+
+func (l *loseFirstClaimAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := l.next.RoundTrip(r)
+	if err != nil || r.URL.Path != "/tasks/v1/claim" || l.lost.Load() {
+		return resp, err
+	}
+	body, rerr := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if rerr != nil {
+		return nil, rerr
+	}
+	var claimed struct{ Tasks []client.Task }
+	if json.Unmarshal(body, &claimed) == nil && len(claimed.Tasks) > 0 && l.lost.CompareAndSwap(false, true) {
+		for _, tk := range claimed.Tasks {
+			l.ids = append(l.ids, tk.ID)
+		}
+		return nil, errors.New("connection reset after the claim committed")
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	return resp, nil
+}
+
+// A claim's answer is lost after the server committed it: the runner never
+// learns of those tasks, and its next task-listing heartbeat (more than a
+// heartbeat interval later) gives them back as orphaned; the runner then
+// claims and handles them, each once.
+func TestRunnerRecoversTheTasksOfAClaimWhoseAnswerWasLost(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, func(cfg *app.Config) {
+		cfg.App.Liveness.StaleAfter = 300 * time.Millisecond // heartbeats every 100 ms
+		cfg.App.Liveness.DeadAfter = 10 * time.Second
+	})
+	loser := &loseFirstClaimAnswer{next: http.DefaultTransport}
+	c := newSDK(t, s.URL, loser)
+	ids := submitN(t, c, "orphans", 5, nil)
+
+	var mu sync.Mutex
+	handled := map[string]int{}
+	stop, _ := startRunner(t, c, client.RunnerConfig{WorkerID: "forgetful", Queues: []string{"orphans"}, Concurrency: 5},
+		func(ctx context.Context, tk client.Task) (any, error) {
+			mu.Lock()
+			handled[tk.ID]++
+			mu.Unlock()
+			return nil, nil
+		})
+	require.Eventually(t, func() bool {
+		return countRows(t, s, `SELECT count(*) FROM tasks WHERE queue = 'orphans' AND status = 'DONE'`) == len(ids)
+	}, 20*time.Second, 10*time.Millisecond)
+	require.NoError(t, stop())
+
+	require.True(t, loser.lost.Load())
+	require.NotEmpty(t, loser.ids)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range ids {
+		require.Equal(t, 1, handled[id], "task %s handled once", id)
+	}
+	for _, id := range loser.ids {
+		require.Equal(t, 1, countRows(t, s, `
+			SELECT count(*) FROM watermill_taskmaster_events m, json_array_elements(m.payload->'events') e
+			WHERE e->>'type' = 'task.requeued' AND e->>'reason' = 'orphaned' AND e->>'task_id' = $1`, id),
+			"task %s of the lost answer was orphaned once", id)
+		require.Equal(t, 2, countRows(t, s, `SELECT attempts FROM tasks WHERE id = $1`, id), "the lost claim counted")
+	}
+}
