@@ -186,7 +186,7 @@ func newMonitor(env *environment) *monitor {
 
 func (m *monitor) loop() {
 	defer close(m.done)
-	t := time.NewTicker(250 * time.Millisecond)
+	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
 	for {
 		select {
