@@ -274,6 +274,14 @@ func (s *TaskStore) Claim(ctx context.Context, p ports.ClaimParams) ([]*task.Tas
 	if len(tags) > 0 {
 		hasTags = 1
 	}
+	// The claim must walk the claim index in order. The planner prefers a
+	// bitmap scan that sorts every pending row of the queue whenever its
+	// statistics undercount the queue (a queue that filled up since the last
+	// ANALYZE): 1.7 s per claim on a fresh 1M backlog instead of a few ms.
+	// Pin the plan for this transaction only.
+	if _, err := s.st.tx.ExecContext(ctx, `SET LOCAL enable_bitmapscan = off; SET LOCAL enable_seqscan = off`); err != nil {
+		return nil, fmt.Errorf("claim: plan settings: %w", err)
+	}
 	if len(p.Queues) == 0 {
 		err = s.st.tx.SelectContext(ctx, &rows, claimSQL[1][hasTags], p.WorkerID, tags, p.Limit, p.LeaseSeconds)
 	} else {
