@@ -6,8 +6,8 @@ GO ?= go
 .PHONY: run test build lint
 
 ## run: serve on a local PostgreSQL kept in ./.data (or on TASKMASTER_DATABASE_URL)
-run:
-	$(GO) run ./cmd/taskmaster dev
+run: build
+	./bin/taskmaster dev
 
 ## test: every test with the race detector; starts its own throwaway PostgreSQL
 test:
