@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/gorilla/mux"
 	"go.uber.org/zap"
 
 	"github.com/taskmaster/taskmaster/ports"
@@ -82,11 +83,13 @@ type ObserveFunc func(route, method string, status int, elapsed time.Duration)
 
 // withAccessLog recovers panics as 500 problems, logs each request at debug
 // level and reports it to observe.
-func withAccessLog(observe ObserveFunc, routeOf func(*http.Request) string) func(http.Handler) http.Handler {
+func withAccessLog(observe ObserveFunc) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
 			rec := &statusRecorder{ResponseWriter: w}
+			route := &matchedRoute{template: "unmatched"}
+			r = r.WithContext(context.WithValue(r.Context(), matchedRouteKey{}, route))
 			defer func() {
 				if v := recover(); v != nil {
 					if v == http.ErrAbortHandler {
@@ -103,7 +106,7 @@ func withAccessLog(observe ObserveFunc, routeOf func(*http.Request) string) func
 					zap.String("method", r.Method), zap.String("path", r.URL.Path),
 					zap.Int("status", status), zap.Duration("elapsed", elapsed))
 				if observe != nil {
-					observe(routeOf(r), r.Method, status, elapsed)
+					observe(route.template, r.Method, status, elapsed)
 				}
 			}()
 			next.ServeHTTP(rec, r)
@@ -111,12 +114,31 @@ func withAccessLog(observe ObserveFunc, routeOf func(*http.Request) string) func
 	}
 }
 
-// withBodyLimit caps request bodies; decode turns the overflow into 413.
-func withBodyLimit(limitFor func(*http.Request) int64) func(http.Handler) http.Handler {
+// matchedRoute carries the route template the router matched back out to
+// the access log, so the request is matched once.
+type matchedRoute struct{ template string }
+
+type matchedRouteKey struct{}
+
+// withRoute is router middleware (it runs after matching): it records the
+// route template and caps the request body at the route's limit; decode
+// turns the overflow into 413.
+func withRoute(cfg ServerConfig) mux.MiddlewareFunc {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			tpl := ""
+			if cur := mux.CurrentRoute(r); cur != nil {
+				tpl, _ = cur.GetPathTemplate()
+			}
+			if m, ok := r.Context().Value(matchedRouteKey{}).(*matchedRoute); ok && tpl != "" {
+				m.template = tpl
+			}
+			limit := cfg.MaxBodyBytes
+			if batchRoutes[tpl] {
+				limit = cfg.MaxBatchBodyBytes
+			}
 			if r.Body != nil {
-				r.Body = http.MaxBytesReader(w, r.Body, limitFor(r))
+				r.Body = http.MaxBytesReader(w, r.Body, limit)
 			}
 			next.ServeHTTP(w, r)
 		})

@@ -6,6 +6,14 @@ import (
 	"github.com/gorilla/mux"
 )
 
+// batchRoutes carry up to 1,000 items: their bodies may be up to
+// MaxBatchBodyBytes instead of MaxBodyBytes.
+var batchRoutes = map[string]bool{
+	"/tasks/v1/batch":    true,
+	"/tasks/v1/complete": true,
+	"/tasks/v1/fail":     true,
+}
+
 // routes is the whole API surface at a glance.
 func (s *Server) routes(r *mux.Router) {
 	r.HandleFunc("/tasks/v1", s.handleSubmitTask).Methods(http.MethodPost)

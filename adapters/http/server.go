@@ -116,24 +116,11 @@ func NewServer(cfg ServerConfig, d Deps) *Server {
 	r := mux.NewRouter()
 	s.routes(r)
 	s.router = r
-	routeOf := func(req *http.Request) string {
-		var match mux.RouteMatch
-		if r.Match(req, &match) && match.Route != nil {
-			if tpl, err := match.Route.GetPathTemplate(); err == nil {
-				return tpl
-			}
-		}
-		return "unmatched"
-	}
+	// Runs once the router has matched: it names the route for the access
+	// log and metrics and caps the body by route (no second match).
+	r.Use(withRoute(cfg))
 	var h http.Handler = r
-	h = withBodyLimit(func(req *http.Request) int64 {
-		switch req.URL.Path {
-		case "/tasks/v1/batch", "/tasks/v1/complete", "/tasks/v1/fail":
-			return cfg.MaxBatchBodyBytes
-		}
-		return cfg.MaxBodyBytes
-	})(h)
-	h = withAccessLog(d.Observe, routeOf)(h)
+	h = withAccessLog(d.Observe)(h)
 	h = withCorrelation(s.logger)(h)
 	s.handler = h
 	return s
