@@ -331,9 +331,13 @@ func (w *worker) complete(ctx context.Context, tk apiTask) {
 		w.l.mu.Lock()
 		switch {
 		case err != nil:
+			// Sent without a definite answer: it may have been applied. That
+			// holds when the test's own cancel cut the answer off too (it
+			// cancels the moment the last task is DONE, which may be before
+			// the complete that made it so has read its response).
+			w.l.add(w.l.unsure, tk.ID, key)
 			if ctx.Err() == nil {
 				w.l.transportErrors++
-				w.l.add(w.l.unsure, tk.ID, key)
 			}
 		case code == http.StatusOK:
 			w.l.acked[tk.ID] = append(w.l.acked[tk.ID], key)
