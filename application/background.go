@@ -3,12 +3,12 @@ package application
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/taskmaster/taskmaster/application/lifecycle"
 	"github.com/taskmaster/taskmaster/ports"
 )
 
@@ -60,13 +60,12 @@ type BackgroundParams struct {
 // under that lock, so a transition happens once even if two instances ever
 // overlap.
 type BackgroundService struct {
+	lifecycle.Base
 	p       BackgroundParams
 	leading atomic.Bool
-
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
 }
+
+var _ lifecycle.Service = (*BackgroundService)(nil)
 
 // NewBackgroundService returns a stopped service.
 func NewBackgroundService(p BackgroundParams) *BackgroundService {
@@ -89,37 +88,22 @@ func (s *BackgroundService) Leading() bool { return s.leading.Load() }
 
 // Start starts the service's goroutine, which runs a first tick at once. ctx
 // only bounds Start itself: the service runs until Stop.
-func (s *BackgroundService) Start(context.Context) error {
-	if s.p.Interval <= 0 {
-		return errors.New(s.p.Name + ": interval must be positive")
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.done != nil {
-		return errors.New(s.p.Name + ": already started")
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel, s.done = cancel, make(chan struct{})
-	go s.run(ctx, s.done)
-	return nil
+func (s *BackgroundService) Start(ctx context.Context) error {
+	return s.StartLoop(ctx, s.p.Name, func(context.Context) (lifecycle.LoopFunc, error) {
+		if s.p.Interval <= 0 {
+			return nil, errors.New("interval must be positive")
+		}
+		return s.run, nil
+	})
 }
 
 // Stop cancels the cycle in progress (its transaction rolls back), releases
-// the lock and returns once the goroutine has ended. Calling it again, or
-// before Start, does nothing; the service can be started again afterwards.
-func (s *BackgroundService) Stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.done == nil {
-		return
-	}
-	s.cancel()
-	<-s.done
-	s.cancel, s.done = nil, nil
-}
+// the lock and returns once the goroutine has ended (or ctx ends). Calling it
+// again, or before Start, does nothing; the service can be started again
+// afterwards.
+func (s *BackgroundService) Stop(ctx context.Context) error { return s.StopLoop(ctx) }
 
-func (s *BackgroundService) run(ctx context.Context, done chan<- struct{}) {
-	defer close(done)
+func (s *BackgroundService) run(ctx context.Context) {
 	var lock ports.Lock
 	defer func() {
 		s.leading.Store(false)

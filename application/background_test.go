@@ -95,7 +95,7 @@ func newTestService(t *testing.T, locker ports.Locker, cycle application.CycleFu
 	s := application.NewBackgroundService(application.BackgroundParams{
 		Name: "test-job", Interval: 5 * time.Millisecond, Cycle: cycle, Locker: locker, Logger: zap.New(core),
 	})
-	t.Cleanup(s.Stop)
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
 	return s, logs
 }
 
@@ -144,17 +144,17 @@ func TestBackgroundServiceStopCancelsWaitsAndReleases(t *testing.T) {
 		finished.Store(true)
 		return nil, ctx.Err()
 	})
-	s.Stop() // before Start: nothing to do
+	require.NoError(t, s.Stop(context.Background())) // before Start: nothing to do
 	require.NoError(t, s.Start(context.Background()))
 	require.Error(t, s.Start(context.Background()), "already started")
 	<-started
 	require.NotNil(t, locker.holder())
 
-	s.Stop()
+	require.NoError(t, s.Stop(context.Background()))
 	require.True(t, finished.Load(), "Stop returns after the cycle ended")
 	require.Nil(t, locker.holder(), "Stop releases the lock")
 	require.False(t, s.Leading())
-	s.Stop() // idempotent
+	require.NoError(t, s.Stop(context.Background())) // idempotent
 	require.Zero(t, logs.FilterLevelExact(zapcore.ErrorLevel).Len(), "a cancelled cycle is not an error")
 
 	// It can run again.
@@ -166,7 +166,7 @@ func TestBackgroundServiceStopCancelsWaitsAndReleases(t *testing.T) {
 	})
 	require.NoError(t, s2.Start(context.Background()))
 	awaitCond(t, func() bool { return cycles.Load() >= 1 }, "runs")
-	s2.Stop()
+	require.NoError(t, s2.Stop(context.Background()))
 	require.NoError(t, s2.Start(context.Background()))
 	n := cycles.Load()
 	awaitCond(t, func() bool { return cycles.Load() > n }, "runs again after a restart")
@@ -189,7 +189,7 @@ func TestBackgroundServiceLogsOnlyCyclesThatDidSomething(t *testing.T) {
 	})
 	require.NoError(t, s.Start(context.Background()))
 	awaitCond(t, func() bool { return i.Load() > int64(len(results)) }, "runs every cycle")
-	s.Stop()
+	require.NoError(t, s.Stop(context.Background()))
 
 	cycles := logs.FilterMessage("background job cycle").All()
 	require.Len(t, cycles, 2, "one line per cycle that did something, none when idle")

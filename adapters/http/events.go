@@ -137,6 +137,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	if heartbeat <= 0 {
 		heartbeat = defaultEventsHeartbeat
 	}
+	stopping := s.stoppingSignal()
 	st := &sseStream{w: w, rc: rc}
 	st.printf("retry: %d\n\n", eventsRetryMillis)
 	lastID, lastLost := cursor, ""
@@ -174,7 +175,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 			case <-ctx.Done():
 				wait.Stop()
 				return
-			case <-s.stopping:
+			case <-stopping:
 				wait.Stop()
 				return
 			case <-wait.C:
@@ -186,7 +187,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 			select { // catching up: read on at once, unless stopping
 			case <-ctx.Done():
 				return
-			case <-s.stopping:
+			case <-stopping:
 				return
 			default:
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/gorilla/mux"
 	"go.uber.org/zap"
 
+	"github.com/taskmaster/taskmaster/application/lifecycle"
 	"github.com/taskmaster/taskmaster/ports"
 )
 
@@ -93,22 +94,21 @@ type Server struct {
 	router      *mux.Router
 	handler     http.Handler
 
-	// stopping is closed when Stop begins, to end event streams, which
-	// would otherwise keep Shutdown waiting.
-	stopping     chan struct{}
-	stoppingOnce sync.Once
-
+	lifecycle.Base
 	mu       sync.Mutex
-	srv      *http.Server
 	listener net.Listener
-	done     chan struct{}
+	// stopping is closed when Stop begins, to end event streams, which
+	// would otherwise keep Shutdown waiting; each Start makes a new one.
+	stopping chan struct{}
 }
+
+var _ lifecycle.Service = (*Server)(nil)
 
 // NewServer builds the server and its router.
 func NewServer(cfg ServerConfig, d Deps) *Server {
 	s := &Server{
 		cfg: cfg, tasks: d.Tasks, workers: d.Workers, queues: d.Queues, health: d.Health,
-		events: d.Events, logger: d.Logger, extraRoutes: d.Routes, onShutdown: d.OnShutdown, stopping: make(chan struct{}),
+		events: d.Events, logger: d.Logger, extraRoutes: d.Routes, onShutdown: d.OnShutdown,
 	}
 	if s.logger == nil {
 		s.logger = zap.NewNop()
@@ -154,34 +154,65 @@ func (s *Server) Routes() []RouteInfo {
 }
 
 // Start listens and serves in the background until Stop.
-func (s *Server) Start(context.Context) error {
+func (s *Server) Start(ctx context.Context) error {
+	return s.StartLoop(ctx, "http server", func(context.Context) (lifecycle.LoopFunc, error) {
+		ln, err := net.Listen("tcp", s.cfg.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("listen on %s: %w", s.cfg.Addr, err)
+		}
+		stopping := make(chan struct{})
+		s.mu.Lock()
+		s.listener, s.stopping = ln, stopping
+		s.mu.Unlock()
+		srv := &http.Server{
+			Handler:           s.handler,
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       60 * time.Second,
+			WriteTimeout:      90 * time.Second,
+			IdleTimeout:       120 * time.Second,
+			ErrorLog:          zap.NewStdLog(s.logger.Named("http")),
+		}
+		s.logger.Info("http server listening", zap.String("addr", ln.Addr().String()))
+		return func(ctx context.Context) { s.serve(ctx, srv, ln, stopping) }, nil
+	})
+}
+
+// serve serves on ln until ctx ends, then shuts down: it ends event
+// streams, runs the OnShutdown hooks (answering waiting claims), stops
+// accepting connections and waits for in-flight requests up to the shutdown
+// timeout.
+func (s *Server) serve(ctx context.Context, srv *http.Server, ln net.Listener, stopping chan struct{}) {
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		s.logger.Error("http server stopped", zap.Error(err))
+		<-ctx.Done()
+		return
+	case <-ctx.Done():
+	}
+	close(stopping)
+	for _, f := range s.onShutdown {
+		f()
+	}
+	timeout := s.cfg.ShutdownTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		s.logger.Warn("http shutdown: requests still running were cut off", zap.Error(err))
+		_ = srv.Close()
+	}
+	<-served
+}
+
+// stoppingSignal is closed when the running server begins to stop.
+func (s *Server) stoppingSignal() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.srv != nil {
-		return errors.New("http server already started")
-	}
-	ln, err := net.Listen("tcp", s.cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", s.cfg.Addr, err)
-	}
-	s.listener = ln
-	s.srv = &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       60 * time.Second,
-		WriteTimeout:      90 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		ErrorLog:          zap.NewStdLog(s.logger.Named("http")),
-	}
-	s.done = make(chan struct{})
-	go func() {
-		defer close(s.done)
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.logger.Error("http server stopped", zap.Error(err))
-		}
-	}()
-	s.logger.Info("http server listening", zap.String("addr", ln.Addr().String()))
-	return nil
+	return s.stopping
 }
 
 // Addr returns the address the server listens on (after Start).
@@ -194,32 +225,13 @@ func (s *Server) Addr() string {
 	return s.listener.Addr().String()
 }
 
-// Stop ends event streams, runs the OnShutdown hooks (answering waiting
-// claims), stops accepting connections, waits for in-flight
-// requests (up to the shutdown timeout or ctx), and returns when the server
-// has stopped. It is idempotent.
+// Stop ends event streams, answers waiting claims, stops accepting
+// connections, waits for in-flight requests (up to the shutdown timeout),
+// and returns when the server has stopped (or ctx ends). It is idempotent,
+// and the server can be started again.
 func (s *Server) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	srv, done := s.srv, s.done
-	s.mu.Unlock()
-	if srv == nil {
-		return nil
-	}
-	s.stoppingOnce.Do(func() {
-		close(s.stopping)
-		for _, f := range s.onShutdown {
-			f()
-		}
-	})
-	if s.cfg.ShutdownTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.cfg.ShutdownTimeout)
-		defer cancel()
-	}
-	err := srv.Shutdown(ctx)
-	<-done
-	if err != nil {
-		return fmt.Errorf("http shutdown: %w", err)
+	if err := s.StopLoop(ctx); err != nil {
+		return fmt.Errorf("http server: %w", err)
 	}
 	return nil
 }

@@ -3,12 +3,12 @@ package outbox
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/taskmaster/taskmaster/application/lifecycle"
 )
 
 // maxJanitorBatches bounds the delete statements of one janitor run, so a
@@ -24,14 +24,13 @@ const maxJanitorBatches = 100
 // Several instances may run janitors at once: each batch locks the rows it
 // deletes with SKIP LOCKED, so concurrent janitors split the work.
 type Janitor struct {
+	lifecycle.Base
 	db     *sql.DB
 	cfg    Config
 	logger *zap.Logger
-
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
 }
+
+var _ lifecycle.Service = (*Janitor)(nil)
 
 // NewJanitor returns a janitor over db.
 func NewJanitor(db *sql.DB, cfg Config, logger *zap.Logger) (*Janitor, error) {
@@ -104,20 +103,13 @@ func (j *Janitor) RunOnce(ctx context.Context) (int, error) {
 }
 
 // Start runs the janitor every JanitorInterval until Stop.
-func (j *Janitor) Start(context.Context) error {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.done != nil {
-		return errors.New("outbox janitor already started")
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	j.cancel, j.done = cancel, make(chan struct{})
-	go j.loop(ctx)
-	return nil
+func (j *Janitor) Start(ctx context.Context) error {
+	return j.StartLoop(ctx, "outbox janitor", func(context.Context) (lifecycle.LoopFunc, error) {
+		return j.loop, nil
+	})
 }
 
 func (j *Janitor) loop(ctx context.Context) {
-	defer close(j.done)
 	ticker := time.NewTicker(j.cfg.JanitorInterval)
 	defer ticker.Stop()
 	for {
@@ -138,18 +130,4 @@ func (j *Janitor) loop(ctx context.Context) {
 
 // Stop stops the janitor and waits for a run in progress (its statements are
 // cancelled). It is idempotent.
-func (j *Janitor) Stop(ctx context.Context) error {
-	j.mu.Lock()
-	cancel, done := j.cancel, j.done
-	j.mu.Unlock()
-	if cancel == nil {
-		return nil
-	}
-	cancel()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("outbox janitor stop: %w", ctx.Err())
-	}
-}
+func (j *Janitor) Stop(ctx context.Context) error { return j.StopLoop(ctx) }

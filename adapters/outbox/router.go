@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,26 +15,29 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/taskmaster/taskmaster/adapters/postgres"
+	"github.com/taskmaster/taskmaster/application/lifecycle"
 )
 
 // Router runs the projectors: a Watermill router with one watermill-sql
 // subscriber per projector, each in the projector's consumer group, on the
-// outbox topic. It is a background service: Start, then Stop.
+// outbox topic. It is a background service: Start, then Stop. Each Start
+// builds a fresh Watermill router (one cannot run twice), so a stopped
+// Router starts again.
 type Router struct {
-	router *message.Router
-	logger *zap.Logger
+	lifecycle.Base
+	db         *sql.DB
+	cfg        Config
+	logger     *zap.Logger
+	projectors []*Projector
 
 	// hooks lets tests act inside a message's savepoint.
 	hooks hooks
-	// closing is set when Stop begins.
+	// closing is set while a run is being stopped (its shutdown errors are
+	// expected, and logged at a lower level).
 	closing atomic.Bool
-
-	mu      sync.Mutex
-	started bool
-	cancel  context.CancelFunc
-	done    chan struct{}
-	runErr  error
 }
+
+var _ lifecycle.Service = (*Router)(nil)
 
 // hooks run inside the savepoint of each attempt, around Apply.
 type hooks struct {
@@ -43,9 +45,9 @@ type hooks struct {
 	after  func(ctx context.Context, tx *sql.Tx, msg *message.Message) error
 }
 
-// NewRouter builds the router over db. Schema initialisation is off: the
-// migrations create the outbox tables and the built-in groups' offsets rows
-// (the subscriber inserts a zero offset for a new group itself).
+// NewRouter returns the router of projectors over db. Schema initialisation
+// is off: the migrations create the outbox tables and the built-in groups'
+// offsets rows (the subscriber inserts a zero offset for a new group itself).
 func NewRouter(db *sql.DB, cfg Config, logger *zap.Logger, projectors ...*Projector) (*Router, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -53,21 +55,24 @@ func NewRouter(db *sql.DB, cfg Config, logger *zap.Logger, projectors ...*Projec
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	r := &Router{logger: logger}
-	wlogger := newLogger(logger.Named("watermill"), r.closing.Load)
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: cfg.CloseTimeout}, wlogger)
+	return &Router{db: db, cfg: cfg, logger: logger, projectors: projectors}, nil
+}
+
+// build returns a Watermill router with one subscriber per projector.
+func (r *Router) build() (*message.Router, error) {
+	wlogger := newLogger(r.logger.Named("watermill"), r.closing.Load)
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: r.cfg.CloseTimeout}, wlogger)
 	if err != nil {
 		return nil, fmt.Errorf("watermill router: %w", err)
 	}
-	r.router = router
-	for _, p := range projectors {
-		sub, err := newSubscriber(db, p.ConsumerGroup(), cfg, wlogger)
+	for _, p := range r.projectors {
+		sub, err := newSubscriber(r.db, p.ConsumerGroup(), r.cfg, wlogger)
 		if err != nil {
 			return nil, err
 		}
 		router.AddConsumerHandler(p.ConsumerGroup(), postgres.EventsTopic, sub, r.handler(p))
 	}
-	return r, nil
+	return router, nil
 }
 
 // newSubscriber returns a watermill-sql subscriber of the outbox topic in
@@ -142,32 +147,39 @@ func (r *Router) handler(p *Projector) message.NoPublishHandlerFunc {
 // subscription is running. ctx bounds only the wait: the router runs on its
 // own context until Stop.
 func (r *Router) Start(ctx context.Context) error {
-	r.mu.Lock()
-	if r.started {
-		r.mu.Unlock()
-		return errors.New("outbox router already started")
-	}
-	r.started = true
-	runCtx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
-	r.done = make(chan struct{})
-	r.mu.Unlock()
-
-	go func() {
-		defer close(r.done)
-		if err := r.router.Run(runCtx); err != nil {
-			r.mu.Lock()
-			r.runErr = err
-			r.mu.Unlock()
+	var router *message.Router
+	ended := make(chan error, 1)
+	err := r.StartLoop(ctx, "outbox router", func(context.Context) (lifecycle.LoopFunc, error) {
+		var err error
+		if router, err = r.build(); err != nil {
+			return nil, err
 		}
-	}()
+		r.closing.Store(false)
+		return func(ctx context.Context) {
+			// The subscribers run on their own context, cancelled only once
+			// Close has let in-flight messages finish.
+			runCtx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() {
+				<-ctx.Done()
+				r.closing.Store(true)
+				if err := router.Close(); err != nil {
+					r.logger.Warn("close outbox router", zap.Error(err))
+				}
+				cancel()
+			}()
+			ended <- router.Run(runCtx)
+			<-ctx.Done() // Stop ends the loop, even after a failed run
+		}, nil
+	})
+	if err != nil {
+		return err
+	}
 	select {
-	case <-r.router.Running():
+	case <-router.Running():
 		return nil
-	case <-r.done:
-		r.mu.Lock()
-		err := r.runErr
-		r.mu.Unlock()
+	case err := <-ended:
+		_ = r.Stop(context.Background())
 		return fmt.Errorf("outbox router stopped while starting: %w", err)
 	case <-ctx.Done():
 		_ = r.Stop(context.Background())
@@ -176,24 +188,10 @@ func (r *Router) Start(ctx context.Context) error {
 }
 
 // Stop closes the router, waiting for in-flight messages (up to the close
-// timeout), and returns when it has stopped. It is idempotent.
+// timeout) and for its goroutines, or for ctx to end. It is idempotent.
 func (r *Router) Stop(ctx context.Context) error {
-	r.mu.Lock()
-	cancel, done := r.cancel, r.done
-	r.mu.Unlock()
-	if cancel == nil {
-		return nil
-	}
-	r.closing.Store(true)
-	err := r.router.Close()
-	cancel()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return errors.Join(err, fmt.Errorf("outbox router stop: %w", ctx.Err()))
-	}
-	if err != nil {
-		return fmt.Errorf("close outbox router: %w", err)
+	if err := r.StopLoop(ctx); err != nil {
+		return fmt.Errorf("outbox router: %w", err)
 	}
 	return nil
 }

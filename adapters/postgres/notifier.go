@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/lib/pq"
 	"go.uber.org/zap"
 
+	"github.com/taskmaster/taskmaster/application/lifecycle"
 	"github.com/taskmaster/taskmaster/ports"
 )
 
@@ -20,20 +20,21 @@ const NotifyChannel = "taskmaster_tasks"
 
 // Notifier listens on NotifyChannel with one dedicated connection per
 // instance and fans wake-ups out to the claims waiting in this process. It
-// implements ports.TaskNotifier.
+// implements ports.TaskNotifier and is a lifecycle.Service.
 type Notifier struct {
+	lifecycle.Base
 	url    string
 	logger *zap.Logger
 
-	mu       sync.Mutex
-	subs     map[*subscription]struct{}
-	closed   bool
-	listener *pq.Listener
-	stop     chan struct{}
-	done     chan struct{}
+	mu     sync.Mutex
+	subs   map[*subscription]struct{}
+	closed bool
 }
 
-var _ ports.TaskNotifier = (*Notifier)(nil)
+var (
+	_ ports.TaskNotifier = (*Notifier)(nil)
+	_ lifecycle.Service  = (*Notifier)(nil)
+)
 
 type subscription struct {
 	queues map[string]bool // nil: any queue
@@ -41,40 +42,44 @@ type subscription struct {
 }
 
 // NewNotifier returns a notifier for the database at url; Start connects it.
+// Until then, and after Stop, waits end at once.
 func NewNotifier(url string, logger *zap.Logger) *Notifier {
-	return &Notifier{url: url, logger: logger, subs: make(map[*subscription]struct{})}
+	return &Notifier{url: url, logger: logger, subs: make(map[*subscription]struct{}), closed: true}
 }
 
 // Start opens the listening connection and begins fanning out.
-func (n *Notifier) Start(context.Context) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.listener != nil {
-		return errors.New("notifier already started")
-	}
-	l := pq.NewListener(n.url, 10*time.Millisecond, 2*time.Second, func(ev pq.ListenerEventType, err error) {
-		if err != nil {
-			n.logger.Warn("notification listener", zap.Error(err))
+func (n *Notifier) Start(ctx context.Context) error {
+	return n.StartLoop(ctx, "notifier", func(context.Context) (lifecycle.LoopFunc, error) {
+		l := pq.NewListener(n.url, 10*time.Millisecond, 2*time.Second, func(ev pq.ListenerEventType, err error) {
+			if err != nil {
+				n.logger.Warn("notification listener", zap.Error(err))
+			}
+		})
+		if err := l.Listen(NotifyChannel); err != nil {
+			_ = l.Close()
+			return nil, fmt.Errorf("listen %s: %w", NotifyChannel, err)
 		}
+		n.mu.Lock()
+		n.closed = false
+		n.mu.Unlock()
+		return func(ctx context.Context) {
+			pinged := make(chan struct{}, 1)
+			pinged <- struct{}{}
+			n.loop(ctx, l, pinged)
+			_ = l.Close() // the only error is "already closed"
+			<-pinged      // a ping in progress returns once the listener is closed
+		}, nil
 	})
-	if err := l.Listen(NotifyChannel); err != nil {
-		_ = l.Close()
-		return fmt.Errorf("listen %s: %w", NotifyChannel, err)
-	}
-	n.listener = l
-	n.stop = make(chan struct{})
-	n.done = make(chan struct{})
-	go n.loop(l, n.stop, n.done)
-	return nil
 }
 
-func (n *Notifier) loop(l *pq.Listener, stop, done chan struct{}) {
-	defer close(done)
+// loop fans notifications out until ctx ends. pinged holds a token while no
+// ping is in progress.
+func (n *Notifier) loop(ctx context.Context, l *pq.Listener, pinged chan struct{}) {
 	ping := time.NewTicker(30 * time.Second)
 	defer ping.Stop()
 	for {
 		select {
-		case <-stop:
+		case <-ctx.Done():
 			return
 		case note := <-l.Notify:
 			if note == nil {
@@ -85,7 +90,17 @@ func (n *Notifier) loop(l *pq.Listener, stop, done chan struct{}) {
 			}
 			n.wake(note.Extra, false)
 		case <-ping.C:
-			go func() { _ = l.Ping() }()
+			// Ping makes the listener notice a dead connection; it blocks
+			// for a round trip, so it runs aside, one at a time, and the
+			// loop's caller waits for it after closing the listener.
+			select {
+			case <-pinged:
+				go func() {
+					defer func() { pinged <- struct{}{} }()
+					_ = l.Ping()
+				}()
+			default:
+			}
 		}
 	}
 }
@@ -125,34 +140,27 @@ func (n *Notifier) Subscribe(queues []string) (<-chan struct{}, func()) {
 		once.Do(func() {
 			n.mu.Lock()
 			defer n.mu.Unlock()
-			if _, ok := n.subs[s]; ok {
-				delete(n.subs, s)
-			}
+			delete(n.subs, s)
 		})
 	}
 }
 
-// Close answers every waiting claim at once (their channels close), refuses
-// new waits, and stops listening. It is idempotent and waits for the
-// listening goroutine to end.
-func (n *Notifier) Close() error {
+// CloseWaits answers every waiting claim at once (their channels close) and
+// refuses new waits until the next Start. The HTTP server calls it when it
+// begins to stop, so long polls do not hold the shutdown up.
+func (n *Notifier) CloseWaits() {
 	n.mu.Lock()
-	if n.closed {
-		n.mu.Unlock()
-		return nil
-	}
+	defer n.mu.Unlock()
 	n.closed = true
 	for s := range n.subs {
 		close(s.ch)
 		delete(n.subs, s)
 	}
-	l, stop, done := n.listener, n.stop, n.done
-	n.mu.Unlock()
-	if l == nil {
-		return nil
-	}
-	close(stop)
-	<-done
-	_ = l.Close() // the only error is "already closed"
-	return nil
+}
+
+// Stop answers every waiting claim (CloseWaits), stops listening and waits
+// for the listening goroutine. It is idempotent.
+func (n *Notifier) Stop(ctx context.Context) error {
+	n.CloseWaits()
+	return n.StopLoop(ctx)
 }

@@ -71,7 +71,7 @@ func newDatabase(lc fx.Lifecycle, cfg Config, logger *zap.Logger) (*sqlx.DB, err
 // newNotifier listens for task wake-ups on one dedicated connection.
 func newNotifier(lc fx.Lifecycle, cfg Config, logger *zap.Logger) *postgres.Notifier {
 	n := postgres.NewNotifier(cfg.DatabaseURL, logger.Named("notifier"))
-	lc.Append(fx.Hook{OnStart: n.Start, OnStop: func(context.Context) error { return n.Close() }})
+	lc.Append(fx.Hook{OnStart: n.Start, OnStop: n.Stop})
 	return n
 }
 
@@ -99,7 +99,7 @@ func newHTTPServer(p httpParams) *httpadapter.Server {
 		Tasks: p.Tasks, Workers: p.Workers, Queues: p.Queues, Health: p.Health,
 		Logger: p.Logger, Observe: p.Observe, Routes: p.Routes, Events: p.Events,
 		// A stopping server answers waiting long-poll claims at once.
-		OnShutdown: []func(){func() { _ = p.Notifier.Close() }},
+		OnShutdown: []func(){p.Notifier.CloseWaits},
 	})
 	p.Lifecycle.Append(fx.Hook{OnStart: srv.Start, OnStop: srv.Stop})
 	return srv

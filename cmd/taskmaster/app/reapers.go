@@ -97,7 +97,7 @@ func newReapers(p reapersParams) *Reapers {
 		})
 		p.Lifecycle.Append(fx.Hook{
 			OnStart: s.Start,
-			OnStop:  func(context.Context) error { s.Stop(); return nil },
+			OnStop:  s.Stop,
 		})
 		return s
 	}

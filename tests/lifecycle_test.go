@@ -1,0 +1,138 @@
+package tests
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	httpadapter "github.com/taskmaster/taskmaster/adapters/http"
+	"github.com/taskmaster/taskmaster/adapters/outbox"
+	"github.com/taskmaster/taskmaster/adapters/postgres"
+	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
+	"github.com/taskmaster/taskmaster/application"
+	"github.com/taskmaster/taskmaster/application/lifecycle"
+)
+
+// runningService is a service under the stress test, with a way to tell
+// that it does its work after a restart.
+type runningService struct {
+	name string
+	svc  lifecycle.Service
+	// works, when not nil, checks that the started service works.
+	works func(t *testing.T)
+}
+
+// everyService builds each long-running service of `taskmaster serve` on a
+// real database, as the fx wiring does.
+func everyService(t *testing.T) []runningService {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	db, err := postgres.Open(t.Context(), url, postgres.PoolConfig{MaxOpen: 8, MaxIdle: 8})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	logger := zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel))
+	tx := postgres.NewTxRunner(db)
+	appCfg := defaultAppConfig()
+	notifier := postgres.NewNotifier(url, logger)
+	tasks := application.NewTaskService(tx, appCfg, application.WithNotifier(notifier))
+	srv := httpadapter.NewServer(httpadapter.ServerConfig{
+		Addr: "127.0.0.1:0", MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 1 << 20, ShutdownTimeout: 5 * time.Second,
+	}, httpadapter.Deps{
+		Tasks: tasks, Workers: application.NewWorkerService(tx, appCfg), Health: postgres.NewHealth(db),
+		Logger: logger, OnShutdown: []func(){notifier.CloseWaits},
+	})
+	ocfg := outbox.DefaultConfig()
+	router, err := outbox.NewRouter(db.DB, ocfg, logger, outbox.NewQueueStatsProjector(), outbox.NewMetricsProjector())
+	require.NoError(t, err)
+	janitor, err := outbox.NewJanitor(db.DB, ocfg, logger)
+	require.NoError(t, err)
+	reaper := application.NewBackgroundService(application.BackgroundParams{
+		Name: "stress-reaper", Interval: 10 * time.Millisecond, Locker: postgres.NewAdvisoryLocker(db), Logger: logger,
+		Cycle: application.Cycle(application.NewLeaseReaper(tx, 0).Reap),
+	})
+	return []runningService{
+		{name: "http server", svc: srv, works: func(t *testing.T) {
+			resp, err := http.Get("http://" + srv.Addr() + "/healthz")
+			require.NoError(t, err)
+			_ = resp.Body.Close()
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+		}},
+		{name: "notifier", svc: notifier, works: func(t *testing.T) {
+			ch, cancel := notifier.Subscribe([]string{"stress"})
+			defer cancel()
+			_, err := db.ExecContext(t.Context(), `SELECT pg_notify($1, 'stress')`, postgres.NotifyChannel)
+			require.NoError(t, err)
+			select {
+			case _, open := <-ch:
+				require.True(t, open, "a running notifier delivers, it does not close waits")
+			case <-time.After(10 * time.Second):
+				t.Fatal("no wake-up from a restarted notifier")
+			}
+		}},
+		{name: "outbox router", svc: router},
+		{name: "outbox janitor", svc: janitor},
+		{name: "background service", svc: reaper, works: func(t *testing.T) {
+			awaitTrue(t, reaper.Leading, "the restarted job leads")
+		}},
+	}
+}
+
+func defaultAppConfig() application.Config {
+	c := application.Config{}
+	c.Backoff.Base, c.Backoff.Cap = time.Second, time.Minute
+	c.Liveness.StaleAfter, c.Liveness.DeadAfter = 30*time.Second, 120*time.Second
+	return c
+}
+
+func awaitTrue(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		require.False(t, time.Now().After(deadline), "timed out: %s", what)
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestEveryServiceSurvivesConcurrentStartsAndStops hammers each service's
+// Start and Stop from several goroutines at once; afterwards Stop is safe to
+// repeat, and the service starts again and works.
+func TestEveryServiceSurvivesConcurrentStartsAndStops(t *testing.T) {
+	t.Parallel()
+	for _, rs := range everyService(t) {
+		t.Run(rs.name, func(t *testing.T) {
+			ctx := context.Background()
+			var wg sync.WaitGroup
+			for i := range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for j := range 8 {
+						if (i+j)%2 == 0 {
+							if err := rs.svc.Start(ctx); err != nil {
+								require.ErrorIs(t, err, lifecycle.ErrAlreadyStarted)
+							}
+						} else {
+							require.NoError(t, rs.svc.Stop(ctx))
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			require.NoError(t, rs.svc.Stop(ctx))
+			require.NoError(t, rs.svc.Stop(ctx), "a second Stop does nothing")
+
+			require.NoError(t, rs.svc.Start(ctx), "a stopped service starts again")
+			require.ErrorIs(t, rs.svc.Start(ctx), lifecycle.ErrAlreadyStarted)
+			if rs.works != nil {
+				rs.works(t)
+			}
+			require.NoError(t, rs.svc.Stop(ctx))
+		})
+	}
+}
