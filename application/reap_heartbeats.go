@@ -126,10 +126,15 @@ func (r *HeartbeatReaper) checkLiveness(w *worker.Worker, now time.Time) ([]even
 	return []event.Event{e}, nil
 }
 
-func releaseFromDeadWorker(t *task.Task, now time.Time) ([]event.Event, error) {
-	e, err := t.ReleaseFromDeadWorker(now)
-	if err != nil {
-		return nil, err
+// releaseFromDeadWorker takes a task back from the holder the sweep judged
+// dead, and leaves it alone when another holder has it by now.
+func releaseFromDeadWorker(t *task.Task, judged task.Holder, now time.Time) ([]event.Event, bool, error) {
+	e, err := t.ReleaseFromDeadWorker(judged, now)
+	switch {
+	case errors.Is(err, task.ErrLeaseLost):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, err
 	}
-	return []event.Event{e}, nil
+	return []event.Event{e}, true, nil
 }

@@ -54,6 +54,12 @@ type TaskCreateManyFunc func(now time.Time) ([]*task.Task, []event.Event, error)
 // a loaded task; changed false saves nothing (and events must then be empty).
 type TaskDecideFunc func(t *task.Task, now time.Time) (events []event.Event, changed bool, err error)
 
+// ReleaseFunc decides at the database time now whether to take a task back
+// from the holder that was judged dead: the worker and lease the task ran
+// under when it was selected. changed false leaves the task as it is (it has
+// another holder by now) and events must then be empty.
+type ReleaseFunc func(t *task.Task, judged task.Holder, now time.Time) (events []event.Event, changed bool, err error)
+
 // TaskUpdateEachFunc decides a change to the i-th task of a batch.
 type TaskUpdateEachFunc func(i int, t *task.Task, now time.Time) ([]event.Event, error)
 
@@ -185,8 +191,10 @@ type ReaperStore interface {
 	// silent first.
 	UpdateSilentWorkers(ctx context.Context, cfg worker.LivenessConfig, limit int, fn WorkerUpdateFunc) ([]*worker.Worker, error)
 	// UpdateOrphanedTasks selects RUNNING tasks whose worker is DEAD or no
-	// longer exists.
-	UpdateOrphanedTasks(ctx context.Context, limit int, fn TaskUpdateFunc) ([]*task.Task, error)
+	// longer exists, and hands fn each locked task with the holder that the
+	// selection judged dead (the task may have another one by the time it is
+	// locked). It saves and returns the tasks fn changed.
+	UpdateOrphanedTasks(ctx context.Context, limit int, fn ReleaseFunc) ([]*task.Task, error)
 	// UpdateExpiredLeases selects RUNNING tasks whose lease has run out
 	// (task.Task.LeaseExpired).
 	UpdateExpiredLeases(ctx context.Context, limit int, fn TaskUpdateFunc) ([]*task.Task, error)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/lib/pq"
 
 	"github.com/taskmaster/taskmaster/domain/event"
@@ -53,19 +54,63 @@ func (s *ReaperStore) UpdateSilentWorkers(ctx context.Context, cfg worker.Livene
 }
 
 // orphanedTasksSQL selects RUNNING tasks that no live worker holds: their
-// worker is DEAD or gone. A claim reads its worker without locking it, so it
-// can commit a task under a worker the reaper declared dead meanwhile; this
-// query finds such tasks too. It walks tasks_running_by_worker.
+// worker is DEAD or gone, such as a task whose row was locked when its worker
+// was declared dead. It walks tasks_running_by_worker.
+//
+// The judgement and the lock are two moments: the statement judges rows by
+// its snapshot, then locks each, and a row updated meanwhile is locked in its
+// newest version. PostgreSQL re-checks that version against t's own
+// conditions, not against the anti-join, so the newest version may run under
+// a live worker by then (the lease reaper requeued the task and a live worker
+// claimed it). The CTE keeps the holder that was judged (worker and lease, as
+// of the snapshot) next to the locked row, so that the domain can refuse to
+// release a task that has another holder by now.
 var orphanedTasksSQL = `
-	SELECT ` + prefixed("t.", taskColumns) + `, now() AS db_now FROM tasks t
+	WITH judged AS MATERIALIZED (
+		SELECT t.id, t.worker_id, t.lease_id FROM tasks t
+		WHERE t.status = 'RUNNING'
+			AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.id = t.worker_id AND w.status <> 'DEAD')
+		LIMIT $1
+	)
+	SELECT ` + prefixed("t.", taskColumns) + `,
+		j.worker_id AS judged_worker_id, j.lease_id AS judged_lease_id, now() AS db_now
+	FROM judged j JOIN tasks t ON t.id = j.id
 	WHERE t.status = 'RUNNING'
-		AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.id = t.worker_id AND w.status <> 'DEAD')
-	LIMIT $1
 	FOR UPDATE OF t SKIP LOCKED`
 
+// orphanRow is a task row with the holder orphanedTasksSQL judged dead.
+type orphanRow struct {
+	taskRowNow
+	JudgedWorkerID sql.NullString `db:"judged_worker_id"`
+	JudgedLeaseID  uuid.NullUUID  `db:"judged_lease_id"`
+}
+
 // UpdateOrphanedTasks implements ports.ReaperStore.
-func (s *ReaperStore) UpdateOrphanedTasks(ctx context.Context, limit int, fn ports.TaskUpdateFunc) ([]*task.Task, error) {
-	return s.updateTasks(ctx, "orphaned", orphanedTasksSQL, limit, fn)
+func (s *ReaperStore) UpdateOrphanedTasks(ctx context.Context, limit int, fn ports.ReleaseFunc) ([]*task.Task, error) {
+	var rows []orphanRow
+	if err := s.st.tx.SelectContext(ctx, &rows, orphanedTasksSQL, limit); err != nil {
+		return nil, fmt.Errorf("select orphaned tasks: %w", err)
+	}
+	var (
+		changed []*task.Task
+		checked []taskRowNow
+		events  []event.Event
+	)
+	for i := range rows {
+		r := &rows[i]
+		t, now := restoreTask(&r.taskRowNow)
+		s.st.setNow(now)
+		es, ok, err := fn(t, task.Holder{WorkerID: r.JudgedWorkerID.String, LeaseID: r.JudgedLeaseID.UUID}, now)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			changed = append(changed, t)
+			checked = append(checked, r.taskRowNow)
+			events = append(events, es...)
+		}
+	}
+	return s.saveTakenBack(ctx, "orphaned", checked, changed, events)
 }
 
 // expiredLeasesSQL selects RUNNING tasks whose lease has run out: the rule of
@@ -105,8 +150,18 @@ func (s *ReaperStore) updateTasks(ctx context.Context, what, query string, limit
 		return nil, fmt.Errorf("select %s tasks: %w", what, err)
 	}
 	ts, events, err := decideAll(s.st, rows, restoreTask, fn)
-	if err != nil || len(ts) == 0 {
+	if err != nil {
 		return nil, err
+	}
+	return s.saveTakenBack(ctx, what, rows, ts, events)
+}
+
+// saveTakenBack saves the tasks a reaper changed (ts[i] was read as rows[i])
+// and records their events, after checking that no reaper transition touched
+// what a worker reported.
+func (s *ReaperStore) saveTakenBack(ctx context.Context, what string, rows []taskRowNow, ts []*task.Task, events []event.Event) ([]*task.Task, error) {
+	if len(ts) == 0 {
+		return nil, nil
 	}
 	for i, t := range ts {
 		after := t.Snapshot()

@@ -132,9 +132,9 @@ func (f *reaperFixture) silentWorkers(t *testing.T, limit int) []*worker.Worker 
 	return out
 }
 
-func releaseHeldTask(t *task.Task, now time.Time) ([]event.Event, error) {
-	e, err := t.ReleaseFromDeadWorker(now)
-	return []event.Event{e}, err
+func releaseHeldTask(t *task.Task, judged task.Holder, now time.Time) ([]event.Event, bool, error) {
+	e, err := t.ReleaseFromDeadWorker(judged, now)
+	return []event.Event{e}, err == nil, err
 }
 
 func (f *reaperFixture) orphans(t *testing.T, limit int) []*task.Task {
@@ -375,8 +375,8 @@ func TestReaperStoreSavesNothingWhenTheDomainRefuses(t *testing.T) {
 
 	refuse := errors.New("refused")
 	err := f.tx.Run(context.Background(), func(ctx context.Context, st ports.Stores) error {
-		_, err := st.Reaper.UpdateOrphanedTasks(ctx, 10, func(*task.Task, time.Time) ([]event.Event, error) {
-			return nil, refuse
+		_, err := st.Reaper.UpdateOrphanedTasks(ctx, 10, func(*task.Task, task.Holder, time.Time) ([]event.Event, bool, error) {
+			return nil, false, refuse
 		})
 		return err
 	})
@@ -384,9 +384,9 @@ func TestReaperStoreSavesNothingWhenTheDomainRefuses(t *testing.T) {
 
 	// A reaper transition may not touch what the worker reported.
 	err = f.tx.Run(context.Background(), func(ctx context.Context, st ports.Stores) error {
-		_, err := st.Reaper.UpdateOrphanedTasks(ctx, 10, func(t *task.Task, now time.Time) ([]event.Event, error) {
+		_, err := st.Reaper.UpdateOrphanedTasks(ctx, 10, func(t *task.Task, _ task.Holder, now time.Time) ([]event.Event, bool, error) {
 			e, err := t.Fail(task.FailParams{WorkerID: "w", Error: "boom", Retryable: true}, backoff.DefaultPolicy(), now)
-			return []event.Event{e}, err
+			return []event.Event{e}, true, err
 		})
 		return err
 	})

@@ -81,6 +81,12 @@ func (t *Task) ExtendLease(p ExtendParams, now time.Time) error {
 	return nil
 }
 
+// Holder is a worker and the lease under which it holds (or held) a task.
+type Holder struct {
+	WorkerID string
+	LeaseID  uuid.UUID
+}
+
 // HeldBy reports whether the task is RUNNING under workerID and leaseID.
 func (t *Task) HeldBy(workerID string, leaseID uuid.UUID) bool {
 	return t.s.Status == StatusRunning && t.s.WorkerID == workerID && t.s.LeaseID == leaseID

@@ -182,7 +182,10 @@ func TestFencingAfterTakeBack(t *testing.T) {
 			_, err := tk.ReleaseOrphan(task.NewListing(holder, nil, time.Second), at(2*time.Minute))
 			return err
 		},
-		"worker dead": func(tk *task.Task) error { _, err := tk.ReleaseFromDeadWorker(at(2 * time.Minute)); return err },
+		"worker dead": func(tk *task.Task) error {
+			_, err := tk.ReleaseFromDeadWorker(task.Holder{WorkerID: holder, LeaseID: leaseID}, at(2*time.Minute))
+			return err
+		},
 	}
 	reports := map[string]func(*task.Task) error{
 		"complete": func(tk *task.Task) error {

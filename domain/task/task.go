@@ -342,11 +342,18 @@ func (t *Task) Fail(p FailParams, policy backoff.Policy, now time.Time) (event.E
 }
 
 // ReleaseFromDeadWorker takes a RUNNING task back from a worker that was
-// declared dead. The attempt counts: with attempts left the task is PENDING
-// again at once, otherwise DEAD with reason worker_dead (see takeBack).
-func (t *Task) ReleaseFromDeadWorker(now time.Time) (event.Event, error) {
+// declared dead. dead is the holder that was judged dead: the worker and the
+// lease the task ran under when it was found. If the task has another holder
+// by now (it was requeued and claimed again in between), it is refused with a
+// *LeaseError and left alone. The attempt counts: with attempts left the task
+// is PENDING again at once, otherwise DEAD with reason worker_dead (see
+// takeBack).
+func (t *Task) ReleaseFromDeadWorker(dead Holder, now time.Time) (event.Event, error) {
 	if t.s.Status != StatusRunning {
 		return event.Event{}, &TransitionError{ID: t.s.ID, From: t.s.Status, To: StatusPending}
+	}
+	if !t.HeldBy(dead.WorkerID, dead.LeaseID) {
+		return event.Event{}, &LeaseError{ID: t.s.ID, Status: t.s.Status}
 	}
 	return t.takeBack(RequeueWorkerDead, DeadWorkerDead, now), nil
 }

@@ -296,7 +296,9 @@ func TestLegalTransitions(t *testing.T) {
 			return tk.Fail(task.FailParams{WorkerID: holder, LeaseID: lease(leaseID), Error: msg, Retryable: retryable}, policy, now)
 		}
 	}
-	release := (*task.Task).ReleaseFromDeadWorker
+	release := func(tk *task.Task, now time.Time) (event.Event, error) {
+		return tk.ReleaseFromDeadWorker(task.Holder{WorkerID: holder, LeaseID: leaseID}, now)
+	}
 	expireLease := (*task.Task).ExpireLease
 	orphan := func(listed ...task.LeaseRef) func(*task.Task, time.Time) (event.Event, error) {
 		return func(tk *task.Task, now time.Time) (event.Event, error) {
@@ -625,7 +627,7 @@ var operations = []operation{
 		return tk.Fail(task.FailParams{WorkerID: holder, Error: "x", Retryable: true}, policy, at(time.Hour))
 	}},
 	{"ReleaseFromDeadWorker", only(task.StatusRunning), task.StatusPending, func(tk *task.Task) (event.Event, error) {
-		return tk.ReleaseFromDeadWorker(at(time.Hour))
+		return tk.ReleaseFromDeadWorker(task.Holder{WorkerID: holder, LeaseID: leaseID}, at(time.Hour))
 	}},
 	{"ExpireLease", only(task.StatusRunning), task.StatusPending, func(tk *task.Task) (event.Event, error) {
 		return tk.ExpireLease(at(time.Hour))
@@ -750,13 +752,38 @@ func TestFencing(t *testing.T) {
 	}
 }
 
+// The dead-worker sweep takes a task back only from the holder it judged
+// dead: by the time it holds the row, the task may run under another worker,
+// or under the same worker id with a new lease (it registered again and
+// claimed the task again). Either is refused and changes nothing.
+func TestReleaseFromDeadWorkerOnlyFromTheJudgedHolder(t *testing.T) {
+	t.Parallel()
+	for name, judged := range map[string]task.Holder{
+		"another worker":       {WorkerID: "worker-2", LeaseID: leaseID},
+		"another lease":        {WorkerID: holder, LeaseID: staleID},
+		"no holder":            {},
+		"another worker/lease": {WorkerID: "worker-2", LeaseID: staleID},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			tk := task.Restore(running(3))
+			_, err := tk.ReleaseFromDeadWorker(judged, at(125*time.Second))
+			var lerr *task.LeaseError
+			require.ErrorAs(t, err, &lerr)
+			require.ErrorIs(t, err, task.ErrLeaseLost)
+			require.Equal(t, task.StatusRunning, lerr.Status)
+			require.Equal(t, running(3), tk.Snapshot(), "nothing changed")
+		})
+	}
+}
+
 func TestFencingAcrossReclaim(t *testing.T) {
 	t.Parallel()
 	// The holder is declared dead, the task is claimed again by the same
 	// worker id under a new lease: a report under the old lease is refused,
 	// the new lease is accepted.
 	tk := task.Restore(running(1))
-	_, err := tk.ReleaseFromDeadWorker(at(2 * time.Minute))
+	_, err := tk.ReleaseFromDeadWorker(task.Holder{WorkerID: holder, LeaseID: leaseID}, at(2*time.Minute))
 	require.NoError(t, err)
 	_, err = tk.Claim(task.ClaimParams{WorkerID: holder, WorkerTags: []string{"eu"}, LeaseID: staleID, LeaseSeconds: leaseSeconds}, at(3*time.Minute))
 	require.NoError(t, err)
