@@ -99,7 +99,9 @@ func (s *TaskService) claimOnce(ctx context.Context, cmd ports.ClaimCommand) ([]
 		queues []string
 	)
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
-		w, err := st.Workers.Touch(ctx, cmd.WorkerID, signOfLife)
+		// Under the worker's liveness lock: a worker the heartbeat reaper
+		// is declaring DEAD claims nothing.
+		w, err := st.Workers.TouchLive(ctx, cmd.WorkerID, signOfLife)
 		if err != nil {
 			return err
 		}

@@ -169,6 +169,14 @@ type WorkerStore interface {
 	// lock: fn decides at the database time; when it reports a change the
 	// worker is saved unless another transaction changed it meanwhile.
 	Touch(ctx context.Context, id string, fn WorkerTouchFunc) (*worker.Worker, error)
+	// TouchLive is Touch for a claim: it first takes the worker's liveness
+	// lock, shared, until the transaction ends. The heartbeat reaper changes
+	// a worker's liveness only while it holds that lock exclusively (and
+	// never waits for it), so the worker read is what the reaper left: a
+	// worker it is declaring DEAD is read DEAD, and one read alive is not
+	// declared DEAD before the transaction ends. Concurrent claims and
+	// heartbeats of one worker do not wait for each other's locks.
+	TouchLive(ctx context.Context, id string, fn WorkerTouchFunc) (*worker.Worker, error)
 	// List returns every worker, in id order.
 	List(ctx context.Context) ([]*worker.Worker, error)
 }

@@ -2,8 +2,10 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -177,4 +179,259 @@ func TestDeadWorkerSweepLeavesATaskALiveWorkerClaimedMeanwhile(t *testing.T) {
 		WHERE e->>'task_id' = $1 AND e->>'type' IN ($2, $3)`,
 		id.String(), string(event.TaskDeadLettered), string(event.TaskRequeued)))
 	require.Equal(t, 1, taken, "only the lease reaper's requeue: no worker_dead transition")
+}
+
+// pausedTx runs its first transaction up to the moment before COMMIT, then
+// waits for release (after signalling paused); later ones run through.
+type pausedTx struct {
+	inner   ports.TxRunner
+	once    sync.Once
+	paused  chan struct{}
+	release chan struct{}
+}
+
+func pauseBeforeCommit(inner ports.TxRunner) *pausedTx {
+	return &pausedTx{inner: inner, paused: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (p *pausedTx) Run(ctx context.Context, fn func(ctx context.Context, st ports.Stores) error) error {
+	return p.inner.Run(ctx, func(ctx context.Context, st ports.Stores) error {
+		if err := fn(ctx, st); err != nil {
+			return err
+		}
+		p.once.Do(func() {
+			close(p.paused)
+			<-p.release
+		})
+		return nil
+	})
+}
+
+// lockWaits counts the sessions of this database that wait for a lock.
+func lockWaits(t *testing.T, db *sqlx.DB) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.GetContext(t.Context(), &n, `
+		SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND wait_event_type = 'Lock'`))
+	return n
+}
+
+// The heartbeat reaper declares a silent worker DEAD and takes back its
+// tasks in one transaction. A claim of that worker that runs while the
+// reaper's transaction is open must not commit tasks under it once the
+// reaper has committed: it sees the worker DEAD and claims nothing (409).
+func TestClaimOfAWorkerBeingDeclaredDeadClaimsNothing(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.NewDB(t)
+	tx := postgres.NewTxRunner(db)
+	liveness := worker.LivenessConfig{StaleAfter: 30 * time.Second, DeadAfter: 120 * time.Second}
+	cfg := application.Config{Backoff: backoff.DefaultPolicy(), Liveness: liveness}
+	tasks := application.NewTaskService(tx, cfg)
+	workers := application.NewWorkerService(tx, cfg)
+
+	_, _, err := workers.Register(ctx, worker.RegisterParams{ID: "silent"})
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `UPDATE workers SET status = 'STALE', last_heartbeat_at = now() - interval '1 hour' WHERE id = 'silent'`)
+	require.NoError(t, err)
+	queue := "q-" + uuid.NewString()
+	submitted, _, err := tasks.Submit(ctx, task.SubmitParams{Queue: queue})
+	require.NoError(t, err)
+
+	// R: the reaper has declared "silent" DEAD and is about to commit.
+	r := pauseBeforeCommit(tx)
+	reaped := make(chan error, 1)
+	go func() {
+		rep, err := application.NewHeartbeatReaper(r, liveness, 0).Reap(context.WithoutCancel(ctx))
+		if err == nil && rep.Dead != 1 {
+			err = fmt.Errorf("the reaper declared %d workers dead, want 1", rep.Dead)
+		}
+		reaped <- err
+	}()
+	select {
+	case <-r.paused:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the reaper did not reach its commit")
+	}
+
+	// C: "silent" claims. It must wait for R rather than decide by what R
+	// has not committed yet.
+	type result struct {
+		tasks []*task.Task
+		err   error
+	}
+	claimed := make(chan result, 1)
+	go func() {
+		ts, err := tasks.Claim(context.WithoutCancel(ctx), ports.ClaimCommand{WorkerID: "silent", Queue: queue, Limit: 1})
+		claimed <- result{ts, err}
+	}()
+	waitUntil(t, func() bool { return lockWaits(t, db) > 0 }, "the claim waits for the reaper")
+
+	close(r.release)
+	require.NoError(t, <-reaped)
+	var c result
+	select {
+	case c = <-claimed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the claim did not finish")
+	}
+	require.ErrorIs(t, c.err, worker.ErrDead, "a worker declared DEAD claims nothing (got %d tasks)", len(c.tasks))
+
+	var status string
+	require.NoError(t, db.GetContext(ctx, &status, `SELECT status FROM tasks WHERE id = $1`, submitted.ID()))
+	require.Equal(t, "PENDING", status)
+	var claims int
+	require.NoError(t, db.GetContext(ctx, &claims, `
+		SELECT count(*) FROM watermill_taskmaster_events m, json_array_elements(m.payload->'events') e
+		WHERE e->>'type' = $1`, string(event.TaskClaimed)))
+	require.Zero(t, claims)
+}
+
+// The other order: a claim in flight (its transaction open) keeps the reaper
+// from declaring its worker DEAD; the claim commits under a live worker.
+func TestReaperLeavesAWorkerWhoseClaimIsInFlight(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.NewDB(t)
+	tx := postgres.NewTxRunner(db)
+	liveness := worker.LivenessConfig{StaleAfter: 30 * time.Second, DeadAfter: 120 * time.Second}
+	cfg := application.Config{Backoff: backoff.DefaultPolicy(), Liveness: liveness}
+	workers := application.NewWorkerService(tx, cfg)
+	_, _, err := workers.Register(ctx, worker.RegisterParams{ID: "silent"})
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `UPDATE workers SET status = 'STALE', last_heartbeat_at = now() - interval '1 hour' WHERE id = 'silent'`)
+	require.NoError(t, err)
+	queue := "q-" + uuid.NewString()
+	_, _, err = application.NewTaskService(tx, cfg).Submit(ctx, task.SubmitParams{Queue: queue})
+	require.NoError(t, err)
+
+	c := pauseBeforeCommit(tx)
+	claims := application.NewTaskService(c, cfg)
+	type result struct {
+		tasks []*task.Task
+		err   error
+	}
+	claimed := make(chan result, 1)
+	go func() {
+		ts, err := claims.Claim(context.WithoutCancel(ctx), ports.ClaimCommand{WorkerID: "silent", Queue: queue, Limit: 1})
+		claimed <- result{ts, err}
+	}()
+	select {
+	case <-c.paused:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the claim did not reach its commit")
+	}
+
+	rep, err := application.NewHeartbeatReaper(tx, liveness, 0).Reap(ctx)
+	require.NoError(t, err)
+	require.True(t, rep.Idle(), "the reaper leaves a worker whose claim is in flight: %+v", rep)
+
+	close(c.release)
+	r := <-claimed
+	require.NoError(t, r.err)
+	require.Len(t, r.tasks, 1)
+	var status string
+	require.NoError(t, db.GetContext(ctx, &status, `SELECT status FROM workers WHERE id = 'silent'`))
+	require.Equal(t, "ACTIVE", status, "the claim revived it")
+}
+
+// Many claims of one worker at once, its heartbeats, and reaper cycles
+// meanwhile: no deadlock, and every task is claimed exactly once.
+func TestConcurrentClaimsAndHeartbeatsOfOneWorkerDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.NewDB(t)
+	tx := postgres.NewTxRunner(db)
+	// Stale after 1 ms: every reaper cycle finds the worker silent, and so
+	// every cycle meets the claims' and heartbeats' locks.
+	liveness := worker.LivenessConfig{StaleAfter: time.Millisecond, DeadAfter: time.Hour}
+	cfg := application.Config{Backoff: backoff.DefaultPolicy(), Liveness: liveness}
+	tasks := application.NewTaskService(tx, cfg)
+	workers := application.NewWorkerService(tx, cfg)
+	_, _, err := workers.Register(ctx, worker.RegisterParams{ID: "busy"})
+	require.NoError(t, err)
+	const n = 200
+	queue := "q-" + uuid.NewString()
+	batch := make([]task.SubmitParams, n)
+	for i := range batch {
+		batch[i] = task.SubmitParams{Queue: queue}
+	}
+	_, _, err = tasks.SubmitBatch(ctx, batch)
+	require.NoError(t, err)
+
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		got     = map[uuid.UUID]int{}
+		errs    []error
+		stop    = make(chan struct{})
+		stopped sync.Once
+	)
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		errs = append(errs, err)
+		stopped.Do(func() { close(stop) })
+	}
+	claimers := 6
+	var idle sync.WaitGroup
+	idle.Add(claimers)
+	for range claimers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer idle.Done()
+			for {
+				ts, err := tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "busy", Queue: queue, Limit: 3})
+				if err != nil {
+					fail(err)
+					return
+				}
+				if len(ts) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, tk := range ts {
+					got[tk.ID()]++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	background := func(fn func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := fn(); err != nil {
+					fail(err)
+					return
+				}
+			}
+		}()
+	}
+	background(func() error {
+		_, err := workers.Heartbeat(ctx, ports.HeartbeatCommand{WorkerID: "busy"})
+		return err
+	})
+	reaper := application.NewHeartbeatReaper(tx, liveness, 0)
+	background(func() error { _, err := reaper.Reap(ctx); return err })
+	idle.Wait()
+	stopped.Do(func() { close(stop) })
+	wg.Wait()
+
+	require.Empty(t, errs)
+	require.Len(t, got, n)
+	for id, times := range got {
+		require.Equal(t, 1, times, "task %s claimed once", id)
+	}
+	var deadlocks int64
+	require.NoError(t, db.GetContext(ctx, &deadlocks, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`))
+	require.Zero(t, deadlocks)
 }

@@ -27,19 +27,30 @@ var _ ports.ReaperStore = (*ReaperStore)(nil)
 // silentWorkersSQL selects the workers whose liveness changes now: the rule of
 // worker.Worker.CheckLiveness. $1 is the stale threshold, $2 the dead one, in
 // microseconds. The first condition is the range of workers_live_by_heartbeat.
+//
+// Of the rows it locks it keeps those whose liveness lock it also gets
+// (exclusive, without waiting, until the transaction ends): a worker whose
+// claim is in flight holds that lock shared (WorkerStore.TouchLive) and is
+// left for the next cycle (a claim is a sign of life anyway). So a claim never
+// commits tasks under a worker this transaction declares DEAD: it either ran
+// first, or waits for this commit and then sees the worker DEAD.
 const silentWorkersSQL = `
-	SELECT ` + workerColumns + `, now() AS db_now FROM workers
-	WHERE status <> 'DEAD'
-		AND last_heartbeat_at <= now() - $1 * interval '1 microsecond'
-		AND (status = 'ACTIVE' OR last_heartbeat_at <= now() - $2 * interval '1 microsecond')
-	ORDER BY last_heartbeat_at
-	LIMIT $3
-	FOR UPDATE SKIP LOCKED`
+	SELECT ` + workerColumns + `, now() AS db_now FROM (
+		SELECT ` + workerColumns + ` FROM workers
+		WHERE status <> 'DEAD'
+			AND last_heartbeat_at <= now() - $1 * interval '1 microsecond'
+			AND (status = 'ACTIVE' OR last_heartbeat_at <= now() - $2 * interval '1 microsecond')
+		ORDER BY last_heartbeat_at
+		LIMIT $3
+		FOR UPDATE SKIP LOCKED
+	) w
+	WHERE pg_try_advisory_xact_lock($4, hashtext(w.id))
+	ORDER BY last_heartbeat_at`
 
 // UpdateSilentWorkers implements ports.ReaperStore.
 func (s *ReaperStore) UpdateSilentWorkers(ctx context.Context, cfg worker.LivenessConfig, limit int, fn ports.WorkerUpdateFunc) ([]*worker.Worker, error) {
 	var rows []workerRowNow
-	if err := s.st.tx.SelectContext(ctx, &rows, silentWorkersSQL, micros(cfg.StaleAfter), micros(cfg.DeadAfter), limit); err != nil {
+	if err := s.st.tx.SelectContext(ctx, &rows, silentWorkersSQL, micros(cfg.StaleAfter), micros(cfg.DeadAfter), limit, workerLivenessLock); err != nil {
 		return nil, fmt.Errorf("select silent workers: %w", err)
 	}
 	ws, events, err := decideAll(s.st, rows, restoreWorker, fn)

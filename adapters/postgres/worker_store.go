@@ -156,6 +156,31 @@ func (s *WorkerStore) Touch(ctx context.Context, id string, fn ports.WorkerTouch
 	return w, nil
 }
 
+// workerLivenessLock is the first key of the transaction-level advisory lock
+// that guards a worker's liveness; the second is hashtext(worker id). A claim
+// holds it shared (TouchLive), the heartbeat reaper takes it exclusively,
+// without waiting, before it changes a worker's liveness (silentWorkersSQL).
+// Two workers whose ids hash alike share a lock: the reaper then skips one of
+// them for a cycle while the other claims, nothing worse.
+const workerLivenessLock int32 = 0x746d776b // "tmwk"
+
+// TouchLive implements ports.WorkerStore: a shared advisory lock, then Touch.
+// The lock lives in PostgreSQL's lock table only: holding it writes nothing
+// and gives the transaction no transaction id, unlike a row lock (FOR KEY
+// SHARE would dirty the worker's row, log it, and make even an empty claim
+// commit with a WAL flush).
+func (s *WorkerStore) TouchLive(ctx context.Context, id string, fn ports.WorkerTouchFunc) (*worker.Worker, error) {
+	if !storableText(id) {
+		return nil, worker.ErrNotFound
+	}
+	if _, err := s.st.tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock_shared($1, hashtext($2))`, workerLivenessLock, id); err != nil {
+		return nil, fmt.Errorf("lock worker liveness: %w", err)
+	}
+	// Read after the lock, in a statement of its own: its snapshot then
+	// includes whatever a reaper that held the lock committed.
+	return s.Touch(ctx, id, fn)
+}
+
 // List implements ports.WorkerStore.
 func (s *WorkerStore) List(ctx context.Context) ([]*worker.Worker, error) {
 	var rows []workerRow
