@@ -39,7 +39,7 @@ func everyService(t *testing.T) []runningService {
 	logger := zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel))
 	tx := postgres.NewTxRunner(db)
 	appCfg := defaultAppConfig()
-	notifier := postgres.NewNotifier(url, logger)
+	notifier := postgres.NewNotifier(url, postgres.DefaultConnConfig(), logger)
 	tasks := application.NewTaskService(tx, appCfg, application.WithNotifier(notifier))
 	srv := httpadapter.NewServer(httpadapter.ServerConfig{
 		Addr: "127.0.0.1:0", MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 1 << 20, ShutdownTimeout: 5 * time.Second,

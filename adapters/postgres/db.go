@@ -1,22 +1,25 @@
 // Package postgres implements the storage ports on PostgreSQL with sqlx and
 // lib/pq: the transaction runner (which also appends each transaction's
 // events to the Watermill SQL outbox), the task and worker stores, queue
-// statistics, migrations and advisory locks.
+// statistics, leadership leases and migrations.
 package postgres
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	_ "github.com/lib/pq" // registers the "postgres" driver
+	"github.com/lib/pq"
 )
 
-// PoolConfig sizes the connection pool.
+// PoolConfig sizes the connection pool and bounds its connections.
 type PoolConfig struct {
 	// MaxOpen is the most open connections (default 20).
 	MaxOpen int
@@ -24,11 +27,13 @@ type PoolConfig struct {
 	MaxIdle int
 	// MaxLifetime recycles connections after this long (default 30 min).
 	MaxLifetime time.Duration
+	// Conn bounds how long a call on one connection can block.
+	Conn ConnConfig
 }
 
 // DefaultPoolConfig returns the pool defaults.
 func DefaultPoolConfig() PoolConfig {
-	return PoolConfig{MaxOpen: 20, MaxIdle: 20, MaxLifetime: 30 * time.Minute}
+	return PoolConfig{MaxOpen: 20, MaxIdle: 20, MaxLifetime: 30 * time.Minute, Conn: DefaultConnConfig()}
 }
 
 // Validate reports whether the pool config can be used.
@@ -39,16 +44,142 @@ func (c PoolConfig) Validate() error {
 	return nil
 }
 
-// Open connects to url and checks the connection. Unless the URL says
-// otherwise it turns on lib/pq's binary_parameters, which sends a
-// parameterised statement's parse, bind and execute in one round trip
-// instead of two; every statement of a transaction holds its connection
-// for one round trip less.
-func Open(ctx context.Context, url string, cfg PoolConfig) (*sqlx.DB, error) {
-	db, err := sqlx.Open("postgres", withBinaryParameters(url))
+// ConnConfig bounds how long anything can block on one database connection,
+// so that neither a frozen client nor a vanished host (a half-open TCP
+// connection) holds locks or calls for long. It applies to every connection
+// Taskmaster opens: the pools and the notification listener. Zero turns a
+// bound off.
+type ConnConfig struct {
+	// StatementTimeout is the server's statement_timeout: a statement that
+	// runs (or waits for a lock) longer is cancelled. Migrations lift it for
+	// their own session.
+	StatementTimeout time.Duration
+	// IdleInTransactionTimeout is the server's
+	// idle_in_transaction_session_timeout: a session left idle inside a
+	// transaction this long (its client frozen or gone) is ended, and its
+	// locks are released with it.
+	IdleInTransactionTimeout time.Duration
+	// TCPUserTimeout is how long sent data may stay unacknowledged, or a
+	// silent connection unanswered to keepalive probes, before the
+	// connection is closed: on the client's side (TCP_USER_TIMEOUT on Linux,
+	// keepalive probes every third of it) and on the server's
+	// (tcp_user_timeout and tcp_keepalives_*). It also bounds connecting.
+	// Zero leaves the operating systems' defaults (keepalives every 15 s on
+	// the client, two hours on a default server).
+	TCPUserTimeout time.Duration
+}
+
+// DefaultConnConfig returns the connection defaults: statements end after
+// 30 s, sessions idle in a transaction after 10 s, dead connections are
+// noticed within 30 s.
+func DefaultConnConfig() ConnConfig {
+	return ConnConfig{
+		StatementTimeout:         30 * time.Second,
+		IdleInTransactionTimeout: 10 * time.Second,
+		TCPUserTimeout:           30 * time.Second,
+	}
+}
+
+// keepaliveProbes is how many unanswered keepalive probes close a
+// connection.
+const keepaliveProbes = 3
+
+// defaultConnectTimeout bounds connecting when TCPUserTimeout is zero.
+const defaultConnectTimeout = 30 * time.Second
+
+// probeInterval is the keepalive idle time and interval: a third of the user
+// timeout, at least a second (the kernel's resolution).
+func (c ConnConfig) probeInterval() time.Duration {
+	return max(c.TCPUserTimeout/keepaliveProbes, time.Second)
+}
+
+// params are the server settings of c, as connection run-time parameters.
+func (c ConnConfig) params() map[string]string {
+	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+	p := map[string]string{}
+	if c.StatementTimeout > 0 {
+		p["statement_timeout"] = ms(c.StatementTimeout)
+	}
+	if c.IdleInTransactionTimeout > 0 {
+		p["idle_in_transaction_session_timeout"] = ms(c.IdleInTransactionTimeout)
+	}
+	if c.TCPUserTimeout > 0 {
+		secs := strconv.FormatInt(int64(c.probeInterval()/time.Second), 10)
+		p["tcp_user_timeout"] = ms(c.TCPUserTimeout)
+		p["tcp_keepalives_idle"] = secs
+		p["tcp_keepalives_interval"] = secs
+		p["tcp_keepalives_count"] = strconv.Itoa(keepaliveProbes)
+	}
+	return p
+}
+
+// DSN returns the connection URL to open with c's settings: databaseURL plus
+// binary_parameters=yes (a parameterised statement's parse, bind and execute
+// then go in one round trip instead of two) and c's server settings as
+// run-time parameters, each unless the URL sets it. A key=value DSN is
+// returned as it is.
+func (c ConnConfig) DSN(databaseURL string) string {
+	u, err := url.Parse(databaseURL)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return databaseURL
+	}
+	q := u.Query()
+	params := c.params()
+	params["binary_parameters"] = "yes"
+	for k, v := range params {
+		if !q.Has(k) && !strings.Contains(q.Get("options"), k) {
+			q.Set(k, v)
+		}
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// Dialer returns the dialer of c's connections: keepalive probes every
+// probeInterval, TCP_USER_TIMEOUT where the platform has it, and connecting
+// bounded by TCPUserTimeout.
+func (c ConnConfig) Dialer() pq.Dialer {
+	d := net.Dialer{Timeout: defaultConnectTimeout}
+	if c.TCPUserTimeout > 0 {
+		probe := c.probeInterval()
+		d.Timeout = c.TCPUserTimeout
+		d.KeepAliveConfig = net.KeepAliveConfig{Enable: true, Idle: probe, Interval: probe, Count: keepaliveProbes}
+		d.Control = userTimeoutControl(c.TCPUserTimeout)
+	}
+	return dialer{d: d}
+}
+
+// dialer adapts net.Dialer to lib/pq's Dialer and DialerContext.
+type dialer struct{ d net.Dialer }
+
+var _ pq.DialerContext = dialer{}
+
+// Dial implements pq.Dialer.
+func (d dialer) Dial(network, address string) (net.Conn, error) {
+	return d.d.Dial(network, address)
+}
+
+// DialTimeout implements pq.Dialer.
+func (d dialer) DialTimeout(network, address string, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return d.d.DialContext(ctx, network, address)
+}
+
+// DialContext implements pq.DialerContext.
+func (d dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	return d.d.DialContext(ctx, network, address)
+}
+
+// Open connects to databaseURL with cfg's pool size and connection bounds
+// (see ConnConfig.DSN and ConnConfig.Dialer) and checks the connection.
+func Open(ctx context.Context, databaseURL string, cfg PoolConfig) (*sqlx.DB, error) {
+	connector, err := pq.NewConnector(cfg.Conn.DSN(databaseURL))
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
+	connector.Dialer(cfg.Conn.Dialer())
+	db := sqlx.NewDb(sql.OpenDB(connector), "postgres")
 	db.SetMaxOpenConns(cfg.MaxOpen)
 	if cfg.MaxIdle == 0 {
 		cfg.MaxIdle = cfg.MaxOpen
@@ -60,17 +191,4 @@ func Open(ctx context.Context, url string, cfg PoolConfig) (*sqlx.DB, error) {
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
 	return db, nil
-}
-
-// withBinaryParameters adds binary_parameters=yes to a postgres:// URL that
-// does not set it (a key=value DSN is left as it is).
-func withBinaryParameters(dsn string) string {
-	u, err := url.Parse(dsn)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || strings.Contains(u.RawQuery, "binary_parameters") {
-		return dsn
-	}
-	q := u.Query()
-	q.Set("binary_parameters", "yes")
-	u.RawQuery = q.Encode()
-	return u.String()
 }

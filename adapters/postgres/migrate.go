@@ -25,7 +25,8 @@ const unlockTimeout = 10 * time.Second
 // transaction, recording it in schema_migrations(version text primary key, applied_at
 // timestamptz default now()). It holds a session-level advisory lock (MigrationLockKey) on one
 // dedicated connection for the whole run, so several instances starting at once apply each
-// migration exactly once: the others wait, then find nothing left to do.
+// migration exactly once: the others wait, then find nothing left to do. That session runs
+// without a statement timeout, and is closed when Migrate returns.
 func Migrate(ctx context.Context, db *sqlx.DB) error {
 	files, err := migrationFiles()
 	if err != nil {
@@ -36,6 +37,13 @@ func Migrate(ctx context.Context, db *sqlx.DB) error {
 		return fmt.Errorf("migrate: get connection: %w", err)
 	}
 	defer conn.Close()
+	// A migration, and the wait for another instance's, may take longer than
+	// the pool's statement timeout allows any API statement: this session
+	// lifts it, and is closed afterwards rather than pooled with it lifted.
+	defer discard(conn)
+	if _, err := conn.ExecContext(ctx, `SET statement_timeout = 0`); err != nil {
+		return fmt.Errorf("migrate: lift the statement timeout: %w", err)
+	}
 	if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, MigrationLockKey); err != nil {
 		discard(conn) // whether the lock was taken is unknown: never pool this session again
 		return fmt.Errorf("migrate: take advisory lock: %w", err)

@@ -24,6 +24,7 @@ const NotifyChannel = "taskmaster_tasks"
 type Notifier struct {
 	lifecycle.Base
 	url    string
+	conn   ConnConfig
 	logger *zap.Logger
 
 	mu     sync.Mutex
@@ -41,16 +42,17 @@ type subscription struct {
 	ch     chan struct{}
 }
 
-// NewNotifier returns a notifier for the database at url; Start connects it.
-// Until then, and after Stop, waits end at once.
-func NewNotifier(url string, logger *zap.Logger) *Notifier {
-	return &Notifier{url: url, logger: logger, subs: make(map[*subscription]struct{}), closed: true}
+// NewNotifier returns a notifier for the database at url, whose connection
+// is bounded by conn like the pools' (keepalives, TCP user timeout); Start
+// connects it. Until then, and after Stop, waits end at once.
+func NewNotifier(url string, conn ConnConfig, logger *zap.Logger) *Notifier {
+	return &Notifier{url: url, conn: conn, logger: logger, subs: make(map[*subscription]struct{}), closed: true}
 }
 
 // Start opens the listening connection and begins fanning out.
 func (n *Notifier) Start(ctx context.Context) error {
 	return n.StartLoop(ctx, "notifier", func(context.Context) (lifecycle.LoopFunc, error) {
-		l := pq.NewListener(n.url, 10*time.Millisecond, 2*time.Second, func(ev pq.ListenerEventType, err error) {
+		l := pq.NewDialListener(n.conn.Dialer(), n.conn.DSN(n.url), 10*time.Millisecond, 2*time.Second, func(ev pq.ListenerEventType, err error) {
 			if err != nil {
 				n.logger.Warn("notification listener", zap.Error(err))
 			}

@@ -70,7 +70,7 @@ func newDatabase(lc fx.Lifecycle, cfg Config, logger *zap.Logger) (*sqlx.DB, err
 
 // newNotifier listens for task wake-ups on one dedicated connection.
 func newNotifier(lc fx.Lifecycle, cfg Config, logger *zap.Logger) *postgres.Notifier {
-	n := postgres.NewNotifier(cfg.DatabaseURL, logger.Named("notifier"))
+	n := postgres.NewNotifier(cfg.DatabaseURL, cfg.Pool.Conn, logger.Named("notifier"))
 	lc.Append(fx.Hook{OnStart: n.Start, OnStop: n.Stop})
 	return n
 }

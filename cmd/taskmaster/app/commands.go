@@ -54,7 +54,7 @@ func MigrateCommand(ctx context.Context, args []string, getenv func(string) stri
 	if err != nil {
 		return err
 	}
-	db, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.PoolConfig{MaxOpen: 2, MaxIdle: 2})
+	db, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.PoolConfig{MaxOpen: 2, MaxIdle: 2, Conn: cfg.Pool.Conn})
 	if err != nil {
 		return err
 	}

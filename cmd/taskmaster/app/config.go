@@ -111,6 +111,15 @@ func (c Config) Validate() error {
 			add(name, errors.New("must be positive"))
 		}
 	}
+	for name, d := range map[string]time.Duration{
+		"TASKMASTER_DB_STATEMENT_TIMEOUT_MS":           c.Pool.Conn.StatementTimeout,
+		"TASKMASTER_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS": c.Pool.Conn.IdleInTransactionTimeout,
+		"TASKMASTER_DB_TCP_USER_TIMEOUT_MS":            c.Pool.Conn.TCPUserTimeout,
+	} {
+		if d != 0 && d < minConnTimeout {
+			add(name, fmt.Errorf("must be 0 (off) or at least %d", minConnTimeout.Milliseconds()))
+		}
+	}
 	if c.RetentionTTL < 0 {
 		add("TASKMASTER_RETENTION_TTL", errors.New("must not be negative"))
 	}
@@ -135,6 +144,10 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// minConnTimeout is the shortest database timeout accepted: shorter ones
+// would cancel ordinary statements or close healthy connections.
+const minConnTimeout = 100 * time.Millisecond
 
 // ConfigError is a configuration mistake; the process exits with code 2.
 type ConfigError struct{ Err error }
@@ -173,6 +186,15 @@ func settings() []setting {
 		{"TASKMASTER_DB_MAX_CONNS", "db-max-conns", "database connection pool size",
 			intSetter(func(c *Config, n int) { c.Pool.MaxOpen, c.Pool.MaxIdle = n, n }),
 			func(c *Config) string { return strconv.Itoa(c.Pool.MaxOpen) }},
+		{"TASKMASTER_DB_STATEMENT_TIMEOUT_MS", "db-statement-timeout-ms", "statement_timeout of every database session (0: none; migrations lift it)",
+			optionalMillisSetter(func(c *Config, d time.Duration) { c.Pool.Conn.StatementTimeout = d }),
+			func(c *Config) string { return millis(c.Pool.Conn.StatementTimeout) }},
+		{"TASKMASTER_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", "db-idle-in-transaction-timeout-ms", "idle_in_transaction_session_timeout of every database session (0: none)",
+			optionalMillisSetter(func(c *Config, d time.Duration) { c.Pool.Conn.IdleInTransactionTimeout = d }),
+			func(c *Config) string { return millis(c.Pool.Conn.IdleInTransactionTimeout) }},
+		{"TASKMASTER_DB_TCP_USER_TIMEOUT_MS", "db-tcp-user-timeout-ms", "close a database connection unacknowledged or silent to keepalives this long, on both ends (0: OS defaults)",
+			optionalMillisSetter(func(c *Config, d time.Duration) { c.Pool.Conn.TCPUserTimeout = d }),
+			func(c *Config) string { return millis(c.Pool.Conn.TCPUserTimeout) }},
 		{"TASKMASTER_HEARTBEAT_STALE_THRESHOLD_SECONDS", "heartbeat-stale-threshold-seconds", "silence before a worker is STALE",
 			secondsSetter(func(c *Config, d time.Duration) { c.App.Liveness.StaleAfter = d }),
 			func(c *Config) string { return seconds(c.App.Liveness.StaleAfter) }},
@@ -313,6 +335,22 @@ func millisSetter(apply func(*Config, time.Duration)) func(*Config, string) erro
 		d, err := parseSeconds(v, time.Millisecond)
 		apply(c, d)
 		return err
+	}
+}
+
+// optionalMillisSetter parses milliseconds where 0 means off.
+func optionalMillisSetter(apply func(*Config, time.Duration)) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && f == 0 {
+			apply(c, 0)
+			return nil
+		}
+		d, err := parseSeconds(v, time.Millisecond)
+		if err != nil {
+			return errors.New("must be 0 or a positive number")
+		}
+		apply(c, d)
+		return nil
 	}
 }
 

@@ -1,0 +1,45 @@
+package app_test
+
+import (
+	"io"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskmaster/taskmaster/cmd/taskmaster/app"
+)
+
+func load(env map[string]string, args ...string) (app.Config, error) {
+	env["TASKMASTER_DATABASE_URL"] = "postgres://u@localhost/db"
+	return app.LoadConfig("serve", args, func(k string) string { return env[k] }, io.Discard)
+}
+
+func TestDatabaseTimeouts(t *testing.T) {
+	t.Parallel()
+	cfg, err := load(map[string]string{})
+	require.NoError(t, err)
+	require.Equal(t, 30*time.Second, cfg.Pool.Conn.StatementTimeout)
+	require.Equal(t, 10*time.Second, cfg.Pool.Conn.IdleInTransactionTimeout)
+	require.Equal(t, 30*time.Second, cfg.Pool.Conn.TCPUserTimeout)
+
+	cfg, err = load(map[string]string{
+		"TASKMASTER_DB_STATEMENT_TIMEOUT_MS":           "0",
+		"TASKMASTER_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS": "2500",
+	}, "-db-tcp-user-timeout-ms", "0")
+	require.NoError(t, err)
+	require.Zero(t, cfg.Pool.Conn.StatementTimeout, "0 turns it off")
+	require.Equal(t, 2500*time.Millisecond, cfg.Pool.Conn.IdleInTransactionTimeout)
+	require.Zero(t, cfg.Pool.Conn.TCPUserTimeout)
+
+	for name, value := range map[string]string{
+		"TASKMASTER_DB_STATEMENT_TIMEOUT_MS":           "50",
+		"TASKMASTER_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS": "-1",
+		"TASKMASTER_DB_TCP_USER_TIMEOUT_MS":            "soon",
+	} {
+		_, err := load(map[string]string{name: value})
+		var cerr *app.ConfigError
+		require.ErrorAs(t, err, &cerr, name)
+		require.ErrorContains(t, err, name)
+	}
+}
