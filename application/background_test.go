@@ -3,6 +3,7 @@ package application_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,66 +15,84 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/taskmaster/taskmaster/application"
+	"github.com/taskmaster/taskmaster/domain/leadership"
 	"github.com/taskmaster/taskmaster/ports"
 )
 
-// fakeLocker hands its one lock out when free.
-type fakeLocker struct {
+// fakeElector hands its one lease to this instance while free; a free lease
+// is renewed in the same term, a lease given back (or taken by "another
+// instance" meanwhile) is granted again in a new term.
+type fakeElector struct {
 	mu       sync.Mutex
 	free     bool
+	busy     bool
+	term     int64
+	held     bool
 	attempts int
-	held     *fakeLock
+	released []ports.Fence
+	ttl      time.Duration
 }
 
-func (l *fakeLocker) TryLock(_ context.Context, name string) (ports.Lock, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.attempts++
-	if !l.free || l.held != nil {
-		return nil, nil
+func (e *fakeElector) Lead(_ context.Context, job string) (ports.Fence, bool, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.attempts++
+	switch {
+	case e.busy:
+		return ports.Fence{}, false, ports.ErrLeaseBusy
+	case !e.free:
+		e.held = false
+		return ports.Fence{}, false, nil
+	case !e.held:
+		e.term++
+		e.held = true
 	}
-	l.held = &fakeLock{locker: l}
-	return l.held, nil
+	return e.fence(job), true, nil
 }
 
-func (l *fakeLocker) setFree(free bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.free = free
+func (e *fakeElector) fence(job string) ports.Fence {
+	return ports.Fence{Job: job, Owner: "me", Term: e.term, TTL: e.ttl}
 }
 
-func (l *fakeLocker) tries() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.attempts
-}
-
-// holder returns the lock currently handed out, or nil.
-func (l *fakeLocker) holder() *fakeLock {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.held
-}
-
-type fakeLock struct {
-	locker *fakeLocker
-	lost   atomic.Bool
-}
-
-func (k *fakeLock) Check(context.Context) error {
-	if k.lost.Load() {
-		return errors.New("session gone")
+func (e *fakeElector) Release(_ context.Context, f ports.Fence) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.released = append(e.released, f)
+	if f.Term == e.term {
+		e.held = false
 	}
 	return nil
 }
 
-func (k *fakeLock) Release(context.Context) error {
-	k.locker.mu.Lock()
-	defer k.locker.mu.Unlock()
-	if k.locker.held == k {
-		k.locker.held = nil
+func (e *fakeElector) TTL() time.Duration { return e.ttl }
+
+func (e *fakeElector) set(fn func(e *fakeElector)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	fn(e)
+}
+
+func (e *fakeElector) tries() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.attempts
+}
+
+// current returns the fence of the term this instance holds, or the zero
+// Fence.
+func (e *fakeElector) current(job string) ports.Fence {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.held {
+		return ports.Fence{}
 	}
-	return nil
+	return e.fence(job)
+}
+
+func (e *fakeElector) releases() []ports.Fence {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]ports.Fence(nil), e.released...)
 }
 
 // countReport is a cycle's report in these tests.
@@ -89,55 +108,131 @@ func awaitCond(t *testing.T, cond func() bool, msg string) {
 	require.Eventually(t, cond, 10*time.Second, time.Millisecond, msg)
 }
 
-func newTestService(t *testing.T, locker ports.Locker, cycle application.CycleFunc) (*application.BackgroundService, *observer.ObservedLogs) {
+func newTestService(t *testing.T, elector ports.Elector, interval time.Duration, cycle application.CycleFunc) (*application.BackgroundService, *observer.ObservedLogs) {
 	t.Helper()
 	core, logs := observer.New(zapcore.InfoLevel)
 	s := application.NewBackgroundService(application.BackgroundParams{
-		Name: "test-job", Interval: 5 * time.Millisecond, Cycle: cycle, Locker: locker, Logger: zap.New(core),
+		Name: "test-job", Interval: interval, Cycle: cycle, Elector: elector, Logger: zap.New(core),
 	})
 	t.Cleanup(func() { _ = s.Stop(context.Background()) })
 	return s, logs
 }
 
-func TestBackgroundServiceRunsOnlyWhileItLeads(t *testing.T) {
+// Each cycle runs with the fence of the term it runs in.
+func TestBackgroundServiceRunsOnlyWhileItLeadsUnderItsFence(t *testing.T) {
 	t.Parallel()
-	locker := &fakeLocker{}
-	var cycles atomic.Int64
-	s, _ := newTestService(t, locker, func(context.Context) (application.Report, error) {
+	elector := &fakeElector{ttl: time.Minute}
+	var (
+		cycles atomic.Int64
+		mu     sync.Mutex
+		fences []ports.Fence
+	)
+	s, logs := newTestService(t, elector, 5*time.Millisecond, func(ctx context.Context) (application.Report, error) {
+		f, ok := ports.FenceFrom(ctx)
+		require.True(t, ok, "a cycle runs fenced")
+		mu.Lock()
+		fences = append(fences, f)
+		mu.Unlock()
 		cycles.Add(1)
 		return countReport(0), nil
 	})
 	require.NoError(t, s.Start(context.Background()))
 
-	awaitCond(t, func() bool { return locker.tries() >= 3 }, "keeps trying to take the lead")
+	awaitCond(t, func() bool { return elector.tries() >= 3 }, "keeps asking for the lease")
 	require.Zero(t, cycles.Load(), "no cycle while another instance leads")
 	require.False(t, s.Leading())
 
-	locker.setFree(true)
+	elector.set(func(e *fakeElector) { e.free = true })
 	awaitCond(t, func() bool { return cycles.Load() >= 2 }, "runs once it leads")
 	require.True(t, s.Leading())
+	require.Equal(t, 1, logs.FilterMessage("leading").Len())
 
-	// The lock's session dies and another instance takes it.
-	locker.setFree(false)
-	lock := locker.holder()
-	lock.lost.Store(true)
-	awaitCond(t, func() bool { return locker.holder() == nil }, "releases a lost lock")
-	require.False(t, s.Leading())
+	// Another instance takes the lease over.
+	elector.set(func(e *fakeElector) { e.free = false })
+	awaitCond(t, func() bool { return !s.Leading() }, "notices it lost the lead")
+	require.Equal(t, 1, logs.FilterMessage("lost leadership").Len())
 	stopped := cycles.Load()
-	tries := locker.tries()
-	awaitCond(t, func() bool { return locker.tries() >= tries+3 }, "tries to take the lead again")
+	tries := elector.tries()
+	awaitCond(t, func() bool { return elector.tries() >= tries+3 }, "asks for the lease again")
 	require.Equal(t, stopped, cycles.Load(), "no cycle without the lead")
 
-	locker.setFree(true)
+	elector.set(func(e *fakeElector) { e.free = true })
 	awaitCond(t, func() bool { return cycles.Load() > stopped }, "takes the lead back")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, int64(1), fences[0].Term)
+	require.Equal(t, int64(2), fences[len(fences)-1].Term, "a new term after the takeover")
+	for _, f := range fences {
+		require.Equal(t, "test-job", f.Job)
+		require.Equal(t, "me", f.Owner)
+	}
+}
+
+// A cycle whose transactions find the term over (the fence failed: another
+// instance took over while this one was frozen) ends the leadership, quietly
+// but for one warning, until the elector grants a term again.
+func TestBackgroundServiceStepsDownWhenACycleFindsItsTermOver(t *testing.T) {
+	t.Parallel()
+	elector := &fakeElector{free: true, ttl: time.Minute}
+	var cycles atomic.Int64
+	s, logs := newTestService(t, elector, 5*time.Millisecond, func(ctx context.Context) (application.Report, error) {
+		if cycles.Add(1) == 2 {
+			return countReport(1), fmt.Errorf("reap: %w", leadership.ErrLost)
+		}
+		return countReport(0), nil
+	})
+	require.NoError(t, s.Start(context.Background()))
+	awaitCond(t, func() bool { return cycles.Load() >= 4 }, "runs on")
+	lost := logs.FilterMessage("lost leadership").All()
+	require.Len(t, lost, 1)
+	require.Equal(t, zapcore.WarnLevel, lost[0].Level)
+	require.Equal(t, int64(1), lost[0].ContextMap()["term"])
+	require.Equal(t, int64(1), lost[0].ContextMap()["changed"], "says what committed before the term ended")
+	require.Zero(t, logs.FilterLevelExact(zapcore.ErrorLevel).Len(), "a lost term is not a failure")
+	require.Equal(t, 2, logs.FilterMessage("leading").Len(), "leads again once the elector confirms it")
+}
+
+// While the lease row is busy (a batch of this very leader, or another
+// instance asking) the service keeps the state it had.
+func TestBackgroundServiceKeepsItsStateWhileTheLeaseIsBusy(t *testing.T) {
+	t.Parallel()
+	elector := &fakeElector{free: true, ttl: time.Minute}
+	var cycles atomic.Int64
+	s, logs := newTestService(t, elector, 5*time.Millisecond, func(context.Context) (application.Report, error) {
+		cycles.Add(1)
+		return countReport(0), nil
+	})
+	require.NoError(t, s.Start(context.Background()))
+	awaitCond(t, func() bool { return cycles.Load() >= 1 }, "leads")
+	elector.set(func(e *fakeElector) { e.busy = true })
+	n := cycles.Load()
+	awaitCond(t, func() bool { return cycles.Load() >= n+3 }, "a busy lease does not stop the leader")
+	require.True(t, s.Leading())
+	require.Zero(t, logs.FilterMessage("lost leadership").Len())
+	require.Zero(t, logs.FilterMessage("take leadership").Len())
+}
+
+// The lease is renewed every third of its TTL even when the job's interval
+// is longer; the job still runs once per interval.
+func TestBackgroundServiceRenewsItsLeaseMoreOftenThanItsIntervalWhenNeeded(t *testing.T) {
+	t.Parallel()
+	elector := &fakeElector{free: true, ttl: 30 * time.Millisecond}
+	var cycles atomic.Int64
+	s, _ := newTestService(t, elector, time.Hour, func(context.Context) (application.Report, error) {
+		cycles.Add(1)
+		return countReport(0), nil
+	})
+	require.NoError(t, s.Start(context.Background()))
+	awaitCond(t, func() bool { return elector.tries() >= 10 }, "renews every 10 ms")
+	require.Equal(t, int64(1), cycles.Load(), "one cycle: the interval is an hour")
 }
 
 func TestBackgroundServiceStopCancelsWaitsAndReleases(t *testing.T) {
 	t.Parallel()
-	locker := &fakeLocker{free: true}
+	elector := &fakeElector{free: true, ttl: time.Minute}
 	started := make(chan struct{})
 	var finished atomic.Bool
-	s, logs := newTestService(t, locker, func(ctx context.Context) (application.Report, error) {
+	s, logs := newTestService(t, elector, 5*time.Millisecond, func(ctx context.Context) (application.Report, error) {
 		close(started)
 		<-ctx.Done()
 		time.Sleep(20 * time.Millisecond) // a rollback taking a moment: Stop must wait for it
@@ -148,19 +243,21 @@ func TestBackgroundServiceStopCancelsWaitsAndReleases(t *testing.T) {
 	require.NoError(t, s.Start(context.Background()))
 	require.Error(t, s.Start(context.Background()), "already started")
 	<-started
-	require.NotNil(t, locker.holder())
+	held := elector.current("test-job")
+	require.True(t, held.Valid())
 
 	require.NoError(t, s.Stop(context.Background()))
 	require.True(t, finished.Load(), "Stop returns after the cycle ended")
-	require.Nil(t, locker.holder(), "Stop releases the lock")
+	require.Equal(t, []ports.Fence{held}, elector.releases(), "Stop gives the lease up")
+	require.False(t, elector.current("test-job").Valid())
 	require.False(t, s.Leading())
 	require.NoError(t, s.Stop(context.Background())) // idempotent
 	require.Zero(t, logs.FilterLevelExact(zapcore.ErrorLevel).Len(), "a cancelled cycle is not an error")
 
 	// It can run again.
-	locker2 := &fakeLocker{free: true}
+	elector2 := &fakeElector{free: true, ttl: time.Minute}
 	var cycles atomic.Int64
-	s2, _ := newTestService(t, locker2, func(context.Context) (application.Report, error) {
+	s2, _ := newTestService(t, elector2, 5*time.Millisecond, func(context.Context) (application.Report, error) {
 		cycles.Add(1)
 		return countReport(0), nil
 	})
@@ -174,13 +271,13 @@ func TestBackgroundServiceStopCancelsWaitsAndReleases(t *testing.T) {
 
 func TestBackgroundServiceLogsOnlyCyclesThatDidSomething(t *testing.T) {
 	t.Parallel()
-	locker := &fakeLocker{free: true}
+	elector := &fakeElector{free: true, ttl: time.Minute}
 	results := []struct {
 		rep countReport
 		err error
 	}{{0, nil}, {3, nil}, {0, nil}, {0, errors.New("database on fire")}, {0, nil}, {2, nil}}
 	var i atomic.Int64
-	s, logs := newTestService(t, locker, func(context.Context) (application.Report, error) {
+	s, logs := newTestService(t, elector, 5*time.Millisecond, func(context.Context) (application.Report, error) {
 		n := i.Add(1) - 1
 		if n >= int64(len(results)) {
 			return countReport(0), nil

@@ -17,7 +17,11 @@ import (
 // TxRunner runs fn in one database transaction. Stores handed to fn work on
 // that transaction; every event they (or fn, through Stores.Outbox) record is
 // appended to the outbox in the same transaction just before it commits. If fn
-// returns an error, the transaction rolls back and no event is kept.
+// returns an error, the transaction rolls back and no event is kept. When ctx
+// carries a Fence (WithFence), the transaction first renews that term's
+// lease, and keeps the lease locked until it ends (no other term can begin
+// meanwhile); if the term is over it fails, with an error matching
+// leadership.ErrLost, before fn runs.
 type TxRunner interface {
 	Run(ctx context.Context, fn func(ctx context.Context, st Stores) error) error
 }
@@ -216,24 +220,6 @@ type ReaperStore interface {
 	// DeleteExpiredWorkers deletes DEAD workers silent for at least ttl
 	// (worker.Worker.Expired).
 	DeleteExpiredWorkers(ctx context.Context, ttl time.Duration, limit int, fn WorkerUpdateFunc) ([]*worker.Worker, error)
-}
-
-// Locker elects leaders: it hands a named lock to at most one holder at a
-// time among every instance sharing the database. A holder that dies (its
-// process or its database session ends) loses the lock.
-type Locker interface {
-	// TryLock takes the lock called name without waiting. It returns the
-	// held Lock, or nil when another holder has it.
-	TryLock(ctx context.Context, name string) (Lock, error)
-}
-
-// Lock is a held Locker lock.
-type Lock interface {
-	// Check returns nil while the lock is held, and an error once it is lost
-	// (for example, the database session that held it ended).
-	Check(ctx context.Context) error
-	// Release gives the lock up; calling it again does nothing.
-	Release(ctx context.Context) error
 }
 
 // QueueStats are the counts of one queue.

@@ -53,7 +53,7 @@ func everyService(t *testing.T) []runningService {
 	janitor, err := outbox.NewJanitor(db.DB, ocfg, logger)
 	require.NoError(t, err)
 	reaper := application.NewBackgroundService(application.BackgroundParams{
-		Name: "stress-reaper", Interval: 10 * time.Millisecond, Locker: postgres.NewAdvisoryLocker(db), Logger: logger,
+		Name: "stress-reaper", Interval: 10 * time.Millisecond, Elector: postgres.NewElector(db, "stress", time.Second), Logger: logger,
 		Cycle: application.Cycle(application.NewLeaseReaper(tx, 0).Reap),
 	})
 	return []runningService{

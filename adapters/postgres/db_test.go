@@ -150,4 +150,3 @@ func TestMigrateOutlastsTheStatementTimeout(t *testing.T) {
 	require.Empty(t, pending)
 	require.Equal(t, "200ms", show(t, db, "statement_timeout"), "the pool's sessions keep their timeout")
 }
-

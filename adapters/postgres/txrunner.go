@@ -54,6 +54,8 @@ func NewTxRunner(db *sqlx.DB) *TxRunner {
 
 // Run implements ports.TxRunner. A transaction that fails on a deadlock or a
 // serialization failure is run again (fn must not have effects outside it).
+// Under a fence (ports.WithFence) the transaction begins by locking and
+// renewing the job's lease row for that term (see fence).
 func (r *TxRunner) Run(ctx context.Context, fn func(ctx context.Context, st ports.Stores) error) error {
 	var err error
 	for attempt := 1; attempt <= maxTxAttempts; attempt++ {
@@ -76,6 +78,11 @@ func (r *TxRunner) runOnce(ctx context.Context, fn func(ctx context.Context, st 
 		}
 	}()
 	state := &txState{tx: tx}
+	if f, ok := ports.FenceFrom(ctx); ok {
+		if err := fence(ctx, state, f); err != nil {
+			return err
+		}
+	}
 	if err := fn(ctx, state.stores()); err != nil {
 		return err
 	}

@@ -57,21 +57,23 @@ func waitSingleLeaders(t *testing.T, instances []*instance, jobs ...string) map[
 	return out
 }
 
-// everyoneLeads is a Locker that grants every lock to every instance: split
-// brain, on purpose.
+// everyoneLeads is an Elector that makes every instance the leader of every
+// job, with a zero (fencing nothing) fence: split brain, on purpose.
 type everyoneLeads struct{}
 
-func (everyoneLeads) TryLock(context.Context, string) (ports.Lock, error) { return grantedLock{}, nil }
+func (everyoneLeads) Lead(context.Context, string) (ports.Fence, bool, error) {
+	return ports.Fence{}, true, nil
+}
 
-type grantedLock struct{}
+func (everyoneLeads) Release(context.Context, ports.Fence) error { return nil }
 
-func (grantedLock) Check(context.Context) error   { return nil }
-func (grantedLock) Release(context.Context) error { return nil }
+func (everyoneLeads) TTL() time.Duration { return time.Minute }
 
 // Three instances on one database: each reaper transition happens exactly
 // once. With leader election one instance runs each job; without it (every
-// instance runs every job at once) the row locks still make each transition
-// happen once: leadership saves work, it is not what makes reaping correct.
+// instance runs every job at once, unfenced) the row locks still make each
+// transition happen once: leadership saves work, it is not all that makes
+// reaping correct.
 func TestThreeInstancesReapEachTransitionOnce(t *testing.T) {
 	t.Parallel()
 	t.Run("one leader per job", func(t *testing.T) {
@@ -83,7 +85,7 @@ func TestThreeInstancesReapEachTransitionOnce(t *testing.T) {
 	})
 	t.Run("every instance runs every job", func(t *testing.T) {
 		t.Parallel()
-		instances := reapWithThreeInstances(t, fx.Decorate(func(ports.Locker) ports.Locker { return everyoneLeads{} }))
+		instances := reapWithThreeInstances(t, fx.Decorate(func(ports.Elector) ports.Elector { return everyoneLeads{} }))
 		eventually(t, func() bool { return len(leaders(instances)[app.HeartbeatReaperName]) == 3 }, "all lead")
 		checkReapedOnce(t, instances)
 	})
@@ -247,28 +249,43 @@ func TestAnotherInstanceTakesOverWhenTheLeaderStops(t *testing.T) {
 	require.Len(t, about(outbox(t, in.DB, event.TaskRequeued), tk.ID), 1)
 }
 
-func TestAnotherInstanceTakesOverWhenTheLeadersSessionDies(t *testing.T) {
+// Nothing depends on a database session: killing every session changes no
+// leadership. A lease whose owner stopped renewing it (here a vanished
+// instance, "ghost", whose lease runs out) is taken over in the next term,
+// and the new leader works.
+func TestAnotherInstanceTakesOverAnExpiredLease(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDatabase(t)
 	instances := make([]*instance, 2)
 	for i := range instances {
-		instances[i] = start(t, url, nil)
+		instances[i] = start(t, url, func(cfg *app.Config) { cfg.LeaderLeaseTTL = time.Hour })
 	}
-	waitSingleLeaders(t, instances, app.DeadlineReaperName)
-
-	// The leader's lock session is killed, as a crash or a network cut
-	// would end it. Whoever takes the lock next, there is one leader again,
-	// and it works.
+	old := waitSingleLeaders(t, instances, app.DeadlineReaperName)[app.DeadlineReaperName]
 	db := instances[0].DB
+	var term int64
+	require.NoError(t, db.Get(&term, `SELECT term FROM leader_leases WHERE job = $1`, app.DeadlineReaperName))
+
 	var killed int
 	require.NoError(t, db.Get(&killed, `
 		SELECT count(*) FROM (
-			SELECT pg_terminate_backend(pid, 5000) FROM pg_locks
-			WHERE locktype = 'advisory' AND granted
-				AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+			SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid()
 		) k`))
 	require.Positive(t, killed)
-	waitSingleLeaders(t, instances, app.DeadlineReaperName, app.HeartbeatReaperName)
+	require.Equal(t, map[string]int{app.DeadlineReaperName: old}, waitSingleLeaders(t, instances, app.DeadlineReaperName),
+		"sessions come and go; the lease stays with its owner")
+
+	_, err := db.Exec(`UPDATE leader_leases SET owner = 'ghost', expires_at = now() WHERE job = $1`, app.DeadlineReaperName)
+	require.NoError(t, err)
+	eventually(t, func() bool {
+		var l struct {
+			Owner string `db:"owner"`
+			Term  int64  `db:"term"`
+		}
+		require.NoError(t, db.Get(&l, `SELECT owner, term FROM leader_leases WHERE job = $1`, app.DeadlineReaperName))
+		return l.Owner != "ghost" && l.Term == term+1
+	}, "an instance takes the ghost's lease over in the next term")
+	waitSingleLeaders(t, instances, app.DeadlineReaperName)
 	tk := instances[1].submit(t, map[string]any{"queue": "q", "deadline": dueSoon()})
 	instances[0].waitTask(t, tk.ID, "DEAD")
 }

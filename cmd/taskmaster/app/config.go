@@ -42,6 +42,10 @@ type Config struct {
 	RetentionInterval time.Duration
 	// RetentionBatchSize is how many rows one retention statement deletes.
 	RetentionBatchSize int
+	// LeaderLeaseTTL is how long a background job's leadership lease lasts
+	// unrenewed: a leader that stops renewing (frozen, gone) is replaced
+	// within it plus one tick.
+	LeaderLeaseTTL time.Duration
 	// Outbox configures the outbox consumers (projectors), the outbox
 	// janitor and the event feed.
 	Outbox outbox.Config
@@ -70,6 +74,7 @@ func DefaultConfig() Config {
 		RetentionTTL:           7 * 24 * time.Hour,
 		RetentionInterval:      10 * time.Minute,
 		RetentionBatchSize:     500,
+		LeaderLeaseTTL:         15 * time.Second,
 		Outbox:                 outbox.DefaultConfig(),
 		LogLevel:               "info",
 		LogFormat:              "json",
@@ -120,6 +125,9 @@ func (c Config) Validate() error {
 			add(name, fmt.Errorf("must be 0 (off) or at least %d", minConnTimeout.Milliseconds()))
 		}
 	}
+	if c.LeaderLeaseTTL < minLeaderLeaseTTL {
+		add("TASKMASTER_LEADER_LEASE_SECONDS", fmt.Errorf("must be at least %s", seconds(minLeaderLeaseTTL)))
+	}
 	if c.RetentionTTL < 0 {
 		add("TASKMASTER_RETENTION_TTL", errors.New("must not be negative"))
 	}
@@ -144,6 +152,10 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// minLeaderLeaseTTL is the shortest leadership lease accepted: leaders renew
+// every third of it.
+const minLeaderLeaseTTL = time.Second
 
 // minConnTimeout is the shortest database timeout accepted: shorter ones
 // would cancel ordinary statements or close healthy connections.
@@ -216,6 +228,9 @@ func settings() []setting {
 		{"TASKMASTER_RETRY_BASE_DELAY_SECONDS", "retry-base-delay-seconds", "backoff base: delay = min(2^attempts x base, 5 min)",
 			secondsSetter(func(c *Config, d time.Duration) { c.App.Backoff.Base = d }),
 			func(c *Config) string { return seconds(c.App.Backoff.Base) }},
+		{"TASKMASTER_LEADER_LEASE_SECONDS", "leader-lease-seconds", "a background job's leader that stops renewing its lease (frozen, gone) is replaced after this long plus one tick",
+			secondsSetter(func(c *Config, d time.Duration) { c.LeaderLeaseTTL = d }),
+			func(c *Config) string { return seconds(c.LeaderLeaseTTL) }},
 		{"TASKMASTER_RETENTION_TTL", "retention-ttl", "keep finished tasks and dead workers this long (s/m/h/d; 0 disables)",
 			func(c *Config, v string) error { d, err := ParseTTL(v); c.RetentionTTL = d; return err },
 			func(c *Config) string { return c.RetentionTTL.String() }},

@@ -43,3 +43,17 @@ func TestDatabaseTimeouts(t *testing.T) {
 		require.ErrorContains(t, err, name)
 	}
 }
+
+func TestLeaderLeaseTTL(t *testing.T) {
+	t.Parallel()
+	cfg, err := load(map[string]string{})
+	require.NoError(t, err)
+	require.Equal(t, 15*time.Second, cfg.LeaderLeaseTTL)
+	cfg, err = load(map[string]string{"TASKMASTER_LEADER_LEASE_SECONDS": "2.5"})
+	require.NoError(t, err)
+	require.Equal(t, 2500*time.Millisecond, cfg.LeaderLeaseTTL)
+	for _, v := range []string{"0.5", "0", "-3", "long"} {
+		_, err := load(map[string]string{"TASKMASTER_LEADER_LEASE_SECONDS": v})
+		require.ErrorContains(t, err, "TASKMASTER_LEADER_LEASE_SECONDS", v)
+	}
+}

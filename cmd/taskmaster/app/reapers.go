@@ -1,10 +1,9 @@
 package app
 
 import (
-	"context"
-	"fmt"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
 
@@ -13,7 +12,8 @@ import (
 	"github.com/taskmaster/taskmaster/ports"
 )
 
-// Names of the background jobs, in logs and as leadership lock names.
+// Names of the background jobs, in logs and as the jobs of their leadership
+// leases (leader_leases.job).
 const (
 	HeartbeatReaperName = "heartbeat-reaper"
 	DeadlineReaperName  = "deadline-reaper"
@@ -22,7 +22,7 @@ const (
 )
 
 // Reapers are the background jobs `taskmaster serve` runs, each on the one
-// instance that holds its leadership lock.
+// instance that holds its leadership lease.
 type Reapers struct {
 	// Heartbeats applies the liveness thresholds and takes back dead
 	// workers' tasks.
@@ -47,11 +47,11 @@ func (r *Reapers) All() []*application.BackgroundService {
 
 // reapersModule provides the background jobs and runs them with the app.
 // Tests replace the application clock with fx.Decorate on
-// application.NowFunc.
+// application.NowFunc, and the elector on ports.Elector.
 func reapersModule() fx.Option {
 	return fx.Options(
 		fx.Provide(
-			newLocker,
+			newElector,
 			func() application.NowFunc { return time.Now },
 			newReapers,
 		),
@@ -59,24 +59,12 @@ func reapersModule() fx.Option {
 	)
 }
 
-// lockPoolSize is the size of the leadership locks' own pool: a held lock
-// keeps its connection, one per job.
-const lockPoolSize = 4
-
-// newLocker returns the leadership Locker on a small pool of its own, so that
-// held locks never take connections from the API's pool (with a tiny
-// TASKMASTER_DB_MAX_CONNS they could otherwise starve it).
-func newLocker(lc fx.Lifecycle, cfg Config) (ports.Locker, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	db, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.PoolConfig{
-		MaxOpen: lockPoolSize, MaxIdle: lockPoolSize, MaxLifetime: cfg.Pool.MaxLifetime,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("leadership lock pool: %w", err)
-	}
-	lc.Append(fx.StopHook(db.Close)) // after the jobs have stopped and released their locks
-	return postgres.NewAdvisoryLocker(db), nil
+// newElector returns the leadership elector of this instance, on the main
+// pool: leadership holds no connection between its short transactions.
+func newElector(db *sqlx.DB, cfg Config, logger *zap.Logger) ports.Elector {
+	e := postgres.NewElector(db, postgres.NewInstanceID(), cfg.LeaderLeaseTTL)
+	logger.Info("instance", zap.String("instance_id", e.Owner()))
+	return e
 }
 
 type reapersParams struct {
@@ -84,7 +72,7 @@ type reapersParams struct {
 	Lifecycle fx.Lifecycle
 	Config    Config
 	Tx        ports.TxRunner
-	Locker    ports.Locker
+	Elector   ports.Elector
 	Now       application.NowFunc
 	Logger    *zap.Logger
 }
@@ -93,7 +81,7 @@ func newReapers(p reapersParams) *Reapers {
 	logger := p.Logger.Named("reaper")
 	service := func(name string, interval time.Duration, cycle application.CycleFunc) *application.BackgroundService {
 		s := application.NewBackgroundService(application.BackgroundParams{
-			Name: name, Interval: interval, Cycle: cycle, Locker: p.Locker, Logger: logger, Now: p.Now,
+			Name: name, Interval: interval, Cycle: cycle, Elector: p.Elector, Logger: logger, Now: p.Now,
 		})
 		p.Lifecycle.Append(fx.Hook{
 			OnStart: s.Start,
