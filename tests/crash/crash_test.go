@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -25,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
+	"github.com/taskmaster/taskmaster/tests/binary"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -46,25 +46,6 @@ const (
 type server struct {
 	cmd *exec.Cmd
 	out *bytes.Buffer
-}
-
-// buildBinary builds cmd/taskmaster into dir, with the race detector when
-// the tests run with it (its packages are then already compiled).
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "taskmaster")
-	args := []string{"build", "-o", bin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	gocmd, err := exec.LookPath("go")
-	if err != nil {
-		gocmd = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-	}
-	cmd := exec.Command(gocmd, append(args, "github.com/taskmaster/taskmaster/cmd/taskmaster")...)
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
-	return bin
 }
 
 func freeAddr(t *testing.T) string {
@@ -389,7 +370,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 
 func TestSIGKILLMidClaimsLosesNoTaskAndCompletesNoneTwice(t *testing.T) {
 	t.Parallel()
-	bin := buildBinary(t)
+	bin := binary.Build(t)
 	databaseURL := pgtest.NewDatabase(t)
 	addr := freeAddr(t)
 	srv := serve(t, bin, databaseURL, addr)

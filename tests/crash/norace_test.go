@@ -1,5 +1,0 @@
-//go:build !race
-
-package crash_test
-
-const raceEnabled = false
