@@ -196,7 +196,7 @@ func projectedMatchesTruth(t *testing.T, db *sqlx.DB, p *binary.Process, queues 
 	}
 	var resp struct {
 		Queues []struct {
-			Queue                         string
+			Queue                        string
 			Pending, Running, Done, Dead int64
 		}
 	}
