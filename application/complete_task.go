@@ -15,14 +15,17 @@ import (
 	"github.com/taskmaster/taskmaster/ports"
 )
 
-// Complete marks a task DONE. Only the worker holding it, with the current
-// lease when one is given, may do so.
+// Complete marks a task DONE. Only the worker holding it, under its current
+// lease, may do so.
 func (s *TaskService) Complete(ctx context.Context, cmd ports.CompleteCommand) (*task.Task, error) {
-	if cmd.WorkerID == "" {
-		return nil, requiredWorkerID()
+	var v validation.Errors
+	checkReporter(&v, cmd.WorkerID)
+	checkLease(&v, "lease_id", cmd.LeaseID)
+	if err := v.Err(); err != nil {
+		return nil, err
 	}
 	out, err := s.updateReported(ctx, cmd.TaskID, cmd.WorkerID, func(t *task.Task, now time.Time) ([]event.Event, error) {
-		e, err := t.Complete(task.CompleteParams{WorkerID: cmd.WorkerID, LeaseID: cmd.LeaseID, Result: cmd.Result}, now)
+		e, err := t.Complete(task.CompleteParams{WorkerID: cmd.WorkerID, LeaseID: *cmd.LeaseID, Result: cmd.Result}, now)
 		return []event.Event{e}, err
 	})
 	if err != nil {
@@ -56,8 +59,17 @@ func touchReporter(ctx context.Context, st ports.Stores, workerID string) error 
 	return err
 }
 
-func requiredWorkerID() error {
-	var v validation.Errors
-	v.Add("worker_id", "is required")
-	return v.Err()
+// checkReporter adds to v when a holder's report names no worker.
+func checkReporter(v *validation.Errors, workerID string) {
+	if workerID == "" {
+		v.Add("worker_id", "is required")
+	}
+}
+
+// checkLease adds to v when a holder's report (field names it) does not
+// carry the lease it holds the task under: fencing is never optional.
+func checkLease(v *validation.Errors, field string, leaseID *uuid.UUID) {
+	if leaseID == nil {
+		v.Add(field, "is required: the lease_id the claim returned")
+	}
 }

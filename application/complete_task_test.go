@@ -32,11 +32,11 @@ func TestReportsRefreshTheReportingWorker(t *testing.T) {
 	s := setup(t)
 	reports := map[string]func(ctx context.Context, v task.Snapshot) error{
 		"complete": func(ctx context.Context, v task.Snapshot) error {
-			_, err := s.tasks.Complete(ctx, ports.CompleteCommand{TaskID: v.ID, WorkerID: v.WorkerID})
+			_, err := s.tasks.Complete(ctx, ports.CompleteCommand{TaskID: v.ID, WorkerID: v.WorkerID, LeaseID: &v.LeaseID})
 			return err
 		},
 		"fail": func(ctx context.Context, v task.Snapshot) error {
-			_, err := s.tasks.Fail(ctx, ports.FailCommand{TaskID: v.ID, WorkerID: v.WorkerID, Retryable: true})
+			_, err := s.tasks.Fail(ctx, ports.FailCommand{TaskID: v.ID, WorkerID: v.WorkerID, LeaseID: &v.LeaseID, Retryable: true})
 			return err
 		},
 	}

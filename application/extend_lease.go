@@ -18,12 +18,8 @@ import (
 // tasks need not call it: each such heartbeat renews the listed leases.
 func (s *TaskService) Extend(ctx context.Context, cmd ports.ExtendCommand) (*task.Task, error) {
 	var v validation.Errors
-	if cmd.WorkerID == "" {
-		v.Add("worker_id", "is required")
-	}
-	if cmd.LeaseID == nil {
-		v.Add("lease_id", "is required")
-	}
+	checkReporter(&v, cmd.WorkerID)
+	checkLease(&v, "lease_id", cmd.LeaseID)
 	if cmd.LeaseSeconds != 0 {
 		task.CheckLeaseSeconds(&v, "lease_seconds", cmd.LeaseSeconds)
 	}

@@ -14,18 +14,24 @@ import (
 )
 
 // CompleteBatch reports many successes of one worker in one transaction.
-// Each item is fenced on its own: a refused item does not stop the others.
+// Each item is fenced on its own (every item names its lease): a refused
+// item does not stop the others.
 func (s *TaskService) CompleteBatch(ctx context.Context, workerID string, items []ports.CompleteItem) ([]ports.TaskResult, error) {
 	ids := make([]uuid.UUID, len(items))
 	for i, it := range items {
 		ids[i] = it.TaskID
 	}
-	if err := validateBatch(workerID, ids, nil); err != nil {
+	err := validateBatch(workerID, ids, func(v *validation.Errors) {
+		for i, it := range items {
+			checkLease(v, fmt.Sprintf("items[%d].lease_id", i), it.LeaseID)
+		}
+	})
+	if err != nil {
 		return nil, err
 	}
 	out, err := s.reportBatch(ctx, workerID, ids, func(i int, t *task.Task, now time.Time) ([]event.Event, error) {
 		it := items[i]
-		e, err := t.Complete(task.CompleteParams{WorkerID: workerID, LeaseID: it.LeaseID, Result: it.Result}, now)
+		e, err := t.Complete(task.CompleteParams{WorkerID: workerID, LeaseID: *it.LeaseID, Result: it.Result}, now)
 		return []event.Event{e}, err
 	})
 	if err != nil {
@@ -43,6 +49,7 @@ func (s *TaskService) FailBatch(ctx context.Context, workerID string, items []po
 	}
 	err := validateBatch(workerID, ids, func(v *validation.Errors) {
 		for i, it := range items {
+			checkLease(v, fmt.Sprintf("items[%d].lease_id", i), it.LeaseID)
 			if len(it.Error) > task.MaxErrorLength {
 				v.Add(fmt.Sprintf("items[%d].error", i), fmt.Sprintf("must be at most %d bytes", task.MaxErrorLength))
 			}
@@ -53,7 +60,7 @@ func (s *TaskService) FailBatch(ctx context.Context, workerID string, items []po
 	}
 	out, err := s.reportBatch(ctx, workerID, ids, func(i int, t *task.Task, now time.Time) ([]event.Event, error) {
 		it := items[i]
-		e, err := t.Fail(task.FailParams{WorkerID: workerID, LeaseID: it.LeaseID, Error: it.Error, Retryable: it.Retryable}, s.cfg.Backoff, now)
+		e, err := t.Fail(task.FailParams{WorkerID: workerID, LeaseID: *it.LeaseID, Error: it.Error, Retryable: it.Retryable}, s.cfg.Backoff, now)
 		return []event.Event{e}, err
 	})
 	if err != nil {

@@ -340,8 +340,9 @@ type ExtendParams struct {
 type CompleteParams struct {
 	// WorkerID is the holder (required).
 	WorkerID string
-	// LeaseID is the lease the task was claimed under (Task.LeaseID);
-	// checked by the server when given.
+	// LeaseID is the lease the task was claimed under (Task.LeaseID),
+	// required: the server refuses a report without it (422) and one under
+	// any other lease (409 lease-lost).
 	LeaseID string
 	// Result is any value encoding/json can marshal; nil sends none.
 	Result any
@@ -351,7 +352,8 @@ type CompleteParams struct {
 type FailParams struct {
 	// WorkerID is the holder (required).
 	WorkerID string
-	// LeaseID is the lease the task was claimed under; checked when given.
+	// LeaseID is the lease the task was claimed under (Task.LeaseID),
+	// required, as for CompleteParams.
 	LeaseID string
 	// Error says what went wrong (at most 64 KiB; longer is cut).
 	Error string
@@ -364,8 +366,9 @@ type FailParams struct {
 type CompleteItem struct {
 	// ID is the task's id (required).
 	ID string
-	// LeaseID is the lease the task was claimed under (Task.LeaseID);
-	// checked by the server when given.
+	// LeaseID is the lease the task was claimed under (Task.LeaseID),
+	// required: the server refuses a report without it (422) and one under
+	// any other lease (409 lease-lost).
 	LeaseID string
 	// Result is any value encoding/json can marshal; nil sends none.
 	Result any
@@ -375,7 +378,8 @@ type CompleteItem struct {
 type FailItem struct {
 	// ID is the task's id (required).
 	ID string
-	// LeaseID is the lease the task was claimed under; checked when given.
+	// LeaseID is the lease the task was claimed under (Task.LeaseID),
+	// required, as for CompleteParams.
 	LeaseID string
 	// Error says what went wrong (at most 64 KiB; longer is cut).
 	Error string

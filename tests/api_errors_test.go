@@ -162,6 +162,7 @@ func TestAPIUnstorableValuesAreClientErrorsNever500(t *testing.T) {
 	_, c := startAPI(t, nil)
 	running := submitAndClaim(t, c, "w", jsonObj{"queue": "runs"})
 	complete := "/tasks/v1/" + running.ID + "/complete"
+	holder := `"worker_id": "w", "lease_id": "` + running.Lease() + `"`
 	for _, tc := range []struct {
 		method, path, body string
 		status             int
@@ -185,9 +186,9 @@ func TestAPIUnstorableValuesAreClientErrorsNever500(t *testing.T) {
 		{http.MethodPost, "/workers/v1/nul%00/heartbeat", ``, 404, nil},
 		{http.MethodGet, "/tasks/v1?queue=nul%00", ``, 200, nil},
 		{http.MethodGet, "/tasks/v1?queue=%ff%fe", ``, 200, nil},
-		{http.MethodPost, complete, `{"worker_id": "w", "result": {"a": "\u0000"}}`, 422, []string{"result"}},
-		{http.MethodPost, complete, `{"worker_id": "w", "result": "\udfff"}`, 422, []string{"result"}},
-		{http.MethodPost, complete, `{"worker_id": "w", "result": -1e200000}`, 422, []string{"result"}},
+		{http.MethodPost, complete, `{` + holder + `, "result": {"a": "\u0000"}}`, 422, []string{"result"}},
+		{http.MethodPost, complete, `{` + holder + `, "result": "\udfff"}`, 422, []string{"result"}},
+		{http.MethodPost, complete, `{` + holder + `, "result": -1e200000}`, 422, []string{"result"}},
 	} {
 		r := c.Do(tc.method, tc.path, tc.body)
 		switch {
@@ -206,7 +207,7 @@ func TestAPIUnstorableValuesAreClientErrorsNever500(t *testing.T) {
 	require.Equal(t, running, c.Get(running.ID), "no rejected report changed the task")
 
 	// A failure report is never refused for the bytes of its message.
-	failed := c.Fail(running.ID, jsonObj{"worker_id": "w", "error": "nul \u0000 inside"})
+	failed := c.Fail(running.ID, jsonObj{"worker_id": "w", "lease_id": running.Lease(), "error": "nul \u0000 inside"})
 	require.Equal(t, "nul \uFFFD inside", failed.Error())
 	require.Equal(t, failed, c.Get(running.ID))
 }

@@ -161,8 +161,8 @@ func TestAPIQueueStatistics(t *testing.T) {
 	c.Submit(jsonObj{"queue": "b"})
 	claimed := c.Claim(jsonObj{"worker_id": "on-a", "limit": 3})
 	require.Len(t, claimed, 3)
-	c.Complete(claimed[0].ID, jsonObj{"worker_id": "on-a"})
-	last := c.Fail(claimed[1].ID, jsonObj{"worker_id": "on-a", "retryable": false})
+	c.Complete(claimed[0].ID, jsonObj{"worker_id": "on-a", "lease_id": claimed[0].Lease()})
+	last := c.Fail(claimed[1].ID, jsonObj{"worker_id": "on-a", "lease_id": claimed[1].Lease(), "retryable": false})
 
 	// The statistics are projected from the outbox: they catch up with the
 	// writes within about one poll interval. Ordered by queue name.

@@ -154,9 +154,9 @@ func TestBatchCompleteAndFailFenceEachItem(t *testing.T) {
 
 	code, body := api.do(http.MethodPost, "/tasks/v1/complete", map[string]any{"worker_id": "w1", "items": []map[string]any{
 		{"id": mine[0]["id"], "lease_id": mine[0]["lease_id"], "result": map[string]any{"ok": 1}},
-		{"id": theirs[0]["id"], "lease_id": theirs[0]["lease_id"]},                // held by w2
-		{"id": mine[1]["id"], "lease_id": "00000000-0000-0000-0000-000000000001"}, // stale lease
-		{"id": "01890000-0000-7000-8000-000000000000"},                            // unknown
+		{"id": theirs[0]["id"], "lease_id": theirs[0]["lease_id"]},                      // held by w2
+		{"id": mine[1]["id"], "lease_id": "00000000-0000-0000-0000-000000000001"},       // stale lease
+		{"id": "01890000-0000-7000-8000-000000000000", "lease_id": mine[0]["lease_id"]}, // unknown
 	}})
 	require.Equal(t, 200, code, body)
 	out := items(body["items"])
@@ -192,8 +192,11 @@ func TestBatchCompleteAndFailFenceEachItem(t *testing.T) {
 	// Shape errors are 422 before anything happens.
 	code, body = api.do(http.MethodPost, "/tasks/v1/complete", map[string]any{"worker_id": "w1", "items": []map[string]any{{"lease_id": mine[0]["lease_id"]}}})
 	require.Equal(t, 422, code, body)
-	code, _ = api.do(http.MethodPost, "/tasks/v1/fail", map[string]any{"worker_id": "", "items": []map[string]any{{"id": mine[0]["id"]}}})
+	code, _ = api.do(http.MethodPost, "/tasks/v1/fail", map[string]any{"worker_id": "", "items": []map[string]any{{"id": mine[0]["id"], "lease_id": mine[0]["lease_id"]}}})
 	require.Equal(t, 422, code)
+	code, body = api.do(http.MethodPost, "/tasks/v1/fail", map[string]any{"worker_id": "w1", "items": []map[string]any{{"id": mine[0]["id"]}}})
+	require.Equal(t, 422, code, body)
+	require.Equal(t, "items[0].lease_id", body["errors"].([]any)[0].(map[string]any)["field"])
 }
 
 func TestLongPollClaimWakesOnSubmitAndTimesOut(t *testing.T) {

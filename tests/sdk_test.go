@@ -677,9 +677,9 @@ func TestSDKBatchReportsPerItemOutcomes(t *testing.T) {
 
 	out, err := c.CompleteBatch(ctx, "w1", []client.CompleteItem{
 		{ID: mine[0].ID, LeaseID: mine[0].LeaseID, Result: map[string]bool{"ok": true}},
-		{ID: mine[1].ID, LeaseID: uuid.NewString()},         // stale lease
-		{ID: theirs[0].ID, LeaseID: theirs[0].LeaseID},      // held by w2
-		{ID: uuid.Must(uuid.NewV7()).String(), Result: "x"}, // no such task
+		{ID: mine[1].ID, LeaseID: uuid.NewString()},                                    // stale lease
+		{ID: theirs[0].ID, LeaseID: theirs[0].LeaseID},                                 // held by w2
+		{ID: uuid.Must(uuid.NewV7()).String(), LeaseID: uuid.NewString(), Result: "x"}, // no such task
 	})
 	require.NoError(t, err)
 	require.Len(t, out, 4)

@@ -178,13 +178,14 @@ func workload(t *testing.T, e *env, ctx context.Context) {
 	require.NoError(t, err)
 	require.Len(t, claimed, 8)
 	for i, tk := range claimed {
+		lease := tk.Snapshot().LeaseID
 		switch i % 4 {
 		case 0:
-			_, err = e.tasks.Complete(ctx, ports.CompleteCommand{TaskID: tk.ID(), WorkerID: "w"})
+			_, err = e.tasks.Complete(ctx, ports.CompleteCommand{TaskID: tk.ID(), WorkerID: "w", LeaseID: &lease})
 		case 1:
-			_, err = e.tasks.Fail(ctx, ports.FailCommand{TaskID: tk.ID(), WorkerID: "w", Error: "transient", Retryable: true})
+			_, err = e.tasks.Fail(ctx, ports.FailCommand{TaskID: tk.ID(), WorkerID: "w", LeaseID: &lease, Error: "transient", Retryable: true})
 		case 2:
-			_, err = e.tasks.Fail(ctx, ports.FailCommand{TaskID: tk.ID(), WorkerID: "w", Error: "fatal"})
+			_, err = e.tasks.Fail(ctx, ports.FailCommand{TaskID: tk.ID(), WorkerID: "w", LeaseID: &lease, Error: "fatal"})
 			if err == nil {
 				_, err = e.tasks.Retry(ctx, tk.ID())
 			}

@@ -385,7 +385,7 @@ func TestReaperStoreSavesNothingWhenTheDomainRefuses(t *testing.T) {
 	// A reaper transition may not touch what the worker reported.
 	err = f.tx.Run(context.Background(), func(ctx context.Context, st ports.Stores) error {
 		_, err := st.Reaper.UpdateOrphanedTasks(ctx, 10, func(t *task.Task, now time.Time) ([]event.Event, error) {
-			e, err := t.Fail(task.FailParams{WorkerID: "w", Error: "boom", Retryable: true}, backoff.DefaultPolicy(), now)
+			e, err := t.Fail(task.FailParams{WorkerID: "w", LeaseID: t.Snapshot().LeaseID, Error: "boom", Retryable: true}, backoff.DefaultPolicy(), now)
 			return []event.Event{e}, err
 		})
 		return err

@@ -86,7 +86,7 @@ func TestTaskStoreUpdateSavesTheDecidedState(t *testing.T) {
 		var err error
 		updated, err = st.Tasks.Update(ctx, created.ID(), func(t *task.Task, now time.Time) ([]event.Event, error) {
 			decidedAt = now
-			e, err := t.Fail(task.FailParams{WorkerID: "w1", LeaseID: &lease, Error: "disk full", Retryable: true}, policy, now)
+			e, err := t.Fail(task.FailParams{WorkerID: "w1", LeaseID: lease, Error: "disk full", Retryable: true}, policy, now)
 			return []event.Event{e}, err
 		})
 		return err
@@ -131,7 +131,7 @@ func TestTaskStoreUpdateErrorSavesNothing(t *testing.T) {
 	created := f.submit(task.SubmitParams{Queue: "q"})
 	err := f.tx.Run(t.Context(), func(ctx context.Context, st ports.Stores) error {
 		_, err := st.Tasks.Update(ctx, created.ID(), func(t *task.Task, now time.Time) ([]event.Event, error) {
-			e, err := t.Complete(task.CompleteParams{WorkerID: "w1"}, now)
+			e, err := t.Retry(now) // a PENDING task cannot be retried
 			return []event.Event{e}, err
 		})
 		return err
@@ -153,7 +153,7 @@ func TestTaskStoreUpdateHoldsTheRowLockUntilCommit(t *testing.T) {
 	claimed := f.claim(ports.ClaimParams{WorkerID: "w1"})
 	require.Len(t, claimed, 1)
 	lease := claimed[0].Snapshot().LeaseID
-	complete := task.CompleteParams{WorkerID: "w1", LeaseID: &lease}
+	complete := task.CompleteParams{WorkerID: "w1", LeaseID: lease}
 	update := func(decide func(t *task.Task)) error {
 		return f.tx.Run(context.Background(), func(ctx context.Context, st ports.Stores) error {
 			_, err := st.Tasks.Update(ctx, created.ID(), func(t *task.Task, now time.Time) ([]event.Event, error) {
@@ -226,7 +226,7 @@ func TestTaskStoreUpdateLocksConcurrentCompletionsExactlyOneWins(t *testing.T) {
 			<-start
 			errs <- f.tx.Run(context.Background(), func(ctx context.Context, st ports.Stores) error {
 				_, err := st.Tasks.Update(ctx, created.ID(), func(t *task.Task, now time.Time) ([]event.Event, error) {
-					e, err := t.Complete(task.CompleteParams{WorkerID: "w1", LeaseID: &lease, Result: json.RawMessage(`{"by":` + string(rune('0'+i%10)) + `}`)}, now)
+					e, err := t.Complete(task.CompleteParams{WorkerID: "w1", LeaseID: lease, Result: json.RawMessage(`{"by":` + string(rune('0'+i%10)) + `}`)}, now)
 					return []event.Event{e}, err
 				})
 				return err

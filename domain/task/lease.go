@@ -70,7 +70,7 @@ func (t *Task) ExtendLease(p ExtendParams, now time.Time) error {
 			return err
 		}
 	}
-	if err := t.fence(p.WorkerID, &p.LeaseID, ""); err != nil {
+	if err := t.fence(p.WorkerID, p.LeaseID, ""); err != nil {
 		return err
 	}
 	if p.LeaseSeconds != 0 {

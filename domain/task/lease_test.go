@@ -186,11 +186,11 @@ func TestFencingAfterTakeBack(t *testing.T) {
 	}
 	reports := map[string]func(*task.Task) error{
 		"complete": func(tk *task.Task) error {
-			_, err := tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: lease(leaseID), Result: json.RawMessage(`1`)}, at(3*time.Minute))
+			_, err := tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: leaseID, Result: json.RawMessage(`1`)}, at(3*time.Minute))
 			return err
 		},
 		"fail": func(tk *task.Task) error {
-			_, err := tk.Fail(task.FailParams{WorkerID: holder, LeaseID: lease(leaseID), Error: "late", Retryable: true}, policy, at(3*time.Minute))
+			_, err := tk.Fail(task.FailParams{WorkerID: holder, LeaseID: leaseID, Error: "late", Retryable: true}, policy, at(3*time.Minute))
 			return err
 		},
 		"extend": func(tk *task.Task) error {
@@ -218,7 +218,7 @@ func TestFencingAfterTakeBack(t *testing.T) {
 				require.ErrorAs(t, err, &lerr)
 				require.Equal(t, task.StatusRunning, lerr.Status)
 
-				_, err = tk.Complete(task.CompleteParams{WorkerID: "worker-2", LeaseID: lease(staleID)}, at(160*time.Second))
+				_, err = tk.Complete(task.CompleteParams{WorkerID: "worker-2", LeaseID: staleID}, at(160*time.Second))
 				require.NoError(t, err)
 				err = report(tk)
 				var terr *task.TransitionError

@@ -298,8 +298,10 @@ func Claimed(t *Task) event.Event {
 // CompleteParams identify the reporting worker and carry the result.
 type CompleteParams struct {
 	WorkerID string
-	LeaseID  *uuid.UUID // checked when given
-	Result   json.RawMessage
+	// LeaseID is the lease the worker claimed the task under; it must be
+	// the task's current one.
+	LeaseID uuid.UUID
+	Result  json.RawMessage
 }
 
 // Complete moves a RUNNING task held by the worker to DONE.
@@ -313,8 +315,10 @@ func (t *Task) Complete(p CompleteParams, now time.Time) (event.Event, error) {
 
 // FailParams identify the reporting worker and describe the failure.
 type FailParams struct {
-	WorkerID  string
-	LeaseID   *uuid.UUID // checked when given
+	WorkerID string
+	// LeaseID is the lease the worker claimed the task under; it must be
+	// the task's current one.
+	LeaseID   uuid.UUID
 	Error     string
 	Retryable bool
 }
@@ -403,19 +407,20 @@ func (t *Task) Retry(now time.Time) (event.Event, error) {
 	return t.requeue(event.TaskRetried, RequeueRetried, now, now), nil
 }
 
-// fence checks that the task is RUNNING and held by workerID under leaseID
-// (when given). to is the status the caller wanted, for the error. A caller
-// naming a lease on a task that is PENDING again lost that lease (the task
-// was taken back and waits for its next claim): a LeaseError, like a lease
-// another claim replaced. A finished task (DONE, DEAD), or a PENDING one
-// reported without a lease, is a TransitionError.
-func (t *Task) fence(workerID string, leaseID *uuid.UUID, to Status) error {
+// fence checks that the task is RUNNING and held by workerID under leaseID:
+// every holder's report names its lease, so a report of an earlier attempt
+// (even by the same worker) can never pass for the current one. to is the
+// status the caller wanted, for the error. A task that is PENDING (taken
+// back, waiting for its next claim) or RUNNING under another worker or lease
+// is a LeaseError: the caller's lease is gone. A finished task (DONE, DEAD)
+// is a TransitionError.
+func (t *Task) fence(workerID string, leaseID uuid.UUID, to Status) error {
 	switch {
-	case t.s.Status == StatusPending && leaseID != nil:
+	case t.s.Status == StatusPending:
 		return &LeaseError{ID: t.s.ID, Status: t.s.Status}
 	case t.s.Status != StatusRunning:
 		return &TransitionError{ID: t.s.ID, From: t.s.Status, To: to}
-	case workerID != t.s.WorkerID || (leaseID != nil && *leaseID != t.s.LeaseID):
+	case workerID != t.s.WorkerID || leaseID != t.s.LeaseID:
 		return &LeaseError{ID: t.s.ID, Status: t.s.Status}
 	}
 	return nil

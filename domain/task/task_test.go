@@ -43,8 +43,6 @@ func ptr[T any](v T) *T { return &v }
 
 func secs(f float64) *float64 { return &f }
 
-func lease(id uuid.UUID) *uuid.UUID { return &id }
-
 // pending is a PENDING task created at base, claimable from base.
 func pending() task.Snapshot {
 	return task.Snapshot{
@@ -286,14 +284,14 @@ func TestLegalTransitions(t *testing.T) {
 			return tk.Claim(task.ClaimParams{WorkerID: workerID, WorkerTags: []string{"eu", "gpu"}, LeaseID: l, LeaseSeconds: leaseSeconds}, now)
 		}
 	}
-	complete := func(l *uuid.UUID) func(*task.Task, time.Time) (event.Event, error) {
+	complete := func(l uuid.UUID) func(*task.Task, time.Time) (event.Event, error) {
 		return func(tk *task.Task, now time.Time) (event.Event, error) {
 			return tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: l, Result: result}, now)
 		}
 	}
 	fail := func(msg string, retryable bool) func(*task.Task, time.Time) (event.Event, error) {
 		return func(tk *task.Task, now time.Time) (event.Event, error) {
-			return tk.Fail(task.FailParams{WorkerID: holder, LeaseID: lease(leaseID), Error: msg, Retryable: retryable}, policy, now)
+			return tk.Fail(task.FailParams{WorkerID: holder, LeaseID: leaseID, Error: msg, Retryable: retryable}, policy, now)
 		}
 	}
 	release := (*task.Task).ReleaseFromDeadWorker
@@ -341,21 +339,12 @@ func TestLegalTransitions(t *testing.T) {
 		},
 		{
 			name: "RUNNING -> DONE: complete with lease", start: running(1), now: at(15 * time.Second),
-			act: complete(lease(leaseID)),
+			act: complete(leaseID),
 			want: func(s *task.Snapshot, now time.Time) {
 				endRun(s, task.StatusDone, "", now)
 				s.Result = result
 			},
 			event: event.Event{Type: event.TaskCompleted, Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
-		},
-		{
-			name: "RUNNING -> DONE: complete without lease id by the holder", start: running(2), now: at(15 * time.Second),
-			act: complete(nil),
-			want: func(s *task.Snapshot, now time.Time) {
-				endRun(s, task.StatusDone, "", now)
-				s.Result = result
-			},
-			event: event.Event{Type: event.TaskCompleted, Attempt: 2, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
 		},
 		{
 			name: "RUNNING -> PENDING: retryable fail after attempt 1 waits 2s", start: running(1), now: at(15 * time.Second),
@@ -407,7 +396,7 @@ func TestLegalTransitions(t *testing.T) {
 		},
 		{
 			name: "RUNNING -> DONE: complete of a task an operator asked to cancel (the work is done)", start: cancelRequested(1), now: at(15 * time.Second),
-			act: complete(lease(leaseID)),
+			act: complete(leaseID),
 			want: func(s *task.Snapshot, now time.Time) {
 				endRun(s, task.StatusDone, "", now)
 				s.Result = result
@@ -594,7 +583,7 @@ func TestFailTruncatesErrorOnARuneBoundary(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			tk := task.Restore(running(1))
-			_, err := tk.Fail(task.FailParams{WorkerID: holder, Error: c.msg, Retryable: true}, policy, at(15*time.Second))
+			_, err := tk.Fail(task.FailParams{WorkerID: holder, LeaseID: leaseID, Error: c.msg, Retryable: true}, policy, at(15*time.Second))
 			require.NoError(t, err)
 			got := tk.Snapshot().LastError
 			require.Equal(t, c.want, got)
@@ -610,38 +599,41 @@ type operation struct {
 	accepts []task.Status
 	to      task.Status // TransitionError.To
 	call    func(*task.Task) (event.Event, error)
+	// lost are the statuses in which a refusal is a LeaseError, not a
+	// TransitionError: a holder's report on a task taken back (PENDING).
+	lost []task.Status
 }
 
 var operations = []operation{
 	{"Claim", only(task.StatusPending), task.StatusRunning, func(tk *task.Task) (event.Event, error) {
 		return tk.Claim(task.ClaimParams{WorkerID: holder, WorkerTags: []string{"eu"}, LeaseID: leaseID, LeaseSeconds: leaseSeconds}, at(time.Hour))
-	}},
-	// Without a lease id: with one, a PENDING task is a lease error (see
+	}, nil},
+	// A report on a PENDING task is a lease error (see
 	// TestFencingAfterTakeBack).
 	{"Complete", only(task.StatusRunning), task.StatusDone, func(tk *task.Task) (event.Event, error) {
-		return tk.Complete(task.CompleteParams{WorkerID: holder, Result: json.RawMessage(`1`)}, at(time.Hour))
-	}},
+		return tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: leaseID, Result: json.RawMessage(`1`)}, at(time.Hour))
+	}, only(task.StatusPending)},
 	{"Fail", only(task.StatusRunning), "", func(tk *task.Task) (event.Event, error) {
-		return tk.Fail(task.FailParams{WorkerID: holder, Error: "x", Retryable: true}, policy, at(time.Hour))
-	}},
+		return tk.Fail(task.FailParams{WorkerID: holder, LeaseID: leaseID, Error: "x", Retryable: true}, policy, at(time.Hour))
+	}, only(task.StatusPending)},
 	{"ReleaseFromDeadWorker", only(task.StatusRunning), task.StatusPending, func(tk *task.Task) (event.Event, error) {
 		return tk.ReleaseFromDeadWorker(at(time.Hour))
-	}},
+	}, nil},
 	{"ExpireLease", only(task.StatusRunning), task.StatusPending, func(tk *task.Task) (event.Event, error) {
 		return tk.ExpireLease(at(time.Hour))
-	}},
+	}, nil},
 	{"ReleaseOrphan", only(task.StatusRunning), task.StatusPending, func(tk *task.Task) (event.Event, error) {
 		return tk.ReleaseOrphan(task.NewListing(holder, nil, time.Second), at(time.Hour))
-	}},
+	}, nil},
 	{"ExpireDeadline", only(task.StatusPending), task.StatusDead, func(tk *task.Task) (event.Event, error) {
 		return tk.ExpireDeadline(at(time.Hour))
-	}},
+	}, nil},
 	{"Cancel", []task.Status{task.StatusPending, task.StatusRunning}, task.StatusDead, func(tk *task.Task) (event.Event, error) {
 		return tk.Cancel(at(time.Hour))
-	}},
+	}, nil},
 	{"Retry", only(task.StatusDead), task.StatusPending, func(tk *task.Task) (event.Event, error) {
 		return tk.Retry(at(time.Hour))
-	}},
+	}, nil},
 }
 
 func only(s task.Status) []task.Status { return []task.Status{s} }
@@ -665,6 +657,12 @@ func TestIllegalTransitions(t *testing.T) {
 				tk := task.Restore(start)
 				before := tk.Snapshot()
 				ev, err := op.call(tk)
+				if slices.Contains(op.lost, status) {
+					require.ErrorIs(t, err, task.ErrLeaseLost)
+					require.Equal(t, event.Event{}, ev)
+					require.Equal(t, before, tk.Snapshot())
+					return
+				}
 				var terr *task.TransitionError
 				require.ErrorAs(t, err, &terr)
 				require.Equal(t, status, terr.From)
@@ -706,13 +704,13 @@ func TestAcceptedOperationsSucceed(t *testing.T) {
 
 func TestFencing(t *testing.T) {
 	t.Parallel()
-	complete := func(workerID string, l *uuid.UUID) func(*task.Task) error {
+	complete := func(workerID string, l uuid.UUID) func(*task.Task) error {
 		return func(tk *task.Task) error {
 			_, err := tk.Complete(task.CompleteParams{WorkerID: workerID, LeaseID: l, Result: json.RawMessage(`1`)}, at(15*time.Second))
 			return err
 		}
 	}
-	fail := func(workerID string, l *uuid.UUID, retryable bool) func(*task.Task) error {
+	fail := func(workerID string, l uuid.UUID, retryable bool) func(*task.Task) error {
 		return func(tk *task.Task) error {
 			_, err := tk.Fail(task.FailParams{WorkerID: workerID, LeaseID: l, Error: "x", Retryable: retryable}, policy, at(15*time.Second))
 			return err
@@ -722,15 +720,13 @@ func TestFencing(t *testing.T) {
 		name string
 		call func(*task.Task) error
 	}{
-		{"complete by another worker with the lease", complete("worker-2", lease(leaseID))},
-		{"complete by another worker without lease", complete("worker-2", nil)},
-		{"complete by the holder with a stale lease", complete(holder, lease(staleID))},
-		{"complete by the holder with the nil uuid", complete(holder, lease(uuid.Nil))},
-		{"complete with an empty worker id", complete("", nil)},
-		{"fail by another worker", fail("worker-2", lease(leaseID), true)},
-		{"fail by another worker without lease", fail("worker-2", nil, false)},
-		{"fail by the holder with a stale lease", fail(holder, lease(staleID), true)},
-		{"non-retryable fail with a stale lease", fail(holder, lease(staleID), false)},
+		{"complete by another worker with the lease", complete("worker-2", leaseID)},
+		{"complete by the holder with a stale lease", complete(holder, staleID)},
+		{"complete by the holder with the nil uuid", complete(holder, uuid.Nil)},
+		{"complete with an empty worker id", complete("", leaseID)},
+		{"fail by another worker", fail("worker-2", leaseID, true)},
+		{"fail by the holder with a stale lease", fail(holder, staleID, true)},
+		{"non-retryable fail with a stale lease", fail(holder, staleID, false)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -762,11 +758,11 @@ func TestFencingAcrossReclaim(t *testing.T) {
 	require.NoError(t, err)
 
 	before := tk.Snapshot()
-	_, err = tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: lease(leaseID)}, at(4*time.Minute))
+	_, err = tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: leaseID}, at(4*time.Minute))
 	require.ErrorIs(t, err, task.ErrLeaseLost)
 	require.Equal(t, before, tk.Snapshot())
 
-	ev, err := tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: lease(staleID)}, at(4*time.Minute))
+	ev, err := tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: staleID}, at(4*time.Minute))
 	require.NoError(t, err)
 	require.Equal(t, 2, ev.Attempt)
 	require.Equal(t, task.StatusDone, tk.Status())
@@ -780,11 +776,11 @@ func TestCompleteTwice(t *testing.T) {
 		to     task.Status
 	}{
 		{"complete again", func(tk *task.Task) error {
-			_, err := tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: lease(leaseID)}, at(20*time.Second))
+			_, err := tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: leaseID}, at(20*time.Second))
 			return err
 		}, task.StatusDone},
 		{"fail after complete", func(tk *task.Task) error {
-			_, err := tk.Fail(task.FailParams{WorkerID: holder, LeaseID: lease(leaseID), Retryable: true}, policy, at(20*time.Second))
+			_, err := tk.Fail(task.FailParams{WorkerID: holder, LeaseID: leaseID, Retryable: true}, policy, at(20*time.Second))
 			return err
 		}, ""},
 	}
@@ -792,7 +788,7 @@ func TestCompleteTwice(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			tk := task.Restore(running(1))
-			_, err := tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: lease(leaseID), Result: json.RawMessage(`"first"`)}, at(15*time.Second))
+			_, err := tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: leaseID, Result: json.RawMessage(`"first"`)}, at(15*time.Second))
 			require.NoError(t, err)
 			before := tk.Snapshot()
 			err = c.second(tk)
