@@ -13,46 +13,67 @@ import (
 	"github.com/taskmaster/taskmaster/ports"
 )
 
-// Claim hands up to cmd.Limit claimable tasks to a registered, non-DEAD
-// worker, each RUNNING under a fresh lease of cmd.LeaseSeconds (the
-// configured default when 0). The claim counts as the worker's sign of life.
-// With cmd.Wait set, an empty claim waits for a notification (or polls) until
-// a task is claimable or the wait is over; it holds no database connection
-// while it waits. A draining worker gets no tasks: its claim answers like a
-// claim on empty queues (after the wait, so a worker that does not read its
-// heartbeats does not spin).
+// Claim hands up to cmd.Limit (default 1) claimable tasks to a registered,
+// non-DEAD worker, each RUNNING under a fresh lease of cmd.LeaseSeconds (the
+// configured default when absent). The claim counts as the worker's sign of
+// life. With cmd.WaitMillis set, an empty claim waits for a notification (or
+// polls) until a task is claimable or the wait is over; it holds no
+// database connection while it waits. A draining worker gets no tasks: its
+// claim answers like a claim on empty queues (after the wait, so a worker
+// that does not read its heartbeats does not spin).
 func (s *TaskService) Claim(ctx context.Context, cmd ports.ClaimCommand) ([]*task.Task, error) {
+	c, err := s.claimOf(cmd)
+	if err != nil {
+		return nil, err
+	}
+	if c.wait == 0 {
+		out, _, err := s.claimOnce(ctx, c)
+		return out, err
+	}
+	return s.claimWaiting(ctx, c)
+}
+
+// claim is a validated ClaimCommand with its defaults filled in.
+type claim struct {
+	workerID     string
+	queue        string
+	limit        int
+	wait         time.Duration
+	leaseSeconds int
+}
+
+// claimOf validates cmd: every field it names is checked, absent ones get
+// their defaults.
+func (s *TaskService) claimOf(cmd ports.ClaimCommand) (claim, error) {
+	c := claim{workerID: cmd.WorkerID, queue: cmd.Queue, limit: 1, leaseSeconds: s.cfg.leaseSeconds()}
 	var v validation.Errors
 	if cmd.WorkerID == "" {
 		v.Add("worker_id", "is required")
 	}
-	if cmd.Limit == 0 {
-		cmd.Limit = 1
+	if cmd.Limit != nil {
+		c.limit = *cmd.Limit
+		if c.limit < 1 || c.limit > MaxClaimLimit {
+			v.Add("limit", fmt.Sprintf("must be between 1 and %d", MaxClaimLimit))
+		}
 	}
-	if cmd.Limit < 1 || cmd.Limit > MaxClaimLimit {
-		v.Add("limit", fmt.Sprintf("must be between 1 and %d", MaxClaimLimit))
+	if cmd.WaitMillis != nil {
+		if ms := *cmd.WaitMillis; ms < 0 || ms > MaxClaimWait.Milliseconds() {
+			v.Add("wait_ms", fmt.Sprintf("must be between 0 and %d", MaxClaimWait.Milliseconds()))
+		} else {
+			c.wait = time.Duration(ms) * time.Millisecond
+		}
 	}
-	if cmd.Wait < 0 || cmd.Wait > MaxClaimWait {
-		v.Add("wait_ms", fmt.Sprintf("must be between 0 and %d", MaxClaimWait.Milliseconds()))
+	if cmd.LeaseSeconds != nil {
+		c.leaseSeconds = *cmd.LeaseSeconds
+		task.CheckLeaseSeconds(&v, "lease_seconds", c.leaseSeconds)
 	}
-	if cmd.LeaseSeconds == 0 {
-		cmd.LeaseSeconds = s.cfg.leaseSeconds()
-	}
-	task.CheckLeaseSeconds(&v, "lease_seconds", cmd.LeaseSeconds)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if cmd.Wait == 0 {
-		out, _, err := s.claimOnce(ctx, cmd)
-		return out, err
-	}
-	return s.claimWaiting(ctx, cmd)
+	return c, v.Err()
 }
 
 // claimWaiting subscribes before the first attempt, so a task submitted
 // between an empty attempt and the wait still wakes it.
-func (s *TaskService) claimWaiting(ctx context.Context, cmd ports.ClaimCommand) ([]*task.Task, error) {
-	deadline := time.NewTimer(cmd.Wait)
+func (s *TaskService) claimWaiting(ctx context.Context, cmd claim) ([]*task.Task, error) {
+	deadline := time.NewTimer(cmd.wait)
 	defer deadline.Stop()
 	var (
 		wake   <-chan struct{}
@@ -93,19 +114,19 @@ func (s *TaskService) claimWaiting(ctx context.Context, cmd ports.ClaimCommand) 
 
 // claimOnce claims in one transaction and reports the queues it looked in
 // (empty: any queue).
-func (s *TaskService) claimOnce(ctx context.Context, cmd ports.ClaimCommand) ([]*task.Task, []string, error) {
+func (s *TaskService) claimOnce(ctx context.Context, cmd claim) ([]*task.Task, []string, error) {
 	var (
 		out    []*task.Task
 		queues []string
 	)
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
-		w, err := st.Workers.Touch(ctx, cmd.WorkerID, signOfLife)
+		w, err := st.Workers.Touch(ctx, cmd.workerID, signOfLife)
 		if err != nil {
 			return err
 		}
 		queues = w.Queues()
-		if cmd.Queue != "" {
-			queues = []string{cmd.Queue}
+		if cmd.queue != "" {
+			queues = []string{cmd.queue}
 		}
 		if w.Draining() {
 			out = []*task.Task{}
@@ -115,8 +136,8 @@ func (s *TaskService) claimOnce(ctx context.Context, cmd ports.ClaimCommand) ([]
 			WorkerID:     w.ID(),
 			WorkerTags:   w.Tags(),
 			Queues:       queues,
-			Limit:        cmd.Limit,
-			LeaseSeconds: cmd.LeaseSeconds,
+			Limit:        cmd.limit,
+			LeaseSeconds: cmd.leaseSeconds,
 		})
 		return err
 	})

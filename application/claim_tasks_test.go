@@ -27,7 +27,7 @@ func TestClaimLimitBounds(t *testing.T) {
 	require.NoError(t, err)
 
 	for _, limit := range []int{-1, application.MaxClaimLimit + 1} {
-		_, err := s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w", Limit: limit})
+		_, err := s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w", Limit: ptr(limit)})
 		var verr *validation.Error
 		require.ErrorAs(t, err, &verr, "limit %d", limit)
 		require.Equal(t, "limit", verr.Fields[0].Field)
@@ -39,7 +39,7 @@ func TestClaimLimitBounds(t *testing.T) {
 	got, err := s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w"})
 	require.NoError(t, err)
 	require.Len(t, got, 1, "no limit means one task")
-	got, err = s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w", Limit: 1000})
+	got, err = s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w", Limit: ptr(1000)})
 	require.NoError(t, err)
 	require.Len(t, got, 2, "the largest limit takes what is left")
 }

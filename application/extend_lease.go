@@ -12,7 +12,7 @@ import (
 )
 
 // Extend sets the lease of a task the worker holds under cmd.LeaseID to run
-// out cmd.LeaseSeconds from now (the task's lease length when 0), which
+// out cmd.LeaseSeconds from now (the task's lease length when absent), which
 // becomes the length later renewals reuse. It is fenced like a report; it
 // counts as the worker's sign of life. Workers whose heartbeats list their
 // tasks need not call it: each such heartbeat renews the listed leases.
@@ -20,8 +20,8 @@ func (s *TaskService) Extend(ctx context.Context, cmd ports.ExtendCommand) (*tas
 	var v validation.Errors
 	checkReporter(&v, cmd.WorkerID)
 	checkLease(&v, "lease_id", cmd.LeaseID)
-	if cmd.LeaseSeconds != 0 {
-		task.CheckLeaseSeconds(&v, "lease_seconds", cmd.LeaseSeconds)
+	if cmd.LeaseSeconds != nil {
+		task.CheckLeaseSeconds(&v, "lease_seconds", *cmd.LeaseSeconds)
 	}
 	if err := v.Err(); err != nil {
 		return nil, err

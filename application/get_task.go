@@ -25,20 +25,22 @@ func (s *TaskService) Get(ctx context.Context, id uuid.UUID) (*task.Task, error)
 	return out, nil
 }
 
-// List returns a page of tasks, newest first.
-func (s *TaskService) List(ctx context.Context, f ports.TaskFilter) ([]*task.Task, error) {
+// List returns a page of tasks, newest first, and the cursor of the next
+// page when the page is full.
+func (s *TaskService) List(ctx context.Context, q ports.ListQuery) (ports.TaskPage, error) {
+	f := ports.TaskFilter{Queue: q.Queue, Status: q.Status, Limit: DefaultListLimit, After: q.After}
 	var v validation.Errors
-	if f.Limit == 0 {
-		f.Limit = DefaultListLimit
-	}
-	if f.Limit < 1 || f.Limit > MaxListLimit {
-		v.Add("limit", fmt.Sprintf("must be between 1 and %d", MaxListLimit))
+	if q.Limit != nil {
+		f.Limit = *q.Limit
+		if f.Limit < 1 || f.Limit > MaxListLimit {
+			v.Add("limit", fmt.Sprintf("must be between 1 and %d", MaxListLimit))
+		}
 	}
 	if f.Status != "" && !f.Status.Valid() {
 		v.Add("status", "must be one of PENDING, RUNNING, DONE, DEAD")
 	}
 	if err := v.Err(); err != nil {
-		return nil, err
+		return ports.TaskPage{}, err
 	}
 	var out []*task.Task
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
@@ -47,7 +49,12 @@ func (s *TaskService) List(ctx context.Context, f ports.TaskFilter) ([]*task.Tas
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list tasks: %w", err)
+		return ports.TaskPage{}, fmt.Errorf("list tasks: %w", err)
 	}
-	return out, nil
+	page := ports.TaskPage{Tasks: out}
+	if len(out) == f.Limit {
+		last := out[len(out)-1].ID()
+		page.Next = &last
+	}
+	return page, nil
 }

@@ -31,3 +31,5 @@ func setup(t *testing.T) services {
 	cfg := application.Config{Backoff: backoff.DefaultPolicy(), Liveness: worker.DefaultLivenessConfig()}
 	return services{db: db, tx: tx, tasks: application.NewTaskService(tx, cfg), workers: application.NewWorkerService(tx, cfg)}
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -240,3 +240,63 @@ func TestAPICorrelationIDIsEchoedOrGenerated(t *testing.T) {
 		require.NotEqual(t, unsafe, id, "an unsafe id is replaced, not echoed")
 	}
 }
+
+// Absent is not zero: an optional number that is absent takes its default,
+// but an explicit value out of its range (0 included, where 0 is not in it)
+// is a 422 naming the field, and changes nothing.
+func TestAPIExplicitOutOfRangeNumbersAre422(t *testing.T) {
+	t.Parallel()
+	s, c := startAPI(t, nil)
+	running := submitAndClaim(t, c, "w", jsonObj{"queue": "held"})
+	holder := jsonObj{"worker_id": "w", "lease_id": running.Lease()}
+	with := func(base jsonObj, k string, v any) jsonObj {
+		out := jsonObj{k: v}
+		for bk, bv := range base {
+			out[bk] = bv
+		}
+		return out
+	}
+	type call struct {
+		method, path string
+		body         any
+		field        string
+	}
+	var calls []call
+	for _, v := range []any{0, -1, 101} {
+		calls = append(calls, call{http.MethodPost, "/tasks/v1", jsonObj{"queue": "q", "max_attempts": v}, "max_attempts"})
+		calls = append(calls, call{http.MethodPost, "/tasks/v1/batch", jsonObj{"tasks": []any{jsonObj{"queue": "q"}, jsonObj{"queue": "q", "max_attempts": v}}}, "tasks[1].max_attempts"})
+	}
+	for _, v := range []any{int64(1) << 31, -(int64(1) << 31) - 1} {
+		calls = append(calls, call{http.MethodPost, "/tasks/v1", jsonObj{"queue": "q", "priority": v}, "priority"})
+	}
+	for _, v := range []any{0, -1, 1001} {
+		calls = append(calls, call{http.MethodPost, "/tasks/v1/claim", jsonObj{"worker_id": "w", "limit": v}, "limit"})
+	}
+	for _, v := range []any{0, -1, 43201} {
+		calls = append(calls, call{http.MethodPost, "/tasks/v1/claim", jsonObj{"worker_id": "w", "lease_seconds": v}, "lease_seconds"})
+		calls = append(calls, call{http.MethodPost, "/tasks/v1/" + running.ID + "/extend", with(holder, "lease_seconds", v), "lease_seconds"})
+	}
+	for _, v := range []any{-1, 30001, int64(1) << 60} {
+		calls = append(calls, call{http.MethodPost, "/tasks/v1/claim", jsonObj{"worker_id": "w", "wait_ms": v}, "wait_ms"})
+	}
+	for _, v := range []string{"0", "-1", "1001", "99999999999999999999"} {
+		calls = append(calls, call{http.MethodGet, "/tasks/v1?limit=" + v, nil, "limit"})
+	}
+	var before int
+	require.NoError(t, s.DB.Get(&before, `SELECT count(*) FROM tasks`))
+	for _, tc := range calls {
+		p := c.Do(tc.method, tc.path, tc.body).Problem(t, http.StatusUnprocessableEntity, "validation-error")
+		require.Equal(t, []string{tc.field}, p.Fields(), "%s %s %v", tc.method, tc.path, tc.body)
+	}
+	var after int
+	require.NoError(t, s.DB.Get(&after, `SELECT count(*) FROM tasks`))
+	require.Equal(t, before, after, "nothing was submitted")
+	require.Equal(t, running, c.Get(running.ID), "nothing was claimed or extended")
+
+	// Zero where zero is in range is a value, not a default: no wait.
+	require.Empty(t, c.Claim(jsonObj{"worker_id": "w", "wait_ms": 0}))
+	// Absent numbers take their defaults.
+	created := c.Submit(jsonObj{"queue": "defaults"})
+	require.Equal(t, 3, created.MaxAttempts)
+	require.Equal(t, 0, created.Priority)
+}

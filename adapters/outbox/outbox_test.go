@@ -27,7 +27,7 @@ func TestCommittedTransitionsAppendOneMessageEachRolledBackNone(t *testing.T) {
 	require.NoError(t, err)
 	var ids []uuid.UUID
 	for range 3 {
-		tk, created, err := e.tasks.Submit(ctx, task.SubmitParams{Queue: "q", MaxAttempts: 3})
+		tk, created, err := e.tasks.Submit(ctx, task.SubmitParams{Queue: "q", MaxAttempts: ptr(3)})
 		require.NoError(t, err)
 		require.True(t, created)
 		ids = append(ids, tk.ID())
@@ -39,7 +39,7 @@ func TestCommittedTransitionsAppendOneMessageEachRolledBackNone(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, created)
 
-	claimed, err := e.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w1", Queue: "q", Limit: 3})
+	claimed, err := e.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w1", Queue: "q", Limit: ptr(3)})
 	require.NoError(t, err)
 	require.Len(t, claimed, 3)
 	byID := map[uuid.UUID]*task.Task{}
@@ -124,3 +124,5 @@ func TestCommittedTransitionsAppendOneMessageEachRolledBackNone(t *testing.T) {
 	completed := msgs[6].events[0]
 	require.NotNil(t, completed.EndToEndSeconds)
 }
+
+func ptr[T any](v T) *T { return &v }

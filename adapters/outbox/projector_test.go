@@ -171,10 +171,10 @@ func workload(t *testing.T, e *env, ctx context.Context) {
 	require.NoError(t, err)
 	for i := range 12 {
 		q := []string{"alpha", "beta"}[i%2]
-		_, _, err := e.tasks.Submit(ctx, task.SubmitParams{Queue: q, MaxAttempts: 2})
+		_, _, err := e.tasks.Submit(ctx, task.SubmitParams{Queue: q, MaxAttempts: ptr(2)})
 		require.NoError(t, err)
 	}
-	claimed, err := e.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w", Limit: 8})
+	claimed, err := e.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w", Limit: ptr(8)})
 	require.NoError(t, err)
 	require.Len(t, claimed, 8)
 	for i, tk := range claimed {
@@ -192,7 +192,8 @@ func workload(t *testing.T, e *env, ctx context.Context) {
 		}
 		require.NoError(t, err)
 	}
-	pending, err := e.tasks.List(ctx, ports.TaskFilter{Status: task.StatusPending, Limit: 1})
+	page, err := e.tasks.List(ctx, ports.ListQuery{Status: task.StatusPending, Limit: ptr(1)})
+	pending := page.Tasks
 	require.NoError(t, err)
 	require.Len(t, pending, 1)
 	_, err = e.tasks.Cancel(ctx, pending[0].ID())

@@ -61,7 +61,7 @@ func TestTaskStoreSavesAndClearsTheLeaseColumns(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			return []event.Event{e}, t.ExtendLease(task.ExtendParams{WorkerID: "w1", LeaseID: t.Snapshot().LeaseID, LeaseSeconds: 600}, now)
+			return []event.Event{e}, t.ExtendLease(task.ExtendParams{WorkerID: "w1", LeaseID: t.Snapshot().LeaseID, LeaseSeconds: ptr(600)}, now)
 		})
 		return err
 	})

@@ -61,8 +61,8 @@ func (f *reaperFixture) submit(t *testing.T, p task.SubmitParams) uuid.UUID {
 func (f *reaperFixture) running(t *testing.T, workerID string, maxAttempts int) uuid.UUID {
 	t.Helper()
 	queue := "q-" + uuid.NewString()
-	id := f.submit(t, task.SubmitParams{Queue: queue, MaxAttempts: maxAttempts})
-	claimed, err := f.tasks.Claim(context.Background(), ports.ClaimCommand{WorkerID: workerID, Queue: queue, Limit: 1})
+	id := f.submit(t, task.SubmitParams{Queue: queue, MaxAttempts: ptr(maxAttempts)})
+	claimed, err := f.tasks.Claim(context.Background(), ports.ClaimCommand{WorkerID: workerID, Queue: queue, Limit: ptr(1)})
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
 	return id

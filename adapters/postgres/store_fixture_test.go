@@ -166,3 +166,5 @@ func taskIDs(ts []*task.Task) []uuid.UUID {
 	}
 	return out
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -24,7 +24,7 @@ func TestTaskStoreCreateStoresEveryField(t *testing.T) {
 	deadline := runAt.Add(time.Hour)
 
 	created := f.submit(task.SubmitParams{
-		Queue: "emails", Payload: json.RawMessage(`{"to": "a@b.c"}`), Priority: 7, MaxAttempts: 5,
+		Queue: "emails", Payload: json.RawMessage(`{"to": "a@b.c"}`), Priority: 7, MaxAttempts: ptr(5),
 		Tags: []string{"gpu", "eu"}, Deadline: &deadline, RunAt: &runAt, IdempotencyKey: "k1",
 	})
 

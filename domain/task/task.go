@@ -190,11 +190,13 @@ func (t *Task) Queue() string { return t.s.Queue }
 
 // SubmitParams describe a new task.
 type SubmitParams struct {
-	ID             uuid.UUID
-	Queue          string
-	Payload        json.RawMessage
-	Priority       int
-	MaxAttempts    int // 0 means DefaultMaxAttempts
+	ID       uuid.UUID
+	Queue    string
+	Payload  json.RawMessage
+	Priority int
+	// MaxAttempts is how many claims the task gets (1..MaxMaxAttempts); nil
+	// means DefaultMaxAttempts, which ValidateSubmit fills in.
+	MaxAttempts    *int
 	Tags           []string
 	Deadline       *time.Time
 	RunAt          *time.Time // nil means now
@@ -222,7 +224,7 @@ func Submit(p SubmitParams, now time.Time) (*Task, event.Event, error) {
 		Priority:       p.Priority,
 		Payload:        p.Payload,
 		Tags:           p.Tags,
-		MaxAttempts:    p.MaxAttempts,
+		MaxAttempts:    *p.MaxAttempts,
 		Deadline:       p.Deadline,
 		RunAt:          runAt,
 		IdempotencyKey: p.IdempotencyKey,

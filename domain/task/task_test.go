@@ -165,7 +165,7 @@ func TestSubmit(t *testing.T) {
 			name: "explicit values are kept",
 			params: task.SubmitParams{
 				ID: taskID, Queue: "emails", Payload: json.RawMessage(`{"n":1}`), Priority: -7,
-				MaxAttempts: 10, Tags: []string{"eu"}, Deadline: &deadline, RunAt: &later,
+				MaxAttempts: ptr(10), Tags: []string{"eu"}, Deadline: &deadline, RunAt: &later,
 				IdempotencyKey: "order-42",
 			},
 			want: task.Snapshot{
@@ -177,7 +177,7 @@ func TestSubmit(t *testing.T) {
 		},
 		{
 			name:   "no tags stay no tags",
-			params: task.SubmitParams{ID: taskID, Queue: "emails", MaxAttempts: 1},
+			params: task.SubmitParams{ID: taskID, Queue: "emails", MaxAttempts: ptr(1)},
 			want: task.Snapshot{
 				ID: taskID, Queue: "emails", Status: task.StatusPending, MaxAttempts: 1,
 				RunAt: now, CreatedAt: now, UpdatedAt: now,
@@ -205,7 +205,7 @@ func TestSubmit(t *testing.T) {
 
 func TestSubmitRejectsInvalidInput(t *testing.T) {
 	t.Parallel()
-	tk, ev, err := task.Submit(task.SubmitParams{ID: taskID, Queue: " ", MaxAttempts: 101}, base)
+	tk, ev, err := task.Submit(task.SubmitParams{ID: taskID, Queue: " ", MaxAttempts: ptr(101)}, base)
 	require.Nil(t, tk)
 	require.Equal(t, event.Event{}, ev)
 	var verr *validation.Error
@@ -961,11 +961,12 @@ func TestValidateSubmit(t *testing.T) {
 		{"queue too long", valid(func(p *task.SubmitParams) { p.Queue = strings.Repeat("q", 129) }), []string{"queue"}, 0, nil},
 		{"queue with a control character", valid(func(p *task.SubmitParams) { p.Queue = "a\nb" }), []string{"queue"}, 0, nil},
 		{"queue with invalid UTF-8", valid(func(p *task.SubmitParams) { p.Queue = "a\xffb" }), []string{"queue"}, 0, nil},
-		{"max_attempts 0 defaults to 3", valid(func(p *task.SubmitParams) { p.MaxAttempts = 0 }), nil, 3, nil},
-		{"max_attempts 1", valid(func(p *task.SubmitParams) { p.MaxAttempts = 1 }), nil, 1, nil},
-		{"max_attempts 100", valid(func(p *task.SubmitParams) { p.MaxAttempts = 100 }), nil, 100, nil},
-		{"max_attempts 101", valid(func(p *task.SubmitParams) { p.MaxAttempts = 101 }), []string{"max_attempts"}, 0, nil},
-		{"max_attempts -1", valid(func(p *task.SubmitParams) { p.MaxAttempts = -1 }), []string{"max_attempts"}, 0, nil},
+		{"max_attempts absent defaults to 3", valid(func(p *task.SubmitParams) { p.MaxAttempts = nil }), nil, 3, nil},
+		{"max_attempts 0 is out of range, not the default", valid(func(p *task.SubmitParams) { p.MaxAttempts = ptr(0) }), []string{"max_attempts"}, 0, nil},
+		{"max_attempts 1", valid(func(p *task.SubmitParams) { p.MaxAttempts = ptr(1) }), nil, 1, nil},
+		{"max_attempts 100", valid(func(p *task.SubmitParams) { p.MaxAttempts = ptr(100) }), nil, 100, nil},
+		{"max_attempts 101", valid(func(p *task.SubmitParams) { p.MaxAttempts = ptr(101) }), []string{"max_attempts"}, 0, nil},
+		{"max_attempts -1", valid(func(p *task.SubmitParams) { p.MaxAttempts = ptr(-1) }), []string{"max_attempts"}, 0, nil},
 		{"priority at int32 bounds", valid(func(p *task.SubmitParams) { p.Priority = math.MinInt32 }), nil, 3, nil},
 		{"priority beyond int32", valid(func(p *task.SubmitParams) { p.Priority = math.MaxInt32 + 1 }), []string{"priority"}, 0, nil},
 		{"16 tags", valid(func(p *task.SubmitParams) { p.Tags = tags(16) }), nil, 3, tags(16)},
@@ -985,7 +986,7 @@ func TestValidateSubmit(t *testing.T) {
 		{"idempotency key too long", valid(func(p *task.SubmitParams) { p.IdempotencyKey = strings.Repeat("k", 256) }), []string{"idempotency_key"}, 0, nil},
 		{"idempotency key with a control character", valid(func(p *task.SubmitParams) { p.IdempotencyKey = "k\r" }), []string{"idempotency_key"}, 0, nil},
 		{"every field wrong at once", task.SubmitParams{
-			Queue: "", MaxAttempts: -1, Tags: []string{"ok", ""},
+			Queue: "", MaxAttempts: ptr(-1), Tags: []string{"ok", ""},
 			IdempotencyKey: strings.Repeat("k", 256), RunAt: &runAt, Deadline: &runAt,
 			Payload: json.RawMessage(`nope`),
 		}, []string{"queue", "max_attempts", "tags[1]", "idempotency_key", "deadline", "payload"}, 0, nil},
@@ -997,7 +998,7 @@ func TestValidateSubmit(t *testing.T) {
 			err := task.ValidateSubmit(&p)
 			if c.wantFields == nil {
 				require.NoError(t, err)
-				require.Equal(t, c.wantMaxAttempts, p.MaxAttempts)
+				require.Equal(t, c.wantMaxAttempts, *p.MaxAttempts)
 				if c.wantTags == nil { // nil or empty: either says "no tags"
 					require.Empty(t, p.Tags)
 				} else {

@@ -10,8 +10,9 @@ import (
 	"github.com/taskmaster/taskmaster/domain/validation"
 )
 
-// ValidateSubmit checks a submission and fills its defaults (max_attempts,
-// de-duplicated tags). It returns a *validation.Error listing every offending
+// ValidateSubmit checks a submission and fills its defaults (max_attempts
+// when absent, de-duplicated tags): an explicit value is checked, never
+// replaced. It returns a *validation.Error listing every offending
 // field, or nil.
 func ValidateSubmit(p *SubmitParams) error {
 	var v validation.Errors
@@ -28,10 +29,10 @@ func validateSubmit(p *SubmitParams, v *validation.Errors) {
 	case !validText(p.Queue):
 		v.Add("queue", "must not contain control characters")
 	}
-	if p.MaxAttempts == 0 {
-		p.MaxAttempts = DefaultMaxAttempts
-	}
-	if p.MaxAttempts < 1 || p.MaxAttempts > MaxMaxAttempts {
+	if p.MaxAttempts == nil {
+		n := DefaultMaxAttempts
+		p.MaxAttempts = &n
+	} else if *p.MaxAttempts < 1 || *p.MaxAttempts > MaxMaxAttempts {
 		v.Add("max_attempts", fmt.Sprintf("must be between 1 and %d", MaxMaxAttempts))
 	}
 	if p.Priority < math.MinInt32 || p.Priority > math.MaxInt32 {
