@@ -50,6 +50,9 @@ func (s *TaskService) claimOf(cmd ports.ClaimCommand) (claim, error) {
 	if cmd.WorkerID == "" {
 		v.Add("worker_id", "is required")
 	}
+	if cmd.Queue != "" {
+		task.CheckQueue(&v, "queue", cmd.Queue)
+	}
 	if cmd.Limit != nil {
 		c.limit = *cmd.Limit
 		if c.limit < 1 || c.limit > MaxClaimLimit {

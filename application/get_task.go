@@ -30,6 +30,9 @@ func (s *TaskService) Get(ctx context.Context, id uuid.UUID) (*task.Task, error)
 func (s *TaskService) List(ctx context.Context, q ports.ListQuery) (ports.TaskPage, error) {
 	f := ports.TaskFilter{Queue: q.Queue, Status: q.Status, Limit: DefaultListLimit, After: q.After}
 	var v validation.Errors
+	if q.Queue != "" {
+		task.CheckQueue(&v, "queue", q.Queue)
+	}
 	if q.Limit != nil {
 		f.Limit = *q.Limit
 		if f.Limit < 1 || f.Limit > MaxListLimit {

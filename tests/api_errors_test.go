@@ -3,6 +3,7 @@ package tests
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -179,13 +180,13 @@ func TestAPIUnstorableValuesAreClientErrorsNever500(t *testing.T) {
 		{http.MethodPost, "/tasks/v1", `{"queue": "q", "max_attempts": 99999999999999999999}`, 400, []string{"max_attempts"}},
 		{http.MethodPost, "/tasks/v1", `{"queue": "q", "run_at": "9999-12-31T23:59:59Z"}`, 201, nil},
 		{http.MethodPost, "/tasks/v1", `{"queue": "q", "run_at": "0001-01-01T00:00:00Z"}`, 201, nil},
-		{http.MethodPost, "/tasks/v1/claim", `{"worker_id": "w", "queue": "nul\u0000"}`, 200, nil},
+		{http.MethodPost, "/tasks/v1/claim", `{"worker_id": "w", "queue": "nul\u0000"}`, 422, []string{"queue"}},
 		{http.MethodPost, "/tasks/v1/claim", `{"worker_id": "nul\u0000"}`, 404, nil},
 		{http.MethodPost, "/workers/v1/register", `{"id": "w2", "queues": ["nul\u0000"]}`, 422, []string{"queues[0]"}},
 		{http.MethodPost, "/workers/v1/register", `{"id": "w3", "tags": ["ok", "tab\there"]}`, 422, []string{"tags[1]"}},
 		{http.MethodPost, "/workers/v1/nul%00/heartbeat", ``, 404, nil},
-		{http.MethodGet, "/tasks/v1?queue=nul%00", ``, 200, nil},
-		{http.MethodGet, "/tasks/v1?queue=%ff%fe", ``, 200, nil},
+		{http.MethodGet, "/tasks/v1?queue=nul%00", ``, 422, []string{"queue"}},
+		{http.MethodGet, "/tasks/v1?queue=%ff%fe", ``, 422, []string{"queue"}},
 		{http.MethodPost, complete, `{` + holder + `, "result": {"a": "\u0000"}}`, 422, []string{"result"}},
 		{http.MethodPost, complete, `{` + holder + `, "result": "\udfff"}`, 422, []string{"result"}},
 		{http.MethodPost, complete, `{` + holder + `, "result": -1e200000}`, 422, []string{"result"}},
@@ -299,4 +300,63 @@ func TestAPIExplicitOutOfRangeNumbersAre422(t *testing.T) {
 	created := c.Submit(jsonObj{"queue": "defaults"})
 	require.Equal(t, 3, created.MaxAttempts)
 	require.Equal(t, 0, created.Priority)
+}
+
+// Queue names are 1-128 characters of [A-Za-z0-9._:-] wherever they enter:
+// they become Prometheus labels and URL path segments. Anything else is a 422
+// naming the field (never a silently empty answer), and creates nothing.
+func TestAPIQueueNamesAreCheckedWhereverTheyEnter(t *testing.T) {
+	t.Parallel()
+	s, c := startAPI(t, nil)
+	c.Register(jsonObj{"id": "w"})
+	longest := strings.Repeat("q", 128)
+	bad := []string{"", "a b", "a/b", "tab\there", "é", "a?b", "a%b", "a,b", strings.Repeat("q", 129)}
+	for _, name := range bad {
+		for _, tc := range []struct {
+			method, path string
+			body         any
+			field        string
+		}{
+			{http.MethodPost, "/tasks/v1", jsonObj{"queue": name}, "queue"},
+			{http.MethodPost, "/tasks/v1/batch", jsonObj{"tasks": []any{jsonObj{"queue": "ok"}, jsonObj{"queue": name}}}, "tasks[1].queue"},
+			{http.MethodPost, "/workers/v1/register", jsonObj{"id": "w2", "queues": []string{"ok", name}}, "queues[1]"},
+		} {
+			p := c.Do(tc.method, tc.path, tc.body).Problem(t, http.StatusUnprocessableEntity, "validation-error")
+			require.Equal(t, []string{tc.field}, p.Fields(), "%s %s %q", tc.method, tc.path, name)
+		}
+		if name == "" {
+			continue // an empty claim queue or filter is an absent one
+		}
+		p := c.Do(http.MethodPost, "/tasks/v1/claim", jsonObj{"worker_id": "w", "queue": name}).Problem(t, http.StatusUnprocessableEntity, "validation-error")
+		require.Equal(t, []string{"queue"}, p.Fields(), "claim %q", name)
+		p = c.Do(http.MethodGet, "/tasks/v1?queue="+url.QueryEscape(name), nil).Problem(t, http.StatusUnprocessableEntity, "validation-error")
+		require.Equal(t, []string{"queue"}, p.Fields(), "list %q", name)
+		if !strings.Contains(name, ",") { // the events filter splits on commas
+			p = c.Do(http.MethodGet, "/events/v1?queue="+url.QueryEscape(name), nil).Problem(t, http.StatusUnprocessableEntity, "validation-error")
+			require.Equal(t, []string{"queue"}, p.Fields(), "events %q", name)
+		}
+	}
+	var tasks, workers int
+	require.NoError(t, s.DB.Get(&tasks, `SELECT count(*) FROM tasks`))
+	require.NoError(t, s.DB.Get(&workers, `SELECT count(*) FROM workers`))
+	require.Zero(t, tasks)
+	require.Equal(t, 1, workers)
+
+	// The whole set, at the longest length, is accepted everywhere.
+	for _, name := range []string{longest, "A-Za-z0-9._:-", "emails.v2:eu-west_1"} {
+		created := c.Submit(jsonObj{"queue": name})
+		c.Register(jsonObj{"id": "w3", "queues": []string{name}})
+		require.Equal(t, []string{created.ID}, ids(c.List("queue="+url.QueryEscape(name)).Tasks))
+		got := c.Claim(jsonObj{"worker_id": "w3", "queue": name})
+		require.Len(t, got, 1)
+		require.Equal(t, created.ID, got[0].ID)
+	}
+}
+
+func ids(ts []testclient.Task) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.ID
+	}
+	return out
 }

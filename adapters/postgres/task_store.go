@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -255,12 +254,6 @@ var claimSQL = func() (out [2][2]string) {
 
 // Claim implements ports.TaskStore with one statement.
 func (s *TaskStore) Claim(ctx context.Context, p ports.ClaimParams) ([]*task.Task, error) {
-	if len(p.Queues) > 0 {
-		p.Queues = slices.DeleteFunc(slices.Clone(p.Queues), func(q string) bool { return !storableText(q) })
-		if len(p.Queues) == 0 {
-			return []*task.Task{}, nil // no task is in a queue with such a name
-		}
-	}
 	tags := pq.StringArray(p.WorkerTags)
 	if tags == nil {
 		tags = pq.StringArray{}
@@ -309,9 +302,6 @@ func (s *TaskStore) Claim(ctx context.Context, p ports.ClaimParams) ([]*task.Tas
 // List implements ports.TaskStore: newest first by id (UUIDv7 ids are
 // time-ordered), keyset-paginated on the primary key.
 func (s *TaskStore) List(ctx context.Context, f ports.TaskFilter) ([]*task.Task, error) {
-	if f.Queue != "" && !storableText(f.Queue) {
-		return []*task.Task{}, nil // no task is in a queue with such a name
-	}
 	var (
 		where []string
 		args  []any

@@ -4,7 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"strings"
+	"regexp"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/taskmaster/taskmaster/domain/validation"
@@ -20,15 +21,26 @@ func ValidateSubmit(p *SubmitParams) error {
 	return v.Err()
 }
 
-func validateSubmit(p *SubmitParams, v *validation.Errors) {
-	switch {
-	case strings.TrimSpace(p.Queue) == "":
-		v.Add("queue", "is required")
-	case utf8.RuneCountInString(p.Queue) > MaxQueueLength:
-		v.Add("queue", fmt.Sprintf("must be at most %d characters", MaxQueueLength))
-	case !validText(p.Queue):
-		v.Add("queue", "must not contain control characters")
+// QueueNameSet is the set of characters a queue name is made of: queue
+// names become Prometheus label values and URL path segments, so no '/',
+// whitespace, control or non-ASCII characters.
+const QueueNameSet = "[A-Za-z0-9._:-]"
+
+var queuePattern = regexp.MustCompile(`^` + QueueNameSet + `{1,` + strconv.Itoa(MaxQueueLength) + `}$`)
+
+// ValidQueue reports whether name is a queue name: 1 to MaxQueueLength
+// characters of QueueNameSet.
+func ValidQueue(name string) bool { return queuePattern.MatchString(name) }
+
+// CheckQueue adds to v when the queue name in field is not one.
+func CheckQueue(v *validation.Errors, field, name string) {
+	if !ValidQueue(name) {
+		v.Add(field, fmt.Sprintf("must be 1 to %d characters of %s", MaxQueueLength, QueueNameSet))
 	}
+}
+
+func validateSubmit(p *SubmitParams, v *validation.Errors) {
+	CheckQueue(v, "queue", p.Queue)
 	if p.MaxAttempts == nil {
 		n := DefaultMaxAttempts
 		p.MaxAttempts = &n
