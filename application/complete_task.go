@@ -24,7 +24,12 @@ func (s *TaskService) Complete(ctx context.Context, cmd ports.CompleteCommand) (
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	out, err := s.updateReported(ctx, cmd.TaskID, cmd.WorkerID, func(t *task.Task, now time.Time) ([]event.Event, error) {
+	check := func(st ports.Stores) error {
+		var v validation.Errors
+		checkJSON(&v, st, "result", cmd.Result)
+		return v.Err()
+	}
+	out, err := s.updateReported(ctx, cmd.TaskID, cmd.WorkerID, check, func(t *task.Task, now time.Time) ([]event.Event, error) {
 		e, err := t.Complete(task.CompleteParams{WorkerID: cmd.WorkerID, LeaseID: *cmd.LeaseID, Result: cmd.Result}, now)
 		return []event.Event{e}, err
 	})
@@ -35,10 +40,16 @@ func (s *TaskService) Complete(ctx context.Context, cmd ports.CompleteCommand) (
 }
 
 // updateReported applies a holder's report to its task (fn fences it) and
-// counts the report as the worker's sign of life, in one transaction.
-func (s *TaskService) updateReported(ctx context.Context, id uuid.UUID, workerID string, fn ports.TaskUpdateFunc) (*task.Task, error) {
+// counts the report as the worker's sign of life, in one transaction. check,
+// when not nil, refuses what storage cannot hold before anything is loaded.
+func (s *TaskService) updateReported(ctx context.Context, id uuid.UUID, workerID string, check func(ports.Stores) error, fn ports.TaskUpdateFunc) (*task.Task, error) {
 	var out *task.Task
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
+		if check != nil {
+			if err := check(st); err != nil {
+				return err
+			}
+		}
 		var err error
 		if out, err = st.Tasks.Update(ctx, id, fn); err != nil {
 			return err

@@ -26,7 +26,7 @@ func (s *TaskService) Extend(ctx context.Context, cmd ports.ExtendCommand) (*tas
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	out, err := s.updateReported(ctx, cmd.TaskID, cmd.WorkerID, func(t *task.Task, now time.Time) ([]event.Event, error) {
+	out, err := s.updateReported(ctx, cmd.TaskID, cmd.WorkerID, nil, func(t *task.Task, now time.Time) ([]event.Event, error) {
 		return nil, t.ExtendLease(task.ExtendParams{WorkerID: cmd.WorkerID, LeaseID: *cmd.LeaseID, LeaseSeconds: cmd.LeaseSeconds}, now)
 	})
 	if err != nil {

@@ -24,7 +24,7 @@ func (s *TaskService) Fail(ctx context.Context, cmd ports.FailCommand) (*task.Ta
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	out, err := s.updateReported(ctx, cmd.TaskID, cmd.WorkerID, func(t *task.Task, now time.Time) ([]event.Event, error) {
+	out, err := s.updateReported(ctx, cmd.TaskID, cmd.WorkerID, nil, func(t *task.Task, now time.Time) ([]event.Event, error) {
 		e, err := t.Fail(task.FailParams{
 			WorkerID: cmd.WorkerID, LeaseID: *cmd.LeaseID, Error: cmd.Error, Retryable: cmd.Retryable,
 		}, s.cfg.Backoff, now)

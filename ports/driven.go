@@ -5,6 +5,7 @@ package ports
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/google/uuid"
@@ -141,6 +142,12 @@ type TaskStore interface {
 	UpdateHeld(ctx context.Context, workerID string, fn TaskDecideFunc) ([]*task.Task, error)
 	// List returns a page of tasks, newest first.
 	List(ctx context.Context, f TaskFilter) ([]*task.Task, error)
+	// CheckJSON returns nil when storage can hold raw as a task's payload or
+	// result, else an error saying why not, fit for the client: valid JSON
+	// that the database cannot store (a \u0000 escape, an unpaired
+	// surrogate, a number out of range) must be refused before a statement
+	// fails on it.
+	CheckJSON(raw json.RawMessage) error
 }
 
 // WorkerUpdateFunc decides a change to a loaded worker at the database time.

@@ -126,9 +126,6 @@ func (s *TaskStore) Create(ctx context.Context, fn ports.TaskCreateFunc) (*task.
 		return row.toDomain(), true, nil
 	}
 	if err != sql.ErrNoRows {
-		if len(v.Payload) > 0 {
-			err = jsonValueError(err, "payload")
-		}
 		return nil, false, fmt.Errorf("insert task: %w", err)
 	}
 	// The queue already holds this idempotency key (perhaps committed by a
@@ -186,9 +183,6 @@ func (s *TaskStore) save(ctx context.Context, t *task.Task) error {
 		nullString(string(v.DeadReason)), nullJSON(v.Result), v.RunAt, v.ClaimedAt, v.FinishedAt, v.UpdatedAt,
 		nullInt(v.LeaseSeconds), v.LeaseExpiresAt, v.CancelRequestedAt)
 	if err != nil {
-		if len(v.Result) > 0 {
-			err = jsonValueError(err, "result")
-		}
 		return fmt.Errorf("save task: %w", err)
 	}
 	return nil
