@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -359,4 +360,33 @@ func ids(ts []testclient.Task) []string {
 		out[i] = t.ID
 	}
 	return out
+}
+
+// Times that decode but that no response could carry (RFC 3339 has four-digit
+// years, and responses are in UTC) or that storage would round past them are
+// a 422: before, such a task was created and every answer about it was cut
+// off (201 with an empty body, then broken GETs and listings).
+func TestAPITimesOutsideTheRepresentableRangeAre422(t *testing.T) {
+	t.Parallel()
+	s, c := startAPI(t, nil)
+	for _, tc := range []struct{ field, value string }{
+		{"run_at", "9999-12-31T23:59:59-23:59"},
+		{"deadline", "9999-12-31T23:59:59-00:01"},
+		{"run_at", "0000-01-01T00:00:00+00:01"},
+		{"deadline", "9999-12-31T23:59:59.9999999Z"},
+		{"run_at", "0000-12-31T23:59:59Z"},
+	} {
+		p := c.Do(http.MethodPost, "/tasks/v1", jsonObj{"queue": "q", tc.field: tc.value}).Problem(t, http.StatusUnprocessableEntity, "validation-error")
+		require.Equal(t, []string{tc.field}, p.Fields(), "%s %s", tc.field, tc.value)
+		p = c.Do(http.MethodPost, "/tasks/v1/batch", jsonObj{"tasks": []any{jsonObj{"queue": "q", tc.field: tc.value}}}).Problem(t, http.StatusUnprocessableEntity, "validation-error")
+		require.Equal(t, []string{"tasks[0]." + tc.field}, p.Fields(), "%s %s", tc.field, tc.value)
+	}
+	var n int
+	require.NoError(t, s.DB.Get(&n, `SELECT count(*) FROM tasks`))
+	require.Zero(t, n)
+	// The extremes themselves are kept exactly.
+	far := c.Submit(jsonObj{"queue": "q", "run_at": "9999-12-31T23:59:59.999998Z", "deadline": "9999-12-31T23:59:59.999999+00:00"})
+	require.Equal(t, time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC), far.Deadline.UTC())
+	require.Equal(t, far, c.Get(far.ID))
+	c.Submit(jsonObj{"queue": "q", "run_at": "0001-01-01T00:00:00Z"})
 }

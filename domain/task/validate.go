@@ -6,6 +6,7 @@ import (
 	"math"
 	"regexp"
 	"strconv"
+	"time"
 	"unicode/utf8"
 
 	"github.com/taskmaster/taskmaster/domain/validation"
@@ -70,11 +71,28 @@ func validateSubmit(p *SubmitParams, v *validation.Errors) {
 	if len(p.IdempotencyKey) > MaxIdempotencyKeyLength || !validText(p.IdempotencyKey) {
 		v.Add("idempotency_key", fmt.Sprintf("must be at most %d printable bytes", MaxIdempotencyKeyLength))
 	}
+	checkTime(v, "run_at", p.RunAt)
+	checkTime(v, "deadline", p.Deadline)
 	if p.Deadline != nil && p.RunAt != nil && !p.Deadline.After(*p.RunAt) {
 		v.Add("deadline", "must be after run_at")
 	}
 	if len(p.Payload) > 0 && !json.Valid(p.Payload) {
 		v.Add("payload", "must be valid JSON")
+	}
+}
+
+// The range of times a task keeps: what every response can carry (RFC 3339
+// has four-digit years; responses are in UTC, so an offset can carry a time
+// past them) and what storage keeps exactly (microseconds: anything later
+// than LatestTime would round to the year 10000).
+var (
+	EarliestTime = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+	LatestTime   = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
+)
+
+func checkTime(v *validation.Errors, field string, t *time.Time) {
+	if t != nil && (t.Before(EarliestTime) || t.After(LatestTime)) {
+		v.Add(field, "must be between 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999Z")
 	}
 }
 
