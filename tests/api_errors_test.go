@@ -21,6 +21,11 @@ func TestAPIUnknownRouteIs404Problem(t *testing.T) {
 	for _, path := range []string{"/", "/nope", "/no%20such%20route", "/tasks/v2", "/tasks/v1/" + uuid.NewString() + "/explode", "/workers/v1/w/heartbeat/extra"} {
 		c.Do(http.MethodGet, path, nil).Problem(t, http.StatusNotFound, "not-found")
 	}
+	// A path that is not in canonical form is not redirected (a POST that
+	// follows a 301 becomes a GET): no route has it.
+	for _, path := range []string{"/workers/v1//heartbeat", "/tasks/v1//complete", "/workers/v1/a%2Fb/heartbeat", "/tasks/v1/./claim", "/tasks//v1"} {
+		c.Do(http.MethodPost, path, "{}").Problem(t, http.StatusNotFound, "not-found")
+	}
 }
 
 func TestAPIWrongMethodIs405Problem(t *testing.T) {
