@@ -108,6 +108,9 @@ func NewWorkerService(tx ports.TxRunner, cfg Config) *WorkerService {
 // Liveness returns the thresholds in force.
 func (s *WorkerService) Liveness() worker.LivenessConfig { return s.cfg.Liveness }
 
+// MaxHeartbeatTasks returns the heartbeat list cap (MaxHeartbeatTasks).
+func (s *WorkerService) MaxHeartbeatTasks() int { return MaxHeartbeatTasks }
+
 // QueueService implements ports.QueueService.
 type QueueService struct {
 	stats ports.StatsReader

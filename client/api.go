@@ -164,6 +164,12 @@ func (c *Client) Register(ctx context.Context, p RegisterParams) (*Registration,
 	return &r, nil
 }
 
+// MaxHeartbeatTasks is the most tasks one heartbeat may list on servers that
+// do not say (Registration.MaxHeartbeatTasks): a worker that lists its tasks
+// must never hold more. Splitting a longer list over several heartbeats is
+// no way out: each heartbeat takes back the tasks it does not list.
+const MaxHeartbeatTasks = 10000
+
 // Heartbeat sends the worker's sign of life without listing its tasks: it
 // renews no lease and takes back no task (a worker that does not list its
 // tasks keeps their leases alive with Extend). The answer still carries
@@ -175,7 +181,8 @@ func (c *Client) Heartbeat(ctx context.Context, workerID string) (*HeartbeatResu
 
 // HeartbeatTasks sends the worker's sign of life listing every task it
 // holds, under the lease it got it with (none: an empty list, not nil's
-// meaning for Heartbeat). The server renews each listed task's lease, takes
+// meaning for Heartbeat), at most Registration.MaxHeartbeatTasks of them:
+// a longer list is a validation problem that changes nothing. The server renews each listed task's lease, takes
 // back as orphaned the tasks it shows this worker holding, claimed more than
 // a heartbeat interval ago, that the list leaves out (claims whose answer
 // never arrived), and answers with the listed tasks the worker lost, the

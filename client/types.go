@@ -156,6 +156,11 @@ type Registration struct {
 	// HeartbeatIntervalSeconds is how often the server asks the worker to
 	// send a heartbeat.
 	HeartbeatIntervalSeconds float64 `json:"heartbeat_interval_seconds"`
+	// MaxHeartbeatTasks is the most tasks one heartbeat may list, so the
+	// most tasks the worker may hold at once: a longer list is refused, and
+	// a worker whose heartbeats are refused is declared dead and loses every
+	// task it holds. 0 from servers that do not say (MaxHeartbeatTasks).
+	MaxHeartbeatTasks int `json:"max_heartbeat_tasks"`
 	// Created is true when the worker did not exist before (201).
 	Created bool `json:"-"`
 }

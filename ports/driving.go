@@ -167,6 +167,9 @@ type WorkerService interface {
 	List(ctx context.Context) ([]*worker.Worker, error)
 	// Liveness returns the thresholds in force.
 	Liveness() worker.LivenessConfig
+	// MaxHeartbeatTasks is the most tasks one heartbeat may list, so the
+	// most a worker that lists its tasks may hold at once.
+	MaxHeartbeatTasks() int
 }
 
 // QueueService reads queue statistics.
