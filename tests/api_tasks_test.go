@@ -51,7 +51,7 @@ func TestAPIObjectsCarryTheContractFieldNames(t *testing.T) {
 	requireKeys(t, r.Body, taskFields)
 
 	r = c.Do(http.MethodPost, "/workers/v1/register", jsonObj{"id": "w1"}).Expect(t, http.StatusCreated, nil)
-	requireKeys(t, r.Body, append(slices.Clone(workerFields), "heartbeat_interval_seconds"))
+	requireKeys(t, r.Body, append(slices.Clone(workerFields), "heartbeat_interval_seconds", "max_heartbeat_tasks"))
 
 	r = c.Do(http.MethodGet, "/workers/v1", nil).Expect(t, http.StatusOK, nil)
 	var workers struct{ Workers []json.RawMessage }
