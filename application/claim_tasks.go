@@ -16,7 +16,9 @@ import (
 // Claim hands up to cmd.Limit (default 1) claimable tasks to a registered,
 // non-DEAD worker, each RUNNING under a fresh lease of cmd.LeaseSeconds (the
 // configured default when absent). The claim counts as the worker's sign of
-// life. With cmd.WaitMillis set, an empty claim waits for a notification (or
+// life. A claim with cmd.RequestID that the worker already made, and from
+// which it still holds tasks, answers with those tasks (same leases) and
+// claims nothing; once it holds none of them, the claim is made anew. With cmd.WaitMillis set, an empty claim waits for a notification (or
 // polls) until a task is claimable or the wait is over; it holds no
 // database connection while it waits. A draining worker gets no tasks: its
 // claim answers like a claim on empty queues (after the wait, so a worker
@@ -40,6 +42,7 @@ type claim struct {
 	limit        int
 	wait         time.Duration
 	leaseSeconds int
+	requestID    string
 }
 
 // claimOf validates cmd: every field it names is checked, absent ones get
@@ -69,6 +72,10 @@ func (s *TaskService) claimOf(cmd ports.ClaimCommand) (claim, error) {
 	if cmd.LeaseSeconds != nil {
 		c.leaseSeconds = *cmd.LeaseSeconds
 		task.CheckLeaseSeconds(&v, "lease_seconds", c.leaseSeconds)
+	}
+	if cmd.RequestID != nil {
+		c.requestID = *cmd.RequestID
+		task.CheckRequestID(&v, "request_id", c.requestID)
 	}
 	return c, v.Err()
 }
@@ -131,6 +138,15 @@ func (s *TaskService) claimOnce(ctx context.Context, cmd claim) ([]*task.Task, [
 		if cmd.queue != "" {
 			queues = []string{cmd.queue}
 		}
+		if cmd.requestID != "" {
+			// A repeat of a claim whose answer was lost: the tasks it holds
+			// from that claim, not new ones (they would be orphaned later,
+			// each burning an attempt). Draining does not stop it: the
+			// tasks were claimed before.
+			if out, err = st.Tasks.ClaimedUnder(ctx, w.ID(), cmd.requestID); err != nil || len(out) > 0 {
+				return err
+			}
+		}
 		if w.Draining() {
 			out = []*task.Task{}
 			return nil
@@ -141,6 +157,7 @@ func (s *TaskService) claimOnce(ctx context.Context, cmd claim) ([]*task.Task, [
 			Queues:       queues,
 			Limit:        cmd.limit,
 			LeaseSeconds: cmd.leaseSeconds,
+			RequestID:    cmd.requestID,
 		})
 		return err
 	})

@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -273,14 +275,20 @@ const MaxClaimWait = 30 * time.Second
 // (see WithHTTPClient): the client's timeout bounds the rest of the
 // exchange, not the wait.
 //
-// A claim is retried after transport errors and 5xx like other calls. If
-// a claim's answer is lost after the server committed it, its tasks stay
+// A claim is retried after transport errors and 5xx like other calls, with
+// the same p.RequestID (a fresh random one when empty): if the server
+// committed the first try and its answer was lost, the retry gets the same
+// tasks under the same leases instead of new ones. If every try fails, or
+// ctx is cancelled after the server committed the claim, its tasks stay
 // held by this worker until its next task-listing heartbeat (HeartbeatTasks)
-// after a heartbeat interval, which gives them back, or until their leases
-// run out. Cancelling ctx during a claim risks exactly that, so let a
-// waiting claim run out rather than cancel it: keep p.Wait short enough
-// for the caller to wait for it. A draining worker's claims return nothing.
+// after a heartbeat interval, which gives them back (each attempt counts),
+// or until their leases run out. So let a waiting claim run out rather than
+// cancel it: keep p.Wait short enough for the caller to wait for it. A
+// draining worker's claims return nothing new.
 func (c *Client) Claim(ctx context.Context, p ClaimParams) ([]Task, error) {
+	if p.RequestID == "" {
+		p.RequestID = newRequestID()
+	}
 	body := struct {
 		ClaimParams
 		WaitMS int64 `json:"wait_ms,omitempty"`
@@ -467,4 +475,11 @@ func truncateUTF8(s string, n int) string {
 		cut--
 	}
 	return s[:cut] + marker
+}
+
+// newRequestID returns a fresh random claim request id.
+func newRequestID() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:]) // never fails (Go 1.24+)
+	return "tmc-" + hex.EncodeToString(b[:])
 }

@@ -325,6 +325,12 @@ type ClaimParams struct {
 	// the server's default, 300 unless configured). Heartbeats that list
 	// the task renew it (see HeartbeatTasks); Extend sets it anew.
 	LeaseSeconds int `json:"lease_seconds,omitempty"`
+	// RequestID names the claim, so that sending it again is safe: a
+	// repeat (same worker, same id) while the worker still holds tasks of
+	// that claim returns those tasks under the same leases and claims
+	// nothing. 1-128 printable ASCII characters other than space. Empty:
+	// Claim makes a fresh random one, which its own retries reuse.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // MaxLeaseSeconds is the longest lease the server grants (12 h).

@@ -90,6 +90,9 @@ type ClaimParams struct {
 	Limit int
 	// LeaseSeconds is each claimed task's lease length.
 	LeaseSeconds int
+	// RequestID is the claim's request id, kept with each claimed task
+	// (empty: none).
+	RequestID string
 }
 
 // TaskFilter selects tasks for listing. Results are newest first.
@@ -131,6 +134,10 @@ type TaskStore interface {
 	// skipping rows other claims hold), each under a fresh lease of
 	// p.LeaseSeconds, and records a claimed event for each.
 	Claim(ctx context.Context, p ClaimParams) ([]*task.Task, error)
+	// ClaimedUnder returns the tasks RUNNING under the worker from the claim
+	// that carried requestID (task.Task.ClaimedUnder), in claim order
+	// (priority DESC then FIFO), with every column.
+	ClaimedUnder(ctx context.Context, workerID, requestID string) ([]*task.Task, error)
 	// Held returns the tasks RUNNING under the worker, in id order, without
 	// locking them. The tasks carry every column but their payload.
 	Held(ctx context.Context, workerID string) ([]*task.Task, error)

@@ -26,6 +26,10 @@ type ClaimCommand struct {
 	// LeaseSeconds is each claimed task's lease length (1-43200); nil means
 	// the configured default.
 	LeaseSeconds *int
+	// RequestID, when not nil, names the claim (task.ValidRequestID): a
+	// repeat by the same worker while tasks of that claim are still held by
+	// it answers with those tasks, under the same leases, and claims nothing.
+	RequestID *string
 }
 
 // ExtendCommand asks for a held task's lease to run out LeaseSeconds from

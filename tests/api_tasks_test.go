@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -383,4 +384,60 @@ func TestAPIClaimByAStaleWorkerRevivesIt(t *testing.T) {
 	var status string
 	require.NoError(t, s.DB.Get(&status, `SELECT status FROM workers WHERE id = 'w'`))
 	require.Equal(t, "ACTIVE", status, "a claim is a sign of life")
+}
+
+// A claim may carry a request_id: repeating it (same worker) while tasks of
+// that claim are still held by the worker returns those same tasks under the
+// same leases and claims nothing more. Once none is held, a repeat claims
+// anew (the worker never saw the first one's tasks, or reported them all).
+func TestAPIARepeatedClaimReturnsTheSameTasksAndClaimsNothingMore(t *testing.T) {
+	t.Parallel()
+	s, c := startAPI(t, nil)
+	c.Register(jsonObj{"id": "w", "queues": []string{"q"}})
+	c.Register(jsonObj{"id": "other", "queues": []string{"q"}})
+	var submitted []testclient.Task
+	for i := range 4 {
+		submitted = append(submitted, c.Submit(jsonObj{"queue": "q", "priority": 10 - i}))
+	}
+	claim := jsonObj{"worker_id": "w", "limit": 2, "request_id": "claim-7f3a"}
+	first := c.Claim(claim)
+	require.Len(t, first, 2)
+	require.Equal(t, []string{submitted[0].ID, submitted[1].ID}, ids(first))
+
+	again := c.Claim(claim)
+	require.Equal(t, first, again, "the same tasks, the same leases")
+	// The other fields of a repeat are not compared: the id names the claim.
+	require.Equal(t, first, c.Claim(jsonObj{"worker_id": "w", "limit": 1, "queue": "q", "request_id": "claim-7f3a"}))
+	var claimedEvents, running int
+	require.NoError(t, s.DB.Get(&claimedEvents, `SELECT count(*) FROM watermill_taskmaster_events m, json_array_elements(m.payload->'events') e WHERE e->>'type' = 'task.claimed'`))
+	require.Equal(t, 2, claimedEvents, "a repeat claims nothing")
+	require.NoError(t, s.DB.Get(&running, `SELECT count(*) FROM tasks WHERE status = 'RUNNING'`))
+	require.Equal(t, 2, running)
+	for _, tk := range first {
+		require.Equal(t, 1, c.Get(tk.ID).Attempts)
+	}
+
+	// Another worker's claim with the same id is its own claim.
+	theirs := c.Claim(jsonObj{"worker_id": "other", "request_id": "claim-7f3a"})
+	require.Len(t, theirs, 1)
+	require.Equal(t, submitted[2].ID, theirs[0].ID)
+
+	// Reported tasks are no longer returned; once none is held, claim anew.
+	c.Complete(first[0].ID, jsonObj{"worker_id": "w", "lease_id": first[0].Lease()})
+	require.Equal(t, first[1:], c.Claim(claim))
+	c.Complete(first[1].ID, jsonObj{"worker_id": "w", "lease_id": first[1].Lease()})
+	anew := c.Claim(claim)
+	require.Equal(t, []string{submitted[3].ID}, ids(anew))
+	require.Equal(t, anew, c.Claim(claim))
+
+	for _, bad := range []any{"", strings.Repeat("r", 129), "has space", "tab\t", "é", 7} {
+		r := c.Do(http.MethodPost, "/tasks/v1/claim", jsonObj{"worker_id": "w", "request_id": bad})
+		if _, isString := bad.(string); !isString {
+			r.Problem(t, http.StatusBadRequest, "malformed-request")
+			continue
+		}
+		p := r.Problem(t, http.StatusUnprocessableEntity, "validation-error")
+		require.Equal(t, []string{"request_id"}, p.Fields(), "%q", bad)
+	}
+	require.Len(t, c.Claim(jsonObj{"worker_id": "w", "request_id": strings.Repeat("~", 128)}), 0, "128 printable characters")
 }

@@ -126,11 +126,12 @@ func decodeCursor(s string) (uuid.UUID, error) {
 }
 
 type claimRequest struct {
-	WorkerID     string `json:"worker_id"`
-	Queue        string `json:"queue"`
-	Limit        *int   `json:"limit"`
-	WaitMS       *int64 `json:"wait_ms"`
-	LeaseSeconds *int   `json:"lease_seconds"`
+	WorkerID     string  `json:"worker_id"`
+	Queue        string  `json:"queue"`
+	Limit        *int    `json:"limit"`
+	WaitMS       *int64  `json:"wait_ms"`
+	LeaseSeconds *int    `json:"lease_seconds"`
+	RequestID    *string `json:"request_id"`
 }
 
 type tasksResponse struct {
@@ -145,6 +146,7 @@ func (s *Server) handleClaimTasks(w http.ResponseWriter, r *http.Request) {
 	}
 	ts, err := s.tasks.Claim(r.Context(), ports.ClaimCommand{
 		WorkerID: req.WorkerID, Queue: req.Queue, Limit: req.Limit, WaitMillis: req.WaitMS, LeaseSeconds: req.LeaseSeconds,
+		RequestID: req.RequestID,
 	})
 	if err != nil {
 		writeError(w, r, err)

@@ -21,14 +21,14 @@ import (
 const taskColumns = `id, seq, queue, status, priority, payload, tags, attempts, max_attempts,
 	worker_id, lease_id, last_error, dead_reason, result, deadline, run_at,
 	idempotency_key, created_at, claimed_at, finished_at, updated_at,
-	lease_seconds, lease_expires_at, cancel_requested_at`
+	lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id`
 
 // heldTaskColumns are taskColumns but the payload: what the lease protocol
 // reads of a worker's tasks (saving a task never writes its payload).
 const heldTaskColumns = `id, seq, queue, status, priority, tags, attempts, max_attempts,
 	worker_id, lease_id, last_error, dead_reason, result, deadline, run_at,
 	idempotency_key, created_at, claimed_at, finished_at, updated_at,
-	lease_seconds, lease_expires_at, cancel_requested_at`
+	lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id`
 
 // taskRow is one row of tasks.
 type taskRow struct {
@@ -56,6 +56,7 @@ type taskRow struct {
 	LeaseSeconds   sql.NullInt32  `db:"lease_seconds"`
 	LeaseExpiresAt sql.NullTime   `db:"lease_expires_at"`
 	CancelReqAt    sql.NullTime   `db:"cancel_requested_at"`
+	ClaimRequestID sql.NullString `db:"claim_request_id"`
 }
 
 // taskRowNow is a task row with the transaction's now().
@@ -90,6 +91,7 @@ func (r *taskRow) toDomain() *task.Task {
 		LeaseSeconds:      int(r.LeaseSeconds.Int32),
 		LeaseExpiresAt:    timePtr(r.LeaseExpiresAt),
 		CancelRequestedAt: timePtr(r.CancelReqAt),
+		ClaimRequestID:    r.ClaimRequestID.String,
 	})
 }
 
@@ -177,11 +179,11 @@ func (s *TaskStore) save(ctx context.Context, t *task.Task) error {
 	_, err := s.st.tx.ExecContext(ctx, `
 		UPDATE tasks SET status = $2, attempts = $3, worker_id = $4, lease_id = $5, last_error = $6,
 			dead_reason = $7, result = $8, run_at = $9, claimed_at = $10, finished_at = $11, updated_at = $12,
-			lease_seconds = $13, lease_expires_at = $14, cancel_requested_at = $15
+			lease_seconds = $13, lease_expires_at = $14, cancel_requested_at = $15, claim_request_id = $16
 		WHERE id = $1`,
 		v.ID, string(v.Status), v.Attempts, nullString(v.WorkerID), nullUUID(v.LeaseID), nullString(v.LastError),
 		nullString(string(v.DeadReason)), nullJSON(v.Result), v.RunAt, v.ClaimedAt, v.FinishedAt, v.UpdatedAt,
-		nullInt(v.LeaseSeconds), v.LeaseExpiresAt, v.CancelRequestedAt)
+		nullInt(v.LeaseSeconds), v.LeaseExpiresAt, v.CancelRequestedAt, nullString(v.ClaimRequestID))
 	if err != nil {
 		return fmt.Errorf("save task: %w", err)
 	}
@@ -211,18 +213,20 @@ const claimCandidates = `
 	LIMIT $3`
 
 // claimAssign marks the candidates RUNNING under the worker ($1) with fresh
-// leases of $4 seconds (task.Task.Claim).
+// leases of $4 seconds, keeping the claim's request id ($5, NULL for none)
+// (task.Task.Claim).
 var claimAssign = `
 	UPDATE tasks t SET status = 'RUNNING', attempts = t.attempts + 1, worker_id = $1,
 		lease_id = gen_random_uuid(), claimed_at = now(), updated_at = now(),
-		lease_seconds = $4::int, lease_expires_at = now() + $4::int * interval '1 second', cancel_requested_at = NULL
+		lease_seconds = $4::int, lease_expires_at = now() + $4::int * interval '1 second', cancel_requested_at = NULL,
+		claim_request_id = $5::text
 	FROM cand WHERE t.id = cand.id
 	RETURNING ` + prefixed("t.", taskColumns)
 
-// claimQueues claims from the listed queues ($5).
+// claimQueues claims from the listed queues ($6).
 const claimQueues = `
 	WITH cand AS (
-		SELECT c.id FROM unnest($5::text[]) AS q(name)` + claimCandidates + `
+		SELECT c.id FROM unnest($6::text[]) AS q(name)` + claimCandidates + `
 	)`
 
 // claimAny claims from every queue that has pending tasks; the recursive
@@ -269,20 +273,16 @@ func (s *TaskStore) Claim(ctx context.Context, p ports.ClaimParams) ([]*task.Tas
 	if _, err := s.st.tx.ExecContext(ctx, `SET LOCAL enable_bitmapscan = off; SET LOCAL enable_seqscan = off`); err != nil {
 		return nil, fmt.Errorf("claim: plan settings: %w", err)
 	}
+	requestID := nullString(p.RequestID)
 	if len(p.Queues) == 0 {
-		err = s.st.tx.SelectContext(ctx, &rows, claimSQL[1][hasTags], p.WorkerID, tags, p.Limit, p.LeaseSeconds)
+		err = s.st.tx.SelectContext(ctx, &rows, claimSQL[1][hasTags], p.WorkerID, tags, p.Limit, p.LeaseSeconds, requestID)
 	} else {
-		err = s.st.tx.SelectContext(ctx, &rows, claimSQL[0][hasTags], p.WorkerID, tags, p.Limit, p.LeaseSeconds, pq.StringArray(p.Queues))
+		err = s.st.tx.SelectContext(ctx, &rows, claimSQL[0][hasTags], p.WorkerID, tags, p.Limit, p.LeaseSeconds, requestID, pq.StringArray(p.Queues))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
-	sort.Slice(rows, func(i, j int) bool {
-		if rows[i].Priority != rows[j].Priority {
-			return rows[i].Priority > rows[j].Priority
-		}
-		return rows[i].Seq < rows[j].Seq
-	})
+	inClaimOrder(rows)
 	out := make([]*task.Task, len(rows))
 	events := make([]event.Event, len(rows))
 	for i := range rows {
@@ -290,6 +290,40 @@ func (s *TaskStore) Claim(ctx context.Context, p ports.ClaimParams) ([]*task.Tas
 		events[i] = task.Claimed(out[i])
 	}
 	s.st.Record(events...)
+	return out, nil
+}
+
+// inClaimOrder sorts rows as claims hand them out: priority DESC, then FIFO.
+func inClaimOrder(rows []taskRow) {
+	sort.Slice(rows, func(i, j int) bool {
+		if rows[i].Priority != rows[j].Priority {
+			return rows[i].Priority > rows[j].Priority
+		}
+		return rows[i].Seq < rows[j].Seq
+	})
+}
+
+// claimedUnderSQL selects the tasks RUNNING under a worker ($1) from the
+// claim with request id $2 (task.Task.ClaimedUnder). It walks
+// tasks_running_by_claim (0007).
+const claimedUnderSQL = `
+	SELECT ` + taskColumns + ` FROM tasks
+	WHERE status = 'RUNNING' AND worker_id = $1 AND claim_request_id = $2`
+
+// ClaimedUnder implements ports.TaskStore.
+func (s *TaskStore) ClaimedUnder(ctx context.Context, workerID, requestID string) ([]*task.Task, error) {
+	if requestID == "" || !storableText(workerID) || !storableText(requestID) {
+		return []*task.Task{}, nil // no claim carried such an id
+	}
+	var rows []taskRow
+	if err := s.st.tx.SelectContext(ctx, &rows, claimedUnderSQL, workerID, requestID); err != nil {
+		return nil, fmt.Errorf("select tasks of claim %q: %w", requestID, err)
+	}
+	inClaimOrder(rows)
+	out := make([]*task.Task, len(rows))
+	for i := range rows {
+		out[i] = rows[i].toDomain()
+	}
 	return out, nil
 }
 

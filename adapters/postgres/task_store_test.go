@@ -457,3 +457,72 @@ func TestTaskStoreListPagesNewestFirstWithFilters(t *testing.T) {
 	require.Equal(t, inA[:len(inA)-3], got)
 	require.Empty(t, list(ports.TaskFilter{Queue: "none", Limit: 10}))
 }
+
+// ClaimedUnder's SQL and task.Task.ClaimedUnder agree: the store returns
+// exactly the tasks the domain rule picks, among tasks claimed under several
+// workers and request ids, some of which left RUNNING (their request id goes
+// with the lease) or were claimed again without one.
+func TestTaskStoreClaimedUnderMatchesTheDomainRule(t *testing.T) {
+	t.Parallel()
+	f := newStoreFixture(t)
+	for _, q := range []string{"a", "b", "c", "d", "e"} {
+		for range 2 {
+			f.submit(task.SubmitParams{Queue: q, Payload: json.RawMessage(`{"q":"` + q + `"}`)})
+		}
+	}
+	f.claim(ports.ClaimParams{WorkerID: "w1", Queues: []string{"a"}, RequestID: "r1"})
+	f.claim(ports.ClaimParams{WorkerID: "w1", Queues: []string{"b"}, RequestID: "r2"})
+	f.claim(ports.ClaimParams{WorkerID: "w2", Queues: []string{"c"}, RequestID: "r1"})
+	f.claim(ports.ClaimParams{WorkerID: "w1", Queues: []string{"d"}})
+	left := f.claim(ports.ClaimParams{WorkerID: "w1", Queues: []string{"e"}, RequestID: "r1"})
+	require.Len(t, left, 2)
+	// One completes (DONE), one is taken back (PENDING): neither is held.
+	f.run(func(ctx context.Context, st ports.Stores) error {
+		_, err := st.Tasks.UpdateEach(ctx, taskIDs(left), func(i int, t *task.Task, now time.Time) ([]event.Event, error) {
+			if i == 0 {
+				e, err := t.Complete(task.CompleteParams{WorkerID: "w1", LeaseID: t.Snapshot().LeaseID}, now)
+				return []event.Event{e}, err
+			}
+			e, err := t.ReleaseFromDeadWorker(now)
+			return []event.Event{e}, err
+		})
+		return err
+	})
+	for _, id := range taskIDs(left) {
+		require.Empty(t, f.get(id).ClaimRequestID, "the request id goes with the lease")
+	}
+
+	var all []*task.Task
+	f.run(func(ctx context.Context, st ports.Stores) error {
+		var err error
+		all, err = st.Tasks.List(ctx, ports.TaskFilter{Limit: 100})
+		return err
+	})
+	require.Len(t, all, 10)
+	for _, worker := range []string{"w1", "w2", "w3"} {
+		for _, rid := range []string{"r1", "r2", "r3"} {
+			var want []uuid.UUID
+			for _, tk := range all {
+				if tk.ClaimedUnder(worker, rid) {
+					want = append(want, tk.ID())
+				}
+			}
+			var got []*task.Task
+			f.run(func(ctx context.Context, st ports.Stores) error {
+				var err error
+				got, err = st.Tasks.ClaimedUnder(ctx, worker, rid)
+				return err
+			})
+			require.ElementsMatch(t, want, taskIDs(got), "%s %s", worker, rid)
+		}
+	}
+	var got []*task.Task
+	f.run(func(ctx context.Context, st ports.Stores) error {
+		var err error
+		got, err = st.Tasks.ClaimedUnder(ctx, "w1", "r1")
+		return err
+	})
+	require.Len(t, got, 2, "the claim of queue a")
+	require.Equal(t, "r1", got[0].Snapshot().ClaimRequestID)
+	require.NotEmpty(t, got[0].Snapshot().Payload, "with every column")
+}

@@ -158,6 +158,10 @@ type Snapshot struct {
 	// CancelRequestedAt is when an operator asked to cancel the running
 	// attempt; nil unless RUNNING with such a request pending.
 	CancelRequestedAt *time.Time
+	// ClaimRequestID is the request id of the claim that made the task
+	// RUNNING (see ClaimedUnder); empty when the claim sent none, and
+	// unless RUNNING.
+	ClaimRequestID string
 }
 
 // Task is a unit of work in a queue. Its fields are reachable only through
@@ -241,6 +245,9 @@ type ClaimParams struct {
 	LeaseID    uuid.UUID
 	// LeaseSeconds is the lease length (MinLeaseSeconds..MaxLeaseSeconds).
 	LeaseSeconds int
+	// RequestID is the claim's client-generated request id (ValidRequestID),
+	// or empty.
+	RequestID string
 }
 
 // Claimable reports whether a worker with workerTags may claim the task at
@@ -282,7 +289,16 @@ func (t *Task) Claim(p ClaimParams, now time.Time) (event.Event, error) {
 	t.s.UpdatedAt = now
 	t.s.LeaseSeconds = p.LeaseSeconds
 	t.s.LeaseExpiresAt = leaseEnd(now, p.LeaseSeconds)
+	t.s.ClaimRequestID = p.RequestID
 	return Claimed(t), nil
+}
+
+// ClaimedUnder reports whether the task is RUNNING under workerID from the
+// claim that carried requestID: a repeat of that claim (same worker, same
+// request id) answers with such tasks instead of claiming more. The store's
+// lookup of a repeated claim encodes exactly this rule.
+func (t *Task) ClaimedUnder(workerID, requestID string) bool {
+	return requestID != "" && t.s.Status == StatusRunning && t.s.WorkerID == workerID && t.s.ClaimRequestID == requestID
 }
 
 // Claimed returns the event of a claim that storage carried out in bulk (the
@@ -456,6 +472,7 @@ func (t *Task) endLease() {
 	t.s.LeaseSeconds = 0
 	t.s.LeaseExpiresAt = nil
 	t.s.CancelRequestedAt = nil
+	t.s.ClaimRequestID = ""
 }
 
 // finishRun ends the running attempt in a terminal status.

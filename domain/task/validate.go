@@ -96,6 +96,26 @@ func checkTime(v *validation.Errors, field string, t *time.Time) {
 	}
 }
 
+// MaxRequestIDLength is the longest claim request id.
+const MaxRequestIDLength = 128
+
+// RequestIDSet is the set of characters of a claim request id: printable
+// ASCII without the space (UUIDs, ULIDs, base64 all fit).
+const RequestIDSet = "[!-~]"
+
+var requestIDPattern = regexp.MustCompile(`^` + RequestIDSet + `{1,` + strconv.Itoa(MaxRequestIDLength) + `}$`)
+
+// ValidRequestID reports whether id is a claim request id: 1 to
+// MaxRequestIDLength characters of RequestIDSet.
+func ValidRequestID(id string) bool { return requestIDPattern.MatchString(id) }
+
+// CheckRequestID adds to v when the request id in field is not one.
+func CheckRequestID(v *validation.Errors, field, id string) {
+	if !ValidRequestID(id) {
+		v.Add(field, fmt.Sprintf("must be 1 to %d printable ASCII characters other than space (%s)", MaxRequestIDLength, RequestIDSet))
+	}
+}
+
 func validText(s string) bool {
 	if !utf8.ValidString(s) {
 		return false

@@ -113,10 +113,14 @@ func (tasks) Claim(_ context.Context, p ports.ClaimParams) ([]*task.Task, error)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := t.Claim(task.ClaimParams{WorkerID: p.WorkerID, WorkerTags: p.WorkerTags, LeaseID: uuid.New(), LeaseSeconds: p.LeaseSeconds}, Now); err != nil {
+	if _, err := t.Claim(task.ClaimParams{WorkerID: p.WorkerID, WorkerTags: p.WorkerTags, LeaseID: uuid.New(), LeaseSeconds: p.LeaseSeconds, RequestID: p.RequestID}, Now); err != nil {
 		return nil, err
 	}
 	return []*task.Task{t}, nil
+}
+
+func (tasks) ClaimedUnder(context.Context, string, string) ([]*task.Task, error) {
+	return []*task.Task{}, nil
 }
 
 func (tasks) Held(context.Context, string) ([]*task.Task, error) { return nil, nil }
