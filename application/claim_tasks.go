@@ -23,10 +23,10 @@ import (
 // database connection while it waits. A draining worker gets no tasks: its
 // claim answers like a claim on empty queues (after the wait, so a worker
 // that does not read its heartbeats does not spin).
-func (s *TaskService) Claim(ctx context.Context, cmd ports.ClaimCommand) ([]*task.Task, error) {
+func (s *TaskService) Claim(ctx context.Context, cmd ports.ClaimCommand) (ports.ClaimResult, error) {
 	c, err := s.claimOf(cmd)
 	if err != nil {
-		return nil, err
+		return ports.ClaimResult{}, err
 	}
 	if c.wait == 0 {
 		out, _, err := s.claimOnce(ctx, c)
@@ -82,7 +82,7 @@ func (s *TaskService) claimOf(cmd ports.ClaimCommand) (claim, error) {
 
 // claimWaiting subscribes before the first attempt, so a task submitted
 // between an empty attempt and the wait still wakes it.
-func (s *TaskService) claimWaiting(ctx context.Context, cmd claim) ([]*task.Task, error) {
+func (s *TaskService) claimWaiting(ctx context.Context, cmd claim) (ports.ClaimResult, error) {
 	deadline := time.NewTimer(cmd.wait)
 	defer deadline.Stop()
 	var (
@@ -92,7 +92,7 @@ func (s *TaskService) claimWaiting(ctx context.Context, cmd claim) ([]*task.Task
 	)
 	for {
 		out, claimedFrom, err := s.claimOnce(ctx, cmd)
-		if err != nil || len(out) > 0 {
+		if err != nil || len(out.Tasks) > 0 {
 			cancel()
 			return out, err
 		}
@@ -109,24 +109,24 @@ func (s *TaskService) claimWaiting(ctx context.Context, cmd claim) ([]*task.Task
 		case _, open := <-wake:
 			poll.Stop()
 			if !open { // shutting down: answer at once
-				return []*task.Task{}, nil
+				return ports.ClaimResult{Tasks: []*task.Task{}}, nil
 			}
 		case <-poll.C:
 		case <-deadline.C:
 			poll.Stop()
-			return []*task.Task{}, nil
+			return ports.ClaimResult{Tasks: []*task.Task{}}, nil
 		case <-ctx.Done():
 			poll.Stop()
-			return []*task.Task{}, nil
+			return ports.ClaimResult{Tasks: []*task.Task{}}, nil
 		}
 	}
 }
 
 // claimOnce claims in one transaction and reports the queues it looked in
 // (empty: any queue).
-func (s *TaskService) claimOnce(ctx context.Context, cmd claim) ([]*task.Task, []string, error) {
+func (s *TaskService) claimOnce(ctx context.Context, cmd claim) (ports.ClaimResult, []string, error) {
 	var (
-		out    []*task.Task
+		out    ports.ClaimResult
 		queues []string
 	)
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
@@ -143,26 +143,27 @@ func (s *TaskService) claimOnce(ctx context.Context, cmd claim) ([]*task.Task, [
 			// from that claim, not new ones (they would be orphaned later,
 			// each burning an attempt). Draining does not stop it: the
 			// tasks were claimed before.
-			if out, err = st.Tasks.ClaimedUnder(ctx, w.ID(), cmd.requestID); err != nil || len(out) > 0 {
+			if out.Tasks, err = st.Tasks.ClaimedUnder(ctx, w.ID(), cmd.requestID); err != nil || len(out.Tasks) > 0 {
 				return err
 			}
 		}
 		if w.Draining() {
-			out = []*task.Task{}
+			out.Tasks = []*task.Task{}
 			return nil
 		}
-		out, err = st.Tasks.Claim(ctx, ports.ClaimParams{
+		out.Tasks, out.Truncated, err = st.Tasks.Claim(ctx, ports.ClaimParams{
 			WorkerID:     w.ID(),
 			WorkerTags:   w.Tags(),
 			Queues:       queues,
 			Limit:        cmd.limit,
 			LeaseSeconds: cmd.leaseSeconds,
 			RequestID:    cmd.requestID,
+			MaxBytes:     s.cfg.maxResponseBytes(),
 		})
 		return err
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("claim tasks: %w", err)
+		return ports.ClaimResult{}, nil, fmt.Errorf("claim tasks: %w", err)
 	}
 	return out, queues, nil
 }

@@ -36,10 +36,10 @@ func TestClaimLimitBounds(t *testing.T) {
 	require.NoError(t, s.db.Get(&running, `SELECT count(*) FROM tasks WHERE status = 'RUNNING'`))
 	require.Zero(t, running)
 
-	got, err := s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w"})
+	got, err := claimedTasks(s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w"}))
 	require.NoError(t, err)
 	require.Len(t, got, 1, "no limit means one task")
-	got, err = s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w", Limit: ptr(1000)})
+	got, err = claimedTasks(s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w", Limit: ptr(1000)}))
 	require.NoError(t, err)
 	require.Len(t, got, 2, "the largest limit takes what is left")
 }

@@ -20,7 +20,7 @@ func claimed(t *testing.T, s services, workerID string) *task.Task {
 	require.NoError(t, err)
 	_, _, err = s.tasks.Submit(ctx, task.SubmitParams{Queue: workerID})
 	require.NoError(t, err)
-	got, err := s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: workerID, Queue: workerID})
+	got, err := claimedTasks(s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: workerID, Queue: workerID}))
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	return got[0]

@@ -72,7 +72,7 @@ func FuzzClaimValidation(f *testing.F) {
 		if hasLease {
 			cmd.LeaseSeconds = &lease
 		}
-		got, err := fuzzServices().Claim(context.Background(), cmd)
+		got, err := claimedTasks(fuzzServices().Claim(context.Background(), cmd))
 		requireKnownError(t, err, claimFields)
 		if err != nil {
 			return

@@ -26,9 +26,9 @@ func (s *TaskService) Get(ctx context.Context, id uuid.UUID) (*task.Task, error)
 }
 
 // List returns a page of tasks, newest first, and the cursor of the next
-// page when the page is full.
+// page when the page is full or the response byte cap cut it short.
 func (s *TaskService) List(ctx context.Context, q ports.ListQuery) (ports.TaskPage, error) {
-	f := ports.TaskFilter{Queue: q.Queue, Status: q.Status, Limit: DefaultListLimit, After: q.After}
+	f := ports.TaskFilter{Queue: q.Queue, Status: q.Status, Limit: DefaultListLimit, After: q.After, MaxBytes: s.cfg.maxResponseBytes()}
 	var v validation.Errors
 	if q.Queue != "" {
 		task.CheckQueue(&v, "queue", q.Queue)
@@ -45,18 +45,17 @@ func (s *TaskService) List(ctx context.Context, q ports.ListQuery) (ports.TaskPa
 	if err := v.Err(); err != nil {
 		return ports.TaskPage{}, err
 	}
-	var out []*task.Task
+	var page ports.TaskPage
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
 		var err error
-		out, err = st.Tasks.List(ctx, f)
+		page.Tasks, page.Truncated, err = st.Tasks.List(ctx, f)
 		return err
 	})
 	if err != nil {
 		return ports.TaskPage{}, fmt.Errorf("list tasks: %w", err)
 	}
-	page := ports.TaskPage{Tasks: out}
-	if len(out) == f.Limit {
-		last := out[len(out)-1].ID()
+	if n := len(page.Tasks); n > 0 && (n == f.Limit || page.Truncated) {
+		last := page.Tasks[n-1].ID()
 		page.Next = &last
 	}
 	return page, nil

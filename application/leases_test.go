@@ -27,7 +27,7 @@ func claimN(t *testing.T, s services, workerID string, n int) []task.Snapshot {
 		_, _, err := s.tasks.Submit(ctx, task.SubmitParams{Queue: queue})
 		require.NoError(t, err)
 	}
-	got, err := s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: workerID, Queue: queue, Limit: ptr(n)})
+	got, err := claimedTasks(s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: workerID, Queue: queue, Limit: ptr(n)}))
 	require.NoError(t, err)
 	require.Len(t, got, n)
 	out := make([]task.Snapshot, n)
@@ -165,14 +165,14 @@ func TestDrainedWorkerClaimsNothingUntilItRegistersAgain(t *testing.T) {
 	_, err = s.workers.Drain(ctx, "nobody")
 	require.ErrorIs(t, err, worker.ErrNotFound)
 
-	got, err := s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w"})
+	got, err := claimedTasks(s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w"}))
 	require.NoError(t, err)
 	require.Empty(t, got)
 	require.NotNil(t, got)
 	// With a wait, the answer comes when the wait is over, like a claim on
 	// empty queues: a worker that does not read its heartbeats does not spin.
 	start := time.Now()
-	got, err = s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w", WaitMillis: ptr(int64(200))})
+	got, err = claimedTasks(s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w", WaitMillis: ptr(int64(200))}))
 	require.NoError(t, err)
 	require.Empty(t, got)
 	require.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond)
@@ -182,7 +182,7 @@ func TestDrainedWorkerClaimsNothingUntilItRegistersAgain(t *testing.T) {
 
 	_, _, err = s.workers.Register(ctx, worker.RegisterParams{ID: "w"})
 	require.NoError(t, err)
-	got, err = s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w"})
+	got, err = claimedTasks(s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w"}))
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	res, err = s.workers.Heartbeat(ctx, ports.HeartbeatCommand{WorkerID: "w"})
@@ -201,7 +201,7 @@ func TestClaimLeaseSeconds(t *testing.T) {
 	configured := application.NewTaskService(s.tx, application.Config{DefaultLeaseSeconds: 7})
 	_, _, err := s.tasks.Submit(ctx, task.SubmitParams{Queue: "seven"})
 	require.NoError(t, err)
-	got, err := configured.Claim(ctx, ports.ClaimCommand{WorkerID: "w", Queue: "seven"})
+	got, err := claimedTasks(configured.Claim(ctx, ports.ClaimCommand{WorkerID: "w", Queue: "seven"}))
 	require.NoError(t, err)
 	require.Equal(t, 7, got[0].Snapshot().LeaseSeconds, "the configured default")
 

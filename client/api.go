@@ -119,11 +119,12 @@ func (c *Client) List(ctx context.Context, p ListParams) (*TaskPage, error) {
 	var page struct {
 		Tasks      []Task  `json:"tasks"`
 		NextCursor *string `json:"next_cursor"`
+		Truncated  bool    `json:"truncated"`
 	}
 	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/tasks/v1", query: q, out: &page}); err != nil {
 		return nil, err
 	}
-	out := &TaskPage{Tasks: page.Tasks}
+	out := &TaskPage{Tasks: page.Tasks, Truncated: page.Truncated}
 	if page.NextCursor != nil {
 		out.NextCursor = *page.NextCursor
 	}
@@ -264,8 +265,9 @@ func (c *Client) Queues(ctx context.Context) ([]Queue, error) {
 // MaxClaimWait is the longest ClaimParams.Wait the server accepts.
 const MaxClaimWait = 30 * time.Second
 
-// Claim asks for up to p.Limit tasks for the worker; it may return none.
-// Each task is RUNNING under a fresh Task.LeaseID.
+// Claim asks for up to p.Limit tasks for the worker; it may return none,
+// and fewer than p.Limit when the server's response byte cap was reached
+// (the rest stay claimable). Each task is RUNNING under a fresh Task.LeaseID.
 //
 // With p.Wait, a claim that finds nothing waits on the server until a task
 // is claimable (woken by the server within milliseconds of a submission)

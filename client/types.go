@@ -296,6 +296,9 @@ type TaskPage struct {
 	Tasks []Task `json:"tasks"`
 	// NextCursor fetches the next page; "" on the last one.
 	NextCursor string `json:"next_cursor"`
+	// Truncated is true when the page stopped before its limit because the
+	// server's response byte cap was reached (NextCursor continues).
+	Truncated bool `json:"truncated"`
 }
 
 // RegisterParams describe a worker registration.

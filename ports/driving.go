@@ -122,6 +122,20 @@ type TaskPage struct {
 	// Next, when not nil, is the cursor of the next page: the listing
 	// continues after this task id. Nil on the last page.
 	Next *uuid.UUID
+	// Truncated reports that the page stopped before its limit because the
+	// next task would have taken the response past the byte cap (Next is
+	// then set).
+	Truncated bool
+}
+
+// ClaimResult is what a claim handed out.
+type ClaimResult struct {
+	// Tasks are the claimed tasks, in claim order.
+	Tasks []*task.Task
+	// Truncated reports that the claim stopped before its limit because the
+	// next task would have taken the response past the byte cap: that task
+	// and the rest were not claimed and stay claimable.
+	Truncated bool
 }
 
 // TaskService is what producers, workers and operators can do with tasks.
@@ -134,7 +148,7 @@ type TaskService interface {
 	// List returns a page of tasks, newest first.
 	List(ctx context.Context, q ListQuery) (TaskPage, error)
 	// Claim hands claimable tasks to a worker.
-	Claim(ctx context.Context, cmd ClaimCommand) ([]*task.Task, error)
+	Claim(ctx context.Context, cmd ClaimCommand) (ClaimResult, error)
 	// Complete marks a held task DONE.
 	Complete(ctx context.Context, cmd CompleteCommand) (*task.Task, error)
 	// Fail records a held task's failure (retry after backoff, or DEAD).

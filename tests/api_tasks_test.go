@@ -2,6 +2,7 @@ package tests
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net/http"
 	"net/url"
@@ -13,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskmaster/taskmaster/cmd/taskmaster/app"
 	"github.com/taskmaster/taskmaster/tests/testclient"
 )
 
@@ -81,13 +83,14 @@ func TestAPIObjectsCarryTheContractFieldNames(t *testing.T) {
 	requireKeys(t, queue.Totals, totalFields)
 
 	r = c.Do(http.MethodPost, "/tasks/v1/claim", jsonObj{"worker_id": "w1"}).Expect(t, http.StatusOK, nil)
+	requireKeys(t, r.Body, []string{"tasks", "truncated"})
 	var claimed struct{ Tasks []json.RawMessage }
 	require.NoError(t, json.Unmarshal(r.Body, &claimed))
 	require.Len(t, claimed.Tasks, 1)
 	requireKeys(t, claimed.Tasks[0], taskFields)
 
 	r = c.Do(http.MethodGet, "/tasks/v1", nil).Expect(t, http.StatusOK, nil)
-	requireKeys(t, r.Body, []string{"tasks", "next_cursor"})
+	requireKeys(t, r.Body, []string{"tasks", "next_cursor", "truncated"})
 }
 
 func TestAPISubmitCreatesAPendingTaskWithDefaults(t *testing.T) {
@@ -440,4 +443,82 @@ func TestAPIARepeatedClaimReturnsTheSameTasksAndClaimsNothingMore(t *testing.T) 
 		require.Equal(t, []string{"request_id"}, p.Fields(), "%q", bad)
 	}
 	require.Len(t, c.Claim(jsonObj{"worker_id": "w", "request_id": strings.Repeat("~", 128)}), 0, "128 printable characters")
+}
+
+// A claim or listing of many ~1 MiB tasks is not buffered whole: it stops
+// adding tasks before the estimated answer exceeds
+// TASKMASTER_MAX_RESPONSE_BYTES and says so (truncated). Tasks a claim left
+// out are not claimed at all; a listing's next_cursor continues after its
+// last task. One task is always handed out, even one over the cap alone.
+func TestAPIClaimAndListStopAtTheResponseByteCap(t *testing.T) {
+	t.Parallel()
+	const limit = 4 << 20
+	s, c := startAPI(t, func(cfg *app.Config) { cfg.App.MaxResponseBytes = limit })
+	c.Register(jsonObj{"id": "w", "queues": []string{"big"}})
+	const n = 10
+	submitted := map[string]bool{}
+	for i := range n {
+		tk := c.Submit(jsonObj{"queue": "big", "payload": fmt.Sprintf("%d:%s", i, strings.Repeat("x", 1_000_000))})
+		submitted[tk.ID] = true
+	}
+	type claimAnswer struct {
+		Tasks     []testclient.Task `json:"tasks"`
+		Truncated bool              `json:"truncated"`
+	}
+	claimed := map[string]bool{}
+	for _, want := range []struct {
+		n         int
+		truncated bool
+	}{{4, true}, {4, true}, {2, false}} {
+		var got claimAnswer
+		r := c.Do(http.MethodPost, "/tasks/v1/claim", jsonObj{"worker_id": "w", "limit": n}).Expect(t, http.StatusOK, &got)
+		require.Len(t, got.Tasks, want.n)
+		require.Equal(t, want.truncated, got.Truncated)
+		require.LessOrEqual(t, len(r.Body), limit, "the answer is within the cap")
+		for _, tk := range got.Tasks {
+			require.False(t, claimed[tk.ID])
+			claimed[tk.ID] = true
+			require.Greater(t, len(tk.Payload), 1_000_000)
+		}
+		var running int
+		require.NoError(t, s.DB.Get(&running, `SELECT count(*) FROM tasks WHERE status = 'RUNNING'`))
+		require.Equal(t, len(claimed), running, "what the cap left out was not claimed")
+	}
+	require.Equal(t, submitted, claimed)
+
+	listed := map[string]bool{}
+	query := "queue=big&limit=10"
+	for page := 0; ; page++ {
+		require.Less(t, page, 4)
+		var got struct {
+			testclient.Page
+			Truncated bool `json:"truncated"`
+		}
+		r := c.Do(http.MethodGet, "/tasks/v1?"+query, nil).Expect(t, http.StatusOK, &got)
+		require.LessOrEqual(t, len(r.Body), limit)
+		require.NotEmpty(t, got.Tasks)
+		for _, tk := range got.Tasks {
+			require.False(t, listed[tk.ID], "each task once")
+			listed[tk.ID] = true
+		}
+		if got.NextCursor == nil {
+			require.False(t, got.Truncated)
+			break
+		}
+		require.True(t, got.Truncated, "a page cut short by the cap, not by its limit")
+		query = "queue=big&limit=10&cursor=" + *got.NextCursor
+	}
+	require.Equal(t, submitted, listed)
+
+	// A cap smaller than one task: one task, and the rest stay PENDING.
+	_, small := startAPI(t, func(cfg *app.Config) { cfg.App.MaxResponseBytes = 64 << 10 })
+	small.Register(jsonObj{"id": "w"})
+	for range 2 {
+		small.Submit(jsonObj{"queue": "big", "payload": strings.Repeat("y", 1_000_000)})
+	}
+	var got claimAnswer
+	small.Do(http.MethodPost, "/tasks/v1/claim", jsonObj{"worker_id": "w", "limit": 2}).Expect(t, http.StatusOK, &got)
+	require.Len(t, got.Tasks, 1)
+	require.True(t, got.Truncated)
+	require.Len(t, small.List("status=PENDING").Tasks, 1)
 }

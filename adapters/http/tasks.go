@@ -69,6 +69,9 @@ func (s *Server) handleGetTask(w http.ResponseWriter, r *http.Request) {
 type listTasksResponse struct {
 	Tasks      []TaskJSON `json:"tasks"`
 	NextCursor *string    `json:"next_cursor"`
+	// Truncated is true when the page stopped before its limit at the
+	// response byte cap (next_cursor continues after its last task).
+	Truncated bool `json:"truncated"`
 }
 
 func (s *Server) handleListTasks(w http.ResponseWriter, r *http.Request) {
@@ -82,7 +85,7 @@ func (s *Server) handleListTasks(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	resp := listTasksResponse{Tasks: tasksJSON(page.Tasks)}
+	resp := listTasksResponse{Tasks: tasksJSON(page.Tasks), Truncated: page.Truncated}
 	if page.Next != nil {
 		c := encodeCursor(*page.Next)
 		resp.NextCursor = &c
@@ -134,8 +137,11 @@ type claimRequest struct {
 	RequestID    *string `json:"request_id"`
 }
 
-type tasksResponse struct {
+type claimResponse struct {
 	Tasks []TaskJSON `json:"tasks"`
+	// Truncated is true when the claim stopped before its limit at the
+	// response byte cap: more tasks may be claimable at once.
+	Truncated bool `json:"truncated"`
 }
 
 func (s *Server) handleClaimTasks(w http.ResponseWriter, r *http.Request) {
@@ -144,7 +150,7 @@ func (s *Server) handleClaimTasks(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	ts, err := s.tasks.Claim(r.Context(), ports.ClaimCommand{
+	res, err := s.tasks.Claim(r.Context(), ports.ClaimCommand{
 		WorkerID: req.WorkerID, Queue: req.Queue, Limit: req.Limit, WaitMillis: req.WaitMS, LeaseSeconds: req.LeaseSeconds,
 		RequestID: req.RequestID,
 	})
@@ -152,7 +158,7 @@ func (s *Server) handleClaimTasks(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, tasksResponse{Tasks: tasksJSON(ts)})
+	writeJSON(w, http.StatusOK, claimResponse{Tasks: tasksJSON(res.Tasks), Truncated: res.Truncated})
 }
 
 type completeRequest struct {

@@ -39,7 +39,7 @@ func TestCommittedTransitionsAppendOneMessageEachRolledBackNone(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, created)
 
-	claimed, err := e.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w1", Queue: "q", Limit: ptr(3)})
+	claimed, err := claimedTasks(e.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w1", Queue: "q", Limit: ptr(3)}))
 	require.NoError(t, err)
 	require.Len(t, claimed, 3)
 	byID := map[uuid.UUID]*task.Task{}
@@ -126,3 +126,6 @@ func TestCommittedTransitionsAppendOneMessageEachRolledBackNone(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// claimedTasks is the tasks of a claim's result, for tests that check them.
+func claimedTasks(r ports.ClaimResult, err error) ([]*task.Task, error) { return r.Tasks, err }

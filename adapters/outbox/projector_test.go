@@ -174,7 +174,7 @@ func workload(t *testing.T, e *env, ctx context.Context) {
 		_, _, err := e.tasks.Submit(ctx, task.SubmitParams{Queue: q, MaxAttempts: ptr(2)})
 		require.NoError(t, err)
 	}
-	claimed, err := e.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w", Limit: ptr(8)})
+	claimed, err := claimedTasks(e.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w", Limit: ptr(8)}))
 	require.NoError(t, err)
 	require.Len(t, claimed, 8)
 	for i, tk := range claimed {

@@ -36,7 +36,7 @@ func TestTaskStoreClaimGivesEachTaskItsLease(t *testing.T) {
 	}
 
 	err := f.tx.Run(t.Context(), func(ctx context.Context, st ports.Stores) error {
-		_, err := st.Tasks.Claim(ctx, ports.ClaimParams{WorkerID: "w1", Limit: 1, LeaseSeconds: 0})
+		_, _, err := st.Tasks.Claim(ctx, ports.ClaimParams{WorkerID: "w1", Limit: 1, LeaseSeconds: 0})
 		return err
 	})
 	require.Error(t, err, "a claim without a lease length is refused before it reaches SQL")

@@ -64,7 +64,7 @@ func (f *reaperFixture) running(t *testing.T, workerID string, maxAttempts int) 
 	id := f.submit(t, task.SubmitParams{Queue: queue, MaxAttempts: ptr(maxAttempts)})
 	claimed, err := f.tasks.Claim(context.Background(), ports.ClaimCommand{WorkerID: workerID, Queue: queue, Limit: ptr(1)})
 	require.NoError(t, err)
-	require.Len(t, claimed, 1)
+	require.Len(t, claimed.Tasks, 1)
 	return id
 }
 

@@ -81,7 +81,7 @@ func (f *storeFixture) claim(p ports.ClaimParams) []*task.Task {
 	var out []*task.Task
 	f.run(func(ctx context.Context, st ports.Stores) error {
 		var err error
-		out, err = st.Tasks.Claim(ctx, p)
+		out, _, err = st.Tasks.Claim(ctx, p)
 		return err
 	})
 	return out

@@ -425,7 +425,7 @@ func TestTaskStoreListPagesNewestFirstWithFilters(t *testing.T) {
 		var out []*task.Task
 		f.run(func(ctx context.Context, st ports.Stores) error {
 			var err error
-			out, err = st.Tasks.List(ctx, flt)
+			out, _, err = st.Tasks.List(ctx, flt)
 			return err
 		})
 		return out
@@ -495,7 +495,7 @@ func TestTaskStoreClaimedUnderMatchesTheDomainRule(t *testing.T) {
 	var all []*task.Task
 	f.run(func(ctx context.Context, st ports.Stores) error {
 		var err error
-		all, err = st.Tasks.List(ctx, ports.TaskFilter{Limit: 100})
+		all, _, err = st.Tasks.List(ctx, ports.TaskFilter{Limit: 100})
 		return err
 	})
 	require.Len(t, all, 10)
@@ -525,4 +525,62 @@ func TestTaskStoreClaimedUnderMatchesTheDomainRule(t *testing.T) {
 	require.Len(t, got, 2, "the claim of queue a")
 	require.Equal(t, "r1", got[0].Snapshot().ClaimRequestID)
 	require.NotEmpty(t, got[0].Snapshot().Payload, "with every column")
+}
+
+// payload_bytes and result_bytes, which the response cap sums, are the
+// lengths of the texts PostgreSQL renders, on every path that writes them.
+func TestTaskStoreKeepsTheRenderedSizesOfPayloadsAndResults(t *testing.T) {
+	t.Parallel()
+	f := newStoreFixture(t)
+	values := []string{`{"b":1,"a":[1,2,3],"b":"\u00e9\n<&>"}`, `1e3`, `"\ud83d\ude00"`, `[ 1 , {"x" : null} ]`}
+	single := f.submit(task.SubmitParams{Queue: "sizes", Payload: json.RawMessage(values[0])})
+	f.run(func(ctx context.Context, st ports.Stores) error {
+		_, _, err := st.Tasks.CreateMany(ctx, func(now time.Time) ([]*task.Task, []event.Event, error) {
+			var ts []*task.Task
+			var es []event.Event
+			for _, v := range values[1:] {
+				tk, e, err := task.Submit(task.SubmitParams{ID: uuid.Must(uuid.NewV7()), Queue: "sizes", Payload: json.RawMessage(v)}, now)
+				if err != nil {
+					return nil, nil, err
+				}
+				ts, es = append(ts, tk), append(es, e)
+			}
+			return ts, es, nil
+		})
+		return err
+	})
+	claimed := f.claim(ports.ClaimParams{Queues: []string{"sizes"}})
+	require.Len(t, claimed, len(values))
+	f.run(func(ctx context.Context, st ports.Stores) error {
+		_, err := st.Tasks.Update(ctx, single.ID(), func(tk *task.Task, now time.Time) ([]event.Event, error) {
+			e, err := tk.Complete(task.CompleteParams{WorkerID: "w1", LeaseID: tk.Snapshot().LeaseID, Result: json.RawMessage(values[3])}, now)
+			return []event.Event{e}, err
+		})
+		return err
+	})
+	var rest []uuid.UUID
+	for _, tk := range claimed {
+		if tk.ID() != single.ID() {
+			rest = append(rest, tk.ID())
+		}
+	}
+	f.run(func(ctx context.Context, st ports.Stores) error {
+		_, err := st.Tasks.UpdateEach(ctx, rest, func(i int, tk *task.Task, now time.Time) ([]event.Event, error) {
+			e, err := tk.Complete(task.CompleteParams{WorkerID: "w1", LeaseID: tk.Snapshot().LeaseID, Result: json.RawMessage(values[i])}, now)
+			return []event.Event{e}, err
+		})
+		return err
+	})
+	var rows []struct {
+		PayloadBytes, PayloadText, ResultBytes, ResultText int64
+	}
+	require.NoError(t, f.db.Select(&rows, `
+		SELECT payload_bytes AS payloadbytes, octet_length(payload::text) AS payloadtext,
+			result_bytes AS resultbytes, octet_length(result::text) AS resulttext
+		FROM tasks WHERE queue = 'sizes'`))
+	require.Len(t, rows, len(values))
+	for _, r := range rows {
+		require.Equal(t, r.PayloadText, r.PayloadBytes)
+		require.Equal(t, r.ResultText, r.ResultBytes)
+	}
 }

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"database/sql"
 	"encoding/json"
 	"strings"
 	"unicode/utf8"
@@ -20,4 +21,17 @@ func storableText(s string) bool {
 func (s *TaskStore) CheckJSON(raw json.RawMessage) error {
 	_, err := JSONStoredSize(raw)
 	return err
+}
+
+// jsonBytes is the length of the text PostgreSQL renders for a JSON value
+// about to be written (payload_bytes, result_bytes), NULL for no value.
+func jsonBytes(raw json.RawMessage) (sql.NullInt64, error) {
+	if len(raw) == 0 {
+		return sql.NullInt64{}, nil
+	}
+	n, err := JSONStoredSize(raw)
+	if err != nil {
+		return sql.NullInt64{}, err
+	}
+	return sql.NullInt64{Int64: n, Valid: true}, nil
 }

@@ -103,7 +103,7 @@ func (tasks) UpdateEach(_ context.Context, ids []uuid.UUID, fn ports.TaskUpdateE
 	return out, nil
 }
 
-func (tasks) Claim(_ context.Context, p ports.ClaimParams) ([]*task.Task, error) {
+func (tasks) Claim(_ context.Context, p ports.ClaimParams) ([]*task.Task, bool, error) {
 	queue := "q"
 	if len(p.Queues) > 0 {
 		queue = p.Queues[0]
@@ -111,12 +111,12 @@ func (tasks) Claim(_ context.Context, p ports.ClaimParams) ([]*task.Task, error)
 	three := 3
 	t, _, err := task.Submit(task.SubmitParams{ID: uuid.New(), Queue: queue, MaxAttempts: &three}, Now)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if _, err := t.Claim(task.ClaimParams{WorkerID: p.WorkerID, WorkerTags: p.WorkerTags, LeaseID: uuid.New(), LeaseSeconds: p.LeaseSeconds, RequestID: p.RequestID}, Now); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return []*task.Task{t}, nil
+	return []*task.Task{t}, false, nil
 }
 
 func (tasks) ClaimedUnder(context.Context, string, string) ([]*task.Task, error) {
@@ -129,8 +129,8 @@ func (tasks) UpdateHeld(context.Context, string, ports.TaskDecideFunc) ([]*task.
 	return nil, nil
 }
 
-func (tasks) List(context.Context, ports.TaskFilter) ([]*task.Task, error) {
-	return []*task.Task{}, nil
+func (tasks) List(context.Context, ports.TaskFilter) ([]*task.Task, bool, error) {
+	return []*task.Task{}, false, nil
 }
 
 func (tasks) CheckJSON(raw json.RawMessage) error {
