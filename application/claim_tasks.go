@@ -48,7 +48,7 @@ type claim struct {
 // claimOf validates cmd: every field it names is checked, absent ones get
 // their defaults.
 func (s *TaskService) claimOf(cmd ports.ClaimCommand) (claim, error) {
-	c := claim{workerID: cmd.WorkerID, queue: cmd.Queue, limit: 1, leaseSeconds: s.cfg.leaseSeconds()}
+	c := claim{workerID: cmd.WorkerID, queue: cmd.Queue, leaseSeconds: s.cfg.leaseSeconds()}
 	var v validation.Errors
 	if cmd.WorkerID == "" {
 		v.Add("worker_id", "is required")
@@ -56,12 +56,7 @@ func (s *TaskService) claimOf(cmd ports.ClaimCommand) (claim, error) {
 	if cmd.Queue != "" {
 		task.CheckQueue(&v, "queue", cmd.Queue)
 	}
-	if cmd.Limit != nil {
-		c.limit = *cmd.Limit
-		if c.limit < 1 || c.limit > MaxClaimLimit {
-			v.Add("limit", fmt.Sprintf("must be between 1 and %d", MaxClaimLimit))
-		}
-	}
+	c.limit = optionalCount(&v, "limit", cmd.Limit, 1, MaxClaimLimit)
 	if cmd.WaitMillis != nil {
 		if ms := *cmd.WaitMillis; ms < 0 || ms > MaxClaimWait.Milliseconds() {
 			v.Add("wait_ms", fmt.Sprintf("must be between 0 and %d", MaxClaimWait.Milliseconds()))
@@ -170,4 +165,17 @@ func (s *TaskService) claimOnce(ctx context.Context, cmd claim) (ports.ClaimResu
 
 func signOfLife(w *worker.Worker, now time.Time) ([]event.Event, bool, error) {
 	return w.SignOfLife(now)
+}
+
+// optionalCount is an optional count's value: def when n is absent, else
+// *n, which must lie between 1 and most (v names field otherwise). An
+// explicit 0 is out of range, never the default.
+func optionalCount(v *validation.Errors, field string, n *int, def, most int) int {
+	if n == nil {
+		return def
+	}
+	if *n < 1 || *n > most {
+		v.Add(field, fmt.Sprintf("must be between 1 and %d", most))
+	}
+	return *n
 }

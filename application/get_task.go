@@ -28,17 +28,12 @@ func (s *TaskService) Get(ctx context.Context, id uuid.UUID) (*task.Task, error)
 // List returns a page of tasks, newest first, and the cursor of the next
 // page when the page is full or the response byte cap cut it short.
 func (s *TaskService) List(ctx context.Context, q ports.ListQuery) (ports.TaskPage, error) {
-	f := ports.TaskFilter{Queue: q.Queue, Status: q.Status, Limit: DefaultListLimit, After: q.After, MaxBytes: s.cfg.maxResponseBytes()}
+	f := ports.TaskFilter{Queue: q.Queue, Status: q.Status, After: q.After, MaxBytes: s.cfg.maxResponseBytes()}
 	var v validation.Errors
 	if q.Queue != "" {
 		task.CheckQueue(&v, "queue", q.Queue)
 	}
-	if q.Limit != nil {
-		f.Limit = *q.Limit
-		if f.Limit < 1 || f.Limit > MaxListLimit {
-			v.Add("limit", fmt.Sprintf("must be between 1 and %d", MaxListLimit))
-		}
-	}
+	f.Limit = optionalCount(&v, "limit", q.Limit, DefaultListLimit, MaxListLimit)
 	if f.Status != "" && !f.Status.Valid() {
 		v.Add("status", "must be one of PENDING, RUNNING, DONE, DEAD")
 	}
