@@ -263,13 +263,16 @@ type job struct {
 }
 
 // halt cancels the handler with cause and tells work to stop waiting for
-// it; only the first call counts. It reports whether this call did it.
+// it; only the first call counts. It reports whether this call did it. The
+// halt is visible (halted) before the handler's context ends, so work never
+// takes the outcome of a handler that returned because of it for a normal
+// one (which, for a lost task, would report what must be dropped).
 func (j *job) halt(cause error) bool {
 	first := false
 	j.once.Do(func() {
 		j.cause = cause
-		j.cancel(cause)
 		close(j.stop)
+		j.cancel(cause)
 		first = true
 	})
 	return first
