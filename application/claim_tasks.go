@@ -15,14 +15,16 @@ import (
 
 // Claim hands up to cmd.Limit (default 1) claimable tasks to a registered,
 // non-DEAD worker, each RUNNING under a fresh lease of cmd.LeaseSeconds (the
-// configured default when absent). The claim counts as the worker's sign of
-// life. A claim with cmd.RequestID that the worker already made, and from
-// which it still holds tasks, answers with those tasks (same leases) and
-// claims nothing; once it holds none of them, the claim is made anew. With cmd.WaitMillis set, an empty claim waits for a notification (or
+// configured default when absent), stopping before the response byte cap
+// (Config.MaxResponseBytes; at least one task). The claim counts as the
+// worker's sign of life. A claim with cmd.RequestID that the worker already
+// made, and from which it still holds tasks, answers with those tasks (same
+// leases) and claims nothing; once it holds none of them, the claim is made
+// anew. With cmd.WaitMillis set, an empty claim waits for a notification (or
 // polls) until a task is claimable or the wait is over; it holds no
-// database connection while it waits. A draining worker gets no tasks: its
-// claim answers like a claim on empty queues (after the wait, so a worker
-// that does not read its heartbeats does not spin).
+// database connection while it waits. A draining worker gets no new tasks:
+// its claim answers like a claim on empty queues (after the wait, so a
+// worker that does not read its heartbeats does not spin).
 func (s *TaskService) Claim(ctx context.Context, cmd ports.ClaimCommand) (ports.ClaimResult, error) {
 	c, err := s.claimOf(cmd)
 	if err != nil {
