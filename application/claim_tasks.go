@@ -13,46 +13,74 @@ import (
 	"github.com/taskmaster/taskmaster/ports"
 )
 
-// Claim hands up to cmd.Limit claimable tasks to a registered, non-DEAD
-// worker, each RUNNING under a fresh lease of cmd.LeaseSeconds (the
-// configured default when 0). The claim counts as the worker's sign of life.
-// With cmd.Wait set, an empty claim waits for a notification (or polls) until
-// a task is claimable or the wait is over; it holds no database connection
-// while it waits. A draining worker gets no tasks: its claim answers like a
-// claim on empty queues (after the wait, so a worker that does not read its
-// heartbeats does not spin).
-func (s *TaskService) Claim(ctx context.Context, cmd ports.ClaimCommand) ([]*task.Task, error) {
+// Claim hands up to cmd.Limit (default 1) claimable tasks to a registered,
+// non-DEAD worker, each RUNNING under a fresh lease of cmd.LeaseSeconds (the
+// configured default when absent), stopping before the response byte cap
+// (Config.MaxResponseBytes; at least one task). The claim counts as the
+// worker's sign of life. A claim with cmd.RequestID that the worker already
+// made, and from which it still holds tasks, answers with those tasks (same
+// leases) and claims nothing; once it holds none of them, the claim is made
+// anew. With cmd.WaitMillis set, an empty claim waits for a notification (or
+// polls) until a task is claimable or the wait is over; it holds no
+// database connection while it waits. A draining worker gets no new tasks:
+// its claim answers like a claim on empty queues (after the wait, so a
+// worker that does not read its heartbeats does not spin).
+func (s *TaskService) Claim(ctx context.Context, cmd ports.ClaimCommand) (ports.ClaimResult, error) {
+	c, err := s.claimOf(cmd)
+	if err != nil {
+		return ports.ClaimResult{}, err
+	}
+	if c.wait == 0 {
+		out, _, err := s.claimOnce(ctx, c)
+		return out, err
+	}
+	return s.claimWaiting(ctx, c)
+}
+
+// claim is a validated ClaimCommand with its defaults filled in.
+type claim struct {
+	workerID     string
+	queue        string
+	limit        int
+	wait         time.Duration
+	leaseSeconds int
+	requestID    string
+}
+
+// claimOf validates cmd: every field it names is checked, absent ones get
+// their defaults.
+func (s *TaskService) claimOf(cmd ports.ClaimCommand) (claim, error) {
+	c := claim{workerID: cmd.WorkerID, queue: cmd.Queue, leaseSeconds: s.cfg.leaseSeconds()}
 	var v validation.Errors
 	if cmd.WorkerID == "" {
 		v.Add("worker_id", "is required")
 	}
-	if cmd.Limit == 0 {
-		cmd.Limit = 1
+	if cmd.Queue != "" {
+		task.CheckQueue(&v, "queue", cmd.Queue)
 	}
-	if cmd.Limit < 1 || cmd.Limit > MaxClaimLimit {
-		v.Add("limit", fmt.Sprintf("must be between 1 and %d", MaxClaimLimit))
+	c.limit = optionalCount(&v, "limit", cmd.Limit, 1, MaxClaimLimit)
+	if cmd.WaitMillis != nil {
+		if ms := *cmd.WaitMillis; ms < 0 || ms > MaxClaimWait.Milliseconds() {
+			v.Add("wait_ms", fmt.Sprintf("must be between 0 and %d", MaxClaimWait.Milliseconds()))
+		} else {
+			c.wait = time.Duration(ms) * time.Millisecond
+		}
 	}
-	if cmd.Wait < 0 || cmd.Wait > MaxClaimWait {
-		v.Add("wait_ms", fmt.Sprintf("must be between 0 and %d", MaxClaimWait.Milliseconds()))
+	if cmd.LeaseSeconds != nil {
+		c.leaseSeconds = *cmd.LeaseSeconds
+		task.CheckLeaseSeconds(&v, "lease_seconds", c.leaseSeconds)
 	}
-	if cmd.LeaseSeconds == 0 {
-		cmd.LeaseSeconds = s.cfg.leaseSeconds()
+	if cmd.RequestID != nil {
+		c.requestID = *cmd.RequestID
+		task.CheckRequestID(&v, "request_id", c.requestID)
 	}
-	task.CheckLeaseSeconds(&v, "lease_seconds", cmd.LeaseSeconds)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if cmd.Wait == 0 {
-		out, _, err := s.claimOnce(ctx, cmd)
-		return out, err
-	}
-	return s.claimWaiting(ctx, cmd)
+	return c, v.Err()
 }
 
 // claimWaiting subscribes before the first attempt, so a task submitted
 // between an empty attempt and the wait still wakes it.
-func (s *TaskService) claimWaiting(ctx context.Context, cmd ports.ClaimCommand) ([]*task.Task, error) {
-	deadline := time.NewTimer(cmd.Wait)
+func (s *TaskService) claimWaiting(ctx context.Context, cmd claim) (ports.ClaimResult, error) {
+	deadline := time.NewTimer(cmd.wait)
 	defer deadline.Stop()
 	var (
 		wake   <-chan struct{}
@@ -61,7 +89,7 @@ func (s *TaskService) claimWaiting(ctx context.Context, cmd ports.ClaimCommand) 
 	)
 	for {
 		out, claimedFrom, err := s.claimOnce(ctx, cmd)
-		if err != nil || len(out) > 0 {
+		if err != nil || len(out.Tasks) > 0 {
 			cancel()
 			return out, err
 		}
@@ -78,56 +106,80 @@ func (s *TaskService) claimWaiting(ctx context.Context, cmd ports.ClaimCommand) 
 		case _, open := <-wake:
 			poll.Stop()
 			if !open { // shutting down: answer at once
-				return []*task.Task{}, nil
+				return ports.ClaimResult{Tasks: []*task.Task{}}, nil
 			}
 		case <-poll.C:
 		case <-deadline.C:
 			poll.Stop()
-			return []*task.Task{}, nil
+			return ports.ClaimResult{Tasks: []*task.Task{}}, nil
 		case <-ctx.Done():
 			poll.Stop()
-			return []*task.Task{}, nil
+			return ports.ClaimResult{Tasks: []*task.Task{}}, nil
 		}
 	}
 }
 
 // claimOnce claims in one transaction and reports the queues it looked in
 // (empty: any queue).
-func (s *TaskService) claimOnce(ctx context.Context, cmd ports.ClaimCommand) ([]*task.Task, []string, error) {
+func (s *TaskService) claimOnce(ctx context.Context, cmd claim) (ports.ClaimResult, []string, error) {
 	var (
-		out    []*task.Task
+		out    ports.ClaimResult
 		queues []string
 	)
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
 		// Under the worker's liveness lock: a worker the heartbeat reaper
 		// is declaring DEAD claims nothing.
-		w, err := st.Workers.TouchLive(ctx, cmd.WorkerID, signOfLife)
+		w, err := st.Workers.TouchLive(ctx, cmd.workerID, signOfLife)
 		if err != nil {
 			return err
 		}
 		queues = w.Queues()
-		if cmd.Queue != "" {
-			queues = []string{cmd.Queue}
+		if cmd.queue != "" {
+			queues = []string{cmd.queue}
+		}
+		if cmd.requestID != "" {
+			// A repeat of a claim whose answer was lost: the tasks it holds
+			// from that claim, not new ones (they would be orphaned later,
+			// each burning an attempt). Draining does not stop it: the
+			// tasks were claimed before.
+			if out.Tasks, err = st.Tasks.ClaimedUnder(ctx, w.ID(), cmd.requestID); err != nil || len(out.Tasks) > 0 {
+				return err
+			}
 		}
 		if w.Draining() {
-			out = []*task.Task{}
+			out.Tasks = []*task.Task{}
 			return nil
 		}
-		out, err = st.Tasks.Claim(ctx, ports.ClaimParams{
+		out.Tasks, out.Truncated, err = st.Tasks.Claim(ctx, ports.ClaimParams{
 			WorkerID:     w.ID(),
 			WorkerTags:   w.Tags(),
 			Queues:       queues,
-			Limit:        cmd.Limit,
-			LeaseSeconds: cmd.LeaseSeconds,
+			Limit:        cmd.limit,
+			LeaseSeconds: cmd.leaseSeconds,
+			RequestID:    cmd.requestID,
+			MaxBytes:     s.cfg.maxResponseBytes(),
 		})
 		return err
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("claim tasks: %w", err)
+		return ports.ClaimResult{}, nil, fmt.Errorf("claim tasks: %w", err)
 	}
 	return out, queues, nil
 }
 
 func signOfLife(w *worker.Worker, now time.Time) ([]event.Event, bool, error) {
 	return w.SignOfLife(now)
+}
+
+// optionalCount is an optional count's value: def when n is absent, else
+// *n, which must lie between 1 and most (v names field otherwise). An
+// explicit 0 is out of range, never the default.
+func optionalCount(v *validation.Errors, field string, n *int, def, most int) int {
+	if n == nil {
+		return def
+	}
+	if *n < 1 || *n > most {
+		v.Add(field, fmt.Sprintf("must be between 1 and %d", most))
+	}
+	return *n
 }

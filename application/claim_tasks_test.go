@@ -27,7 +27,7 @@ func TestClaimLimitBounds(t *testing.T) {
 	require.NoError(t, err)
 
 	for _, limit := range []int{-1, application.MaxClaimLimit + 1} {
-		_, err := s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w", Limit: limit})
+		_, err := s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w", Limit: ptr(limit)})
 		var verr *validation.Error
 		require.ErrorAs(t, err, &verr, "limit %d", limit)
 		require.Equal(t, "limit", verr.Fields[0].Field)
@@ -36,10 +36,10 @@ func TestClaimLimitBounds(t *testing.T) {
 	require.NoError(t, s.db.Get(&running, `SELECT count(*) FROM tasks WHERE status = 'RUNNING'`))
 	require.Zero(t, running)
 
-	got, err := s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w"})
+	got, err := claimedTasks(s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w"}))
 	require.NoError(t, err)
 	require.Len(t, got, 1, "no limit means one task")
-	got, err = s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w", Limit: 1000})
+	got, err = claimedTasks(s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w", Limit: ptr(1000)}))
 	require.NoError(t, err)
 	require.Len(t, got, 2, "the largest limit takes what is left")
 }

@@ -15,14 +15,22 @@ import (
 	"github.com/taskmaster/taskmaster/ports"
 )
 
-// Complete marks a task DONE. Only the worker holding it, with the current
-// lease when one is given, may do so.
+// Complete marks a task DONE. Only the worker holding it, under its current
+// lease, may do so.
 func (s *TaskService) Complete(ctx context.Context, cmd ports.CompleteCommand) (*task.Task, error) {
-	if cmd.WorkerID == "" {
-		return nil, requiredWorkerID()
+	var v validation.Errors
+	checkReporter(&v, cmd.WorkerID)
+	checkLease(&v, "lease_id", cmd.LeaseID)
+	if err := v.Err(); err != nil {
+		return nil, err
 	}
-	out, err := s.updateReported(ctx, cmd.TaskID, cmd.WorkerID, func(t *task.Task, now time.Time) ([]event.Event, error) {
-		e, err := t.Complete(task.CompleteParams{WorkerID: cmd.WorkerID, LeaseID: cmd.LeaseID, Result: cmd.Result}, now)
+	check := func(st ports.Stores) error {
+		var v validation.Errors
+		checkJSON(&v, st, "result", cmd.Result)
+		return v.Err()
+	}
+	out, err := s.updateReported(ctx, cmd.TaskID, cmd.WorkerID, check, func(t *task.Task, now time.Time) ([]event.Event, error) {
+		e, err := t.Complete(task.CompleteParams{WorkerID: cmd.WorkerID, LeaseID: *cmd.LeaseID, Result: cmd.Result}, now)
 		return []event.Event{e}, err
 	})
 	if err != nil {
@@ -32,10 +40,16 @@ func (s *TaskService) Complete(ctx context.Context, cmd ports.CompleteCommand) (
 }
 
 // updateReported applies a holder's report to its task (fn fences it) and
-// counts the report as the worker's sign of life, in one transaction.
-func (s *TaskService) updateReported(ctx context.Context, id uuid.UUID, workerID string, fn ports.TaskUpdateFunc) (*task.Task, error) {
+// counts the report as the worker's sign of life, in one transaction. check,
+// when not nil, refuses what storage cannot hold before anything is loaded.
+func (s *TaskService) updateReported(ctx context.Context, id uuid.UUID, workerID string, check func(ports.Stores) error, fn ports.TaskUpdateFunc) (*task.Task, error) {
 	var out *task.Task
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
+		if check != nil {
+			if err := check(st); err != nil {
+				return err
+			}
+		}
 		var err error
 		if out, err = st.Tasks.Update(ctx, id, fn); err != nil {
 			return err
@@ -56,8 +70,17 @@ func touchReporter(ctx context.Context, st ports.Stores, workerID string) error 
 	return err
 }
 
-func requiredWorkerID() error {
-	var v validation.Errors
-	v.Add("worker_id", "is required")
-	return v.Err()
+// checkReporter adds to v when a holder's report names no worker.
+func checkReporter(v *validation.Errors, workerID string) {
+	if workerID == "" {
+		v.Add("worker_id", "is required")
+	}
+}
+
+// checkLease adds to v when a holder's report (field names it) does not
+// carry the lease it holds the task under: fencing is never optional.
+func checkLease(v *validation.Errors, field string, leaseID *uuid.UUID) {
+	if leaseID == nil {
+		v.Add(field, "is required: the lease_id the claim returned")
+	}
 }

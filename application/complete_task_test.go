@@ -20,7 +20,7 @@ func claimed(t *testing.T, s services, workerID string) *task.Task {
 	require.NoError(t, err)
 	_, _, err = s.tasks.Submit(ctx, task.SubmitParams{Queue: workerID})
 	require.NoError(t, err)
-	got, err := s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: workerID, Queue: workerID})
+	got, err := claimedTasks(s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: workerID, Queue: workerID}))
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	return got[0]
@@ -32,11 +32,11 @@ func TestReportsRefreshTheReportingWorker(t *testing.T) {
 	s := setup(t)
 	reports := map[string]func(ctx context.Context, v task.Snapshot) error{
 		"complete": func(ctx context.Context, v task.Snapshot) error {
-			_, err := s.tasks.Complete(ctx, ports.CompleteCommand{TaskID: v.ID, WorkerID: v.WorkerID})
+			_, err := s.tasks.Complete(ctx, ports.CompleteCommand{TaskID: v.ID, WorkerID: v.WorkerID, LeaseID: &v.LeaseID})
 			return err
 		},
 		"fail": func(ctx context.Context, v task.Snapshot) error {
-			_, err := s.tasks.Fail(ctx, ports.FailCommand{TaskID: v.ID, WorkerID: v.WorkerID, Retryable: true})
+			_, err := s.tasks.Fail(ctx, ports.FailCommand{TaskID: v.ID, WorkerID: v.WorkerID, LeaseID: &v.LeaseID, Retryable: true})
 			return err
 		},
 	}

@@ -13,21 +13,20 @@ import (
 
 // Fail records a failed attempt: the task is retried after backoff when the
 // error is retryable and attempts remain, else it is dead-lettered. Only the
-// holder may report it.
+// holder, under its current lease, may report it.
 func (s *TaskService) Fail(ctx context.Context, cmd ports.FailCommand) (*task.Task, error) {
 	var v validation.Errors
-	if cmd.WorkerID == "" {
-		v.Add("worker_id", "is required")
-	}
+	checkReporter(&v, cmd.WorkerID)
+	checkLease(&v, "lease_id", cmd.LeaseID)
 	if len(cmd.Error) > task.MaxErrorLength {
 		v.Add("error", fmt.Sprintf("must be at most %d bytes", task.MaxErrorLength))
 	}
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	out, err := s.updateReported(ctx, cmd.TaskID, cmd.WorkerID, func(t *task.Task, now time.Time) ([]event.Event, error) {
+	out, err := s.updateReported(ctx, cmd.TaskID, cmd.WorkerID, nil, func(t *task.Task, now time.Time) ([]event.Event, error) {
 		e, err := t.Fail(task.FailParams{
-			WorkerID: cmd.WorkerID, LeaseID: cmd.LeaseID, Error: cmd.Error, Retryable: cmd.Retryable,
+			WorkerID: cmd.WorkerID, LeaseID: *cmd.LeaseID, Error: cmd.Error, Retryable: cmd.Retryable,
 		}, s.cfg.Backoff, now)
 		return []event.Event{e}, err
 	})

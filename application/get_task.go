@@ -25,29 +25,33 @@ func (s *TaskService) Get(ctx context.Context, id uuid.UUID) (*task.Task, error)
 	return out, nil
 }
 
-// List returns a page of tasks, newest first.
-func (s *TaskService) List(ctx context.Context, f ports.TaskFilter) ([]*task.Task, error) {
+// List returns a page of tasks, newest first, and the cursor of the next
+// page when the page is full or the response byte cap cut it short.
+func (s *TaskService) List(ctx context.Context, q ports.ListQuery) (ports.TaskPage, error) {
+	f := ports.TaskFilter{Queue: q.Queue, Status: q.Status, After: q.After, MaxBytes: s.cfg.maxResponseBytes()}
 	var v validation.Errors
-	if f.Limit == 0 {
-		f.Limit = DefaultListLimit
+	if q.Queue != "" {
+		task.CheckQueue(&v, "queue", q.Queue)
 	}
-	if f.Limit < 1 || f.Limit > MaxListLimit {
-		v.Add("limit", fmt.Sprintf("must be between 1 and %d", MaxListLimit))
-	}
+	f.Limit = optionalCount(&v, "limit", q.Limit, DefaultListLimit, MaxListLimit)
 	if f.Status != "" && !f.Status.Valid() {
 		v.Add("status", "must be one of PENDING, RUNNING, DONE, DEAD")
 	}
 	if err := v.Err(); err != nil {
-		return nil, err
+		return ports.TaskPage{}, err
 	}
-	var out []*task.Task
+	var page ports.TaskPage
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
 		var err error
-		out, err = st.Tasks.List(ctx, f)
+		page.Tasks, page.Truncated, err = st.Tasks.List(ctx, f)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list tasks: %w", err)
+		return ports.TaskPage{}, fmt.Errorf("list tasks: %w", err)
 	}
-	return out, nil
+	if n := len(page.Tasks); n > 0 && (n == f.Limit || page.Truncated) {
+		last := page.Tasks[n-1].ID()
+		page.Next = &last
+	}
+	return page, nil
 }

@@ -12,7 +12,11 @@ import (
 	"github.com/taskmaster/taskmaster/ports"
 )
 
-// MaxHeartbeatTasks is the most tasks one heartbeat may list.
+// MaxHeartbeatTasks is the most tasks one heartbeat may list. A longer list
+// is refused and changes nothing; it cannot be split over several heartbeats
+// either (each takes back the tasks it does not list), so it is also the
+// most tasks a worker that lists its tasks may hold. Registration
+// advertises it.
 const MaxHeartbeatTasks = 10000
 
 // Heartbeat records a worker's sign of life (a STALE worker becomes ACTIVE

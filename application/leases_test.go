@@ -27,7 +27,7 @@ func claimN(t *testing.T, s services, workerID string, n int) []task.Snapshot {
 		_, _, err := s.tasks.Submit(ctx, task.SubmitParams{Queue: queue})
 		require.NoError(t, err)
 	}
-	got, err := s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: workerID, Queue: queue, Limit: n})
+	got, err := claimedTasks(s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: workerID, Queue: queue, Limit: ptr(n)}))
 	require.NoError(t, err)
 	require.Len(t, got, n)
 	out := make([]task.Snapshot, n)
@@ -165,14 +165,14 @@ func TestDrainedWorkerClaimsNothingUntilItRegistersAgain(t *testing.T) {
 	_, err = s.workers.Drain(ctx, "nobody")
 	require.ErrorIs(t, err, worker.ErrNotFound)
 
-	got, err := s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w"})
+	got, err := claimedTasks(s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w"}))
 	require.NoError(t, err)
 	require.Empty(t, got)
 	require.NotNil(t, got)
 	// With a wait, the answer comes when the wait is over, like a claim on
 	// empty queues: a worker that does not read its heartbeats does not spin.
 	start := time.Now()
-	got, err = s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w", Wait: 200 * time.Millisecond})
+	got, err = claimedTasks(s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w", WaitMillis: ptr(int64(200))}))
 	require.NoError(t, err)
 	require.Empty(t, got)
 	require.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond)
@@ -182,7 +182,7 @@ func TestDrainedWorkerClaimsNothingUntilItRegistersAgain(t *testing.T) {
 
 	_, _, err = s.workers.Register(ctx, worker.RegisterParams{ID: "w"})
 	require.NoError(t, err)
-	got, err = s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w"})
+	got, err = claimedTasks(s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w"}))
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	res, err = s.workers.Heartbeat(ctx, ports.HeartbeatCommand{WorkerID: "w"})
@@ -201,12 +201,12 @@ func TestClaimLeaseSeconds(t *testing.T) {
 	configured := application.NewTaskService(s.tx, application.Config{DefaultLeaseSeconds: 7})
 	_, _, err := s.tasks.Submit(ctx, task.SubmitParams{Queue: "seven"})
 	require.NoError(t, err)
-	got, err := configured.Claim(ctx, ports.ClaimCommand{WorkerID: "w", Queue: "seven"})
+	got, err := claimedTasks(configured.Claim(ctx, ports.ClaimCommand{WorkerID: "w", Queue: "seven"}))
 	require.NoError(t, err)
 	require.Equal(t, 7, got[0].Snapshot().LeaseSeconds, "the configured default")
 
 	for _, n := range []int{-1, task.MaxLeaseSeconds + 1} {
-		_, err := s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w", LeaseSeconds: n})
+		_, err := s.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w", LeaseSeconds: ptr(n)})
 		var verr *validation.Error
 		require.ErrorAs(t, err, &verr, n)
 		require.Equal(t, "lease_seconds", verr.Fields[0].Field)
@@ -220,7 +220,7 @@ func TestExtend(t *testing.T) {
 	ctx := t.Context()
 	held := claimN(t, s, "w", 1)[0]
 
-	got, err := s.tasks.Extend(ctx, ports.ExtendCommand{TaskID: held.ID, WorkerID: "w", LeaseID: &held.LeaseID, LeaseSeconds: 3600})
+	got, err := s.tasks.Extend(ctx, ports.ExtendCommand{TaskID: held.ID, WorkerID: "w", LeaseID: &held.LeaseID, LeaseSeconds: ptr(3600)})
 	require.NoError(t, err)
 	v := got.Snapshot()
 	require.Equal(t, 3600, v.LeaseSeconds)
@@ -238,7 +238,7 @@ func TestExtend(t *testing.T) {
 	require.ErrorIs(t, err, task.ErrLeaseLost)
 	_, err = s.tasks.Extend(ctx, ports.ExtendCommand{TaskID: uuid.New(), WorkerID: "w", LeaseID: &other})
 	require.ErrorIs(t, err, task.ErrNotFound)
-	_, err = s.tasks.Extend(ctx, ports.ExtendCommand{TaskID: held.ID, LeaseSeconds: -1})
+	_, err = s.tasks.Extend(ctx, ports.ExtendCommand{TaskID: held.ID, LeaseSeconds: ptr(-1)})
 	var verr *validation.Error
 	require.ErrorAs(t, err, &verr)
 	require.ElementsMatch(t, []string{"worker_id", "lease_id", "lease_seconds"},

@@ -9,7 +9,9 @@ import (
 	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
 	"github.com/taskmaster/taskmaster/application"
 	"github.com/taskmaster/taskmaster/domain/backoff"
+	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/domain/worker"
+	"github.com/taskmaster/taskmaster/ports"
 )
 
 // TestMain is the one TestMain of this package's tests: the use cases run
@@ -31,3 +33,8 @@ func setup(t *testing.T) services {
 	cfg := application.Config{Backoff: backoff.DefaultPolicy(), Liveness: worker.DefaultLivenessConfig()}
 	return services{db: db, tx: tx, tasks: application.NewTaskService(tx, cfg), workers: application.NewWorkerService(tx, cfg)}
 }
+
+func ptr[T any](v T) *T { return &v }
+
+// claimedTasks is the tasks of a claim's result, for tests that check them.
+func claimedTasks(r ports.ClaimResult, err error) ([]*task.Task, error) { return r.Tasks, err }

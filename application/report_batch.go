@@ -14,18 +14,35 @@ import (
 )
 
 // CompleteBatch reports many successes of one worker in one transaction.
-// Each item is fenced on its own: a refused item does not stop the others.
+// Each item is fenced on its own (every item names its lease): a refused
+// item does not stop the others.
 func (s *TaskService) CompleteBatch(ctx context.Context, workerID string, items []ports.CompleteItem) ([]ports.TaskResult, error) {
 	ids := make([]uuid.UUID, len(items))
 	for i, it := range items {
 		ids[i] = it.TaskID
 	}
-	if err := validateBatch(workerID, ids, nil); err != nil {
+	err := validateBatch(workerID, ids, func(v *validation.Errors) {
+		for i, it := range items {
+			checkLease(v, fmt.Sprintf("items[%d].lease_id", i), it.LeaseID)
+		}
+	})
+	if err != nil {
 		return nil, err
 	}
-	out, err := s.reportBatch(ctx, workerID, ids, func(i int, t *task.Task, now time.Time) ([]event.Event, error) {
+	// An item whose result storage cannot hold fails on its own, with a
+	// validation problem; the others go on.
+	refuse := func(st ports.Stores) []error {
+		out := make([]error, len(items))
+		for i, it := range items {
+			var v validation.Errors
+			checkJSON(&v, st, fmt.Sprintf("items[%d].result", i), it.Result)
+			out[i] = v.Err()
+		}
+		return out
+	}
+	out, err := s.reportBatch(ctx, workerID, ids, refuse, func(i int, t *task.Task, now time.Time) ([]event.Event, error) {
 		it := items[i]
-		e, err := t.Complete(task.CompleteParams{WorkerID: workerID, LeaseID: it.LeaseID, Result: it.Result}, now)
+		e, err := t.Complete(task.CompleteParams{WorkerID: workerID, LeaseID: *it.LeaseID, Result: it.Result}, now)
 		return []event.Event{e}, err
 	})
 	if err != nil {
@@ -43,6 +60,7 @@ func (s *TaskService) FailBatch(ctx context.Context, workerID string, items []po
 	}
 	err := validateBatch(workerID, ids, func(v *validation.Errors) {
 		for i, it := range items {
+			checkLease(v, fmt.Sprintf("items[%d].lease_id", i), it.LeaseID)
 			if len(it.Error) > task.MaxErrorLength {
 				v.Add(fmt.Sprintf("items[%d].error", i), fmt.Sprintf("must be at most %d bytes", task.MaxErrorLength))
 			}
@@ -51,9 +69,9 @@ func (s *TaskService) FailBatch(ctx context.Context, workerID string, items []po
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.reportBatch(ctx, workerID, ids, func(i int, t *task.Task, now time.Time) ([]event.Event, error) {
+	out, err := s.reportBatch(ctx, workerID, ids, nil, func(i int, t *task.Task, now time.Time) ([]event.Event, error) {
 		it := items[i]
-		e, err := t.Fail(task.FailParams{WorkerID: workerID, LeaseID: it.LeaseID, Error: it.Error, Retryable: it.Retryable}, s.cfg.Backoff, now)
+		e, err := t.Fail(task.FailParams{WorkerID: workerID, LeaseID: *it.LeaseID, Error: it.Error, Retryable: it.Retryable}, s.cfg.Backoff, now)
 		return []event.Event{e}, err
 	})
 	if err != nil {
@@ -62,13 +80,39 @@ func (s *TaskService) FailBatch(ctx context.Context, workerID string, items []po
 	return out, nil
 }
 
-func (s *TaskService) reportBatch(ctx context.Context, workerID string, ids []uuid.UUID, fn ports.TaskUpdateEachFunc) ([]ports.TaskResult, error) {
+// reportBatch applies a batch report's items in one transaction. refuse,
+// when not nil, returns an error for each item that must fail on its own
+// before its task is loaded (nil for the others); fn decides the rest.
+func (s *TaskService) reportBatch(ctx context.Context, workerID string, ids []uuid.UUID,
+	refuse func(ports.Stores) []error, fn ports.TaskUpdateEachFunc) ([]ports.TaskResult, error) {
 	var out []ports.TaskResult
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
-		var err error
-		out, err = st.Tasks.UpdateEach(ctx, ids, fn)
+		refused := make([]error, len(ids))
+		if refuse != nil {
+			refused = refuse(st)
+		}
+		var (
+			kept []uuid.UUID
+			at   []int // at[j] is the item index of kept[j]
+		)
+		for i, id := range ids {
+			if refused[i] == nil {
+				kept = append(kept, id)
+				at = append(at, i)
+			}
+		}
+		applied, err := st.Tasks.UpdateEach(ctx, kept, func(j int, t *task.Task, now time.Time) ([]event.Event, error) {
+			return fn(at[j], t, now)
+		})
 		if err != nil {
 			return err
+		}
+		out = make([]ports.TaskResult, len(ids))
+		for i, id := range ids {
+			out[i] = ports.TaskResult{ID: id, Err: refused[i]}
+		}
+		for j, res := range applied {
+			out[at[j]] = res
 		}
 		return touchReporter(ctx, st, workerID)
 	})

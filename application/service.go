@@ -6,6 +6,7 @@ package application
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/taskmaster/taskmaster/domain/backoff"
@@ -43,7 +44,19 @@ type Config struct {
 	// DefaultLeaseSeconds is the lease of a claim that asks for none (0:
 	// task.DefaultLeaseSeconds).
 	DefaultLeaseSeconds int
+	// MaxResponseBytes caps the estimated size of the tasks one claim or
+	// listing answers with (0: DefaultMaxResponseBytes); at least one task
+	// is always handed out.
+	MaxResponseBytes int64
 }
+
+// Bounds of Config.MaxResponseBytes.
+const (
+	// DefaultMaxResponseBytes is the response byte cap unless configured.
+	DefaultMaxResponseBytes = 8 << 20
+	// MinMaxResponseBytes is the smallest cap accepted.
+	MinMaxResponseBytes = 64 << 10
+)
 
 // Validate reports whether the config can be used.
 func (c Config) Validate() error {
@@ -51,7 +64,19 @@ func (c Config) Validate() error {
 	if c.DefaultLeaseSeconds != 0 {
 		lease = task.ValidateLeaseSeconds("default lease", c.DefaultLeaseSeconds)
 	}
-	return errors.Join(c.Backoff.Validate(), c.Liveness.Validate(), lease)
+	var responses error
+	if c.MaxResponseBytes != 0 && c.MaxResponseBytes < MinMaxResponseBytes {
+		responses = fmt.Errorf("max response bytes must be at least %d", MinMaxResponseBytes)
+	}
+	return errors.Join(c.Backoff.Validate(), c.Liveness.Validate(), lease, responses)
+}
+
+// maxResponseBytes is the response byte cap in force.
+func (c Config) maxResponseBytes() int64 {
+	if c.MaxResponseBytes == 0 {
+		return DefaultMaxResponseBytes
+	}
+	return c.MaxResponseBytes
 }
 
 // leaseSeconds is the default lease in force.
@@ -107,6 +132,9 @@ func NewWorkerService(tx ports.TxRunner, cfg Config) *WorkerService {
 
 // Liveness returns the thresholds in force.
 func (s *WorkerService) Liveness() worker.LivenessConfig { return s.cfg.Liveness }
+
+// MaxHeartbeatTasks returns the heartbeat list cap (MaxHeartbeatTasks).
+func (s *WorkerService) MaxHeartbeatTasks() int { return MaxHeartbeatTasks }
 
 // QueueService implements ports.QueueService.
 type QueueService struct {

@@ -49,6 +49,13 @@ func (s *TaskService) SubmitBatch(ctx context.Context, ps []task.SubmitParams) (
 		created []bool
 	)
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
+		var v validation.Errors
+		for i, p := range ps {
+			checkJSON(&v, st, fmt.Sprintf("tasks[%d].payload", i), p.Payload)
+		}
+		if err := v.Err(); err != nil {
+			return err
+		}
 		var err error
 		out, created, err = st.Tasks.CreateMany(ctx, func(now time.Time) ([]*task.Task, []event.Event, error) {
 			ts := make([]*task.Task, len(ps))

@@ -2,6 +2,7 @@ package application
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/taskmaster/taskmaster/domain/event"
 	"github.com/taskmaster/taskmaster/domain/task"
+	"github.com/taskmaster/taskmaster/domain/validation"
 	"github.com/taskmaster/taskmaster/ports"
 )
 
@@ -31,6 +33,11 @@ func (s *TaskService) Submit(ctx context.Context, p task.SubmitParams) (*task.Ta
 		created bool
 	)
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
+		var v validation.Errors
+		checkJSON(&v, st, "payload", p.Payload)
+		if err := v.Err(); err != nil {
+			return err
+		}
 		var err error
 		out, created, err = st.Tasks.Create(ctx, func(now time.Time) (*task.Task, event.Event, error) {
 			return task.Submit(p, now)
@@ -41,4 +48,15 @@ func (s *TaskService) Submit(ctx context.Context, p task.SubmitParams) (*task.Ta
 		return nil, false, fmt.Errorf("submit task: %w", err)
 	}
 	return out, created, nil
+}
+
+// checkJSON adds to v, on field, why storage cannot hold the JSON value raw
+// (an absent value is stored as none).
+func checkJSON(v *validation.Errors, st ports.Stores, field string, raw json.RawMessage) {
+	if len(raw) == 0 {
+		return
+	}
+	if err := st.Tasks.CheckJSON(raw); err != nil {
+		v.Add(field, err.Error())
+	}
 }

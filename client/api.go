@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -117,11 +119,12 @@ func (c *Client) List(ctx context.Context, p ListParams) (*TaskPage, error) {
 	var page struct {
 		Tasks      []Task  `json:"tasks"`
 		NextCursor *string `json:"next_cursor"`
+		Truncated  bool    `json:"truncated"`
 	}
 	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/tasks/v1", query: q, out: &page}); err != nil {
 		return nil, err
 	}
-	out := &TaskPage{Tasks: page.Tasks}
+	out := &TaskPage{Tasks: page.Tasks, Truncated: page.Truncated}
 	if page.NextCursor != nil {
 		out.NextCursor = *page.NextCursor
 	}
@@ -164,6 +167,12 @@ func (c *Client) Register(ctx context.Context, p RegisterParams) (*Registration,
 	return &r, nil
 }
 
+// MaxHeartbeatTasks is the most tasks one heartbeat may list on servers that
+// do not say (Registration.MaxHeartbeatTasks): a worker that lists its tasks
+// must never hold more. Splitting a longer list over several heartbeats is
+// no way out: each heartbeat takes back the tasks it does not list.
+const MaxHeartbeatTasks = 10000
+
 // Heartbeat sends the worker's sign of life without listing its tasks: it
 // renews no lease and takes back no task (a worker that does not list its
 // tasks keeps their leases alive with Extend). The answer still carries
@@ -175,7 +184,8 @@ func (c *Client) Heartbeat(ctx context.Context, workerID string) (*HeartbeatResu
 
 // HeartbeatTasks sends the worker's sign of life listing every task it
 // holds, under the lease it got it with (none: an empty list, not nil's
-// meaning for Heartbeat). The server renews each listed task's lease, takes
+// meaning for Heartbeat), at most Registration.MaxHeartbeatTasks of them:
+// a longer list is a validation problem that changes nothing. The server renews each listed task's lease, takes
 // back as orphaned the tasks it shows this worker holding, claimed more than
 // a heartbeat interval ago, that the list leaves out (claims whose answer
 // never arrived), and answers with the listed tasks the worker lost, the
@@ -255,8 +265,9 @@ func (c *Client) Queues(ctx context.Context) ([]Queue, error) {
 // MaxClaimWait is the longest ClaimParams.Wait the server accepts.
 const MaxClaimWait = 30 * time.Second
 
-// Claim asks for up to p.Limit tasks for the worker; it may return none.
-// Each task is RUNNING under a fresh Task.LeaseID.
+// Claim asks for up to p.Limit tasks for the worker; it may return none,
+// and fewer than p.Limit when the server's response byte cap was reached
+// (the rest stay claimable). Each task is RUNNING under a fresh Task.LeaseID.
 //
 // With p.Wait, a claim that finds nothing waits on the server until a task
 // is claimable (woken by the server within milliseconds of a submission)
@@ -266,14 +277,20 @@ const MaxClaimWait = 30 * time.Second
 // (see WithHTTPClient): the client's timeout bounds the rest of the
 // exchange, not the wait.
 //
-// A claim is retried after transport errors and 5xx like other calls. If
-// a claim's answer is lost after the server committed it, its tasks stay
+// A claim is retried after transport errors and 5xx like other calls, with
+// the same p.RequestID (a fresh random one when empty): if the server
+// committed the first try and its answer was lost, the retry gets the same
+// tasks under the same leases instead of new ones. If every try fails, or
+// ctx is cancelled after the server committed the claim, its tasks stay
 // held by this worker until its next task-listing heartbeat (HeartbeatTasks)
-// after a heartbeat interval, which gives them back, or until their leases
-// run out. Cancelling ctx during a claim risks exactly that, so let a
-// waiting claim run out rather than cancel it: keep p.Wait short enough
-// for the caller to wait for it. A draining worker's claims return nothing.
+// after a heartbeat interval, which gives them back (each attempt counts),
+// or until their leases run out. So let a waiting claim run out rather than
+// cancel it: keep p.Wait short enough for the caller to wait for it. A
+// draining worker's claims return nothing new.
 func (c *Client) Claim(ctx context.Context, p ClaimParams) ([]Task, error) {
+	if p.RequestID == "" {
+		p.RequestID = newRequestID()
+	}
 	body := struct {
 		ClaimParams
 		WaitMS int64 `json:"wait_ms,omitempty"`
@@ -460,4 +477,11 @@ func truncateUTF8(s string, n int) string {
 		cut--
 	}
 	return s[:cut] + marker
+}
+
+// newRequestID returns a fresh random claim request id.
+func newRequestID() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:]) // never fails (Go 1.24+)
+	return "tmc-" + hex.EncodeToString(b[:])
 }

@@ -619,3 +619,89 @@ func TestRunnerFallsBackToPlainHeartbeats(t *testing.T) {
 		require.Equal(t, "plain", b)
 	}
 }
+
+// A runner never holds more tasks than one heartbeat may list: Concurrency
+// is capped at MaxHeartbeatTasks, and cut to the cap a server advertises at
+// registration. Here the server lets a heartbeat list 2 tasks: a runner with
+// Concurrency 5 claims for at most 2 free slots and lists at most 2.
+func TestRunnerHoldsNoMoreTasksThanAHeartbeatMayList(t *testing.T) {
+	t.Parallel()
+	require.Error(t, client.RunnerConfig{Concurrency: client.MaxHeartbeatTasks + 1}.Validate())
+	require.NoError(t, client.RunnerConfig{Concurrency: client.MaxHeartbeatTasks}.Validate())
+
+	var (
+		mu             sync.Mutex
+		limits, listed []int
+		running, peak  int
+		claims         int
+	)
+	release := make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /workers/v1/register", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"id":"w","queues":[],"tags":[],"status":"ACTIVE","heartbeat_interval_seconds":0.02,"max_heartbeat_tasks":2}`)
+	})
+	mux.HandleFunc("POST /tasks/v1/claim", func(w http.ResponseWriter, r *http.Request) {
+		var body struct{ Limit int }
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		mu.Lock()
+		limits = append(limits, body.Limit)
+		claims++
+		tasks := make([]string, body.Limit)
+		for i := range tasks {
+			tasks[i] = fmt.Sprintf(`{"id":"t-%d-%d","queue":"q","status":"RUNNING","lease_id":"l-%d-%d","payload":null}`, claims, i, claims, i)
+		}
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"tasks":[`+strings.Join(tasks, ",")+`]}`)
+	})
+	mux.HandleFunc("POST /workers/v1/w/heartbeat", func(w http.ResponseWriter, r *http.Request) {
+		var body struct{ Tasks []client.LeaseRef }
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		mu.Lock()
+		listed = append(listed, len(body.Tasks))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"w","queues":[],"tags":[],"status":"ACTIVE","lost":[],"cancel":[],"drain":false}`)
+	})
+	mux.HandleFunc("POST /tasks/v1/{id}/complete", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"x","status":"DONE"}`)
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	r, err := client.NewRunner(newClient(t, srv.URL), client.RunnerConfig{WorkerID: "w", Concurrency: 5, ClaimWait: -1},
+		func(ctx context.Context, _ client.Task) (any, error) {
+			mu.Lock()
+			running++
+			peak = max(peak, running)
+			mu.Unlock()
+			<-release
+			mu.Lock()
+			running--
+			mu.Unlock()
+			return nil, nil
+		})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return running == 2 && len(listed) >= 3
+	}, 10*time.Second, 5*time.Millisecond)
+	close(release)
+	cancel()
+	require.NoError(t, <-done)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, 2, peak, "never more tasks at once than a heartbeat may list")
+	for _, n := range limits {
+		require.LessOrEqual(t, n, 2, "claims ask for the free slots under the cap")
+	}
+	for _, n := range listed {
+		require.LessOrEqual(t, n, 2)
+	}
+}

@@ -68,8 +68,10 @@ type RunnerConfig struct {
 	Queues []string
 	// Tags the worker has.
 	Tags []string
-	// Concurrency is the most tasks handled at once (default 1). Claims ask
-	// for at most the free slots.
+	// Concurrency is the most tasks handled at once (default 1, at most
+	// MaxHeartbeatTasks, and cut to the server's Registration.MaxHeartbeatTasks
+	// when that is lower: every heartbeat lists every task held, and the
+	// server refuses longer lists). Claims ask for at most the free slots.
 	Concurrency int
 	// DrainTimeout is how long shutdown waits for in-flight handlers before
 	// cancelling their contexts (default 30 s).
@@ -167,8 +169,8 @@ func (c RunnerConfig) withDefaults() RunnerConfig {
 func (c RunnerConfig) Validate() error {
 	c = c.withDefaults()
 	var errs []error
-	if c.Concurrency < 1 {
-		errs = append(errs, errors.New("Concurrency must be at least 1"))
+	if c.Concurrency < 1 || c.Concurrency > MaxHeartbeatTasks {
+		errs = append(errs, fmt.Errorf("Concurrency must be between 1 and %d: every heartbeat lists every task the worker holds, and the server refuses longer lists", MaxHeartbeatTasks))
 	}
 	if c.DrainTimeout < 0 || c.CancelGrace < 0 || c.HeartbeatInterval < 0 || c.ReportTimeout < 0 || c.TaskTimeout < 0 {
 		errs = append(errs, errors.New("durations must not be negative"))
@@ -232,10 +234,11 @@ type Runner struct {
 	handler HandlerFunc
 	log     *slog.Logger
 
-	slots chan struct{} // a token per running task
+	slots chan struct{} // a token per task held; sized by Run once registered
 
 	regMu    sync.Mutex
 	interval time.Duration // heartbeat interval in force
+	listCap  int           // the server's heartbeat list cap (0: not said)
 
 	mu       sync.Mutex
 	started  bool
@@ -260,13 +263,16 @@ type job struct {
 }
 
 // halt cancels the handler with cause and tells work to stop waiting for
-// it; only the first call counts. It reports whether this call did it.
+// it; only the first call counts. It reports whether this call did it. The
+// halt is visible (halted) before the handler's context ends, so work never
+// takes the outcome of a handler that returned because of it for a normal
+// one (which, for a lost task, would report what must be dropped).
 func (j *job) halt(cause error) bool {
 	first := false
 	j.once.Do(func() {
 		j.cause = cause
-		j.cancel(cause)
 		close(j.stop)
+		j.cancel(cause)
 		first = true
 	})
 	return first
@@ -296,7 +302,6 @@ func NewRunner(c *Client, cfg RunnerConfig, handler HandlerFunc) (*Runner, error
 		cfg:      cfg,
 		handler:  handler,
 		log:      cfg.Logger.With("worker_id", cfg.WorkerID),
-		slots:    make(chan struct{}, cfg.Concurrency),
 		inflight: map[LeaseRef]*job{},
 		abandon:  make(chan struct{}),
 		draining: make(chan struct{}),
@@ -354,7 +359,15 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	r.log.Info("worker registered", "queues", r.cfg.Queues, "concurrency", r.cfg.Concurrency, "heartbeat_interval", r.heartbeatInterval())
+	// Never hold more tasks than one heartbeat may list: the slots are
+	// sized once, before anything claims.
+	capacity := r.cfg.Concurrency
+	if limit := r.heartbeatListCap(); limit < capacity {
+		r.log.Warn("Concurrency is more than the server lets a heartbeat list; holding fewer tasks at once", "concurrency", capacity, "max_heartbeat_tasks", limit)
+		capacity = limit
+	}
+	r.slots = make(chan struct{}, capacity)
+	r.log.Info("worker registered", "queues", r.cfg.Queues, "concurrency", capacity, "heartbeat_interval", r.heartbeatInterval())
 	if lease := time.Duration(r.cfg.LeaseSeconds) * time.Second; lease > 0 && lease < 3*r.heartbeatInterval() {
 		r.log.Warn("LeaseSeconds is under three heartbeat intervals: a late heartbeat may let a lease run out", "lease", lease)
 	}
@@ -390,6 +403,7 @@ func (r *Runner) register(ctx context.Context, first bool) error {
 		reg, err := r.client.Register(ctx, RegisterParams{ID: r.cfg.WorkerID, Queues: r.cfg.Queues, Tags: r.cfg.Tags})
 		if err == nil {
 			r.interval = reg.HeartbeatInterval()
+			r.listCap = reg.MaxHeartbeatTasks
 			return nil
 		}
 		if p, ok := AsProblem(err); ok && p.Status < 500 {
@@ -416,6 +430,17 @@ func (r *Runner) heartbeatInterval() time.Duration {
 		return 10 * time.Second
 	}
 	return r.interval
+}
+
+// heartbeatListCap is the most tasks a heartbeat may list: the server's
+// cap, or MaxHeartbeatTasks when it did not say.
+func (r *Runner) heartbeatListCap() int {
+	r.regMu.Lock()
+	defer r.regMu.Unlock()
+	if r.listCap <= 0 {
+		return MaxHeartbeatTasks
+	}
+	return r.listCap
 }
 
 // heartbeatLoop beats until ctx ends, listing the tasks in flight, and acts
@@ -534,7 +559,7 @@ func (r *Runner) claimLoop(ctx, handlerCtx context.Context) {
 		}
 		n := 1
 	more:
-		for n < min(r.cfg.Concurrency, maxClaimLimit) {
+		for n < min(cap(r.slots), maxClaimLimit) {
 			select {
 			case r.slots <- struct{}{}:
 				n++

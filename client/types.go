@@ -156,6 +156,11 @@ type Registration struct {
 	// HeartbeatIntervalSeconds is how often the server asks the worker to
 	// send a heartbeat.
 	HeartbeatIntervalSeconds float64 `json:"heartbeat_interval_seconds"`
+	// MaxHeartbeatTasks is the most tasks one heartbeat may list, so the
+	// most tasks the worker may hold at once: a longer list is refused, and
+	// a worker whose heartbeats are refused is declared dead and loses every
+	// task it holds. 0 from servers that do not say (MaxHeartbeatTasks).
+	MaxHeartbeatTasks int `json:"max_heartbeat_tasks"`
 	// Created is true when the worker did not exist before (201).
 	Created bool `json:"-"`
 }
@@ -291,6 +296,9 @@ type TaskPage struct {
 	Tasks []Task `json:"tasks"`
 	// NextCursor fetches the next page; "" on the last one.
 	NextCursor string `json:"next_cursor"`
+	// Truncated is true when the page stopped before its limit because the
+	// server's response byte cap was reached (NextCursor continues).
+	Truncated bool `json:"truncated"`
 }
 
 // RegisterParams describe a worker registration.
@@ -320,6 +328,12 @@ type ClaimParams struct {
 	// the server's default, 300 unless configured). Heartbeats that list
 	// the task renew it (see HeartbeatTasks); Extend sets it anew.
 	LeaseSeconds int `json:"lease_seconds,omitempty"`
+	// RequestID names the claim, so that sending it again is safe: a
+	// repeat (same worker, same id) while the worker still holds tasks of
+	// that claim returns those tasks under the same leases and claims
+	// nothing. 1-128 printable ASCII characters other than space. Empty:
+	// Claim makes a fresh random one, which its own retries reuse.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // MaxLeaseSeconds is the longest lease the server grants (12 h).
@@ -340,8 +354,9 @@ type ExtendParams struct {
 type CompleteParams struct {
 	// WorkerID is the holder (required).
 	WorkerID string
-	// LeaseID is the lease the task was claimed under (Task.LeaseID);
-	// checked by the server when given.
+	// LeaseID is the lease the task was claimed under (Task.LeaseID),
+	// required: the server refuses a report without it (422) and one under
+	// any other lease (409 lease-lost).
 	LeaseID string
 	// Result is any value encoding/json can marshal; nil sends none.
 	Result any
@@ -351,7 +366,8 @@ type CompleteParams struct {
 type FailParams struct {
 	// WorkerID is the holder (required).
 	WorkerID string
-	// LeaseID is the lease the task was claimed under; checked when given.
+	// LeaseID is the lease the task was claimed under (Task.LeaseID),
+	// required, as for CompleteParams.
 	LeaseID string
 	// Error says what went wrong (at most 64 KiB; longer is cut).
 	Error string
@@ -364,8 +380,9 @@ type FailParams struct {
 type CompleteItem struct {
 	// ID is the task's id (required).
 	ID string
-	// LeaseID is the lease the task was claimed under (Task.LeaseID);
-	// checked by the server when given.
+	// LeaseID is the lease the task was claimed under (Task.LeaseID),
+	// required: the server refuses a report without it (422) and one under
+	// any other lease (409 lease-lost).
 	LeaseID string
 	// Result is any value encoding/json can marshal; nil sends none.
 	Result any
@@ -375,7 +392,8 @@ type CompleteItem struct {
 type FailItem struct {
 	// ID is the task's id (required).
 	ID string
-	// LeaseID is the lease the task was claimed under; checked when given.
+	// LeaseID is the lease the task was claimed under (Task.LeaseID),
+	// required, as for CompleteParams.
 	LeaseID string
 	// Error says what went wrong (at most 64 KiB; longer is cut).
 	Error string

@@ -5,6 +5,7 @@ package ports
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/google/uuid"
@@ -99,6 +100,13 @@ type ClaimParams struct {
 	Limit int
 	// LeaseSeconds is each claimed task's lease length.
 	LeaseSeconds int
+	// RequestID is the claim's request id, kept with each claimed task
+	// (empty: none).
+	RequestID string
+	// MaxBytes caps the estimated response size of the claimed tasks
+	// (TaskBytes): tasks are claimed in claim order while the running sum
+	// stays within it, and always at least one.
+	MaxBytes int64
 }
 
 // TaskFilter selects tasks for listing. Results are newest first.
@@ -111,6 +119,9 @@ type TaskFilter struct {
 	Limit int
 	// After, when not nil, continues after this task id (keyset cursor).
 	After *uuid.UUID
+	// MaxBytes caps the estimated response size of the page (as for
+	// ClaimParams.MaxBytes): always at least one task.
+	MaxBytes int64
 }
 
 // TaskStore persists tasks.
@@ -138,8 +149,14 @@ type TaskStore interface {
 	// Claim assigns up to p.Limit claimable tasks to the worker in one
 	// statement (the rule of task.Task.Claimable, priority DESC then FIFO,
 	// skipping rows other claims hold), each under a fresh lease of
-	// p.LeaseSeconds, and records a claimed event for each.
-	Claim(ctx context.Context, p ClaimParams) ([]*task.Task, error)
+	// p.LeaseSeconds, and records a claimed event for each. It stops
+	// before p.MaxBytes would be exceeded (truncated: candidates were left
+	// unclaimed), but claims at least one task.
+	Claim(ctx context.Context, p ClaimParams) (tasks []*task.Task, truncated bool, err error)
+	// ClaimedUnder returns the tasks RUNNING under the worker from the claim
+	// that carried requestID (task.Task.ClaimedUnder), in claim order
+	// (priority DESC then FIFO), with every column.
+	ClaimedUnder(ctx context.Context, workerID, requestID string) ([]*task.Task, error)
 	// Held returns the tasks RUNNING under the worker, in id order, without
 	// locking them. The tasks carry every column but their payload.
 	Held(ctx context.Context, workerID string) ([]*task.Task, error)
@@ -149,8 +166,16 @@ type TaskStore interface {
 	// their events. It returns every task it loaded, as fn left it; like
 	// Held's, they carry no payload.
 	UpdateHeld(ctx context.Context, workerID string, fn TaskDecideFunc) ([]*task.Task, error)
-	// List returns a page of tasks, newest first.
-	List(ctx context.Context, f TaskFilter) ([]*task.Task, error)
+	// List returns a page of tasks, newest first, of at most f.Limit tasks
+	// and f.MaxBytes (truncated: it stopped before f.Limit because of the
+	// byte cap), but at least one task when any matches.
+	List(ctx context.Context, f TaskFilter) (tasks []*task.Task, truncated bool, err error)
+	// CheckJSON returns nil when storage can hold raw as a task's payload or
+	// result, else an error saying why not, fit for the client: valid JSON
+	// that the database cannot store (a \u0000 escape, an unpaired
+	// surrogate, a number out of range) must be refused before a statement
+	// fails on it.
+	CheckJSON(raw json.RawMessage) error
 }
 
 // WorkerUpdateFunc decides a change to a loaded worker at the database time.

@@ -3,7 +3,6 @@ package ports
 import (
 	"context"
 	"encoding/json"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -18,14 +17,19 @@ type ClaimCommand struct {
 	// Queue, when set, restricts the claim to one queue; otherwise the
 	// worker's registered queues (or any queue when it registered none).
 	Queue string
-	// Limit is the most tasks to return (1-1000).
-	Limit int
-	// Wait, when positive, makes an empty claim wait up to this long for a
-	// claimable task (long poll) without holding a database connection.
-	Wait time.Duration
-	// LeaseSeconds is each claimed task's lease length (0: the configured
-	// default).
-	LeaseSeconds int
+	// Limit is the most tasks to return (1-1000); nil means 1.
+	Limit *int
+	// WaitMillis, when positive, makes an empty claim wait up to this many
+	// milliseconds (0-30000) for a claimable task (long poll) without
+	// holding a database connection; nil or 0 answers at once.
+	WaitMillis *int64
+	// LeaseSeconds is each claimed task's lease length (1-43200); nil means
+	// the configured default.
+	LeaseSeconds *int
+	// RequestID, when not nil, names the claim (task.ValidRequestID): a
+	// repeat by the same worker while tasks of that claim are still held by
+	// it answers with those tasks, under the same leases, and claims nothing.
+	RequestID *string
 }
 
 // ExtendCommand asks for a held task's lease to run out LeaseSeconds from
@@ -35,8 +39,9 @@ type ExtendCommand struct {
 	WorkerID string
 	// LeaseID is required: only the current lease may be extended.
 	LeaseID *uuid.UUID
-	// LeaseSeconds is the new lease length (0: the task's current one).
-	LeaseSeconds int
+	// LeaseSeconds is the new lease length (1-43200); nil keeps the task's
+	// current one.
+	LeaseSeconds *int
 }
 
 // HeartbeatCommand is a worker's heartbeat and, when ListsTasks, the tasks
@@ -98,6 +103,41 @@ type FailCommand struct {
 	Retryable bool
 }
 
+// ListQuery asks for a page of a task listing, newest first.
+type ListQuery struct {
+	// Queue, when not empty, restricts to one queue.
+	Queue string
+	// Status, when not empty, restricts to one status.
+	Status task.Status
+	// Limit is the page size (1-1000); nil means the default (100).
+	Limit *int
+	// After, when not nil, continues after this task id (the cursor).
+	After *uuid.UUID
+}
+
+// TaskPage is one page of a task listing.
+type TaskPage struct {
+	// Tasks are the page's tasks, newest first.
+	Tasks []*task.Task
+	// Next, when not nil, is the cursor of the next page: the listing
+	// continues after this task id. Nil on the last page.
+	Next *uuid.UUID
+	// Truncated reports that the page stopped before its limit because the
+	// next task would have taken the response past the byte cap (Next is
+	// then set).
+	Truncated bool
+}
+
+// ClaimResult is what a claim handed out.
+type ClaimResult struct {
+	// Tasks are the claimed tasks, in claim order.
+	Tasks []*task.Task
+	// Truncated reports that the claim stopped before its limit because the
+	// next task would have taken the response past the byte cap: that task
+	// and the rest were not claimed and stay claimable.
+	Truncated bool
+}
+
 // TaskService is what producers, workers and operators can do with tasks.
 type TaskService interface {
 	// Submit creates a task, or returns the existing one (created false)
@@ -106,9 +146,9 @@ type TaskService interface {
 	// Get returns one task.
 	Get(ctx context.Context, id uuid.UUID) (*task.Task, error)
 	// List returns a page of tasks, newest first.
-	List(ctx context.Context, f TaskFilter) ([]*task.Task, error)
+	List(ctx context.Context, q ListQuery) (TaskPage, error)
 	// Claim hands claimable tasks to a worker.
-	Claim(ctx context.Context, cmd ClaimCommand) ([]*task.Task, error)
+	Claim(ctx context.Context, cmd ClaimCommand) (ClaimResult, error)
 	// Complete marks a held task DONE.
 	Complete(ctx context.Context, cmd CompleteCommand) (*task.Task, error)
 	// Fail records a held task's failure (retry after backoff, or DEAD).
@@ -145,6 +185,9 @@ type WorkerService interface {
 	List(ctx context.Context) ([]*worker.Worker, error)
 	// Liveness returns the thresholds in force.
 	Liveness() worker.LivenessConfig
+	// MaxHeartbeatTasks is the most tasks one heartbeat may list, so the
+	// most a worker that lists its tasks may hold at once.
+	MaxHeartbeatTasks() int
 }
 
 // QueueService reads queue statistics.

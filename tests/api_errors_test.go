@@ -3,8 +3,10 @@ package tests
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -18,6 +20,11 @@ func TestAPIUnknownRouteIs404Problem(t *testing.T) {
 	_, c := startAPI(t, nil)
 	for _, path := range []string{"/", "/nope", "/no%20such%20route", "/tasks/v2", "/tasks/v1/" + uuid.NewString() + "/explode", "/workers/v1/w/heartbeat/extra"} {
 		c.Do(http.MethodGet, path, nil).Problem(t, http.StatusNotFound, "not-found")
+	}
+	// A path that is not in canonical form is not redirected (a POST that
+	// follows a 301 becomes a GET): no route has it.
+	for _, path := range []string{"/workers/v1//heartbeat", "/tasks/v1//complete", "/workers/v1/a%2Fb/heartbeat", "/tasks/v1/./claim", "/tasks//v1"} {
+		c.Do(http.MethodPost, path, "{}").Problem(t, http.StatusNotFound, "not-found")
 	}
 }
 
@@ -162,6 +169,7 @@ func TestAPIUnstorableValuesAreClientErrorsNever500(t *testing.T) {
 	_, c := startAPI(t, nil)
 	running := submitAndClaim(t, c, "w", jsonObj{"queue": "runs"})
 	complete := "/tasks/v1/" + running.ID + "/complete"
+	holder := `"worker_id": "w", "lease_id": "` + running.Lease() + `"`
 	for _, tc := range []struct {
 		method, path, body string
 		status             int
@@ -178,16 +186,16 @@ func TestAPIUnstorableValuesAreClientErrorsNever500(t *testing.T) {
 		{http.MethodPost, "/tasks/v1", `{"queue": "q", "max_attempts": 99999999999999999999}`, 400, []string{"max_attempts"}},
 		{http.MethodPost, "/tasks/v1", `{"queue": "q", "run_at": "9999-12-31T23:59:59Z"}`, 201, nil},
 		{http.MethodPost, "/tasks/v1", `{"queue": "q", "run_at": "0001-01-01T00:00:00Z"}`, 201, nil},
-		{http.MethodPost, "/tasks/v1/claim", `{"worker_id": "w", "queue": "nul\u0000"}`, 200, nil},
+		{http.MethodPost, "/tasks/v1/claim", `{"worker_id": "w", "queue": "nul\u0000"}`, 422, []string{"queue"}},
 		{http.MethodPost, "/tasks/v1/claim", `{"worker_id": "nul\u0000"}`, 404, nil},
 		{http.MethodPost, "/workers/v1/register", `{"id": "w2", "queues": ["nul\u0000"]}`, 422, []string{"queues[0]"}},
 		{http.MethodPost, "/workers/v1/register", `{"id": "w3", "tags": ["ok", "tab\there"]}`, 422, []string{"tags[1]"}},
 		{http.MethodPost, "/workers/v1/nul%00/heartbeat", ``, 404, nil},
-		{http.MethodGet, "/tasks/v1?queue=nul%00", ``, 200, nil},
-		{http.MethodGet, "/tasks/v1?queue=%ff%fe", ``, 200, nil},
-		{http.MethodPost, complete, `{"worker_id": "w", "result": {"a": "\u0000"}}`, 422, []string{"result"}},
-		{http.MethodPost, complete, `{"worker_id": "w", "result": "\udfff"}`, 422, []string{"result"}},
-		{http.MethodPost, complete, `{"worker_id": "w", "result": -1e200000}`, 422, []string{"result"}},
+		{http.MethodGet, "/tasks/v1?queue=nul%00", ``, 422, []string{"queue"}},
+		{http.MethodGet, "/tasks/v1?queue=%ff%fe", ``, 422, []string{"queue"}},
+		{http.MethodPost, complete, `{` + holder + `, "result": {"a": "\u0000"}}`, 422, []string{"result"}},
+		{http.MethodPost, complete, `{` + holder + `, "result": "\udfff"}`, 422, []string{"result"}},
+		{http.MethodPost, complete, `{` + holder + `, "result": -1e200000}`, 422, []string{"result"}},
 	} {
 		r := c.Do(tc.method, tc.path, tc.body)
 		switch {
@@ -206,7 +214,7 @@ func TestAPIUnstorableValuesAreClientErrorsNever500(t *testing.T) {
 	require.Equal(t, running, c.Get(running.ID), "no rejected report changed the task")
 
 	// A failure report is never refused for the bytes of its message.
-	failed := c.Fail(running.ID, jsonObj{"worker_id": "w", "error": "nul \u0000 inside"})
+	failed := c.Fail(running.ID, jsonObj{"worker_id": "w", "lease_id": running.Lease(), "error": "nul \u0000 inside"})
 	require.Equal(t, "nul \uFFFD inside", failed.Error())
 	require.Equal(t, failed, c.Get(running.ID))
 }
@@ -238,4 +246,152 @@ func TestAPICorrelationIDIsEchoedOrGenerated(t *testing.T) {
 		require.NotEmpty(t, id)
 		require.NotEqual(t, unsafe, id, "an unsafe id is replaced, not echoed")
 	}
+}
+
+// Absent is not zero: an optional number that is absent takes its default,
+// but an explicit value out of its range (0 included, where 0 is not in it)
+// is a 422 naming the field, and changes nothing.
+func TestAPIExplicitOutOfRangeNumbersAre422(t *testing.T) {
+	t.Parallel()
+	s, c := startAPI(t, nil)
+	running := submitAndClaim(t, c, "w", jsonObj{"queue": "held"})
+	holder := jsonObj{"worker_id": "w", "lease_id": running.Lease()}
+	with := func(base jsonObj, k string, v any) jsonObj {
+		out := jsonObj{k: v}
+		for bk, bv := range base {
+			out[bk] = bv
+		}
+		return out
+	}
+	type call struct {
+		method, path string
+		body         any
+		field        string
+	}
+	var calls []call
+	for _, v := range []any{0, -1, 101} {
+		calls = append(calls, call{http.MethodPost, "/tasks/v1", jsonObj{"queue": "q", "max_attempts": v}, "max_attempts"})
+		calls = append(calls, call{http.MethodPost, "/tasks/v1/batch", jsonObj{"tasks": []any{jsonObj{"queue": "q"}, jsonObj{"queue": "q", "max_attempts": v}}}, "tasks[1].max_attempts"})
+	}
+	for _, v := range []any{int64(1) << 31, -(int64(1) << 31) - 1} {
+		calls = append(calls, call{http.MethodPost, "/tasks/v1", jsonObj{"queue": "q", "priority": v}, "priority"})
+	}
+	for _, v := range []any{0, -1, 1001} {
+		calls = append(calls, call{http.MethodPost, "/tasks/v1/claim", jsonObj{"worker_id": "w", "limit": v}, "limit"})
+	}
+	for _, v := range []any{0, -1, 43201} {
+		calls = append(calls, call{http.MethodPost, "/tasks/v1/claim", jsonObj{"worker_id": "w", "lease_seconds": v}, "lease_seconds"})
+		calls = append(calls, call{http.MethodPost, "/tasks/v1/" + running.ID + "/extend", with(holder, "lease_seconds", v), "lease_seconds"})
+	}
+	for _, v := range []any{-1, 30001, int64(1) << 60} {
+		calls = append(calls, call{http.MethodPost, "/tasks/v1/claim", jsonObj{"worker_id": "w", "wait_ms": v}, "wait_ms"})
+	}
+	for _, v := range []string{"0", "-1", "1001", "99999999999999999999"} {
+		calls = append(calls, call{http.MethodGet, "/tasks/v1?limit=" + v, nil, "limit"})
+	}
+	var before int
+	require.NoError(t, s.DB.Get(&before, `SELECT count(*) FROM tasks`))
+	for _, tc := range calls {
+		p := c.Do(tc.method, tc.path, tc.body).Problem(t, http.StatusUnprocessableEntity, "validation-error")
+		require.Equal(t, []string{tc.field}, p.Fields(), "%s %s %v", tc.method, tc.path, tc.body)
+	}
+	var after int
+	require.NoError(t, s.DB.Get(&after, `SELECT count(*) FROM tasks`))
+	require.Equal(t, before, after, "nothing was submitted")
+	require.Equal(t, running, c.Get(running.ID), "nothing was claimed or extended")
+
+	// Zero where zero is in range is a value, not a default: no wait.
+	require.Empty(t, c.Claim(jsonObj{"worker_id": "w", "wait_ms": 0}))
+	// Absent numbers take their defaults.
+	created := c.Submit(jsonObj{"queue": "defaults"})
+	require.Equal(t, 3, created.MaxAttempts)
+	require.Equal(t, 0, created.Priority)
+}
+
+// Queue names are 1-128 characters of [A-Za-z0-9._:-] wherever they enter:
+// they become Prometheus labels and URL path segments. Anything else is a 422
+// naming the field (never a silently empty answer), and creates nothing.
+func TestAPIQueueNamesAreCheckedWhereverTheyEnter(t *testing.T) {
+	t.Parallel()
+	s, c := startAPI(t, nil)
+	c.Register(jsonObj{"id": "w"})
+	longest := strings.Repeat("q", 128)
+	bad := []string{"", "a b", "a/b", "tab\there", "é", "a?b", "a%b", "a,b", strings.Repeat("q", 129)}
+	for _, name := range bad {
+		for _, tc := range []struct {
+			method, path string
+			body         any
+			field        string
+		}{
+			{http.MethodPost, "/tasks/v1", jsonObj{"queue": name}, "queue"},
+			{http.MethodPost, "/tasks/v1/batch", jsonObj{"tasks": []any{jsonObj{"queue": "ok"}, jsonObj{"queue": name}}}, "tasks[1].queue"},
+			{http.MethodPost, "/workers/v1/register", jsonObj{"id": "w2", "queues": []string{"ok", name}}, "queues[1]"},
+		} {
+			p := c.Do(tc.method, tc.path, tc.body).Problem(t, http.StatusUnprocessableEntity, "validation-error")
+			require.Equal(t, []string{tc.field}, p.Fields(), "%s %s %q", tc.method, tc.path, name)
+		}
+		if name == "" {
+			continue // an empty claim queue or filter is an absent one
+		}
+		p := c.Do(http.MethodPost, "/tasks/v1/claim", jsonObj{"worker_id": "w", "queue": name}).Problem(t, http.StatusUnprocessableEntity, "validation-error")
+		require.Equal(t, []string{"queue"}, p.Fields(), "claim %q", name)
+		p = c.Do(http.MethodGet, "/tasks/v1?queue="+url.QueryEscape(name), nil).Problem(t, http.StatusUnprocessableEntity, "validation-error")
+		require.Equal(t, []string{"queue"}, p.Fields(), "list %q", name)
+		if !strings.Contains(name, ",") { // the events filter splits on commas
+			p = c.Do(http.MethodGet, "/events/v1?queue="+url.QueryEscape(name), nil).Problem(t, http.StatusUnprocessableEntity, "validation-error")
+			require.Equal(t, []string{"queue"}, p.Fields(), "events %q", name)
+		}
+	}
+	var tasks, workers int
+	require.NoError(t, s.DB.Get(&tasks, `SELECT count(*) FROM tasks`))
+	require.NoError(t, s.DB.Get(&workers, `SELECT count(*) FROM workers`))
+	require.Zero(t, tasks)
+	require.Equal(t, 1, workers)
+
+	// The whole set, at the longest length, is accepted everywhere.
+	for _, name := range []string{longest, "A-Za-z0-9._:-", "emails.v2:eu-west_1"} {
+		created := c.Submit(jsonObj{"queue": name})
+		c.Register(jsonObj{"id": "w3", "queues": []string{name}})
+		require.Equal(t, []string{created.ID}, ids(c.List("queue="+url.QueryEscape(name)).Tasks))
+		got := c.Claim(jsonObj{"worker_id": "w3", "queue": name})
+		require.Len(t, got, 1)
+		require.Equal(t, created.ID, got[0].ID)
+	}
+}
+
+func ids(ts []testclient.Task) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.ID
+	}
+	return out
+}
+
+// Times that decode but that no response could carry (RFC 3339 has four-digit
+// years, and responses are in UTC) or that storage would round past them are
+// a 422: before, such a task was created and every answer about it was cut
+// off (201 with an empty body, then broken GETs and listings).
+func TestAPITimesOutsideTheRepresentableRangeAre422(t *testing.T) {
+	t.Parallel()
+	s, c := startAPI(t, nil)
+	for _, tc := range []struct{ field, value string }{
+		{"run_at", "9999-12-31T23:59:59-23:59"},
+		{"deadline", "9999-12-31T23:59:59-00:01"},
+		{"run_at", "0000-01-01T00:00:00+00:01"},
+		{"deadline", "9999-12-31T23:59:59.9999999Z"},
+		{"run_at", "0000-12-31T23:59:59Z"},
+	} {
+		p := c.Do(http.MethodPost, "/tasks/v1", jsonObj{"queue": "q", tc.field: tc.value}).Problem(t, http.StatusUnprocessableEntity, "validation-error")
+		require.Equal(t, []string{tc.field}, p.Fields(), "%s %s", tc.field, tc.value)
+		p = c.Do(http.MethodPost, "/tasks/v1/batch", jsonObj{"tasks": []any{jsonObj{"queue": "q", tc.field: tc.value}}}).Problem(t, http.StatusUnprocessableEntity, "validation-error")
+		require.Equal(t, []string{"tasks[0]." + tc.field}, p.Fields(), "%s %s", tc.field, tc.value)
+	}
+	var n int
+	require.NoError(t, s.DB.Get(&n, `SELECT count(*) FROM tasks`))
+	require.Zero(t, n)
+	// The extremes themselves are kept exactly.
+	far := c.Submit(jsonObj{"queue": "q", "run_at": "9999-12-31T23:59:59.999998Z", "deadline": "9999-12-31T23:59:59.999999+00:00"})
+	require.Equal(t, time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC), far.Deadline.UTC())
+	require.Equal(t, far, c.Get(far.ID))
+	c.Submit(jsonObj{"queue": "q", "run_at": "0001-01-01T00:00:00Z"})
 }

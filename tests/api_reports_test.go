@@ -45,13 +45,24 @@ func TestAPICompleteMarksTheTaskDoneWithItsResult(t *testing.T) {
 	require.Equal(t, done, c.Get(running.ID))
 }
 
-func TestAPICompleteWithoutLeaseIDChecksTheWorkerOnly(t *testing.T) {
+// Fencing is never optional: a holder's report without its lease_id is a
+// 422 naming the field, from the holder as from anyone else, and changes
+// nothing.
+func TestAPIReportsWithoutALeaseIDAreRefused(t *testing.T) {
 	t.Parallel()
 	_, c := startAPI(t, nil)
 	running := submitAndClaim(t, c, "w1", jsonObj{"queue": "q"})
-	c.Do(http.MethodPost, reportPath(running.ID, "complete"), jsonObj{"worker_id": "w2"}).
-		Problem(t, http.StatusConflict, "lease-lost")
-	done := c.Complete(running.ID, jsonObj{"worker_id": "w1"})
+	for _, what := range []string{"complete", "fail", "extend"} {
+		for _, who := range []string{"w1", "w2"} {
+			p := c.Do(http.MethodPost, reportPath(running.ID, what), jsonObj{"worker_id": who}).
+				Problem(t, http.StatusUnprocessableEntity, "validation-error")
+			require.Equal(t, []string{"lease_id"}, p.Fields(), "%s by %s", what, who)
+		}
+	}
+	p := c.Do(http.MethodPost, reportPath(running.ID, "complete"), jsonObj{}).Problem(t, http.StatusUnprocessableEntity, "validation-error")
+	require.Equal(t, []string{"worker_id", "lease_id"}, p.Fields())
+	require.Equal(t, running, c.Get(running.ID))
+	done := c.Complete(running.ID, jsonObj{"worker_id": "w1", "lease_id": running.Lease()})
 	require.Equal(t, "DONE", done.Status)
 	require.JSONEq(t, `null`, string(done.Result))
 }
@@ -63,9 +74,8 @@ func TestAPIFencingRejectsEveryoneButTheHolderAndChangesNothing(t *testing.T) {
 	c.Register(jsonObj{"id": "other"})
 
 	for name, body := range map[string]jsonObj{
-		"another worker":          {"worker_id": "other", "lease_id": running.Lease()},
-		"another worker no lease": {"worker_id": "other"},
-		"a lease never issued":    {"worker_id": "holder", "lease_id": uuid.NewString()},
+		"another worker":       {"worker_id": "other", "lease_id": running.Lease()},
+		"a lease never issued": {"worker_id": "holder", "lease_id": uuid.NewString()},
 	} {
 		for _, what := range []string{"complete", "fail"} {
 			p := c.Do(http.MethodPost, reportPath(running.ID, what), body).Problem(t, http.StatusConflict, "lease-lost")
@@ -108,8 +118,11 @@ func TestAPIReportsOnAFinishedTaskAreInvalidTransitions(t *testing.T) {
 	require.Equal(t, "DONE", p.CurrentStatus)
 	require.Equal(t, done, c.Get(running.ID))
 
+	// A PENDING task has no lease to report under: whatever lease the
+	// reporter names is lost.
 	pending := c.Submit(jsonObj{"queue": "q2"})
-	p = c.Do(http.MethodPost, reportPath(pending.ID, "complete"), jsonObj{"worker_id": "w1"}).Problem(t, http.StatusConflict, "invalid-transition")
+	p = c.Do(http.MethodPost, reportPath(pending.ID, "complete"), jsonObj{"worker_id": "w1", "lease_id": running.Lease()}).
+		Problem(t, http.StatusConflict, "lease-lost")
 	require.Equal(t, "PENDING", p.CurrentStatus)
 }
 
@@ -119,7 +132,7 @@ func TestAPIReportsOnUnknownTasksAre404(t *testing.T) {
 	c.Register(jsonObj{"id": "w1"})
 	for _, id := range []string{uuid.NewString(), "not-a-uuid"} {
 		for _, what := range []string{"complete", "fail"} {
-			c.Do(http.MethodPost, reportPath(id, what), jsonObj{"worker_id": "w1"}).Problem(t, http.StatusNotFound, "task-not-found")
+			c.Do(http.MethodPost, reportPath(id, what), jsonObj{"worker_id": "w1", "lease_id": uuid.NewString()}).Problem(t, http.StatusNotFound, "task-not-found")
 		}
 		for _, what := range []string{"retry", "cancel"} {
 			c.Do(http.MethodPost, reportPath(id, what), nil).Problem(t, http.StatusNotFound, "task-not-found")
@@ -273,7 +286,7 @@ func TestAPIRetryAndCancelFromOtherStatesAreConflicts(t *testing.T) {
 	pending := c.Submit(jsonObj{"queue": "p"})
 	running := submitAndClaim(t, c, "w1", jsonObj{"queue": "r"})
 	done := submitAndClaim(t, c, "w1", jsonObj{"queue": "d"})
-	c.Complete(done.ID, jsonObj{"worker_id": "w1"})
+	c.Complete(done.ID, jsonObj{"worker_id": "w1", "lease_id": done.Lease()})
 	dead := c.Submit(jsonObj{"queue": "x"})
 	c.Do(http.MethodPost, reportPath(dead.ID, "cancel"), nil).Expect(t, http.StatusOK, nil)
 

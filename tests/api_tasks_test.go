@@ -2,16 +2,19 @@ package tests
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskmaster/taskmaster/cmd/taskmaster/app"
 	"github.com/taskmaster/taskmaster/tests/testclient"
 )
 
@@ -51,7 +54,7 @@ func TestAPIObjectsCarryTheContractFieldNames(t *testing.T) {
 	requireKeys(t, r.Body, taskFields)
 
 	r = c.Do(http.MethodPost, "/workers/v1/register", jsonObj{"id": "w1"}).Expect(t, http.StatusCreated, nil)
-	requireKeys(t, r.Body, append(slices.Clone(workerFields), "heartbeat_interval_seconds"))
+	requireKeys(t, r.Body, append(slices.Clone(workerFields), "heartbeat_interval_seconds", "max_heartbeat_tasks"))
 
 	r = c.Do(http.MethodGet, "/workers/v1", nil).Expect(t, http.StatusOK, nil)
 	var workers struct{ Workers []json.RawMessage }
@@ -80,13 +83,14 @@ func TestAPIObjectsCarryTheContractFieldNames(t *testing.T) {
 	requireKeys(t, queue.Totals, totalFields)
 
 	r = c.Do(http.MethodPost, "/tasks/v1/claim", jsonObj{"worker_id": "w1"}).Expect(t, http.StatusOK, nil)
+	requireKeys(t, r.Body, []string{"tasks", "truncated"})
 	var claimed struct{ Tasks []json.RawMessage }
 	require.NoError(t, json.Unmarshal(r.Body, &claimed))
 	require.Len(t, claimed.Tasks, 1)
 	requireKeys(t, claimed.Tasks[0], taskFields)
 
 	r = c.Do(http.MethodGet, "/tasks/v1", nil).Expect(t, http.StatusOK, nil)
-	requireKeys(t, r.Body, []string{"tasks", "next_cursor"})
+	requireKeys(t, r.Body, []string{"tasks", "next_cursor", "truncated"})
 }
 
 func TestAPISubmitCreatesAPendingTaskWithDefaults(t *testing.T) {
@@ -383,4 +387,138 @@ func TestAPIClaimByAStaleWorkerRevivesIt(t *testing.T) {
 	var status string
 	require.NoError(t, s.DB.Get(&status, `SELECT status FROM workers WHERE id = 'w'`))
 	require.Equal(t, "ACTIVE", status, "a claim is a sign of life")
+}
+
+// A claim may carry a request_id: repeating it (same worker) while tasks of
+// that claim are still held by the worker returns those same tasks under the
+// same leases and claims nothing more. Once none is held, a repeat claims
+// anew (the worker never saw the first one's tasks, or reported them all).
+func TestAPIARepeatedClaimReturnsTheSameTasksAndClaimsNothingMore(t *testing.T) {
+	t.Parallel()
+	s, c := startAPI(t, nil)
+	c.Register(jsonObj{"id": "w", "queues": []string{"q"}})
+	c.Register(jsonObj{"id": "other", "queues": []string{"q"}})
+	var submitted []testclient.Task
+	for i := range 4 {
+		submitted = append(submitted, c.Submit(jsonObj{"queue": "q", "priority": 10 - i}))
+	}
+	claim := jsonObj{"worker_id": "w", "limit": 2, "request_id": "claim-7f3a"}
+	first := c.Claim(claim)
+	require.Len(t, first, 2)
+	require.Equal(t, []string{submitted[0].ID, submitted[1].ID}, ids(first))
+
+	again := c.Claim(claim)
+	require.Equal(t, first, again, "the same tasks, the same leases")
+	// The other fields of a repeat are not compared: the id names the claim.
+	require.Equal(t, first, c.Claim(jsonObj{"worker_id": "w", "limit": 1, "queue": "q", "request_id": "claim-7f3a"}))
+	var claimedEvents, running int
+	require.NoError(t, s.DB.Get(&claimedEvents, `SELECT count(*) FROM watermill_taskmaster_events m, json_array_elements(m.payload->'events') e WHERE e->>'type' = 'task.claimed'`))
+	require.Equal(t, 2, claimedEvents, "a repeat claims nothing")
+	require.NoError(t, s.DB.Get(&running, `SELECT count(*) FROM tasks WHERE status = 'RUNNING'`))
+	require.Equal(t, 2, running)
+	for _, tk := range first {
+		require.Equal(t, 1, c.Get(tk.ID).Attempts)
+	}
+
+	// Another worker's claim with the same id is its own claim.
+	theirs := c.Claim(jsonObj{"worker_id": "other", "request_id": "claim-7f3a"})
+	require.Len(t, theirs, 1)
+	require.Equal(t, submitted[2].ID, theirs[0].ID)
+
+	// Reported tasks are no longer returned; once none is held, claim anew.
+	c.Complete(first[0].ID, jsonObj{"worker_id": "w", "lease_id": first[0].Lease()})
+	require.Equal(t, first[1:], c.Claim(claim))
+	c.Complete(first[1].ID, jsonObj{"worker_id": "w", "lease_id": first[1].Lease()})
+	anew := c.Claim(claim)
+	require.Equal(t, []string{submitted[3].ID}, ids(anew))
+	require.Equal(t, anew, c.Claim(claim))
+
+	for _, bad := range []any{"", strings.Repeat("r", 129), "has space", "tab\t", "é", 7} {
+		r := c.Do(http.MethodPost, "/tasks/v1/claim", jsonObj{"worker_id": "w", "request_id": bad})
+		if _, isString := bad.(string); !isString {
+			r.Problem(t, http.StatusBadRequest, "malformed-request")
+			continue
+		}
+		p := r.Problem(t, http.StatusUnprocessableEntity, "validation-error")
+		require.Equal(t, []string{"request_id"}, p.Fields(), "%q", bad)
+	}
+	require.Len(t, c.Claim(jsonObj{"worker_id": "w", "request_id": strings.Repeat("~", 128)}), 0, "128 printable characters")
+}
+
+// A claim or listing of many ~1 MiB tasks is not buffered whole: it stops
+// adding tasks before the estimated answer exceeds
+// TASKMASTER_MAX_RESPONSE_BYTES and says so (truncated). Tasks a claim left
+// out are not claimed at all; a listing's next_cursor continues after its
+// last task. One task is always handed out, even one over the cap alone.
+func TestAPIClaimAndListStopAtTheResponseByteCap(t *testing.T) {
+	t.Parallel()
+	const limit = 4 << 20
+	s, c := startAPI(t, func(cfg *app.Config) { cfg.App.MaxResponseBytes = limit })
+	c.Register(jsonObj{"id": "w", "queues": []string{"big"}})
+	const n = 10
+	submitted := map[string]bool{}
+	for i := range n {
+		tk := c.Submit(jsonObj{"queue": "big", "payload": fmt.Sprintf("%d:%s", i, strings.Repeat("x", 1_000_000))})
+		submitted[tk.ID] = true
+	}
+	type claimAnswer struct {
+		Tasks     []testclient.Task `json:"tasks"`
+		Truncated bool              `json:"truncated"`
+	}
+	claimed := map[string]bool{}
+	for _, want := range []struct {
+		n         int
+		truncated bool
+	}{{4, true}, {4, true}, {2, false}} {
+		var got claimAnswer
+		r := c.Do(http.MethodPost, "/tasks/v1/claim", jsonObj{"worker_id": "w", "limit": n}).Expect(t, http.StatusOK, &got)
+		require.Len(t, got.Tasks, want.n)
+		require.Equal(t, want.truncated, got.Truncated)
+		require.LessOrEqual(t, len(r.Body), limit, "the answer is within the cap")
+		for _, tk := range got.Tasks {
+			require.False(t, claimed[tk.ID])
+			claimed[tk.ID] = true
+			require.Greater(t, len(tk.Payload), 1_000_000)
+		}
+		var running int
+		require.NoError(t, s.DB.Get(&running, `SELECT count(*) FROM tasks WHERE status = 'RUNNING'`))
+		require.Equal(t, len(claimed), running, "what the cap left out was not claimed")
+	}
+	require.Equal(t, submitted, claimed)
+
+	listed := map[string]bool{}
+	query := "queue=big&limit=10"
+	for page := 0; ; page++ {
+		require.Less(t, page, 4)
+		var got struct {
+			testclient.Page
+			Truncated bool `json:"truncated"`
+		}
+		r := c.Do(http.MethodGet, "/tasks/v1?"+query, nil).Expect(t, http.StatusOK, &got)
+		require.LessOrEqual(t, len(r.Body), limit)
+		require.NotEmpty(t, got.Tasks)
+		for _, tk := range got.Tasks {
+			require.False(t, listed[tk.ID], "each task once")
+			listed[tk.ID] = true
+		}
+		if got.NextCursor == nil {
+			require.False(t, got.Truncated)
+			break
+		}
+		require.True(t, got.Truncated, "a page cut short by the cap, not by its limit")
+		query = "queue=big&limit=10&cursor=" + *got.NextCursor
+	}
+	require.Equal(t, submitted, listed)
+
+	// A cap smaller than one task: one task, and the rest stay PENDING.
+	_, small := startAPI(t, func(cfg *app.Config) { cfg.App.MaxResponseBytes = 64 << 10 })
+	small.Register(jsonObj{"id": "w"})
+	for range 2 {
+		small.Submit(jsonObj{"queue": "big", "payload": strings.Repeat("y", 1_000_000)})
+	}
+	var got claimAnswer
+	small.Do(http.MethodPost, "/tasks/v1/claim", jsonObj{"worker_id": "w", "limit": 2}).Expect(t, http.StatusOK, &got)
+	require.Len(t, got.Tasks, 1)
+	require.True(t, got.Truncated)
+	require.Len(t, small.List("status=PENDING").Tasks, 1)
 }

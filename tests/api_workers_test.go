@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskmaster/taskmaster/cmd/taskmaster/app"
@@ -126,7 +127,7 @@ func TestAPIListWorkers(t *testing.T) {
 	want := map[string]testclient.Worker{}
 	for _, id := range []string{"c", "a", "b"} {
 		w := c.Register(jsonObj{"id": id, "queues": []string{"q-" + id}, "tags": []string{"t"}})
-		w.HeartbeatIntervalSeconds = nil
+		w.HeartbeatIntervalSeconds, w.MaxHeartbeatTasks = nil, nil // registration's own members
 		want[id] = w
 	}
 	stage(t, s, `UPDATE workers SET status = 'DEAD' WHERE id = 'b'`)
@@ -161,8 +162,8 @@ func TestAPIQueueStatistics(t *testing.T) {
 	c.Submit(jsonObj{"queue": "b"})
 	claimed := c.Claim(jsonObj{"worker_id": "on-a", "limit": 3})
 	require.Len(t, claimed, 3)
-	c.Complete(claimed[0].ID, jsonObj{"worker_id": "on-a"})
-	last := c.Fail(claimed[1].ID, jsonObj{"worker_id": "on-a", "retryable": false})
+	c.Complete(claimed[0].ID, jsonObj{"worker_id": "on-a", "lease_id": claimed[0].Lease()})
+	last := c.Fail(claimed[1].ID, jsonObj{"worker_id": "on-a", "lease_id": claimed[1].Lease(), "retryable": false})
 
 	// The statistics are projected from the outbox: they catch up with the
 	// writes within about one poll interval. Ordered by queue name.
@@ -221,4 +222,46 @@ func TestAPIHealthAndReadiness(t *testing.T) {
 	stage(t, s, `DELETE FROM schema_migrations`)
 	c.Do(http.MethodGet, "/readyz", nil).Problem(t, http.StatusServiceUnavailable, "unavailable")
 	require.Equal(t, http.StatusOK, c.Do(http.MethodGet, "/healthz", nil).Status, "alive, though not ready")
+}
+
+// Registration advertises how many tasks one heartbeat may list; a longer
+// list is a 422 that changes nothing: no lease renewed, no task taken back
+// as orphaned, the worker's last heartbeat as it was.
+func TestAPIHeartbeatListingMoreThanTheCapIs422AndChangesNothing(t *testing.T) {
+	t.Parallel()
+	s, c := startAPI(t, nil)
+	w := c.Register(jsonObj{"id": "w", "queues": []string{"q"}})
+	require.NotNil(t, w.MaxHeartbeatTasks)
+	limit := *w.MaxHeartbeatTasks
+	require.Equal(t, 10000, limit)
+	c.Submit(jsonObj{"queue": "q"})
+	held := c.Claim(jsonObj{"worker_id": "w", "lease_seconds": 60})
+	require.Len(t, held, 1)
+	// Old enough to be taken back as orphaned by any list that leaves it out.
+	stage(t, s, `UPDATE tasks SET claimed_at = now() - interval '1 hour' WHERE id = $1`, held[0].ID)
+	stage(t, s, `UPDATE workers SET last_heartbeat_at = now() - interval '5 seconds' WHERE id = 'w'`)
+	before := c.Get(held[0].ID)
+	var worker struct {
+		LastHeartbeatAt time.Time `db:"last_heartbeat_at"`
+	}
+	require.NoError(t, s.DB.Get(&worker, `SELECT last_heartbeat_at FROM workers WHERE id = 'w'`))
+
+	refs := make([]testclient.LeaseRef, limit+1)
+	for i := range refs {
+		refs[i] = testclient.LeaseRef{ID: uuid.NewString(), LeaseID: uuid.NewString()}
+	}
+	p := c.Do(http.MethodPost, "/workers/v1/w/heartbeat", jsonObj{"tasks": refs}).Problem(t, http.StatusUnprocessableEntity, "validation-error")
+	require.Equal(t, []string{"tasks"}, p.Fields())
+	require.Equal(t, before, c.Get(held[0].ID), "not renewed, not orphaned")
+	var after struct {
+		LastHeartbeatAt time.Time `db:"last_heartbeat_at"`
+	}
+	require.NoError(t, s.DB.Get(&after, `SELECT last_heartbeat_at FROM workers WHERE id = 'w'`))
+	require.Equal(t, worker.LastHeartbeatAt, after.LastHeartbeatAt, "not a sign of life")
+
+	// The longest list is taken: listing the held task renews it.
+	refs = append(refs[:limit-1], held[0].Ref())
+	beat := c.Heartbeat("w", jsonObj{"tasks": refs})
+	require.Len(t, beat.Lost, limit-1)
+	require.True(t, c.Get(held[0].ID).LeaseExpiresAt.After(*before.LeaseExpiresAt))
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskmaster/taskmaster/cmd/taskmaster/app"
+	"github.com/taskmaster/taskmaster/tests/testclient"
 	"github.com/taskmaster/taskmaster/tests/testserver"
 )
 
@@ -154,9 +155,9 @@ func TestBatchCompleteAndFailFenceEachItem(t *testing.T) {
 
 	code, body := api.do(http.MethodPost, "/tasks/v1/complete", map[string]any{"worker_id": "w1", "items": []map[string]any{
 		{"id": mine[0]["id"], "lease_id": mine[0]["lease_id"], "result": map[string]any{"ok": 1}},
-		{"id": theirs[0]["id"], "lease_id": theirs[0]["lease_id"]},                // held by w2
-		{"id": mine[1]["id"], "lease_id": "00000000-0000-0000-0000-000000000001"}, // stale lease
-		{"id": "01890000-0000-7000-8000-000000000000"},                            // unknown
+		{"id": theirs[0]["id"], "lease_id": theirs[0]["lease_id"]},                      // held by w2
+		{"id": mine[1]["id"], "lease_id": "00000000-0000-0000-0000-000000000001"},       // stale lease
+		{"id": "01890000-0000-7000-8000-000000000000", "lease_id": mine[0]["lease_id"]}, // unknown
 	}})
 	require.Equal(t, 200, code, body)
 	out := items(body["items"])
@@ -192,8 +193,11 @@ func TestBatchCompleteAndFailFenceEachItem(t *testing.T) {
 	// Shape errors are 422 before anything happens.
 	code, body = api.do(http.MethodPost, "/tasks/v1/complete", map[string]any{"worker_id": "w1", "items": []map[string]any{{"lease_id": mine[0]["lease_id"]}}})
 	require.Equal(t, 422, code, body)
-	code, _ = api.do(http.MethodPost, "/tasks/v1/fail", map[string]any{"worker_id": "", "items": []map[string]any{{"id": mine[0]["id"]}}})
+	code, _ = api.do(http.MethodPost, "/tasks/v1/fail", map[string]any{"worker_id": "", "items": []map[string]any{{"id": mine[0]["id"], "lease_id": mine[0]["lease_id"]}}})
 	require.Equal(t, 422, code)
+	code, body = api.do(http.MethodPost, "/tasks/v1/fail", map[string]any{"worker_id": "w1", "items": []map[string]any{{"id": mine[0]["id"]}}})
+	require.Equal(t, 422, code, body)
+	require.Equal(t, "items[0].lease_id", body["errors"].([]any)[0].(map[string]any)["field"])
 }
 
 func TestLongPollClaimWakesOnSubmitAndTimesOut(t *testing.T) {
@@ -286,4 +290,53 @@ func TestClaimWaitBounds(t *testing.T) {
 		code, body := api.do(http.MethodPost, "/tasks/v1/claim", map[string]any{"worker_id": "wb", "wait_ms": w})
 		require.Equal(t, 422, code, fmt.Sprint(body))
 	}
+}
+
+// JSON values that PostgreSQL's jsonb cannot hold are client mistakes in
+// batches as in single requests: a batch submit is a 422 naming the item
+// (all or nothing), and a batch complete fails only the bad item, with a 422
+// problem of its own, while the others complete.
+func TestBatchUnstorableValuesAre422NamingTheItem(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, nil)
+	c := testclient.New(t, s.URL)
+	for _, bad := range []string{`"\u0000"`, `1e1000000`, `{"a": ["\ud800"]}`, `-1e-1000000`, `[0e-16384]`} {
+		body := `{"tasks": [{"queue": "b", "payload": 1}, {"queue": "b", "payload": ` + bad + `}]}`
+		p := c.Do(http.MethodPost, "/tasks/v1/batch", body).Problem(t, http.StatusUnprocessableEntity, "validation-error")
+		require.Equal(t, []string{"tasks[1].payload"}, p.Fields(), "payload %s", bad)
+	}
+	var n int
+	require.NoError(t, s.DB.Get(&n, `SELECT count(*) FROM tasks`))
+	require.Zero(t, n, "nothing was submitted")
+
+	c.Register(jsonObj{"id": "w", "queues": []string{"b"}})
+	for range 3 {
+		c.Submit(jsonObj{"queue": "b"})
+	}
+	held := c.Claim(jsonObj{"worker_id": "w", "limit": 3})
+	require.Len(t, held, 3)
+	item := func(tk testclient.Task, result string) string {
+		return `{"id": "` + tk.ID + `", "lease_id": "` + tk.Lease() + `", "result": ` + result + `}`
+	}
+	body := `{"worker_id": "w", "items": [` + item(held[0], `{"ok": 1}`) + `, ` + item(held[1], `{"bad": "\u0000"}`) + `, ` + item(held[2], `1e131072`) + `]}`
+	var out struct {
+		Items []struct {
+			ID      string              `json:"id"`
+			Outcome string              `json:"outcome"`
+			Task    *testclient.Task    `json:"task"`
+			Problem *testclient.Problem `json:"problem"`
+		} `json:"items"`
+	}
+	c.Do(http.MethodPost, "/tasks/v1/complete", body).Expect(t, http.StatusOK, &out)
+	require.Len(t, out.Items, 3)
+	require.Equal(t, "done", out.Items[0].Outcome)
+	for i := 1; i < 3; i++ {
+		require.Equal(t, "error", out.Items[i].Outcome, "item %d", i)
+		require.Equal(t, http.StatusUnprocessableEntity, out.Items[i].Problem.Status)
+		require.Equal(t, testclient.ProblemTypePrefix+"validation-error", out.Items[i].Problem.Type)
+		require.Equal(t, []string{fmt.Sprintf("items[%d].result", i)}, out.Items[i].Problem.Fields())
+		require.Equal(t, held[i], c.Get(held[i].ID), "the bad item's task is unchanged")
+	}
+	require.Equal(t, "DONE", c.Get(held[0].ID).Status)
+	require.JSONEq(t, `{"ok": 1}`, string(c.Get(held[0].ID).Result))
 }

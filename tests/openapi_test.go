@@ -299,7 +299,8 @@ func TestOpenAPIResponsesMatchSpec(t *testing.T) {
 	lost := problem(409, "lease-lost", "POST", "/tasks/v1/"+id1+"/complete", `{"worker_id":"spec-w2","lease_id":"`+lease1+`"}`)
 	require.Equal(t, "RUNNING", lost["current_status"])
 	problem(409, "lease-lost", "POST", "/tasks/v1/"+id1+"/fail", `{"worker_id":"spec-w1","lease_id":"`+uuid.NewString()+`"}`)
-	problem(404, "task-not-found", "POST", "/tasks/v1/"+uuid.NewString()+"/complete", `{"worker_id":"spec-w1"}`)
+	problem(404, "task-not-found", "POST", "/tasks/v1/"+uuid.NewString()+"/complete", `{"worker_id":"spec-w1","lease_id":"`+lease1+`"}`)
+	problem(422, "validation-error", "POST", "/tasks/v1/"+id1+"/complete", `{"worker_id":"spec-w1"}`)
 	problem(422, "validation-error", "POST", "/tasks/v1/"+id1+"/complete", `{"lease_id":"`+lease1+`"}`)
 	problem(400, "malformed-request", "POST", "/tasks/v1/"+id1+"/complete", `{"worker_id":"spec-w1","lease_id":"nope"}`)
 	requeued := expect(200, "POST", "/tasks/v1/"+id1+"/fail", `{"worker_id":"spec-w1","lease_id":"`+lease1+`","error":"boom"}`)
@@ -320,7 +321,7 @@ func TestOpenAPIResponsesMatchSpec(t *testing.T) {
 	require.Len(t, got, 2)
 	b0, b1 := got[0].(map[string]any), got[1].(map[string]any)
 	completed := expect(200, "POST", "/tasks/v1/complete", `{"worker_id":"spec-w3","items":[{"id":"`+b0["id"].(string)+
-		`","lease_id":"`+b0["lease_id"].(string)+`","result":1},{"id":"`+uuid.NewString()+`"}]}`)
+		`","lease_id":"`+b0["lease_id"].(string)+`","result":1},{"id":"`+uuid.NewString()+`","lease_id":"`+uuid.NewString()+`"}]}`)
 	require.Len(t, completed["items"], 2)
 	failed := expect(200, "POST", "/tasks/v1/fail", `{"worker_id":"spec-w3","items":[{"id":"`+b1["id"].(string)+
 		`","lease_id":"`+b1["lease_id"].(string)+`","error":"x","retryable":false}]}`)

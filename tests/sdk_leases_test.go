@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -206,18 +207,35 @@ func TestRunnerStopsClaimingWhenDrained(t *testing.T) {
 	require.EqualValues(t, 1, handled.Load())
 }
 
-// loseFirstClaimAnswer is a transport that lets the server commit the first
+// loseClaimAnswers is a transport that lets the server commit the first
 // claim that hands out tasks and then drops its answer, as a connection cut
-// after the commit would.
-type loseFirstClaimAnswer struct {
-	next http.RoundTripper
-	lost atomic.Bool
-	ids  []string
+// after the commit would; it also drops the answers of that claim's next
+// tries (the same request_id) until it has dropped tries answers in all.
+type loseClaimAnswers struct {
+	next  http.RoundTripper
+	tries int
+
+	mu        sync.Mutex
+	requestID string   // the claim whose answers are lost
+	lost      int      // answers dropped
+	ids       []string // the tasks of the first lost answer
 }
 
-func (l *loseFirstClaimAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
+func (l *loseClaimAnswers) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Path != "/tasks/v1/claim" {
+		return l.next.RoundTrip(r)
+	}
+	reqBody, err := io.ReadAll(r.Body)
+	if err != nil {
+		return nil, err
+	}
+	r.Body = io.NopCloser(bytes.NewReader(reqBody))
+	var claim struct {
+		RequestID string `json:"request_id"`
+	}
+	_ = json.Unmarshal(reqBody, &claim)
 	resp, err := l.next.RoundTrip(r)
-	if err != nil || r.URL.Path != "/tasks/v1/claim" || l.lost.Load() {
+	if err != nil {
 		return resp, err
 	}
 	body, rerr := io.ReadAll(resp.Body)
@@ -226,33 +244,46 @@ func (l *loseFirstClaimAnswer) RoundTrip(r *http.Request) (*http.Response, error
 		return nil, rerr
 	}
 	var claimed struct{ Tasks []client.Task }
-	if json.Unmarshal(body, &claimed) == nil && len(claimed.Tasks) > 0 && l.lost.CompareAndSwap(false, true) {
-		for _, tk := range claimed.Tasks {
-			l.ids = append(l.ids, tk.ID)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if json.Unmarshal(body, &claimed) == nil && len(claimed.Tasks) > 0 && l.lost < l.tries &&
+		(l.requestID == "" || l.requestID == claim.RequestID) {
+		if l.requestID == "" {
+			l.requestID = claim.RequestID
+			for _, tk := range claimed.Tasks {
+				l.ids = append(l.ids, tk.ID)
+			}
 		}
+		l.lost++
 		return nil, errors.New("connection reset after the claim committed")
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	return resp, nil
 }
 
-// A claim's answer is lost after the server committed it: the runner never
-// learns of those tasks, and its next task-listing heartbeat (more than a
-// heartbeat interval later) gives them back as orphaned; the runner then
-// claims and handles them, each once.
-func TestRunnerRecoversTheTasksOfAClaimWhoseAnswerWasLost(t *testing.T) {
-	t.Parallel()
+// lostAnswer reports the claim whose answers were lost and its tasks.
+func (l *loseClaimAnswers) lostAnswer() (requestID string, lost int, ids []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.requestID, l.lost, slices.Clone(l.ids)
+}
+
+// runLosingClaimAnswers runs a runner whose claims go through loser, and
+// which heartbeats every third of staleAfter, until every task of queue that
+// submit creates is DONE; it requires each to have been handled once, and
+// returns the server and the task ids.
+func runLosingClaimAnswers(t *testing.T, loser *loseClaimAnswers, staleAfter time.Duration, queue string, submit func(*client.Client) []string) (*testserver.Server, []string) {
+	t.Helper()
 	s := testserver.Start(t, func(cfg *app.Config) {
-		cfg.App.Liveness.StaleAfter = 300 * time.Millisecond // heartbeats every 100 ms
+		cfg.App.Liveness.StaleAfter = staleAfter
 		cfg.App.Liveness.DeadAfter = 10 * time.Second
 	})
-	loser := &loseFirstClaimAnswer{next: http.DefaultTransport}
+	loser.next = http.DefaultTransport
 	c := newSDK(t, s.URL, loser)
-	ids := submitN(t, c, "orphans", 5, nil)
-
+	ids := submit(c)
 	var mu sync.Mutex
 	handled := map[string]int{}
-	stop, _ := startRunner(t, c, client.RunnerConfig{WorkerID: "forgetful", Queues: []string{"orphans"}, Concurrency: 5},
+	stop, _ := startRunner(t, c, client.RunnerConfig{WorkerID: "unlucky", Queues: []string{queue}, Concurrency: len(ids)},
 		func(ctx context.Context, tk client.Task) (any, error) {
 			mu.Lock()
 			handled[tk.ID]++
@@ -260,22 +291,76 @@ func TestRunnerRecoversTheTasksOfAClaimWhoseAnswerWasLost(t *testing.T) {
 			return nil, nil
 		})
 	require.Eventually(t, func() bool {
-		return countRows(t, s, `SELECT count(*) FROM tasks WHERE queue = 'orphans' AND status = 'DONE'`) == len(ids)
-	}, 20*time.Second, 10*time.Millisecond)
+		return countRows(t, s, `SELECT count(*) FROM tasks WHERE queue = $1 AND status = 'DONE'`, queue) == len(ids)
+	}, 30*time.Second, 10*time.Millisecond)
 	require.NoError(t, stop())
-
-	require.True(t, loser.lost.Load())
-	require.NotEmpty(t, loser.ids)
 	mu.Lock()
 	defer mu.Unlock()
 	for _, id := range ids {
 		require.Equal(t, 1, handled[id], "task %s handled once", id)
 	}
-	for _, id := range loser.ids {
-		require.Equal(t, 1, countRows(t, s, `
+	return s, ids
+}
+
+// A claim's answer is lost after the server committed it. The SDK retries
+// the claim with the same request_id and gets the same tasks under the same
+// leases: each is handled once, no attempt is burnt, and a task with
+// max_attempts 1 completes instead of ending DEAD without ever running.
+func TestRunnerRetryOfAClaimWhoseAnswerWasLostGetsTheSameTasks(t *testing.T) {
+	t.Parallel()
+	loser := &loseClaimAnswers{tries: 1}
+	var once string
+	// Heartbeats a second apart: the retry (within 100 ms) comes long before
+	// a heartbeat could take the tasks back.
+	s, ids := runLosingClaimAnswers(t, loser, 3*time.Second, "retried", func(c *client.Client) []string {
+		tk, err := c.Submit(context.Background(), client.SubmitParams{Queue: "retried", MaxAttempts: 1, Priority: 1})
+		require.NoError(t, err)
+		once = tk.ID
+		return append([]string{once}, submitN(t, c, "retried", 4, nil)...)
+	})
+	requestID, lost, lostIDs := loser.lostAnswer()
+	require.Equal(t, 1, lost)
+	require.NotEmpty(t, requestID)
+	require.Contains(t, lostIDs, once)
+	for _, id := range ids {
+		require.Equal(t, 1, countRows(t, s, `SELECT attempts FROM tasks WHERE id = $1`, id), "task %s claimed once", id)
+	}
+	require.Zero(t, countRows(t, s, `
+		SELECT count(*) FROM watermill_taskmaster_events m, json_array_elements(m.payload->'events') e
+		WHERE e->>'type' IN ('task.requeued', 'task.dead_lettered')`), "nothing was orphaned")
+	require.Equal(t, len(ids), countRows(t, s, `
+		SELECT count(*) FROM watermill_taskmaster_events m, json_array_elements(m.payload->'events') e
+		WHERE e->>'type' = 'task.claimed'`), "the retry claimed nothing more")
+}
+
+// When every try of a claim loses its answer, the SDK gives up on it; the
+// tasks that claim took come back through the lease protocol: a
+// task-listing heartbeat (more than a heartbeat interval later) takes them
+// back as orphaned, and the runner claims and handles them, each once. A
+// retry that comes after its tasks were taken back is a new claim under the
+// same request_id; its lost answer costs those tasks one more orphaning
+// (and attempt) each, which is why they have attempts to spare here.
+func TestRunnerRecoversTheTasksOfAClaimWhoseEveryAnswerWasLost(t *testing.T) {
+	t.Parallel()
+	loser := &loseClaimAnswers{tries: client.DefaultRetryPolicy().MaxAttempts}
+	s, _ := runLosingClaimAnswers(t, loser, 300*time.Millisecond, "orphans", func(c *client.Client) []string {
+		ids := make([]string, 5)
+		for i := range ids {
+			tk, err := c.Submit(context.Background(), client.SubmitParams{Queue: "orphans", MaxAttempts: 10})
+			require.NoError(t, err)
+			ids[i] = tk.ID
+		}
+		return ids
+	})
+	_, lost, lostIDs := loser.lostAnswer()
+	require.Equal(t, client.DefaultRetryPolicy().MaxAttempts, lost, "every try of the claim lost its answer")
+	require.NotEmpty(t, lostIDs)
+	for _, id := range lostIDs {
+		orphaned := countRows(t, s, `
 			SELECT count(*) FROM watermill_taskmaster_events m, json_array_elements(m.payload->'events') e
-			WHERE e->>'type' = 'task.requeued' AND e->>'reason' = 'orphaned' AND e->>'task_id' = $1`, id),
-			"task %s of the lost answer was orphaned once", id)
-		require.Equal(t, 2, countRows(t, s, `SELECT attempts FROM tasks WHERE id = $1`, id), "the lost claim counted")
+			WHERE e->>'type' = 'task.requeued' AND e->>'reason' = 'orphaned' AND e->>'task_id' = $1`, id)
+		require.GreaterOrEqual(t, orphaned, 1, "task %s of the lost claim was taken back", id)
+		require.Equal(t, orphaned+1, countRows(t, s, `SELECT attempts FROM tasks WHERE id = $1`, id),
+			"task %s: each lost claim counted, and the one that reached the runner", id)
 	}
 }

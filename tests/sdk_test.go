@@ -343,11 +343,13 @@ func TestRunnerDropsTasksWhoseLeaseWasLost(t *testing.T) {
 	}
 
 	// What the heartbeat reaper does to a silent worker: declare it dead
-	// and requeue its tasks, in one transaction.
+	// and requeue its tasks, in one transaction. Tasks first, then the
+	// worker: the order the runner's heartbeats lock them in (the other
+	// order deadlocked with a heartbeat now and then).
 	tx := s.DB.MustBegin()
-	tx.MustExec(`UPDATE workers SET status = 'DEAD' WHERE id = 'paused-worker'`)
 	tx.MustExec(`UPDATE tasks SET status = 'PENDING', worker_id = NULL, lease_id = NULL, run_at = now(), updated_at = now()
 		WHERE worker_id = 'paused-worker' AND status = 'RUNNING'`)
+	tx.MustExec(`UPDATE workers SET status = 'DEAD' WHERE id = 'paused-worker'`)
 	require.NoError(t, tx.Commit())
 	// Another worker takes both tasks.
 	thief := newSDK(t, s.URL, nil)
@@ -677,9 +679,9 @@ func TestSDKBatchReportsPerItemOutcomes(t *testing.T) {
 
 	out, err := c.CompleteBatch(ctx, "w1", []client.CompleteItem{
 		{ID: mine[0].ID, LeaseID: mine[0].LeaseID, Result: map[string]bool{"ok": true}},
-		{ID: mine[1].ID, LeaseID: uuid.NewString()},         // stale lease
-		{ID: theirs[0].ID, LeaseID: theirs[0].LeaseID},      // held by w2
-		{ID: uuid.Must(uuid.NewV7()).String(), Result: "x"}, // no such task
+		{ID: mine[1].ID, LeaseID: uuid.NewString()},                                    // stale lease
+		{ID: theirs[0].ID, LeaseID: theirs[0].LeaseID},                                 // held by w2
+		{ID: uuid.Must(uuid.NewV7()).String(), LeaseID: uuid.NewString(), Result: "x"}, // no such task
 	})
 	require.NoError(t, err)
 	require.Len(t, out, 4)

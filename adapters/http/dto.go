@@ -121,10 +121,12 @@ func leaseRefsJSON(refs []task.LeaseRef) []LeaseRefJSON {
 	return out
 }
 
-// RegisterResponse is a worker plus the heartbeat interval asked of it.
+// RegisterResponse is a worker plus the heartbeat interval asked of it and
+// the most tasks a heartbeat may list (so the most it may hold).
 type RegisterResponse struct {
 	WorkerJSON
 	HeartbeatIntervalSeconds float64 `json:"heartbeat_interval_seconds"`
+	MaxHeartbeatTasks        int     `json:"max_heartbeat_tasks"`
 }
 
 // QueueJSON is one queue's statistics.

@@ -157,5 +157,9 @@ func writeJSONType(w http.ResponseWriter, status int, contentType string, v any)
 	w.Header().Set("Content-Type", contentType)
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
+	// JSON for API clients, not for embedding in HTML: escaping <, > and &
+	// as \u003c... would make a payload up to six times its stored size,
+	// past the response byte cap, which counts stored sizes.
+	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v) // the client went away; nothing to do
 }

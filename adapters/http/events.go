@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/taskmaster/taskmaster/domain/event"
+	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/domain/validation"
 	"github.com/taskmaster/taskmaster/ports"
 )
@@ -56,6 +57,9 @@ func eventFilterOf(q url.Values) (eventFilter, error) {
 		return out
 	}
 	f.queues, f.types = split("queue"), split("type")
+	for _, q := range f.queues {
+		task.CheckQueue(&v, "queue", q)
+	}
 	return f, v.Err()
 }
 

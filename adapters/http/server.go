@@ -113,7 +113,11 @@ func NewServer(cfg ServerConfig, d Deps) *Server {
 	if s.logger == nil {
 		s.logger = zap.NewNop()
 	}
-	r := mux.NewRouter()
+	// No path cleaning: gorilla/mux would answer a non-canonical path
+	// (/workers/v1//heartbeat, an encoded ../) with a 301 and an empty
+	// body, which a client following it turns from POST into GET. No route
+	// has such a path: it is a 404 problem like any unknown one.
+	r := mux.NewRouter().SkipClean(true)
 	s.routes(r)
 	s.router = r
 	// Runs once the router has matched: it names the route for the access

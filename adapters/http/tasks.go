@@ -5,8 +5,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/gorilla/mux"
@@ -20,7 +20,7 @@ type submitRequest struct {
 	Queue          string          `json:"queue"`
 	Payload        json.RawMessage `json:"payload"`
 	Priority       int             `json:"priority"`
-	MaxAttempts    int             `json:"max_attempts"`
+	MaxAttempts    *int            `json:"max_attempts"`
 	Tags           []string        `json:"tags"`
 	Deadline       *timeValue      `json:"deadline"`
 	RunAt          *timeValue      `json:"run_at"`
@@ -69,48 +69,51 @@ func (s *Server) handleGetTask(w http.ResponseWriter, r *http.Request) {
 type listTasksResponse struct {
 	Tasks      []TaskJSON `json:"tasks"`
 	NextCursor *string    `json:"next_cursor"`
+	// Truncated is true when the page stopped before its limit at the
+	// response byte cap (next_cursor continues after its last task).
+	Truncated bool `json:"truncated"`
 }
 
 func (s *Server) handleListTasks(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	f := ports.TaskFilter{Queue: q.Get("queue"), Status: task.Status(q.Get("status"))}
-	var v validation.Errors
-	if raw := q.Get("limit"); raw != "" {
-		n, err := strconv.Atoi(raw)
-		if err != nil {
-			v.Add("limit", "must be an integer")
-		}
-		f.Limit = n
-		if err == nil && n == 0 {
-			v.Add("limit", "must be between 1 and 1000")
-		}
-	}
-	if raw := q.Get("cursor"); raw != "" {
-		after, err := decodeCursor(raw)
-		if err != nil {
-			v.Add("cursor", "is not a cursor this API returned")
-		}
-		f.After = &after
-	}
-	if err := v.Err(); err != nil {
-		writeError(w, r, err)
-		return
-	}
-	ts, err := s.tasks.List(r.Context(), f)
+	q, err := listQueryOf(r.URL.Query())
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	resp := listTasksResponse{Tasks: tasksJSON(ts)}
-	limit := f.Limit
-	if limit == 0 {
-		limit = 100
+	page, err := s.tasks.List(r.Context(), q)
+	if err != nil {
+		writeError(w, r, err)
+		return
 	}
-	if len(ts) == limit {
-		c := encodeCursor(ts[len(ts)-1].ID())
+	resp := listTasksResponse{Tasks: tasksJSON(page.Tasks), Truncated: page.Truncated}
+	if page.Next != nil {
+		c := encodeCursor(*page.Next)
 		resp.NextCursor = &c
 	}
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// listQueryOf reads the listing's query parameters. An empty parameter
+// (limit=) is the same as an absent one; a limit that is not an integer, or
+// a cursor this API did not return, is a 422.
+func listQueryOf(values url.Values) (ports.ListQuery, error) {
+	q := ports.ListQuery{Queue: values.Get("queue"), Status: task.Status(values.Get("status"))}
+	var v validation.Errors
+	if raw := values.Get("limit"); raw != "" {
+		n, err := strconv.Atoi(raw)
+		if err != nil {
+			v.Add("limit", "must be an integer")
+		}
+		q.Limit = &n
+	}
+	if raw := values.Get("cursor"); raw != "" {
+		after, err := decodeCursor(raw)
+		if err != nil {
+			v.Add("cursor", "is not a cursor this API returned")
+		}
+		q.After = &after
+	}
+	return q, v.Err()
 }
 
 func encodeCursor(id uuid.UUID) string {
@@ -126,15 +129,19 @@ func decodeCursor(s string) (uuid.UUID, error) {
 }
 
 type claimRequest struct {
-	WorkerID     string `json:"worker_id"`
-	Queue        string `json:"queue"`
-	Limit        *int   `json:"limit"`
-	WaitMS       int64  `json:"wait_ms"`
-	LeaseSeconds *int   `json:"lease_seconds"`
+	WorkerID     string  `json:"worker_id"`
+	Queue        string  `json:"queue"`
+	Limit        *int    `json:"limit"`
+	WaitMS       *int64  `json:"wait_ms"`
+	LeaseSeconds *int    `json:"lease_seconds"`
+	RequestID    *string `json:"request_id"`
 }
 
-type tasksResponse struct {
+type claimResponse struct {
 	Tasks []TaskJSON `json:"tasks"`
+	// Truncated is true when the claim stopped before its limit at the
+	// response byte cap: more tasks may be claimable at once.
+	Truncated bool `json:"truncated"`
 }
 
 func (s *Server) handleClaimTasks(w http.ResponseWriter, r *http.Request) {
@@ -143,23 +150,15 @@ func (s *Server) handleClaimTasks(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	cmd := ports.ClaimCommand{WorkerID: req.WorkerID, Queue: req.Queue, Limit: 1, Wait: time.Duration(req.WaitMS) * time.Millisecond}
-	if req.WaitMS < 0 || req.WaitMS > 30000 {
-		cmd.Wait = -1 // out of range: the use case names the field
-	}
-	if req.Limit != nil {
-		cmd.Limit = *req.Limit
-		if cmd.Limit == 0 {
-			cmd.Limit = -1 // explicit 0 is out of range, not "default"
-		}
-	}
-	cmd.LeaseSeconds = explicit(req.LeaseSeconds)
-	ts, err := s.tasks.Claim(r.Context(), cmd)
+	res, err := s.tasks.Claim(r.Context(), ports.ClaimCommand{
+		WorkerID: req.WorkerID, Queue: req.Queue, Limit: req.Limit, WaitMillis: req.WaitMS, LeaseSeconds: req.LeaseSeconds,
+		RequestID: req.RequestID,
+	})
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, tasksResponse{Tasks: tasksJSON(ts)})
+	writeJSON(w, http.StatusOK, claimResponse{Tasks: tasksJSON(res.Tasks), Truncated: res.Truncated})
 }
 
 type completeRequest struct {
@@ -232,26 +231,13 @@ func (s *Server) handleExtendLease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t, err := s.tasks.Extend(r.Context(), ports.ExtendCommand{
-		TaskID: id, WorkerID: req.WorkerID, LeaseID: req.LeaseID.get(), LeaseSeconds: explicit(req.LeaseSeconds),
+		TaskID: id, WorkerID: req.WorkerID, LeaseID: req.LeaseID.get(), LeaseSeconds: req.LeaseSeconds,
 	})
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, taskJSON(t))
-}
-
-// explicit returns an optional count whose absence means "the default" (0
-// to the use cases): an explicit 0 becomes -1, out of range, not the default.
-func explicit(n *int) int {
-	switch {
-	case n == nil:
-		return 0
-	case *n == 0:
-		return -1
-	default:
-		return *n
-	}
 }
 
 func (s *Server) handleRetryTask(w http.ResponseWriter, r *http.Request) {

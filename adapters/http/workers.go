@@ -36,6 +36,7 @@ func (s *Server) handleRegisterWorker(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, RegisterResponse{
 		WorkerJSON:               workerJSON(wk),
 		HeartbeatIntervalSeconds: s.workers.Liveness().HeartbeatInterval().Seconds(),
+		MaxHeartbeatTasks:        s.workers.MaxHeartbeatTasks(),
 	})
 }
 

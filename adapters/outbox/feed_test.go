@@ -43,7 +43,7 @@ func TestFeedReadsInCommitOrderAndResumesInsideAMessage(t *testing.T) {
 	_, _, err := e.workers.Register(ctx, worker.RegisterParams{ID: "w"})
 	require.NoError(t, err)
 	submitN(t, e, ctx, 3)
-	claimed, err := e.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w", Limit: 5}) // one message, 3 events
+	claimed, err := claimedTasks(e.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w", Limit: ptr(5)})) // one message, 3 events
 	require.NoError(t, err)
 	require.Len(t, claimed, 3)
 	submitN(t, e, ctx, 1)

@@ -27,7 +27,7 @@ func TestCommittedTransitionsAppendOneMessageEachRolledBackNone(t *testing.T) {
 	require.NoError(t, err)
 	var ids []uuid.UUID
 	for range 3 {
-		tk, created, err := e.tasks.Submit(ctx, task.SubmitParams{Queue: "q", MaxAttempts: 3})
+		tk, created, err := e.tasks.Submit(ctx, task.SubmitParams{Queue: "q", MaxAttempts: ptr(3)})
 		require.NoError(t, err)
 		require.True(t, created)
 		ids = append(ids, tk.ID())
@@ -39,23 +39,24 @@ func TestCommittedTransitionsAppendOneMessageEachRolledBackNone(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, created)
 
-	claimed, err := e.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w1", Queue: "q", Limit: 3})
+	claimed, err := claimedTasks(e.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w1", Queue: "q", Limit: ptr(3)}))
 	require.NoError(t, err)
 	require.Len(t, claimed, 3)
 	byID := map[uuid.UUID]*task.Task{}
 	for _, c := range claimed {
 		byID[c.ID()] = c
 	}
-	_, err = e.tasks.Complete(ctx, ports.CompleteCommand{TaskID: ids[0], WorkerID: "w1"})
+	lease := func(id uuid.UUID) *uuid.UUID { l := byID[id].Snapshot().LeaseID; return &l }
+	_, err = e.tasks.Complete(ctx, ports.CompleteCommand{TaskID: ids[0], WorkerID: "w1", LeaseID: lease(ids[0])})
 	require.NoError(t, err)
-	_, err = e.tasks.Fail(ctx, ports.FailCommand{TaskID: ids[1], WorkerID: "w1", Error: "boom", Retryable: true})
+	_, err = e.tasks.Fail(ctx, ports.FailCommand{TaskID: ids[1], WorkerID: "w1", LeaseID: lease(ids[1]), Error: "boom", Retryable: true})
 	require.NoError(t, err)
 
 	// Refused transitions: completed twice, another worker, a stale lease.
-	_, err = e.tasks.Complete(ctx, ports.CompleteCommand{TaskID: ids[0], WorkerID: "w1"})
+	_, err = e.tasks.Complete(ctx, ports.CompleteCommand{TaskID: ids[0], WorkerID: "w1", LeaseID: lease(ids[0])})
 	var transErr *task.TransitionError
 	require.ErrorAs(t, err, &transErr)
-	_, err = e.tasks.Complete(ctx, ports.CompleteCommand{TaskID: ids[2], WorkerID: "w2"})
+	_, err = e.tasks.Complete(ctx, ports.CompleteCommand{TaskID: ids[2], WorkerID: "w2", LeaseID: lease(ids[2])})
 	var leaseErr *task.LeaseError
 	require.ErrorAs(t, err, &leaseErr)
 	stale := uuid.New()
@@ -67,7 +68,7 @@ func TestCommittedTransitionsAppendOneMessageEachRolledBackNone(t *testing.T) {
 	boom := errors.New("boom")
 	err = e.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
 		if _, err := st.Tasks.Update(ctx, ids[2], func(tk *task.Task, now time.Time) ([]event.Event, error) {
-			ev, err := tk.Complete(task.CompleteParams{WorkerID: "w1"}, now)
+			ev, err := tk.Complete(task.CompleteParams{WorkerID: "w1", LeaseID: tk.Snapshot().LeaseID}, now)
 			return []event.Event{ev}, err
 		}); err != nil {
 			return err
@@ -123,3 +124,8 @@ func TestCommittedTransitionsAppendOneMessageEachRolledBackNone(t *testing.T) {
 	completed := msgs[6].events[0]
 	require.NotNil(t, completed.EndToEndSeconds)
 }
+
+func ptr[T any](v T) *T { return &v }
+
+// claimedTasks is the tasks of a claim's result, for tests that check them.
+func claimedTasks(r ports.ClaimResult, err error) ([]*task.Task, error) { return r.Tasks, err }

@@ -171,27 +171,29 @@ func workload(t *testing.T, e *env, ctx context.Context) {
 	require.NoError(t, err)
 	for i := range 12 {
 		q := []string{"alpha", "beta"}[i%2]
-		_, _, err := e.tasks.Submit(ctx, task.SubmitParams{Queue: q, MaxAttempts: 2})
+		_, _, err := e.tasks.Submit(ctx, task.SubmitParams{Queue: q, MaxAttempts: ptr(2)})
 		require.NoError(t, err)
 	}
-	claimed, err := e.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w", Limit: 8})
+	claimed, err := claimedTasks(e.tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w", Limit: ptr(8)}))
 	require.NoError(t, err)
 	require.Len(t, claimed, 8)
 	for i, tk := range claimed {
+		lease := tk.Snapshot().LeaseID
 		switch i % 4 {
 		case 0:
-			_, err = e.tasks.Complete(ctx, ports.CompleteCommand{TaskID: tk.ID(), WorkerID: "w"})
+			_, err = e.tasks.Complete(ctx, ports.CompleteCommand{TaskID: tk.ID(), WorkerID: "w", LeaseID: &lease})
 		case 1:
-			_, err = e.tasks.Fail(ctx, ports.FailCommand{TaskID: tk.ID(), WorkerID: "w", Error: "transient", Retryable: true})
+			_, err = e.tasks.Fail(ctx, ports.FailCommand{TaskID: tk.ID(), WorkerID: "w", LeaseID: &lease, Error: "transient", Retryable: true})
 		case 2:
-			_, err = e.tasks.Fail(ctx, ports.FailCommand{TaskID: tk.ID(), WorkerID: "w", Error: "fatal"})
+			_, err = e.tasks.Fail(ctx, ports.FailCommand{TaskID: tk.ID(), WorkerID: "w", LeaseID: &lease, Error: "fatal"})
 			if err == nil {
 				_, err = e.tasks.Retry(ctx, tk.ID())
 			}
 		}
 		require.NoError(t, err)
 	}
-	pending, err := e.tasks.List(ctx, ports.TaskFilter{Status: task.StatusPending, Limit: 1})
+	page, err := e.tasks.List(ctx, ports.ListQuery{Status: task.StatusPending, Limit: ptr(1)})
+	pending := page.Tasks
 	require.NoError(t, err)
 	require.Len(t, pending, 1)
 	_, err = e.tasks.Cancel(ctx, pending[0].ID())

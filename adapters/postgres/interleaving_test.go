@@ -117,10 +117,10 @@ func TestDeadWorkerSweepLeavesATaskALiveWorkerClaimedMeanwhile(t *testing.T) {
 		require.NoError(t, err)
 	}
 	queue := "q-" + uuid.NewString()
-	submitted, _, err := tasks.Submit(ctx, task.SubmitParams{Queue: queue, MaxAttempts: 2})
+	submitted, _, err := tasks.Submit(ctx, task.SubmitParams{Queue: queue, MaxAttempts: ptr(2)})
 	require.NoError(t, err)
 	id := submitted.ID()
-	claimed, err := tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "gone", Queue: queue, Limit: 1})
+	claimed, err := claimedTasks(tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "gone", Queue: queue, Limit: ptr(1)}))
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
 	_, err = db.ExecContext(ctx, `UPDATE workers SET status = 'DEAD', last_heartbeat_at = now() - interval '1 hour' WHERE id = 'gone'`)
@@ -147,7 +147,7 @@ func TestDeadWorkerSweepLeavesATaskALiveWorkerClaimedMeanwhile(t *testing.T) {
 	leases, err := application.NewLeaseReaper(tx, 0).Reap(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, leases.Requeued)
-	reclaimed, err := tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "alive", Queue: queue, Limit: 1})
+	reclaimed, err := claimedTasks(tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "alive", Queue: queue, Limit: ptr(1)}))
 	require.NoError(t, err)
 	require.Len(t, reclaimed, 1)
 	held := reclaimed[0].Snapshot()
@@ -263,7 +263,7 @@ func TestClaimOfAWorkerBeingDeclaredDeadClaimsNothing(t *testing.T) {
 	}
 	claimed := make(chan result, 1)
 	go func() {
-		ts, err := tasks.Claim(context.WithoutCancel(ctx), ports.ClaimCommand{WorkerID: "silent", Queue: queue, Limit: 1})
+		ts, err := claimedTasks(tasks.Claim(context.WithoutCancel(ctx), ports.ClaimCommand{WorkerID: "silent", Queue: queue, Limit: ptr(1)}))
 		claimed <- result{ts, err}
 	}()
 	waitUntil(t, func() bool { return lockWaits(t, db) > 0 }, "the claim waits for the reaper")
@@ -314,7 +314,7 @@ func TestReaperLeavesAWorkerWhoseClaimIsInFlight(t *testing.T) {
 	}
 	claimed := make(chan result, 1)
 	go func() {
-		ts, err := claims.Claim(context.WithoutCancel(ctx), ports.ClaimCommand{WorkerID: "silent", Queue: queue, Limit: 1})
+		ts, err := claimedTasks(claims.Claim(context.WithoutCancel(ctx), ports.ClaimCommand{WorkerID: "silent", Queue: queue, Limit: ptr(1)}))
 		claimed <- result{ts, err}
 	}()
 	select {
@@ -383,7 +383,7 @@ func TestConcurrentClaimsAndHeartbeatsOfOneWorkerDoNotDeadlock(t *testing.T) {
 			defer wg.Done()
 			defer idle.Done()
 			for {
-				ts, err := tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "busy", Queue: queue, Limit: 3})
+				ts, err := claimedTasks(tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "busy", Queue: queue, Limit: ptr(3)}))
 				if err != nil {
 					fail(err)
 					return

@@ -36,7 +36,7 @@ func TestTaskStoreClaimGivesEachTaskItsLease(t *testing.T) {
 	}
 
 	err := f.tx.Run(t.Context(), func(ctx context.Context, st ports.Stores) error {
-		_, err := st.Tasks.Claim(ctx, ports.ClaimParams{WorkerID: "w1", Limit: 1, LeaseSeconds: 0})
+		_, _, err := st.Tasks.Claim(ctx, ports.ClaimParams{WorkerID: "w1", Limit: 1, LeaseSeconds: 0})
 		return err
 	})
 	require.Error(t, err, "a claim without a lease length is refused before it reaches SQL")
@@ -61,7 +61,7 @@ func TestTaskStoreSavesAndClearsTheLeaseColumns(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			return []event.Event{e}, t.ExtendLease(task.ExtendParams{WorkerID: "w1", LeaseID: t.Snapshot().LeaseID, LeaseSeconds: 600}, now)
+			return []event.Event{e}, t.ExtendLease(task.ExtendParams{WorkerID: "w1", LeaseID: t.Snapshot().LeaseID, LeaseSeconds: ptr(600)}, now)
 		})
 		return err
 	})
@@ -73,7 +73,7 @@ func TestTaskStoreSavesAndClearsTheLeaseColumns(t *testing.T) {
 	// saveTasks (a batch report): both leave RUNNING, the lease columns go.
 	f.run(func(ctx context.Context, st ports.Stores) error {
 		_, err := st.Tasks.UpdateEach(ctx, []uuid.UUID{a.ID(), b.ID()}, func(i int, t *task.Task, now time.Time) ([]event.Event, error) {
-			e, err := t.Fail(task.FailParams{WorkerID: "w1", Error: "stopped", Retryable: true}, backoff.DefaultPolicy(), now)
+			e, err := t.Fail(task.FailParams{WorkerID: "w1", LeaseID: t.Snapshot().LeaseID, Error: "stopped", Retryable: true}, backoff.DefaultPolicy(), now)
 			return []event.Event{e}, err
 		})
 		return err
@@ -107,7 +107,7 @@ func TestTaskStoreHeldTasks(t *testing.T) {
 	require.Len(t, f.claim(ports.ClaimParams{WorkerID: "w2", Queues: []string{"theirs"}}), 1)
 	f.run(func(ctx context.Context, st ports.Stores) error {
 		_, err := st.Tasks.Update(ctx, done.ID(), func(t *task.Task, now time.Time) ([]event.Event, error) {
-			e, err := t.Complete(task.CompleteParams{WorkerID: "w1"}, now)
+			e, err := t.Complete(task.CompleteParams{WorkerID: "w1", LeaseID: t.Snapshot().LeaseID}, now)
 			return []event.Event{e}, err
 		})
 		return err

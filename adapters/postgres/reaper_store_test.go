@@ -61,10 +61,10 @@ func (f *reaperFixture) submit(t *testing.T, p task.SubmitParams) uuid.UUID {
 func (f *reaperFixture) running(t *testing.T, workerID string, maxAttempts int) uuid.UUID {
 	t.Helper()
 	queue := "q-" + uuid.NewString()
-	id := f.submit(t, task.SubmitParams{Queue: queue, MaxAttempts: maxAttempts})
-	claimed, err := f.tasks.Claim(context.Background(), ports.ClaimCommand{WorkerID: workerID, Queue: queue, Limit: 1})
+	id := f.submit(t, task.SubmitParams{Queue: queue, MaxAttempts: ptr(maxAttempts)})
+	claimed, err := f.tasks.Claim(context.Background(), ports.ClaimCommand{WorkerID: workerID, Queue: queue, Limit: ptr(1)})
 	require.NoError(t, err)
-	require.Len(t, claimed, 1)
+	require.Len(t, claimed.Tasks, 1)
 	return id
 }
 
@@ -385,7 +385,7 @@ func TestReaperStoreSavesNothingWhenTheDomainRefuses(t *testing.T) {
 	// A reaper transition may not touch what the worker reported.
 	err = f.tx.Run(context.Background(), func(ctx context.Context, st ports.Stores) error {
 		_, err := st.Reaper.UpdateOrphanedTasks(ctx, 10, func(t *task.Task, _ task.Holder, now time.Time) ([]event.Event, bool, error) {
-			e, err := t.Fail(task.FailParams{WorkerID: "w", Error: "boom", Retryable: true}, backoff.DefaultPolicy(), now)
+			e, err := t.Fail(task.FailParams{WorkerID: "w", LeaseID: t.Snapshot().LeaseID, Error: "boom", Retryable: true}, backoff.DefaultPolicy(), now)
 			return []event.Event{e}, true, err
 		})
 		return err

@@ -81,7 +81,7 @@ func (f *storeFixture) claim(p ports.ClaimParams) []*task.Task {
 	var out []*task.Task
 	f.run(func(ctx context.Context, st ports.Stores) error {
 		var err error
-		out, err = st.Tasks.Claim(ctx, p)
+		out, _, err = st.Tasks.Claim(ctx, p)
 		return err
 	})
 	return out
@@ -166,3 +166,8 @@ func taskIDs(ts []*task.Task) []uuid.UUID {
 	}
 	return out
 }
+
+func ptr[T any](v T) *T { return &v }
+
+// claimedTasks unwraps a use case's claim result.
+func claimedTasks(r ports.ClaimResult, err error) ([]*task.Task, error) { return r.Tasks, err }

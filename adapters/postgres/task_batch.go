@@ -20,12 +20,12 @@ import (
 // row; lib/pq has no array-of-arrays or nullable-array encoding otherwise.
 const insertManySQL = `
 	INSERT INTO tasks (id, queue, status, priority, payload, tags, attempts, max_attempts,
-		deadline, run_at, idempotency_key, created_at, updated_at)
+		deadline, run_at, idempotency_key, created_at, updated_at, payload_bytes)
 	SELECT u.id, u.queue, 'PENDING', u.priority, u.payload::jsonb, u.tags::text[], 0, u.max_attempts,
-		u.deadline::timestamptz, u.run_at::timestamptz, u.idempotency_key, $10, $10
+		u.deadline::timestamptz, u.run_at::timestamptz, u.idempotency_key, $10, $10, u.payload_bytes
 	FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::int[],
-		$7::text[], $8::text[], $9::text[])
-		AS u(id, queue, priority, payload, tags, max_attempts, deadline, run_at, idempotency_key)
+		$7::text[], $8::text[], $9::text[], $11::int[])
+		AS u(id, queue, priority, payload, tags, max_attempts, deadline, run_at, idempotency_key, payload_bytes)
 	ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 	RETURNING ` + taskColumns
 
@@ -50,12 +50,16 @@ func (s *TaskStore) CreateMany(ctx context.Context, fn ports.TaskCreateManyFunc)
 		deadlines  = make([]sql.NullString, n)
 		runAts     = make(pq.StringArray, n)
 		keys       = make([]sql.NullString, n)
+		sizes      = make([]sql.NullInt64, n)
 	)
 	for i, t := range ts {
 		v := t.Snapshot()
 		ids[i], queues[i], priorities[i], maxAtt[i], runAts[i] = v.ID.String(), v.Queue, int64(v.Priority), int64(v.MaxAttempts), timeText(v.RunAt)
 		if len(v.Payload) > 0 {
 			payloads[i] = sql.NullString{String: string(v.Payload), Valid: true}
+		}
+		if sizes[i], err = jsonBytes(v.Payload); err != nil {
+			return nil, nil, fmt.Errorf("insert tasks: tasks[%d].payload: %w", i, err)
 		}
 		lit, err := pq.StringArray(v.Tags).Value()
 		if err != nil {
@@ -70,7 +74,7 @@ func (s *TaskStore) CreateMany(ctx context.Context, fn ports.TaskCreateManyFunc)
 	var rows []taskRow
 	err = s.st.tx.SelectContext(ctx, &rows, insertManySQL,
 		ids, queues, priorities, pq.Array(payloads), tags, maxAtt,
-		pq.Array(deadlines), runAts, pq.Array(keys), now)
+		pq.Array(deadlines), runAts, pq.Array(keys), now, pq.Array(sizes))
 	if err != nil {
 		return nil, nil, fmt.Errorf("insert tasks: %w", err)
 	}
@@ -202,6 +206,9 @@ func saveTasks(ctx context.Context, st *txState, ts []*task.Task) error {
 		leaseSecs   = make([]sql.NullInt64, n)
 		leaseEnds   = make([]sql.NullString, n)
 		cancelAts   = make([]sql.NullString, n)
+		requestIDs  = make([]sql.NullString, n)
+		resultSizes = make([]sql.NullInt64, n)
+		err         error
 	)
 	for i, t := range ts {
 		v := t.Snapshot()
@@ -215,30 +222,38 @@ func saveTasks(ctx context.Context, st *txState, ts []*task.Task) error {
 		if len(v.Result) > 0 {
 			results[i] = sql.NullString{String: string(v.Result), Valid: true}
 		}
+		if resultSizes[i], err = jsonBytes(v.Result); err != nil {
+			return fmt.Errorf("save tasks: task %s: result: %w", v.ID, err)
+		}
 		claimedAts[i] = nullTimeText(v.ClaimedAt)
 		finishedAts[i] = nullTimeText(v.FinishedAt)
 		leaseSecs[i] = nullInt(v.LeaseSeconds)
 		leaseEnds[i] = nullTimeText(v.LeaseExpiresAt)
 		cancelAts[i] = nullTimeText(v.CancelRequestedAt)
+		requestIDs[i] = nullString(v.ClaimRequestID)
 		if v.Status == task.StatusPending {
 			st.notify(v.Queue)
 		}
 	}
-	_, err := st.tx.ExecContext(ctx, `
+	_, err = st.tx.ExecContext(ctx, `
 		UPDATE tasks t SET status = u.status, attempts = u.attempts, worker_id = u.worker_id,
 			lease_id = u.lease_id::uuid, last_error = u.last_error, dead_reason = u.dead_reason,
 			result = u.result::jsonb, run_at = u.run_at::timestamptz, claimed_at = u.claimed_at::timestamptz,
 			finished_at = u.finished_at::timestamptz, updated_at = u.updated_at::timestamptz,
 			lease_seconds = u.lease_seconds, lease_expires_at = u.lease_expires_at::timestamptz,
-			cancel_requested_at = u.cancel_requested_at::timestamptz
+			cancel_requested_at = u.cancel_requested_at::timestamptz, claim_request_id = u.claim_request_id,
+			result_bytes = u.result_bytes
 		FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[],
-			$8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::int[], $14::text[], $15::text[])
+			$8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::int[], $14::text[], $15::text[], $16::text[],
+			$17::int[])
 			AS u(id, status, attempts, worker_id, lease_id, last_error, dead_reason, result, run_at,
-				claimed_at, finished_at, updated_at, lease_seconds, lease_expires_at, cancel_requested_at)
+				claimed_at, finished_at, updated_at, lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id,
+				result_bytes)
 		WHERE t.id = u.id`,
 		ids, statuses, attempts, pq.Array(workers), pq.Array(leases), pq.Array(lastErrors),
 		pq.Array(deadReasons), pq.Array(results), runAts, pq.Array(claimedAts),
-		pq.Array(finishedAts), updatedAts, pq.Array(leaseSecs), pq.Array(leaseEnds), pq.Array(cancelAts))
+		pq.Array(finishedAts), updatedAts, pq.Array(leaseSecs), pq.Array(leaseEnds), pq.Array(cancelAts), pq.Array(requestIDs),
+		pq.Array(resultSizes))
 	if err != nil {
 		return fmt.Errorf("save tasks: %w", err)
 	}

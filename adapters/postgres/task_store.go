@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"slices"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -22,14 +22,14 @@ import (
 const taskColumns = `id, seq, queue, status, priority, payload, tags, attempts, max_attempts,
 	worker_id, lease_id, last_error, dead_reason, result, deadline, run_at,
 	idempotency_key, created_at, claimed_at, finished_at, updated_at,
-	lease_seconds, lease_expires_at, cancel_requested_at`
+	lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id`
 
 // heldTaskColumns are taskColumns but the payload: what the lease protocol
 // reads of a worker's tasks (saving a task never writes its payload).
 const heldTaskColumns = `id, seq, queue, status, priority, tags, attempts, max_attempts,
 	worker_id, lease_id, last_error, dead_reason, result, deadline, run_at,
 	idempotency_key, created_at, claimed_at, finished_at, updated_at,
-	lease_seconds, lease_expires_at, cancel_requested_at`
+	lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id`
 
 // taskRow is one row of tasks.
 type taskRow struct {
@@ -57,6 +57,7 @@ type taskRow struct {
 	LeaseSeconds   sql.NullInt32  `db:"lease_seconds"`
 	LeaseExpiresAt sql.NullTime   `db:"lease_expires_at"`
 	CancelReqAt    sql.NullTime   `db:"cancel_requested_at"`
+	ClaimRequestID sql.NullString `db:"claim_request_id"`
 }
 
 // taskRowNow is a task row with the transaction's now().
@@ -91,6 +92,7 @@ func (r *taskRow) toDomain() *task.Task {
 		LeaseSeconds:      int(r.LeaseSeconds.Int32),
 		LeaseExpiresAt:    timePtr(r.LeaseExpiresAt),
 		CancelRequestedAt: timePtr(r.CancelReqAt),
+		ClaimRequestID:    r.ClaimRequestID.String,
 	})
 }
 
@@ -112,24 +114,25 @@ func (s *TaskStore) Create(ctx context.Context, fn ports.TaskCreateFunc) (*task.
 		return nil, false, err
 	}
 	v := t.Snapshot()
+	payloadBytes, err := jsonBytes(v.Payload)
+	if err != nil {
+		return nil, false, fmt.Errorf("insert task: payload: %w", err)
+	}
 	var row taskRow
 	err = s.st.tx.GetContext(ctx, &row, `
 		INSERT INTO tasks (id, queue, status, priority, payload, tags, attempts, max_attempts,
-			deadline, run_at, idempotency_key, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12)
+			deadline, run_at, idempotency_key, created_at, updated_at, payload_bytes)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, $13)
 		ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 		RETURNING `+taskColumns,
 		v.ID, v.Queue, string(v.Status), v.Priority, nullJSON(v.Payload), pq.StringArray(v.Tags),
-		v.Attempts, v.MaxAttempts, v.Deadline, v.RunAt, nullString(v.IdempotencyKey), v.CreatedAt)
+		v.Attempts, v.MaxAttempts, v.Deadline, v.RunAt, nullString(v.IdempotencyKey), v.CreatedAt, payloadBytes)
 	if err == nil {
 		s.st.Record(e)
 		s.st.notify(v.Queue)
 		return row.toDomain(), true, nil
 	}
 	if err != sql.ErrNoRows {
-		if len(v.Payload) > 0 {
-			err = jsonValueError(err, "payload")
-		}
 		return nil, false, fmt.Errorf("insert task: %w", err)
 	}
 	// The queue already holds this idempotency key (perhaps committed by a
@@ -178,18 +181,20 @@ func (s *TaskStore) Update(ctx context.Context, id uuid.UUID, fn ports.TaskUpdat
 // save writes every mutable column of t.
 func (s *TaskStore) save(ctx context.Context, t *task.Task) error {
 	v := t.Snapshot()
-	_, err := s.st.tx.ExecContext(ctx, `
+	resultBytes, err := jsonBytes(v.Result)
+	if err != nil {
+		return fmt.Errorf("save task: result: %w", err)
+	}
+	_, err = s.st.tx.ExecContext(ctx, `
 		UPDATE tasks SET status = $2, attempts = $3, worker_id = $4, lease_id = $5, last_error = $6,
 			dead_reason = $7, result = $8, run_at = $9, claimed_at = $10, finished_at = $11, updated_at = $12,
-			lease_seconds = $13, lease_expires_at = $14, cancel_requested_at = $15
+			lease_seconds = $13, lease_expires_at = $14, cancel_requested_at = $15, claim_request_id = $16,
+			result_bytes = $17
 		WHERE id = $1`,
 		v.ID, string(v.Status), v.Attempts, nullString(v.WorkerID), nullUUID(v.LeaseID), nullString(v.LastError),
 		nullString(string(v.DeadReason)), nullJSON(v.Result), v.RunAt, v.ClaimedAt, v.FinishedAt, v.UpdatedAt,
-		nullInt(v.LeaseSeconds), v.LeaseExpiresAt, v.CancelRequestedAt)
+		nullInt(v.LeaseSeconds), v.LeaseExpiresAt, v.CancelRequestedAt, nullString(v.ClaimRequestID), resultBytes)
 	if err != nil {
-		if len(v.Result) > 0 {
-			err = jsonValueError(err, "result")
-		}
 		return fmt.Errorf("save task: %w", err)
 	}
 	return nil
@@ -206,7 +211,7 @@ func (s *TaskStore) save(ctx context.Context, t *task.Task) error {
 // 100k backlog).
 const claimCandidates = `
 	CROSS JOIN LATERAL (
-		SELECT t.id, t.priority, t.seq FROM tasks t
+		SELECT t.id, t.priority, t.seq, ` + taskBytesSQL + ` AS bytes FROM tasks t
 		WHERE t.status = 'PENDING' AND t.queue = q.name AND t.run_at <= now()
 			AND (t.deadline IS NULL OR t.deadline > now())
 			AND %s
@@ -217,19 +222,36 @@ const claimCandidates = `
 	ORDER BY c.priority DESC, c.seq
 	LIMIT $3`
 
+// claimCapped keeps, of the locked candidates in claim order, those whose
+// running sum of estimated response bytes stays within $6, and always the
+// first: the others are not claimed (they stay PENDING, claimable as soon
+// as this transaction ends).
+const claimCapped = `
+	, cand AS (
+		SELECT s.id FROM (
+			SELECT l.id, sum(l.bytes) OVER w AS upto, row_number() OVER w AS n
+			FROM locked l
+			WINDOW w AS (ORDER BY l.priority DESC, l.seq ROWS UNBOUNDED PRECEDING)
+		) s
+		WHERE s.n = 1 OR s.upto <= $6
+	)`
+
 // claimAssign marks the candidates RUNNING under the worker ($1) with fresh
-// leases of $4 seconds (task.Task.Claim).
+// leases of $4 seconds, keeping the claim's request id ($5, NULL for none)
+// (task.Task.Claim). Each row carries how many candidates were locked, to
+// tell a claim the byte cap cut short.
 var claimAssign = `
 	UPDATE tasks t SET status = 'RUNNING', attempts = t.attempts + 1, worker_id = $1,
 		lease_id = gen_random_uuid(), claimed_at = now(), updated_at = now(),
-		lease_seconds = $4::int, lease_expires_at = now() + $4::int * interval '1 second', cancel_requested_at = NULL
+		lease_seconds = $4::int, lease_expires_at = now() + $4::int * interval '1 second', cancel_requested_at = NULL,
+		claim_request_id = $5::text
 	FROM cand WHERE t.id = cand.id
-	RETURNING ` + prefixed("t.", taskColumns)
+	RETURNING ` + prefixed("t.", taskColumns) + `, (SELECT count(*) FROM locked) AS candidates`
 
-// claimQueues claims from the listed queues ($5).
+// claimQueues claims from the listed queues ($7).
 const claimQueues = `
-	WITH cand AS (
-		SELECT c.id FROM unnest($5::text[]) AS q(name)` + claimCandidates + `
+	WITH locked AS (
+		SELECT c.id, c.priority, c.seq, c.bytes FROM unnest($7::text[]) AS q(name)` + claimCandidates + `
 	)`
 
 // claimAny claims from every queue that has pending tasks; the recursive
@@ -240,35 +262,49 @@ const claimAny = `
 		UNION ALL
 		SELECT (SELECT min(queue) FROM tasks WHERE status = 'PENDING' AND queue > q.name)
 		FROM q WHERE q.name IS NOT NULL
-	), cand AS (
-		SELECT c.id FROM q` + claimCandidates + `
+	), locked AS (
+		SELECT c.id, c.priority, c.seq, c.bytes FROM q` + claimCandidates + `
 	)`
 
 // claimSQL holds the four claim statements: [any queue][worker has tags].
 var claimSQL = func() (out [2][2]string) {
 	for i, head := range []string{claimQueues, claimAny} {
-		out[i][0] = fmt.Sprintf(head, "t.tags = '{}' AND cardinality($2::text[]) = 0") + claimAssign
-		out[i][1] = fmt.Sprintf(head, "t.tags <@ $2::text[]") + claimAssign
+		out[i][0] = fmt.Sprintf(head, "t.tags = '{}' AND cardinality($2::text[]) = 0") + claimCapped + claimAssign
+		out[i][1] = fmt.Sprintf(head, "t.tags <@ $2::text[]") + claimCapped + claimAssign
 	}
 	return out
 }()
 
+// taskBytesSQL estimates, for a row t of tasks, the bytes its task takes in
+// a response: its payload's and result's JSON texts (payload_bytes and
+// result_bytes, written with them; rendered for rows older than migration
+// 0007), its last error, and taskOverheadBytes for the rest.
+const taskBytesSQL = `(coalesce(t.payload_bytes, octet_length(t.payload::text), 0)
+	+ coalesce(t.result_bytes, octet_length(t.result::text), 0)
+	+ coalesce(octet_length(t.last_error), 0) + ` + taskOverheadBytes + `)`
+
+// taskOverheadBytes bounds what a task's JSON holds besides its payload,
+// result and last error: ids, times, queue (128), tags (16 of 64), the
+// idempotency key (255, escaped), names and punctuation.
+const taskOverheadBytes = "3072"
+
+// countedRow is a row of a capped statement (a claim, a list page) and how
+// many candidates that statement considered before the byte cap.
+type countedRow struct {
+	taskRow
+	Candidates int `db:"candidates"`
+}
+
 // Claim implements ports.TaskStore with one statement.
-func (s *TaskStore) Claim(ctx context.Context, p ports.ClaimParams) ([]*task.Task, error) {
-	if len(p.Queues) > 0 {
-		p.Queues = slices.DeleteFunc(slices.Clone(p.Queues), func(q string) bool { return !storableText(q) })
-		if len(p.Queues) == 0 {
-			return []*task.Task{}, nil // no task is in a queue with such a name
-		}
-	}
+func (s *TaskStore) Claim(ctx context.Context, p ports.ClaimParams) ([]*task.Task, bool, error) {
 	tags := pq.StringArray(p.WorkerTags)
 	if tags == nil {
 		tags = pq.StringArray{}
 	}
 	if err := task.ValidateLeaseSeconds("lease_seconds", p.LeaseSeconds); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	var rows []taskRow
+	var claimed []countedRow
 	var err error
 	hasTags := 0
 	if len(tags) > 0 {
@@ -280,22 +316,28 @@ func (s *TaskStore) Claim(ctx context.Context, p ports.ClaimParams) ([]*task.Tas
 	// ANALYZE): 1.7 s per claim on a fresh 1M backlog instead of a few ms.
 	// Pin the plan for this transaction only.
 	if _, err := s.st.tx.ExecContext(ctx, `SET LOCAL enable_bitmapscan = off; SET LOCAL enable_seqscan = off`); err != nil {
-		return nil, fmt.Errorf("claim: plan settings: %w", err)
+		return nil, false, fmt.Errorf("claim: plan settings: %w", err)
+	}
+	requestID := nullString(p.RequestID)
+	maxBytes := p.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = math.MaxInt64
 	}
 	if len(p.Queues) == 0 {
-		err = s.st.tx.SelectContext(ctx, &rows, claimSQL[1][hasTags], p.WorkerID, tags, p.Limit, p.LeaseSeconds)
+		err = s.st.tx.SelectContext(ctx, &claimed, claimSQL[1][hasTags], p.WorkerID, tags, p.Limit, p.LeaseSeconds, requestID, maxBytes)
 	} else {
-		err = s.st.tx.SelectContext(ctx, &rows, claimSQL[0][hasTags], p.WorkerID, tags, p.Limit, p.LeaseSeconds, pq.StringArray(p.Queues))
+		err = s.st.tx.SelectContext(ctx, &claimed, claimSQL[0][hasTags], p.WorkerID, tags, p.Limit, p.LeaseSeconds, requestID, maxBytes, pq.StringArray(p.Queues))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("claim: %w", err)
+		return nil, false, fmt.Errorf("claim: %w", err)
 	}
-	sort.Slice(rows, func(i, j int) bool {
-		if rows[i].Priority != rows[j].Priority {
-			return rows[i].Priority > rows[j].Priority
-		}
-		return rows[i].Seq < rows[j].Seq
-	})
+	rows := make([]taskRow, len(claimed))
+	truncated := false
+	for i, c := range claimed {
+		rows[i] = c.taskRow
+		truncated = c.Candidates > len(claimed)
+	}
+	inClaimOrder(rows)
 	out := make([]*task.Task, len(rows))
 	events := make([]event.Event, len(rows))
 	for i := range rows {
@@ -303,46 +345,91 @@ func (s *TaskStore) Claim(ctx context.Context, p ports.ClaimParams) ([]*task.Tas
 		events[i] = task.Claimed(out[i])
 	}
 	s.st.Record(events...)
+	return out, truncated, nil
+}
+
+// inClaimOrder sorts rows as claims hand them out: priority DESC, then FIFO.
+func inClaimOrder(rows []taskRow) {
+	sort.Slice(rows, func(i, j int) bool {
+		if rows[i].Priority != rows[j].Priority {
+			return rows[i].Priority > rows[j].Priority
+		}
+		return rows[i].Seq < rows[j].Seq
+	})
+}
+
+// claimedUnderSQL selects the tasks RUNNING under a worker ($1) from the
+// claim with request id $2 (task.Task.ClaimedUnder). It walks
+// tasks_running_by_claim (0007).
+const claimedUnderSQL = `
+	SELECT ` + taskColumns + ` FROM tasks
+	WHERE status = 'RUNNING' AND worker_id = $1 AND claim_request_id = $2`
+
+// ClaimedUnder implements ports.TaskStore.
+func (s *TaskStore) ClaimedUnder(ctx context.Context, workerID, requestID string) ([]*task.Task, error) {
+	if requestID == "" || !storableText(workerID) || !storableText(requestID) {
+		return []*task.Task{}, nil // no claim carried such an id
+	}
+	var rows []taskRow
+	if err := s.st.tx.SelectContext(ctx, &rows, claimedUnderSQL, workerID, requestID); err != nil {
+		return nil, fmt.Errorf("select tasks of claim %q: %w", requestID, err)
+	}
+	inClaimOrder(rows)
+	out := make([]*task.Task, len(rows))
+	for i := range rows {
+		out[i] = rows[i].toDomain()
+	}
 	return out, nil
 }
 
 // List implements ports.TaskStore: newest first by id (UUIDv7 ids are
-// time-ordered), keyset-paginated on the primary key.
-func (s *TaskStore) List(ctx context.Context, f ports.TaskFilter) ([]*task.Task, error) {
-	if f.Queue != "" && !storableText(f.Queue) {
-		return []*task.Task{}, nil // no task is in a queue with such a name
-	}
+// time-ordered), keyset-paginated on the primary key. Of the page's rows it
+// keeps, in order, those whose running sum of estimated response bytes
+// (taskBytesSQL) stays within f.MaxBytes, and always the first; the payloads
+// and results of the rows left out are never read.
+func (s *TaskStore) List(ctx context.Context, f ports.TaskFilter) ([]*task.Task, bool, error) {
 	var (
 		where []string
 		args  []any
 	)
 	if f.Queue != "" {
 		args = append(args, f.Queue)
-		where = append(where, fmt.Sprintf("queue = $%d", len(args)))
+		where = append(where, fmt.Sprintf("t.queue = $%d", len(args)))
 	}
 	if f.Status != "" {
 		args = append(args, string(f.Status))
-		where = append(where, fmt.Sprintf("status = $%d", len(args)))
+		where = append(where, fmt.Sprintf("t.status = $%d", len(args)))
 	}
 	if f.After != nil {
 		args = append(args, *f.After)
-		where = append(where, fmt.Sprintf("id < $%d", len(args)))
+		where = append(where, fmt.Sprintf("t.id < $%d", len(args)))
 	}
-	q := `SELECT ` + taskColumns + ` FROM tasks`
+	page := `SELECT ` + prefixed("t.", taskColumns) + `, ` + taskBytesSQL + ` AS bytes FROM tasks t`
 	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, " AND ")
+		page += ` WHERE ` + strings.Join(where, " AND ")
 	}
-	args = append(args, f.Limit)
-	q += fmt.Sprintf(` ORDER BY id DESC LIMIT $%d`, len(args))
-	var rows []taskRow
+	maxBytes := f.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = math.MaxInt64
+	}
+	args = append(args, f.Limit, maxBytes)
+	page += fmt.Sprintf(` ORDER BY t.id DESC LIMIT $%d`, len(args)-1)
+	q := `SELECT ` + taskColumns + `, candidates FROM (
+		SELECT p.*, sum(p.bytes) OVER w AS upto, row_number() OVER w AS n, count(*) OVER () AS candidates
+		FROM (` + page + `) p
+		WINDOW w AS (ORDER BY p.id DESC ROWS UNBOUNDED PRECEDING)
+	) s WHERE s.n = 1 OR s.upto <= ` + fmt.Sprintf("$%d", len(args)) + ` ORDER BY s.id DESC`
+	var rows []countedRow
 	if err := s.st.tx.SelectContext(ctx, &rows, q, args...); err != nil {
-		return nil, fmt.Errorf("list tasks: %w", err)
+		return nil, false, fmt.Errorf("list tasks: %w", err)
 	}
 	out := make([]*task.Task, len(rows))
+	truncated := false
 	for i := range rows {
 		out[i] = rows[i].toDomain()
+		truncated = rows[i].Candidates > len(rows)
 	}
-	return out, nil
+	return out, truncated, nil
 }
 
 func prefixed(prefix, columns string) string {

@@ -24,7 +24,7 @@ func TestTaskStoreCreateStoresEveryField(t *testing.T) {
 	deadline := runAt.Add(time.Hour)
 
 	created := f.submit(task.SubmitParams{
-		Queue: "emails", Payload: json.RawMessage(`{"to": "a@b.c"}`), Priority: 7, MaxAttempts: 5,
+		Queue: "emails", Payload: json.RawMessage(`{"to": "a@b.c"}`), Priority: 7, MaxAttempts: ptr(5),
 		Tags: []string{"gpu", "eu"}, Deadline: &deadline, RunAt: &runAt, IdempotencyKey: "k1",
 	})
 
@@ -86,7 +86,7 @@ func TestTaskStoreUpdateSavesTheDecidedState(t *testing.T) {
 		var err error
 		updated, err = st.Tasks.Update(ctx, created.ID(), func(t *task.Task, now time.Time) ([]event.Event, error) {
 			decidedAt = now
-			e, err := t.Fail(task.FailParams{WorkerID: "w1", LeaseID: &lease, Error: "disk full", Retryable: true}, policy, now)
+			e, err := t.Fail(task.FailParams{WorkerID: "w1", LeaseID: lease, Error: "disk full", Retryable: true}, policy, now)
 			return []event.Event{e}, err
 		})
 		return err
@@ -131,7 +131,7 @@ func TestTaskStoreUpdateErrorSavesNothing(t *testing.T) {
 	created := f.submit(task.SubmitParams{Queue: "q"})
 	err := f.tx.Run(t.Context(), func(ctx context.Context, st ports.Stores) error {
 		_, err := st.Tasks.Update(ctx, created.ID(), func(t *task.Task, now time.Time) ([]event.Event, error) {
-			e, err := t.Complete(task.CompleteParams{WorkerID: "w1"}, now)
+			e, err := t.Retry(now) // a PENDING task cannot be retried
 			return []event.Event{e}, err
 		})
 		return err
@@ -153,7 +153,7 @@ func TestTaskStoreUpdateHoldsTheRowLockUntilCommit(t *testing.T) {
 	claimed := f.claim(ports.ClaimParams{WorkerID: "w1"})
 	require.Len(t, claimed, 1)
 	lease := claimed[0].Snapshot().LeaseID
-	complete := task.CompleteParams{WorkerID: "w1", LeaseID: &lease}
+	complete := task.CompleteParams{WorkerID: "w1", LeaseID: lease}
 	update := func(decide func(t *task.Task)) error {
 		return f.tx.Run(context.Background(), func(ctx context.Context, st ports.Stores) error {
 			_, err := st.Tasks.Update(ctx, created.ID(), func(t *task.Task, now time.Time) ([]event.Event, error) {
@@ -226,7 +226,7 @@ func TestTaskStoreUpdateLocksConcurrentCompletionsExactlyOneWins(t *testing.T) {
 			<-start
 			errs <- f.tx.Run(context.Background(), func(ctx context.Context, st ports.Stores) error {
 				_, err := st.Tasks.Update(ctx, created.ID(), func(t *task.Task, now time.Time) ([]event.Event, error) {
-					e, err := t.Complete(task.CompleteParams{WorkerID: "w1", LeaseID: &lease, Result: json.RawMessage(`{"by":` + string(rune('0'+i%10)) + `}`)}, now)
+					e, err := t.Complete(task.CompleteParams{WorkerID: "w1", LeaseID: lease, Result: json.RawMessage(`{"by":` + string(rune('0'+i%10)) + `}`)}, now)
 					return []event.Event{e}, err
 				})
 				return err
@@ -425,7 +425,7 @@ func TestTaskStoreListPagesNewestFirstWithFilters(t *testing.T) {
 		var out []*task.Task
 		f.run(func(ctx context.Context, st ports.Stores) error {
 			var err error
-			out, err = st.Tasks.List(ctx, flt)
+			out, _, err = st.Tasks.List(ctx, flt)
 			return err
 		})
 		return out
@@ -456,4 +456,132 @@ func TestTaskStoreListPagesNewestFirstWithFilters(t *testing.T) {
 	got, _ = pages(ports.TaskFilter{Queue: "a", Status: task.StatusPending, Limit: 100})
 	require.Equal(t, inA[:len(inA)-3], got)
 	require.Empty(t, list(ports.TaskFilter{Queue: "none", Limit: 10}))
+}
+
+// ClaimedUnder's SQL and task.Task.ClaimedUnder agree: the store returns
+// exactly the tasks the domain rule picks, among tasks claimed under several
+// workers and request ids, some of which left RUNNING (their request id goes
+// with the lease) or were claimed again without one.
+func TestTaskStoreClaimedUnderMatchesTheDomainRule(t *testing.T) {
+	t.Parallel()
+	f := newStoreFixture(t)
+	for _, q := range []string{"a", "b", "c", "d", "e"} {
+		for range 2 {
+			f.submit(task.SubmitParams{Queue: q, Payload: json.RawMessage(`{"q":"` + q + `"}`)})
+		}
+	}
+	f.claim(ports.ClaimParams{WorkerID: "w1", Queues: []string{"a"}, RequestID: "r1"})
+	f.claim(ports.ClaimParams{WorkerID: "w1", Queues: []string{"b"}, RequestID: "r2"})
+	f.claim(ports.ClaimParams{WorkerID: "w2", Queues: []string{"c"}, RequestID: "r1"})
+	f.claim(ports.ClaimParams{WorkerID: "w1", Queues: []string{"d"}})
+	left := f.claim(ports.ClaimParams{WorkerID: "w1", Queues: []string{"e"}, RequestID: "r1"})
+	require.Len(t, left, 2)
+	// One completes (DONE), one is taken back (PENDING): neither is held.
+	f.run(func(ctx context.Context, st ports.Stores) error {
+		_, err := st.Tasks.UpdateEach(ctx, taskIDs(left), func(i int, t *task.Task, now time.Time) ([]event.Event, error) {
+			if i == 0 {
+				e, err := t.Complete(task.CompleteParams{WorkerID: "w1", LeaseID: t.Snapshot().LeaseID}, now)
+				return []event.Event{e}, err
+			}
+			v := t.Snapshot()
+			e, err := t.ReleaseFromDeadWorker(task.Holder{WorkerID: v.WorkerID, LeaseID: v.LeaseID}, now)
+			return []event.Event{e}, err
+		})
+		return err
+	})
+	for _, id := range taskIDs(left) {
+		require.Empty(t, f.get(id).ClaimRequestID, "the request id goes with the lease")
+	}
+
+	var all []*task.Task
+	f.run(func(ctx context.Context, st ports.Stores) error {
+		var err error
+		all, _, err = st.Tasks.List(ctx, ports.TaskFilter{Limit: 100})
+		return err
+	})
+	require.Len(t, all, 10)
+	for _, worker := range []string{"w1", "w2", "w3"} {
+		for _, rid := range []string{"r1", "r2", "r3"} {
+			var want []uuid.UUID
+			for _, tk := range all {
+				if tk.ClaimedUnder(worker, rid) {
+					want = append(want, tk.ID())
+				}
+			}
+			var got []*task.Task
+			f.run(func(ctx context.Context, st ports.Stores) error {
+				var err error
+				got, err = st.Tasks.ClaimedUnder(ctx, worker, rid)
+				return err
+			})
+			require.ElementsMatch(t, want, taskIDs(got), "%s %s", worker, rid)
+		}
+	}
+	var got []*task.Task
+	f.run(func(ctx context.Context, st ports.Stores) error {
+		var err error
+		got, err = st.Tasks.ClaimedUnder(ctx, "w1", "r1")
+		return err
+	})
+	require.Len(t, got, 2, "the claim of queue a")
+	require.Equal(t, "r1", got[0].Snapshot().ClaimRequestID)
+	require.NotEmpty(t, got[0].Snapshot().Payload, "with every column")
+}
+
+// payload_bytes and result_bytes, which the response cap sums, are the
+// lengths of the texts PostgreSQL renders, on every path that writes them.
+func TestTaskStoreKeepsTheRenderedSizesOfPayloadsAndResults(t *testing.T) {
+	t.Parallel()
+	f := newStoreFixture(t)
+	values := []string{`{"b":1,"a":[1,2,3],"b":"\u00e9\n<&>"}`, `1e3`, `"\ud83d\ude00"`, `[ 1 , {"x" : null} ]`}
+	single := f.submit(task.SubmitParams{Queue: "sizes", Payload: json.RawMessage(values[0])})
+	f.run(func(ctx context.Context, st ports.Stores) error {
+		_, _, err := st.Tasks.CreateMany(ctx, func(now time.Time) ([]*task.Task, []event.Event, error) {
+			var ts []*task.Task
+			var es []event.Event
+			for _, v := range values[1:] {
+				tk, e, err := task.Submit(task.SubmitParams{ID: uuid.Must(uuid.NewV7()), Queue: "sizes", Payload: json.RawMessage(v)}, now)
+				if err != nil {
+					return nil, nil, err
+				}
+				ts, es = append(ts, tk), append(es, e)
+			}
+			return ts, es, nil
+		})
+		return err
+	})
+	claimed := f.claim(ports.ClaimParams{Queues: []string{"sizes"}})
+	require.Len(t, claimed, len(values))
+	f.run(func(ctx context.Context, st ports.Stores) error {
+		_, err := st.Tasks.Update(ctx, single.ID(), func(tk *task.Task, now time.Time) ([]event.Event, error) {
+			e, err := tk.Complete(task.CompleteParams{WorkerID: "w1", LeaseID: tk.Snapshot().LeaseID, Result: json.RawMessage(values[3])}, now)
+			return []event.Event{e}, err
+		})
+		return err
+	})
+	var rest []uuid.UUID
+	for _, tk := range claimed {
+		if tk.ID() != single.ID() {
+			rest = append(rest, tk.ID())
+		}
+	}
+	f.run(func(ctx context.Context, st ports.Stores) error {
+		_, err := st.Tasks.UpdateEach(ctx, rest, func(i int, tk *task.Task, now time.Time) ([]event.Event, error) {
+			e, err := tk.Complete(task.CompleteParams{WorkerID: "w1", LeaseID: tk.Snapshot().LeaseID, Result: json.RawMessage(values[i])}, now)
+			return []event.Event{e}, err
+		})
+		return err
+	})
+	var rows []struct {
+		PayloadBytes, PayloadText, ResultBytes, ResultText int64
+	}
+	require.NoError(t, f.db.Select(&rows, `
+		SELECT payload_bytes AS payloadbytes, octet_length(payload::text) AS payloadtext,
+			result_bytes AS resultbytes, octet_length(result::text) AS resulttext
+		FROM tasks WHERE queue = 'sizes'`))
+	require.Len(t, rows, len(values))
+	for _, r := range rows {
+		require.Equal(t, r.PayloadText, r.PayloadBytes)
+		require.Equal(t, r.ResultText, r.ResultBytes)
+	}
 }

@@ -1,13 +1,10 @@
 package postgres
 
 import (
-	"errors"
+	"database/sql"
+	"encoding/json"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/lib/pq"
-
-	"github.com/taskmaster/taskmaster/domain/validation"
 )
 
 // What PostgreSQL cannot store is the adapter's knowledge: these helpers
@@ -20,16 +17,21 @@ func storableText(s string) bool {
 	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
 }
 
-// jsonValueError translates PostgreSQL's refusal of a client's JSON value
-// (valid JSON that jsonb cannot hold: a \u0000 escape, an unpaired
-// surrogate, a number beyond numeric's range; all SQLSTATE class 22) into a
-// validation error on field. Other errors pass unchanged.
-func jsonValueError(err error, field string) error {
-	var pqErr *pq.Error
-	if !errors.As(err, &pqErr) || pqErr.Code.Class() != "22" {
-		return err
+// CheckJSON implements ports.TaskStore (see JSONStoredSize).
+func (s *TaskStore) CheckJSON(raw json.RawMessage) error {
+	_, err := JSONStoredSize(raw)
+	return err
+}
+
+// jsonBytes is the length of the text PostgreSQL renders for a JSON value
+// about to be written (payload_bytes, result_bytes), NULL for no value.
+func jsonBytes(raw json.RawMessage) (sql.NullInt64, error) {
+	if len(raw) == 0 {
+		return sql.NullInt64{}, nil
 	}
-	var v validation.Errors
-	v.Add(field, `cannot be stored: JSON strings must not contain \u0000 or unpaired surrogates, and numbers must be within PostgreSQL's numeric range`)
-	return v.Err()
+	n, err := JSONStoredSize(raw)
+	if err != nil {
+		return sql.NullInt64{}, err
+	}
+	return sql.NullInt64{Int64: n, Valid: true}, nil
 }

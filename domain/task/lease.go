@@ -55,9 +55,9 @@ type ExtendParams struct {
 	WorkerID string
 	// LeaseID must be the current lease.
 	LeaseID uuid.UUID
-	// LeaseSeconds, when not 0, becomes the task's lease length; 0 keeps
-	// the length the task has (a renewal).
-	LeaseSeconds int
+	// LeaseSeconds, when not nil, becomes the task's lease length; nil
+	// keeps the length the task has (a renewal).
+	LeaseSeconds *int
 }
 
 // ExtendLease sets the lease of a RUNNING task held by the worker under
@@ -65,16 +65,16 @@ type ExtendParams struct {
 // now. The new length is kept, so later renewals reuse it. It is not a
 // transition: the status does not change and no event is produced.
 func (t *Task) ExtendLease(p ExtendParams, now time.Time) error {
-	if p.LeaseSeconds != 0 {
-		if err := ValidateLeaseSeconds("lease_seconds", p.LeaseSeconds); err != nil {
+	if p.LeaseSeconds != nil {
+		if err := ValidateLeaseSeconds("lease_seconds", *p.LeaseSeconds); err != nil {
 			return err
 		}
 	}
-	if err := t.fence(p.WorkerID, &p.LeaseID, ""); err != nil {
+	if err := t.fence(p.WorkerID, p.LeaseID, ""); err != nil {
 		return err
 	}
-	if p.LeaseSeconds != 0 {
-		t.s.LeaseSeconds = p.LeaseSeconds
+	if p.LeaseSeconds != nil {
+		t.s.LeaseSeconds = *p.LeaseSeconds
 	}
 	t.s.LeaseExpiresAt = leaseEnd(now, t.s.LeaseSeconds)
 	t.s.UpdatedAt = now

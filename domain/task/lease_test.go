@@ -84,9 +84,9 @@ func TestExtendLease(t *testing.T) {
 		// long after now.
 		wantSeconds int
 	}{
-		{"longer", task.ExtendParams{WorkerID: holder, LeaseID: leaseID, LeaseSeconds: 600}, 600},
-		{"shorter: the holder asks for less", task.ExtendParams{WorkerID: holder, LeaseID: leaseID, LeaseSeconds: 1}, 1},
-		{"the longest", task.ExtendParams{WorkerID: holder, LeaseID: leaseID, LeaseSeconds: task.MaxLeaseSeconds}, task.MaxLeaseSeconds},
+		{"longer", task.ExtendParams{WorkerID: holder, LeaseID: leaseID, LeaseSeconds: ptr(600)}, 600},
+		{"shorter: the holder asks for less", task.ExtendParams{WorkerID: holder, LeaseID: leaseID, LeaseSeconds: ptr(1)}, 1},
+		{"the longest", task.ExtendParams{WorkerID: holder, LeaseID: leaseID, LeaseSeconds: ptr(task.MaxLeaseSeconds)}, task.MaxLeaseSeconds},
 		{"renewal keeps the length", task.ExtendParams{WorkerID: holder, LeaseID: leaseID}, leaseSeconds},
 	}
 	for _, c := range cases {
@@ -142,8 +142,8 @@ func TestExtendLeaseRefusals(t *testing.T) {
 		{"a task taken back and PENDING again", requeued(), task.ExtendParams{WorkerID: holder, LeaseID: leaseID}, leaseLost},
 		{"a DONE task", done(), task.ExtendParams{WorkerID: holder, LeaseID: leaseID}, transition},
 		{"a DEAD task", dead(), task.ExtendParams{WorkerID: holder, LeaseID: leaseID}, transition},
-		{"a negative lease", running(1), task.ExtendParams{WorkerID: holder, LeaseID: leaseID, LeaseSeconds: -1}, invalid},
-		{"a lease over 12 h", running(1), task.ExtendParams{WorkerID: holder, LeaseID: leaseID, LeaseSeconds: task.MaxLeaseSeconds + 1}, invalid},
+		{"a negative lease", running(1), task.ExtendParams{WorkerID: holder, LeaseID: leaseID, LeaseSeconds: ptr(-1)}, invalid},
+		{"a lease over 12 h", running(1), task.ExtendParams{WorkerID: holder, LeaseID: leaseID, LeaseSeconds: ptr(task.MaxLeaseSeconds + 1)}, invalid},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -189,11 +189,11 @@ func TestFencingAfterTakeBack(t *testing.T) {
 	}
 	reports := map[string]func(*task.Task) error{
 		"complete": func(tk *task.Task) error {
-			_, err := tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: lease(leaseID), Result: json.RawMessage(`1`)}, at(3*time.Minute))
+			_, err := tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: leaseID, Result: json.RawMessage(`1`)}, at(3*time.Minute))
 			return err
 		},
 		"fail": func(tk *task.Task) error {
-			_, err := tk.Fail(task.FailParams{WorkerID: holder, LeaseID: lease(leaseID), Error: "late", Retryable: true}, policy, at(3*time.Minute))
+			_, err := tk.Fail(task.FailParams{WorkerID: holder, LeaseID: leaseID, Error: "late", Retryable: true}, policy, at(3*time.Minute))
 			return err
 		},
 		"extend": func(tk *task.Task) error {
@@ -221,7 +221,7 @@ func TestFencingAfterTakeBack(t *testing.T) {
 				require.ErrorAs(t, err, &lerr)
 				require.Equal(t, task.StatusRunning, lerr.Status)
 
-				_, err = tk.Complete(task.CompleteParams{WorkerID: "worker-2", LeaseID: lease(staleID)}, at(160*time.Second))
+				_, err = tk.Complete(task.CompleteParams{WorkerID: "worker-2", LeaseID: staleID}, at(160*time.Second))
 				require.NoError(t, err)
 				err = report(tk)
 				var terr *task.TransitionError

@@ -158,6 +158,10 @@ type Snapshot struct {
 	// CancelRequestedAt is when an operator asked to cancel the running
 	// attempt; nil unless RUNNING with such a request pending.
 	CancelRequestedAt *time.Time
+	// ClaimRequestID is the request id of the claim that made the task
+	// RUNNING (see ClaimedUnder); empty when the claim sent none, and
+	// unless RUNNING.
+	ClaimRequestID string
 }
 
 // Task is a unit of work in a queue. Its fields are reachable only through
@@ -190,11 +194,13 @@ func (t *Task) Queue() string { return t.s.Queue }
 
 // SubmitParams describe a new task.
 type SubmitParams struct {
-	ID             uuid.UUID
-	Queue          string
-	Payload        json.RawMessage
-	Priority       int
-	MaxAttempts    int // 0 means DefaultMaxAttempts
+	ID       uuid.UUID
+	Queue    string
+	Payload  json.RawMessage
+	Priority int
+	// MaxAttempts is how many claims the task gets (1..MaxMaxAttempts); nil
+	// means DefaultMaxAttempts, which ValidateSubmit fills in.
+	MaxAttempts    *int
 	Tags           []string
 	Deadline       *time.Time
 	RunAt          *time.Time // nil means now
@@ -222,7 +228,7 @@ func Submit(p SubmitParams, now time.Time) (*Task, event.Event, error) {
 		Priority:       p.Priority,
 		Payload:        p.Payload,
 		Tags:           p.Tags,
-		MaxAttempts:    p.MaxAttempts,
+		MaxAttempts:    *p.MaxAttempts,
 		Deadline:       p.Deadline,
 		RunAt:          runAt,
 		IdempotencyKey: p.IdempotencyKey,
@@ -239,6 +245,9 @@ type ClaimParams struct {
 	LeaseID    uuid.UUID
 	// LeaseSeconds is the lease length (MinLeaseSeconds..MaxLeaseSeconds).
 	LeaseSeconds int
+	// RequestID is the claim's client-generated request id (ValidRequestID),
+	// or empty.
+	RequestID string
 }
 
 // Claimable reports whether a worker with workerTags may claim the task at
@@ -280,7 +289,16 @@ func (t *Task) Claim(p ClaimParams, now time.Time) (event.Event, error) {
 	t.s.UpdatedAt = now
 	t.s.LeaseSeconds = p.LeaseSeconds
 	t.s.LeaseExpiresAt = leaseEnd(now, p.LeaseSeconds)
+	t.s.ClaimRequestID = p.RequestID
 	return Claimed(t), nil
+}
+
+// ClaimedUnder reports whether the task is RUNNING under workerID from the
+// claim that carried requestID: a repeat of that claim (same worker, same
+// request id) answers with such tasks instead of claiming more. The store's
+// lookup of a repeated claim encodes exactly this rule.
+func (t *Task) ClaimedUnder(workerID, requestID string) bool {
+	return requestID != "" && t.s.Status == StatusRunning && t.s.WorkerID == workerID && t.s.ClaimRequestID == requestID
 }
 
 // Claimed returns the event of a claim that storage carried out in bulk (the
@@ -298,8 +316,10 @@ func Claimed(t *Task) event.Event {
 // CompleteParams identify the reporting worker and carry the result.
 type CompleteParams struct {
 	WorkerID string
-	LeaseID  *uuid.UUID // checked when given
-	Result   json.RawMessage
+	// LeaseID is the lease the worker claimed the task under; it must be
+	// the task's current one.
+	LeaseID uuid.UUID
+	Result  json.RawMessage
 }
 
 // Complete moves a RUNNING task held by the worker to DONE.
@@ -313,8 +333,10 @@ func (t *Task) Complete(p CompleteParams, now time.Time) (event.Event, error) {
 
 // FailParams identify the reporting worker and describe the failure.
 type FailParams struct {
-	WorkerID  string
-	LeaseID   *uuid.UUID // checked when given
+	WorkerID string
+	// LeaseID is the lease the worker claimed the task under; it must be
+	// the task's current one.
+	LeaseID   uuid.UUID
 	Error     string
 	Retryable bool
 }
@@ -410,19 +432,20 @@ func (t *Task) Retry(now time.Time) (event.Event, error) {
 	return t.requeue(event.TaskRetried, RequeueRetried, now, now), nil
 }
 
-// fence checks that the task is RUNNING and held by workerID under leaseID
-// (when given). to is the status the caller wanted, for the error. A caller
-// naming a lease on a task that is PENDING again lost that lease (the task
-// was taken back and waits for its next claim): a LeaseError, like a lease
-// another claim replaced. A finished task (DONE, DEAD), or a PENDING one
-// reported without a lease, is a TransitionError.
-func (t *Task) fence(workerID string, leaseID *uuid.UUID, to Status) error {
+// fence checks that the task is RUNNING and held by workerID under leaseID:
+// every holder's report names its lease, so a report of an earlier attempt
+// (even by the same worker) can never pass for the current one. to is the
+// status the caller wanted, for the error. A task that is PENDING (taken
+// back, waiting for its next claim) or RUNNING under another worker or lease
+// is a LeaseError: the caller's lease is gone. A finished task (DONE, DEAD)
+// is a TransitionError.
+func (t *Task) fence(workerID string, leaseID uuid.UUID, to Status) error {
 	switch {
-	case t.s.Status == StatusPending && leaseID != nil:
+	case t.s.Status == StatusPending:
 		return &LeaseError{ID: t.s.ID, Status: t.s.Status}
 	case t.s.Status != StatusRunning:
 		return &TransitionError{ID: t.s.ID, From: t.s.Status, To: to}
-	case workerID != t.s.WorkerID || (leaseID != nil && *leaseID != t.s.LeaseID):
+	case workerID != t.s.WorkerID || leaseID != t.s.LeaseID:
 		return &LeaseError{ID: t.s.ID, Status: t.s.Status}
 	}
 	return nil
@@ -456,6 +479,7 @@ func (t *Task) endLease() {
 	t.s.LeaseSeconds = 0
 	t.s.LeaseExpiresAt = nil
 	t.s.CancelRequestedAt = nil
+	t.s.ClaimRequestID = ""
 }
 
 // finishRun ends the running attempt in a terminal status.

@@ -43,8 +43,6 @@ func ptr[T any](v T) *T { return &v }
 
 func secs(f float64) *float64 { return &f }
 
-func lease(id uuid.UUID) *uuid.UUID { return &id }
-
 // pending is a PENDING task created at base, claimable from base.
 func pending() task.Snapshot {
 	return task.Snapshot{
@@ -167,7 +165,7 @@ func TestSubmit(t *testing.T) {
 			name: "explicit values are kept",
 			params: task.SubmitParams{
 				ID: taskID, Queue: "emails", Payload: json.RawMessage(`{"n":1}`), Priority: -7,
-				MaxAttempts: 10, Tags: []string{"eu"}, Deadline: &deadline, RunAt: &later,
+				MaxAttempts: ptr(10), Tags: []string{"eu"}, Deadline: &deadline, RunAt: &later,
 				IdempotencyKey: "order-42",
 			},
 			want: task.Snapshot{
@@ -179,7 +177,7 @@ func TestSubmit(t *testing.T) {
 		},
 		{
 			name:   "no tags stay no tags",
-			params: task.SubmitParams{ID: taskID, Queue: "emails", MaxAttempts: 1},
+			params: task.SubmitParams{ID: taskID, Queue: "emails", MaxAttempts: ptr(1)},
 			want: task.Snapshot{
 				ID: taskID, Queue: "emails", Status: task.StatusPending, MaxAttempts: 1,
 				RunAt: now, CreatedAt: now, UpdatedAt: now,
@@ -207,7 +205,7 @@ func TestSubmit(t *testing.T) {
 
 func TestSubmitRejectsInvalidInput(t *testing.T) {
 	t.Parallel()
-	tk, ev, err := task.Submit(task.SubmitParams{ID: taskID, Queue: " ", MaxAttempts: 101}, base)
+	tk, ev, err := task.Submit(task.SubmitParams{ID: taskID, Queue: " ", MaxAttempts: ptr(101)}, base)
 	require.Nil(t, tk)
 	require.Equal(t, event.Event{}, ev)
 	var verr *validation.Error
@@ -286,14 +284,14 @@ func TestLegalTransitions(t *testing.T) {
 			return tk.Claim(task.ClaimParams{WorkerID: workerID, WorkerTags: []string{"eu", "gpu"}, LeaseID: l, LeaseSeconds: leaseSeconds}, now)
 		}
 	}
-	complete := func(l *uuid.UUID) func(*task.Task, time.Time) (event.Event, error) {
+	complete := func(l uuid.UUID) func(*task.Task, time.Time) (event.Event, error) {
 		return func(tk *task.Task, now time.Time) (event.Event, error) {
 			return tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: l, Result: result}, now)
 		}
 	}
 	fail := func(msg string, retryable bool) func(*task.Task, time.Time) (event.Event, error) {
 		return func(tk *task.Task, now time.Time) (event.Event, error) {
-			return tk.Fail(task.FailParams{WorkerID: holder, LeaseID: lease(leaseID), Error: msg, Retryable: retryable}, policy, now)
+			return tk.Fail(task.FailParams{WorkerID: holder, LeaseID: leaseID, Error: msg, Retryable: retryable}, policy, now)
 		}
 	}
 	release := func(tk *task.Task, now time.Time) (event.Event, error) {
@@ -343,21 +341,12 @@ func TestLegalTransitions(t *testing.T) {
 		},
 		{
 			name: "RUNNING -> DONE: complete with lease", start: running(1), now: at(15 * time.Second),
-			act: complete(lease(leaseID)),
+			act: complete(leaseID),
 			want: func(s *task.Snapshot, now time.Time) {
 				endRun(s, task.StatusDone, "", now)
 				s.Result = result
 			},
 			event: event.Event{Type: event.TaskCompleted, Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
-		},
-		{
-			name: "RUNNING -> DONE: complete without lease id by the holder", start: running(2), now: at(15 * time.Second),
-			act: complete(nil),
-			want: func(s *task.Snapshot, now time.Time) {
-				endRun(s, task.StatusDone, "", now)
-				s.Result = result
-			},
-			event: event.Event{Type: event.TaskCompleted, Attempt: 2, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
 		},
 		{
 			name: "RUNNING -> PENDING: retryable fail after attempt 1 waits 2s", start: running(1), now: at(15 * time.Second),
@@ -409,7 +398,7 @@ func TestLegalTransitions(t *testing.T) {
 		},
 		{
 			name: "RUNNING -> DONE: complete of a task an operator asked to cancel (the work is done)", start: cancelRequested(1), now: at(15 * time.Second),
-			act: complete(lease(leaseID)),
+			act: complete(leaseID),
 			want: func(s *task.Snapshot, now time.Time) {
 				endRun(s, task.StatusDone, "", now)
 				s.Result = result
@@ -596,7 +585,7 @@ func TestFailTruncatesErrorOnARuneBoundary(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			tk := task.Restore(running(1))
-			_, err := tk.Fail(task.FailParams{WorkerID: holder, Error: c.msg, Retryable: true}, policy, at(15*time.Second))
+			_, err := tk.Fail(task.FailParams{WorkerID: holder, LeaseID: leaseID, Error: c.msg, Retryable: true}, policy, at(15*time.Second))
 			require.NoError(t, err)
 			got := tk.Snapshot().LastError
 			require.Equal(t, c.want, got)
@@ -612,38 +601,41 @@ type operation struct {
 	accepts []task.Status
 	to      task.Status // TransitionError.To
 	call    func(*task.Task) (event.Event, error)
+	// lost are the statuses in which a refusal is a LeaseError, not a
+	// TransitionError: a holder's report on a task taken back (PENDING).
+	lost []task.Status
 }
 
 var operations = []operation{
 	{"Claim", only(task.StatusPending), task.StatusRunning, func(tk *task.Task) (event.Event, error) {
 		return tk.Claim(task.ClaimParams{WorkerID: holder, WorkerTags: []string{"eu"}, LeaseID: leaseID, LeaseSeconds: leaseSeconds}, at(time.Hour))
-	}},
-	// Without a lease id: with one, a PENDING task is a lease error (see
+	}, nil},
+	// A report on a PENDING task is a lease error (see
 	// TestFencingAfterTakeBack).
 	{"Complete", only(task.StatusRunning), task.StatusDone, func(tk *task.Task) (event.Event, error) {
-		return tk.Complete(task.CompleteParams{WorkerID: holder, Result: json.RawMessage(`1`)}, at(time.Hour))
-	}},
+		return tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: leaseID, Result: json.RawMessage(`1`)}, at(time.Hour))
+	}, only(task.StatusPending)},
 	{"Fail", only(task.StatusRunning), "", func(tk *task.Task) (event.Event, error) {
-		return tk.Fail(task.FailParams{WorkerID: holder, Error: "x", Retryable: true}, policy, at(time.Hour))
-	}},
+		return tk.Fail(task.FailParams{WorkerID: holder, LeaseID: leaseID, Error: "x", Retryable: true}, policy, at(time.Hour))
+	}, only(task.StatusPending)},
 	{"ReleaseFromDeadWorker", only(task.StatusRunning), task.StatusPending, func(tk *task.Task) (event.Event, error) {
 		return tk.ReleaseFromDeadWorker(task.Holder{WorkerID: holder, LeaseID: leaseID}, at(time.Hour))
-	}},
+	}, nil},
 	{"ExpireLease", only(task.StatusRunning), task.StatusPending, func(tk *task.Task) (event.Event, error) {
 		return tk.ExpireLease(at(time.Hour))
-	}},
+	}, nil},
 	{"ReleaseOrphan", only(task.StatusRunning), task.StatusPending, func(tk *task.Task) (event.Event, error) {
 		return tk.ReleaseOrphan(task.NewListing(holder, nil, time.Second), at(time.Hour))
-	}},
+	}, nil},
 	{"ExpireDeadline", only(task.StatusPending), task.StatusDead, func(tk *task.Task) (event.Event, error) {
 		return tk.ExpireDeadline(at(time.Hour))
-	}},
+	}, nil},
 	{"Cancel", []task.Status{task.StatusPending, task.StatusRunning}, task.StatusDead, func(tk *task.Task) (event.Event, error) {
 		return tk.Cancel(at(time.Hour))
-	}},
+	}, nil},
 	{"Retry", only(task.StatusDead), task.StatusPending, func(tk *task.Task) (event.Event, error) {
 		return tk.Retry(at(time.Hour))
-	}},
+	}, nil},
 }
 
 func only(s task.Status) []task.Status { return []task.Status{s} }
@@ -667,6 +659,12 @@ func TestIllegalTransitions(t *testing.T) {
 				tk := task.Restore(start)
 				before := tk.Snapshot()
 				ev, err := op.call(tk)
+				if slices.Contains(op.lost, status) {
+					require.ErrorIs(t, err, task.ErrLeaseLost)
+					require.Equal(t, event.Event{}, ev)
+					require.Equal(t, before, tk.Snapshot())
+					return
+				}
 				var terr *task.TransitionError
 				require.ErrorAs(t, err, &terr)
 				require.Equal(t, status, terr.From)
@@ -708,13 +706,13 @@ func TestAcceptedOperationsSucceed(t *testing.T) {
 
 func TestFencing(t *testing.T) {
 	t.Parallel()
-	complete := func(workerID string, l *uuid.UUID) func(*task.Task) error {
+	complete := func(workerID string, l uuid.UUID) func(*task.Task) error {
 		return func(tk *task.Task) error {
 			_, err := tk.Complete(task.CompleteParams{WorkerID: workerID, LeaseID: l, Result: json.RawMessage(`1`)}, at(15*time.Second))
 			return err
 		}
 	}
-	fail := func(workerID string, l *uuid.UUID, retryable bool) func(*task.Task) error {
+	fail := func(workerID string, l uuid.UUID, retryable bool) func(*task.Task) error {
 		return func(tk *task.Task) error {
 			_, err := tk.Fail(task.FailParams{WorkerID: workerID, LeaseID: l, Error: "x", Retryable: retryable}, policy, at(15*time.Second))
 			return err
@@ -724,15 +722,13 @@ func TestFencing(t *testing.T) {
 		name string
 		call func(*task.Task) error
 	}{
-		{"complete by another worker with the lease", complete("worker-2", lease(leaseID))},
-		{"complete by another worker without lease", complete("worker-2", nil)},
-		{"complete by the holder with a stale lease", complete(holder, lease(staleID))},
-		{"complete by the holder with the nil uuid", complete(holder, lease(uuid.Nil))},
-		{"complete with an empty worker id", complete("", nil)},
-		{"fail by another worker", fail("worker-2", lease(leaseID), true)},
-		{"fail by another worker without lease", fail("worker-2", nil, false)},
-		{"fail by the holder with a stale lease", fail(holder, lease(staleID), true)},
-		{"non-retryable fail with a stale lease", fail(holder, lease(staleID), false)},
+		{"complete by another worker with the lease", complete("worker-2", leaseID)},
+		{"complete by the holder with a stale lease", complete(holder, staleID)},
+		{"complete by the holder with the nil uuid", complete(holder, uuid.Nil)},
+		{"complete with an empty worker id", complete("", leaseID)},
+		{"fail by another worker", fail("worker-2", leaseID, true)},
+		{"fail by the holder with a stale lease", fail(holder, staleID, true)},
+		{"non-retryable fail with a stale lease", fail(holder, staleID, false)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -789,11 +785,11 @@ func TestFencingAcrossReclaim(t *testing.T) {
 	require.NoError(t, err)
 
 	before := tk.Snapshot()
-	_, err = tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: lease(leaseID)}, at(4*time.Minute))
+	_, err = tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: leaseID}, at(4*time.Minute))
 	require.ErrorIs(t, err, task.ErrLeaseLost)
 	require.Equal(t, before, tk.Snapshot())
 
-	ev, err := tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: lease(staleID)}, at(4*time.Minute))
+	ev, err := tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: staleID}, at(4*time.Minute))
 	require.NoError(t, err)
 	require.Equal(t, 2, ev.Attempt)
 	require.Equal(t, task.StatusDone, tk.Status())
@@ -807,11 +803,11 @@ func TestCompleteTwice(t *testing.T) {
 		to     task.Status
 	}{
 		{"complete again", func(tk *task.Task) error {
-			_, err := tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: lease(leaseID)}, at(20*time.Second))
+			_, err := tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: leaseID}, at(20*time.Second))
 			return err
 		}, task.StatusDone},
 		{"fail after complete", func(tk *task.Task) error {
-			_, err := tk.Fail(task.FailParams{WorkerID: holder, LeaseID: lease(leaseID), Retryable: true}, policy, at(20*time.Second))
+			_, err := tk.Fail(task.FailParams{WorkerID: holder, LeaseID: leaseID, Retryable: true}, policy, at(20*time.Second))
 			return err
 		}, ""},
 	}
@@ -819,7 +815,7 @@ func TestCompleteTwice(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			tk := task.Restore(running(1))
-			_, err := tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: lease(leaseID), Result: json.RawMessage(`"first"`)}, at(15*time.Second))
+			_, err := tk.Complete(task.CompleteParams{WorkerID: holder, LeaseID: leaseID, Result: json.RawMessage(`"first"`)}, at(15*time.Second))
 			require.NoError(t, err)
 			before := tk.Snapshot()
 			err = c.second(tk)
@@ -988,15 +984,19 @@ func TestValidateSubmit(t *testing.T) {
 		{"missing queue", valid(func(p *task.SubmitParams) { p.Queue = "" }), []string{"queue"}, 0, nil},
 		{"blank queue", valid(func(p *task.SubmitParams) { p.Queue = " \t " }), []string{"queue"}, 0, nil},
 		{"queue of 128 characters", valid(func(p *task.SubmitParams) { p.Queue = strings.Repeat("q", 128) }), nil, 3, nil},
-		{"queue of 128 multi-byte characters", valid(func(p *task.SubmitParams) { p.Queue = strings.Repeat("é", 128) }), nil, 3, nil},
+		{"queue of every allowed character", valid(func(p *task.SubmitParams) { p.Queue = "AZaz09._:-" }), nil, 3, nil},
+		{"queue with a non-ASCII letter", valid(func(p *task.SubmitParams) { p.Queue = "é" }), []string{"queue"}, 0, nil},
+		{"queue with a slash", valid(func(p *task.SubmitParams) { p.Queue = "a/b" }), []string{"queue"}, 0, nil},
+		{"queue with a space", valid(func(p *task.SubmitParams) { p.Queue = "a b" }), []string{"queue"}, 0, nil},
 		{"queue too long", valid(func(p *task.SubmitParams) { p.Queue = strings.Repeat("q", 129) }), []string{"queue"}, 0, nil},
 		{"queue with a control character", valid(func(p *task.SubmitParams) { p.Queue = "a\nb" }), []string{"queue"}, 0, nil},
 		{"queue with invalid UTF-8", valid(func(p *task.SubmitParams) { p.Queue = "a\xffb" }), []string{"queue"}, 0, nil},
-		{"max_attempts 0 defaults to 3", valid(func(p *task.SubmitParams) { p.MaxAttempts = 0 }), nil, 3, nil},
-		{"max_attempts 1", valid(func(p *task.SubmitParams) { p.MaxAttempts = 1 }), nil, 1, nil},
-		{"max_attempts 100", valid(func(p *task.SubmitParams) { p.MaxAttempts = 100 }), nil, 100, nil},
-		{"max_attempts 101", valid(func(p *task.SubmitParams) { p.MaxAttempts = 101 }), []string{"max_attempts"}, 0, nil},
-		{"max_attempts -1", valid(func(p *task.SubmitParams) { p.MaxAttempts = -1 }), []string{"max_attempts"}, 0, nil},
+		{"max_attempts absent defaults to 3", valid(func(p *task.SubmitParams) { p.MaxAttempts = nil }), nil, 3, nil},
+		{"max_attempts 0 is out of range, not the default", valid(func(p *task.SubmitParams) { p.MaxAttempts = ptr(0) }), []string{"max_attempts"}, 0, nil},
+		{"max_attempts 1", valid(func(p *task.SubmitParams) { p.MaxAttempts = ptr(1) }), nil, 1, nil},
+		{"max_attempts 100", valid(func(p *task.SubmitParams) { p.MaxAttempts = ptr(100) }), nil, 100, nil},
+		{"max_attempts 101", valid(func(p *task.SubmitParams) { p.MaxAttempts = ptr(101) }), []string{"max_attempts"}, 0, nil},
+		{"max_attempts -1", valid(func(p *task.SubmitParams) { p.MaxAttempts = ptr(-1) }), []string{"max_attempts"}, 0, nil},
 		{"priority at int32 bounds", valid(func(p *task.SubmitParams) { p.Priority = math.MinInt32 }), nil, 3, nil},
 		{"priority beyond int32", valid(func(p *task.SubmitParams) { p.Priority = math.MaxInt32 + 1 }), []string{"priority"}, 0, nil},
 		{"16 tags", valid(func(p *task.SubmitParams) { p.Tags = tags(16) }), nil, 3, tags(16)},
@@ -1016,7 +1016,7 @@ func TestValidateSubmit(t *testing.T) {
 		{"idempotency key too long", valid(func(p *task.SubmitParams) { p.IdempotencyKey = strings.Repeat("k", 256) }), []string{"idempotency_key"}, 0, nil},
 		{"idempotency key with a control character", valid(func(p *task.SubmitParams) { p.IdempotencyKey = "k\r" }), []string{"idempotency_key"}, 0, nil},
 		{"every field wrong at once", task.SubmitParams{
-			Queue: "", MaxAttempts: -1, Tags: []string{"ok", ""},
+			Queue: "", MaxAttempts: ptr(-1), Tags: []string{"ok", ""},
 			IdempotencyKey: strings.Repeat("k", 256), RunAt: &runAt, Deadline: &runAt,
 			Payload: json.RawMessage(`nope`),
 		}, []string{"queue", "max_attempts", "tags[1]", "idempotency_key", "deadline", "payload"}, 0, nil},
@@ -1028,7 +1028,7 @@ func TestValidateSubmit(t *testing.T) {
 			err := task.ValidateSubmit(&p)
 			if c.wantFields == nil {
 				require.NoError(t, err)
-				require.Equal(t, c.wantMaxAttempts, p.MaxAttempts)
+				require.Equal(t, c.wantMaxAttempts, *p.MaxAttempts)
 				if c.wantTags == nil { // nil or empty: either says "no tags"
 					require.Empty(t, p.Tags)
 				} else {

@@ -4,14 +4,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"strings"
+	"regexp"
+	"strconv"
+	"time"
 	"unicode/utf8"
 
 	"github.com/taskmaster/taskmaster/domain/validation"
 )
 
-// ValidateSubmit checks a submission and fills its defaults (max_attempts,
-// de-duplicated tags). It returns a *validation.Error listing every offending
+// ValidateSubmit checks a submission and fills its defaults (max_attempts
+// when absent, de-duplicated tags): an explicit value is checked, never
+// replaced. It returns a *validation.Error listing every offending
 // field, or nil.
 func ValidateSubmit(p *SubmitParams) error {
 	var v validation.Errors
@@ -19,19 +22,30 @@ func ValidateSubmit(p *SubmitParams) error {
 	return v.Err()
 }
 
+// QueueNameSet is the set of characters a queue name is made of: queue
+// names become Prometheus label values and URL path segments, so no '/',
+// whitespace, control or non-ASCII characters.
+const QueueNameSet = "[A-Za-z0-9._:-]"
+
+var queuePattern = regexp.MustCompile(`^` + QueueNameSet + `{1,` + strconv.Itoa(MaxQueueLength) + `}$`)
+
+// ValidQueue reports whether name is a queue name: 1 to MaxQueueLength
+// characters of QueueNameSet.
+func ValidQueue(name string) bool { return queuePattern.MatchString(name) }
+
+// CheckQueue adds to v when the queue name in field is not one.
+func CheckQueue(v *validation.Errors, field, name string) {
+	if !ValidQueue(name) {
+		v.Add(field, fmt.Sprintf("must be 1 to %d characters of %s", MaxQueueLength, QueueNameSet))
+	}
+}
+
 func validateSubmit(p *SubmitParams, v *validation.Errors) {
-	switch {
-	case strings.TrimSpace(p.Queue) == "":
-		v.Add("queue", "is required")
-	case utf8.RuneCountInString(p.Queue) > MaxQueueLength:
-		v.Add("queue", fmt.Sprintf("must be at most %d characters", MaxQueueLength))
-	case !validText(p.Queue):
-		v.Add("queue", "must not contain control characters")
-	}
-	if p.MaxAttempts == 0 {
-		p.MaxAttempts = DefaultMaxAttempts
-	}
-	if p.MaxAttempts < 1 || p.MaxAttempts > MaxMaxAttempts {
+	CheckQueue(v, "queue", p.Queue)
+	if p.MaxAttempts == nil {
+		n := DefaultMaxAttempts
+		p.MaxAttempts = &n
+	} else if *p.MaxAttempts < 1 || *p.MaxAttempts > MaxMaxAttempts {
 		v.Add("max_attempts", fmt.Sprintf("must be between 1 and %d", MaxMaxAttempts))
 	}
 	if p.Priority < math.MinInt32 || p.Priority > math.MaxInt32 {
@@ -57,11 +71,48 @@ func validateSubmit(p *SubmitParams, v *validation.Errors) {
 	if len(p.IdempotencyKey) > MaxIdempotencyKeyLength || !validText(p.IdempotencyKey) {
 		v.Add("idempotency_key", fmt.Sprintf("must be at most %d printable bytes", MaxIdempotencyKeyLength))
 	}
+	checkTime(v, "run_at", p.RunAt)
+	checkTime(v, "deadline", p.Deadline)
 	if p.Deadline != nil && p.RunAt != nil && !p.Deadline.After(*p.RunAt) {
 		v.Add("deadline", "must be after run_at")
 	}
 	if len(p.Payload) > 0 && !json.Valid(p.Payload) {
 		v.Add("payload", "must be valid JSON")
+	}
+}
+
+// The range of times a task keeps: what every response can carry (RFC 3339
+// has four-digit years; responses are in UTC, so an offset can carry a time
+// past them) and what storage keeps exactly (microseconds: anything later
+// than LatestTime would round to the year 10000).
+var (
+	EarliestTime = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+	LatestTime   = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
+)
+
+func checkTime(v *validation.Errors, field string, t *time.Time) {
+	if t != nil && (t.Before(EarliestTime) || t.After(LatestTime)) {
+		v.Add(field, "must be between 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999Z")
+	}
+}
+
+// MaxRequestIDLength is the longest claim request id.
+const MaxRequestIDLength = 128
+
+// RequestIDSet is the set of characters of a claim request id: printable
+// ASCII without the space (UUIDs, ULIDs, base64 all fit).
+const RequestIDSet = "[!-~]"
+
+var requestIDPattern = regexp.MustCompile(`^` + RequestIDSet + `{1,` + strconv.Itoa(MaxRequestIDLength) + `}$`)
+
+// ValidRequestID reports whether id is a claim request id: 1 to
+// MaxRequestIDLength characters of RequestIDSet.
+func ValidRequestID(id string) bool { return requestIDPattern.MatchString(id) }
+
+// CheckRequestID adds to v when the request id in field is not one.
+func CheckRequestID(v *validation.Errors, field, id string) {
+	if !ValidRequestID(id) {
+		v.Add(field, fmt.Sprintf("must be 1 to %d printable ASCII characters other than space (%s)", MaxRequestIDLength, RequestIDSet))
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/taskmaster/taskmaster/domain/event"
+	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/domain/validation"
 )
 
@@ -47,7 +48,8 @@ const (
 	MaxQueues = 64
 	// MaxTags is the most tags a worker may carry.
 	MaxTags = 64
-	// MaxTagLength is the longest tag or queue name, in characters.
+	// MaxTagLength is the longest tag, in characters. Queue names follow
+	// the tasks' rule (task.ValidQueue).
 	MaxTagLength = 128
 )
 
@@ -152,16 +154,33 @@ func ValidateRegister(p *RegisterParams) error {
 	if !idPattern.MatchString(p.ID) {
 		v.Add("id", fmt.Sprintf("must be 1 to %d characters of [A-Za-z0-9._:-]", MaxIDLength))
 	}
-	printable(&v, "queues", p.Queues)
+	p.Queues = queues(&v, p.Queues)
 	printable(&v, "tags", p.Tags)
-	p.Queues = dedupe(&v, "queues", p.Queues, MaxQueues)
 	p.Tags = dedupe(&v, "tags", p.Tags, MaxTags)
 	return v.Err()
 }
 
-// printable reports entries holding control characters, which task queue
-// names and tags may not hold either (no task could ever match them, and
-// storage cannot keep a NUL).
+// queues checks the queue names (task.ValidQueue) and de-duplicates them.
+func queues(v *validation.Errors, in []string) []string {
+	if len(in) > MaxQueues {
+		v.Add("queues", fmt.Sprintf("must have at most %d entries", MaxQueues))
+	}
+	out := make([]string, 0, len(in))
+	for i, q := range in {
+		if !task.ValidQueue(q) {
+			task.CheckQueue(v, fmt.Sprintf("queues[%d]", i), q)
+			continue
+		}
+		if !slices.Contains(out, q) {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// printable reports entries holding control characters, which task tags
+// may not hold either (no task could ever match them, and storage cannot
+// keep a NUL).
 func printable(v *validation.Errors, field string, in []string) {
 	for i, s := range in {
 		if strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) {

@@ -166,7 +166,7 @@ func TestEventStreamResumesWithLastEventIDWithoutLossOrDuplicates(t *testing.T) 
 	var claimed claimResponse
 	c.mustCall("POST", "/tasks/v1/claim", map[string]any{"worker_id": "w", "queue": "a", "limit": 7}, &claimed)
 	require.Len(t, claimed.Tasks, 7)
-	c.mustCall("POST", "/tasks/v1/"+claimed.Tasks[0].ID+"/complete", map[string]any{"worker_id": "w"}, nil)
+	c.mustCall("POST", "/tasks/v1/"+claimed.Tasks[0].ID+"/complete", map[string]any{"worker_id": "w", "lease_id": claimed.Tasks[0].LeaseID}, nil)
 
 	var want []event.Event
 	for _, e := range outboxEvents(t, s.DB) {

@@ -53,15 +53,15 @@ func knownWorkload(t *testing.T, c *client) {
 	var ca claimResponse
 	c.mustCall("POST", "/tasks/v1/claim", map[string]any{"worker_id": "wa", "limit": 3}, &ca)
 	require.Len(t, ca.Tasks, 3)
-	c.mustCall("POST", "/tasks/v1/"+ca.Tasks[0].ID+"/complete", map[string]any{"worker_id": "wa"}, nil)
-	c.mustCall("POST", "/tasks/v1/"+ca.Tasks[1].ID+"/fail", map[string]any{"worker_id": "wa", "error": "again"}, nil)
-	c.mustCall("POST", "/tasks/v1/"+ca.Tasks[2].ID+"/fail", map[string]any{"worker_id": "wa", "error": "never", "retryable": false}, nil)
+	c.mustCall("POST", "/tasks/v1/"+ca.Tasks[0].ID+"/complete", map[string]any{"worker_id": "wa", "lease_id": ca.Tasks[0].LeaseID}, nil)
+	c.mustCall("POST", "/tasks/v1/"+ca.Tasks[1].ID+"/fail", map[string]any{"worker_id": "wa", "lease_id": ca.Tasks[1].LeaseID, "error": "again"}, nil)
+	c.mustCall("POST", "/tasks/v1/"+ca.Tasks[2].ID+"/fail", map[string]any{"worker_id": "wa", "lease_id": ca.Tasks[2].LeaseID, "error": "never", "retryable": false}, nil)
 
 	var cb claimResponse
 	c.mustCall("POST", "/tasks/v1/claim", map[string]any{"worker_id": "wb", "queue": "beta", "limit": 2}, &cb)
 	require.Len(t, cb.Tasks, 2)
-	c.mustCall("POST", "/tasks/v1/"+cb.Tasks[0].ID+"/complete", map[string]any{"worker_id": "wb"}, nil)
-	c.mustCall("POST", "/tasks/v1/"+cb.Tasks[1].ID+"/fail", map[string]any{"worker_id": "wb", "error": "last try"}, nil)
+	c.mustCall("POST", "/tasks/v1/"+cb.Tasks[0].ID+"/complete", map[string]any{"worker_id": "wb", "lease_id": cb.Tasks[0].LeaseID}, nil)
+	c.mustCall("POST", "/tasks/v1/"+cb.Tasks[1].ID+"/fail", map[string]any{"worker_id": "wb", "lease_id": cb.Tasks[1].LeaseID, "error": "last try"}, nil)
 	require.Equal(t, http.StatusOK, c.mustCall("POST", "/tasks/v1/"+beta[2].ID+"/cancel", nil, nil))
 	require.Equal(t, http.StatusOK, c.mustCall("POST", "/tasks/v1/"+cb.Tasks[1].ID+"/retry", nil, nil))
 }

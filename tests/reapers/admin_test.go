@@ -56,14 +56,15 @@ func TestRetryAndCancelEndpoints(t *testing.T) {
 	require.Len(t, claimed, 1)
 	require.Equal(t, tk.ID, claimed[0].ID)
 	s.conflict(t, "/tasks/v1/"+tk.ID+"/retry", "RUNNING")
-	s.expect(t, http.MethodPost, "/tasks/v1/"+tk.ID+"/complete", map[string]any{"worker_id": "w"}, http.StatusOK, nil)
+	s.expect(t, http.MethodPost, "/tasks/v1/"+tk.ID+"/complete", map[string]any{"worker_id": "w", "lease_id": *claimed[0].LeaseID}, http.StatusOK, nil)
 	s.conflict(t, "/tasks/v1/"+tk.ID+"/cancel", "DONE")
 	s.conflict(t, "/tasks/v1/"+tk.ID+"/retry", "DONE")
 
 	// A task that exhausted its attempts gets them all back.
 	ex := s.submit(t, map[string]any{"queue": queue, "max_attempts": 1})
-	require.Len(t, s.claim(t, "w", queue, 1), 1)
-	s.expect(t, http.MethodPost, "/tasks/v1/"+ex.ID+"/fail", map[string]any{"worker_id": "w", "error": "disk full"}, http.StatusOK, &got)
+	exClaimed := s.claim(t, "w", queue, 1)
+	require.Len(t, exClaimed, 1)
+	s.expect(t, http.MethodPost, "/tasks/v1/"+ex.ID+"/fail", map[string]any{"worker_id": "w", "lease_id": *exClaimed[0].LeaseID, "error": "disk full"}, http.StatusOK, &got)
 	require.Equal(t, "exhausted", *got.DeadReason)
 	s.expect(t, http.MethodPost, "/tasks/v1/"+ex.ID+"/retry", nil, http.StatusOK, &got)
 	require.Equal(t, "PENDING", got.Status)

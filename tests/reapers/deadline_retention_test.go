@@ -86,10 +86,10 @@ func TestRetentionDeletesOldFinishedRowsInBatches(t *testing.T) {
 	young := submit(3)
 	for i, tk := range s.claim(t, "w", queue, 53) {
 		if i%2 == 0 {
-			s.expect(t, http.MethodPost, "/tasks/v1/"+tk.ID+"/complete", map[string]any{"worker_id": "w"}, http.StatusOK, nil)
+			s.expect(t, http.MethodPost, "/tasks/v1/"+tk.ID+"/complete", map[string]any{"worker_id": "w", "lease_id": *tk.LeaseID}, http.StatusOK, nil)
 		} else {
 			s.expect(t, http.MethodPost, "/tasks/v1/"+tk.ID+"/fail",
-				map[string]any{"worker_id": "w", "error": "no", "retryable": false}, http.StatusOK, nil)
+				map[string]any{"worker_id": "w", "lease_id": *tk.LeaseID, "error": "no", "retryable": false}, http.StatusOK, nil)
 		}
 	}
 	running := submit(3)

@@ -380,3 +380,81 @@ func TestAHeartbeatListingATaskTakenAwayReportsItLost(t *testing.T) {
 	require.Equal(t, *second[0].LeaseExpiresAt, *now.LeaseExpiresAt, "another worker's lease is not renewed by this one's heartbeat")
 
 }
+
+// Fencing is mandatory. A worker claims T under lease L1 and is cut off (its
+// handler hangs; it beats without listing T); the lease reaper takes T back
+// and the same worker claims it again under L2. The late report of attempt 1
+// must change nothing: with L1 it is a 409 lease-lost, and without a lease
+// (which once passed as "the holder") a 422 naming lease_id; single and batch
+// reports alike. Only attempt 2's report under L2 completes the task.
+func TestALateReportOfAnEarlierAttemptIsRefusedEvenFromTheSameWorker(t *testing.T) {
+	t.Parallel()
+	s := start(t, pgtest.NewDatabase(t), leaseSettings)
+	queue := "q-" + uuid.NewString()
+	tk := s.submit(t, map[string]any{"queue": queue, "max_attempts": 3})
+	s.register(t, "w")
+	s.keepBeating(t, "w", nil)
+	first := s.claimLease(t, "w", queue, 1, 1)
+	require.Len(t, first, 1)
+	s.waitTask(t, tk.ID, "PENDING")
+	second := s.claimLease(t, "w", queue, 1, 300)
+	require.Len(t, second, 1)
+	require.Equal(t, tk.ID, second[0].ID)
+	require.Equal(t, 2, second[0].Attempts)
+	require.NotEqual(t, *first[0].LeaseID, *second[0].LeaseID)
+	l1 := *first[0].LeaseID
+
+	problem := func(code int, body []byte) httpadapter.Problem {
+		t.Helper()
+		var p httpadapter.Problem
+		require.NoError(t, json.Unmarshal(body, &p), "%d %s", code, body)
+		return p
+	}
+	fields := func(p httpadapter.Problem) []string {
+		out := make([]string, len(p.Errors))
+		for i, e := range p.Errors {
+			out[i] = e.Field
+		}
+		return out
+	}
+	for _, what := range []string{"complete", "fail", "extend"} {
+		path := "/tasks/v1/" + tk.ID + "/" + what
+		code, body := s.call(t, http.MethodPost, path, map[string]any{"worker_id": "w", "lease_id": l1})
+		require.Equal(t, http.StatusConflict, code, "%s with the old lease: %s", what, body)
+		p := problem(code, body)
+		require.Equal(t, httpadapter.ProblemTypePrefix+"lease-lost", p.Type)
+		require.Equal(t, "RUNNING", p.CurrentStatus)
+
+		code, body = s.call(t, http.MethodPost, path, map[string]any{"worker_id": "w"})
+		require.Equal(t, http.StatusUnprocessableEntity, code, "%s without a lease: %s", what, body)
+		require.Equal(t, []string{"lease_id"}, fields(problem(code, body)))
+	}
+	for _, what := range []string{"complete", "fail"} {
+		path := "/tasks/v1/" + what
+		var out httpadapter.BatchReportResponse
+		s.expect(t, http.MethodPost, path, map[string]any{"worker_id": "w", "items": []any{
+			map[string]any{"id": tk.ID, "lease_id": l1},
+		}}, http.StatusOK, &out)
+		require.Len(t, out.Items, 1)
+		require.Equal(t, "error", out.Items[0].Outcome, "%s batch with the old lease", what)
+		require.Equal(t, httpadapter.ProblemTypePrefix+"lease-lost", out.Items[0].Problem.Type)
+
+		code, body := s.call(t, http.MethodPost, path, map[string]any{"worker_id": "w", "items": []any{
+			map[string]any{"id": uuid.NewString(), "lease_id": uuid.NewString()},
+			map[string]any{"id": tk.ID},
+		}})
+		require.Equal(t, http.StatusUnprocessableEntity, code, "%s batch without a lease: %s", what, body)
+		require.Equal(t, []string{"items[1].lease_id"}, fields(problem(code, body)))
+	}
+	now := s.task(t, tk.ID)
+	require.Equal(t, "RUNNING", now.Status)
+	require.Equal(t, *second[0].LeaseID, *now.LeaseID)
+	require.Equal(t, *second[0].LeaseExpiresAt, *now.LeaseExpiresAt, "not extended by the old lease")
+	require.Empty(t, about(outbox(t, s.DB, event.TaskCompleted, event.TaskFailed), tk.ID), "no late report was recorded")
+
+	code, _ := s.complete(t, "w", second[0])
+	require.Equal(t, http.StatusOK, code)
+	done := s.task(t, tk.ID)
+	require.Equal(t, "DONE", done.Status)
+	require.Equal(t, 2, done.Attempts)
+}

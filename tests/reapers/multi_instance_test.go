@@ -324,14 +324,15 @@ func TestApplicationClockOffsetDoesNotChangeDecisions(t *testing.T) {
 	overdue := normal.submit(t, map[string]any{"queue": queue, "deadline": dueSoon()})
 	young := normal.submit(t, map[string]any{"queue": "done-" + queue})
 	old := normal.submit(t, map[string]any{"queue": "done-" + queue})
-	require.Len(t, normal.claim(t, "fresh", "done-"+queue, 2), 2)
+	finished := normal.claim(t, "fresh", "done-"+queue, 2)
+	require.Len(t, finished, 2)
 	leased := normal.submit(t, map[string]any{"queue": "leased-" + queue})
 	var claimed struct{ Tasks []httpadapter.TaskJSON }
 	normal.expect(t, http.MethodPost, "/tasks/v1/claim",
 		map[string]any{"worker_id": "fresh", "queue": "leased-" + queue, "lease_seconds": 60}, http.StatusOK, &claimed)
 	require.Len(t, claimed.Tasks, 1)
-	for _, id := range []string{young.ID, old.ID} {
-		normal.expect(t, http.MethodPost, "/tasks/v1/"+id+"/complete", map[string]any{"worker_id": "fresh"}, http.StatusOK, nil)
+	for _, tk := range finished {
+		normal.expect(t, http.MethodPost, "/tasks/v1/"+tk.ID+"/complete", map[string]any{"worker_id": "fresh", "lease_id": *tk.LeaseID}, http.StatusOK, nil)
 	}
 	_, err = normal.DB.Exec(`UPDATE tasks SET finished_at = now() - interval '6 minutes' WHERE id = $1`, old.ID)
 	require.NoError(t, err)

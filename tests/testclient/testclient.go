@@ -74,6 +74,7 @@ type Worker struct {
 	LastHeartbeatAt          time.Time `json:"last_heartbeat_at"`
 	Draining                 bool      `json:"draining"`
 	HeartbeatIntervalSeconds *float64  `json:"heartbeat_interval_seconds,omitempty"`
+	MaxHeartbeatTasks        *int      `json:"max_heartbeat_tasks,omitempty"`
 }
 
 // LeaseRef names a task and the lease a worker holds it under.

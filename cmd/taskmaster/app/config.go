@@ -67,6 +67,7 @@ func DefaultConfig() Config {
 			Liveness:            worker.DefaultLivenessConfig(),
 			ClaimPollInterval:   application.DefaultClaimPollInterval,
 			DefaultLeaseSeconds: task.DefaultLeaseSeconds,
+			MaxResponseBytes:    application.DefaultMaxResponseBytes,
 		},
 		ReaperInterval:         15 * time.Second,
 		DeadlineReaperInterval: 30 * time.Second,
@@ -99,6 +100,9 @@ func (c Config) Validate() error {
 	add("TASKMASTER_DB_MAX_CONNS", c.Pool.Validate())
 	add("TASKMASTER_RETRY_BASE_DELAY_SECONDS", c.App.Backoff.Validate())
 	add("TASKMASTER_HEARTBEAT_DEAD_THRESHOLD_SECONDS", c.App.Liveness.Validate())
+	if c.App.MaxResponseBytes < application.MinMaxResponseBytes {
+		add("TASKMASTER_MAX_RESPONSE_BYTES", fmt.Errorf("must be at least %d", application.MinMaxResponseBytes))
+	}
 	if n := c.App.DefaultLeaseSeconds; n < task.MinLeaseSeconds || n > task.MaxLeaseSeconds {
 		add("TASKMASTER_LEASE_DEFAULT_SECONDS", fmt.Errorf("must be a whole number of seconds between %d and %d", task.MinLeaseSeconds, task.MaxLeaseSeconds))
 	}
@@ -192,6 +196,9 @@ func settings() []setting {
 		{"TASKMASTER_MAX_BATCH_BODY_BYTES", "max-batch-body-bytes", "largest batch request body accepted",
 			intSetter(func(c *Config, n int) { c.HTTP.MaxBatchBodyBytes = int64(n) }),
 			func(c *Config) string { return strconv.FormatInt(c.HTTP.MaxBatchBodyBytes, 10) }},
+		{"TASKMASTER_MAX_RESPONSE_BYTES", "max-response-bytes", "estimated size past which a claim or listing stops adding tasks",
+			intSetter(func(c *Config, n int) { c.App.MaxResponseBytes = int64(n) }),
+			func(c *Config) string { return strconv.FormatInt(c.App.MaxResponseBytes, 10) }},
 		{"TASKMASTER_CLAIM_POLL_INTERVAL_MS", "claim-poll-interval-ms", "how often a long-poll claim looks again without a notification",
 			millisSetter(func(c *Config, d time.Duration) { c.App.ClaimPollInterval = d }),
 			func(c *Config) string { return millis(c.App.ClaimPollInterval) }},

@@ -1,0 +1,188 @@
+// Package fuzzports stands in for the database behind the use cases, so that
+// fuzz targets can drive the request path (HTTP decoding, the use cases'
+// validation, the domain's rules, response encoding) tens of thousands of
+// times a second. Decoding and validation run before any store is called;
+// what the stores then do is not what is fuzzed here: the storage boundary
+// has its own differential fuzz target against the real database
+// (adapters/postgres FuzzJSONStoredSizeAgreesWithPostgreSQL), and every other
+// test runs on the real PostgreSQL adapter.
+//
+// Every transaction sees the same fixed world and keeps nothing: every
+// worker exists and is ACTIVE; every task id names a RUNNING task held by
+// Holder under Lease; a claim finds one task; listings find none. JSON values
+// are checked with the real adapter's rule (postgres.JSONStoredSize).
+package fuzzports
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/taskmaster/taskmaster/adapters/postgres"
+	"github.com/taskmaster/taskmaster/domain/event"
+	"github.com/taskmaster/taskmaster/domain/task"
+	"github.com/taskmaster/taskmaster/domain/worker"
+	"github.com/taskmaster/taskmaster/ports"
+)
+
+// The fixed world.
+var (
+	// Holder holds every task.
+	Holder = "w"
+	// Lease is every task's lease.
+	Lease = uuid.MustParse("7db3c9a2-2c1a-4bfe-8d6e-6a1f0c7b9e11")
+	// Now is the database time of every transaction.
+	Now = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+)
+
+// TxRunner implements ports.TxRunner over the fixed world.
+type TxRunner struct{}
+
+var _ ports.TxRunner = TxRunner{}
+
+// Run implements ports.TxRunner: fn runs on stores over the fixed world.
+func (TxRunner) Run(ctx context.Context, fn func(ctx context.Context, st ports.Stores) error) error {
+	return fn(ctx, ports.Stores{Tasks: tasks{}, Workers: workers{}, Outbox: discard{}})
+}
+
+type discard struct{}
+
+func (discard) Record(...event.Event) {}
+
+// Running returns the RUNNING task id names.
+func Running(id uuid.UUID) *task.Task {
+	claimedAt, expires := Now.Add(-time.Minute), Now.Add(4*time.Minute)
+	return task.Restore(task.Snapshot{
+		ID: id, Queue: "q", Status: task.StatusRunning, Payload: json.RawMessage(`{"n":1}`),
+		Attempts: 1, MaxAttempts: 3, WorkerID: Holder, LeaseID: Lease, RunAt: claimedAt,
+		CreatedAt: claimedAt, ClaimedAt: &claimedAt, UpdatedAt: claimedAt,
+		LeaseSeconds: 300, LeaseExpiresAt: &expires,
+	})
+}
+
+type tasks struct{}
+
+var _ ports.TaskStore = tasks{}
+
+func (tasks) Create(_ context.Context, fn ports.TaskCreateFunc) (*task.Task, bool, error) {
+	t, _, err := fn(Now)
+	return t, err == nil, err
+}
+
+func (tasks) Get(_ context.Context, id uuid.UUID) (*task.Task, error) { return Running(id), nil }
+
+func (tasks) Update(_ context.Context, id uuid.UUID, fn ports.TaskUpdateFunc) (*task.Task, error) {
+	t := Running(id)
+	if _, err := fn(t, Now); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func (tasks) CreateMany(_ context.Context, fn ports.TaskCreateManyFunc) ([]*task.Task, []bool, error) {
+	ts, _, err := fn(Now)
+	if err != nil {
+		return nil, nil, err
+	}
+	created := make([]bool, len(ts))
+	for i := range created {
+		created[i] = true
+	}
+	return ts, created, nil
+}
+
+func (tasks) UpdateEach(_ context.Context, ids []uuid.UUID, fn ports.TaskUpdateEachFunc) ([]ports.TaskResult, error) {
+	out := make([]ports.TaskResult, len(ids))
+	for i, id := range ids {
+		t := Running(id)
+		_, err := fn(i, t, Now)
+		out[i] = ports.TaskResult{ID: id, Task: t, Err: err}
+	}
+	return out, nil
+}
+
+func (tasks) Claim(_ context.Context, p ports.ClaimParams) ([]*task.Task, bool, error) {
+	queue := "q"
+	if len(p.Queues) > 0 {
+		queue = p.Queues[0]
+	}
+	three := 3
+	t, _, err := task.Submit(task.SubmitParams{ID: uuid.New(), Queue: queue, MaxAttempts: &three}, Now)
+	if err != nil {
+		return nil, false, err
+	}
+	if _, err := t.Claim(task.ClaimParams{WorkerID: p.WorkerID, WorkerTags: p.WorkerTags, LeaseID: uuid.New(), LeaseSeconds: p.LeaseSeconds, RequestID: p.RequestID}, Now); err != nil {
+		return nil, false, err
+	}
+	return []*task.Task{t}, false, nil
+}
+
+func (tasks) ClaimedUnder(context.Context, string, string) ([]*task.Task, error) {
+	return []*task.Task{}, nil
+}
+
+func (tasks) Held(context.Context, string) ([]*task.Task, error) { return nil, nil }
+
+func (tasks) UpdateHeld(context.Context, string, ports.TaskDecideFunc) ([]*task.Task, error) {
+	return nil, nil
+}
+
+func (tasks) List(context.Context, ports.TaskFilter) ([]*task.Task, bool, error) {
+	return []*task.Task{}, false, nil
+}
+
+func (tasks) CheckJSON(raw json.RawMessage) error {
+	_, err := postgres.JSONStoredSize(raw)
+	return err
+}
+
+type workers struct{}
+
+var _ ports.WorkerStore = workers{}
+
+func active(id string) *worker.Worker {
+	return worker.Restore(worker.Snapshot{ID: id, Status: worker.StatusActive, RegisteredAt: Now, LastHeartbeatAt: Now})
+}
+
+func (workers) Upsert(_ context.Context, id string, fn func(*worker.Worker, time.Time) (*worker.Worker, []event.Event, error)) (*worker.Worker, bool, error) {
+	w, _, err := fn(nil, Now)
+	return w, err == nil, err
+}
+
+func (workers) Get(_ context.Context, id string) (*worker.Worker, error) { return active(id), nil }
+
+func (workers) Update(_ context.Context, id string, fn ports.WorkerUpdateFunc) (*worker.Worker, error) {
+	w := active(id)
+	if _, err := fn(w, Now); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+func (workers) Touch(_ context.Context, id string, fn ports.WorkerTouchFunc) (*worker.Worker, error) {
+	w := active(id)
+	if _, _, err := fn(w, Now); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w workers) TouchLive(ctx context.Context, id string, fn ports.WorkerTouchFunc) (*worker.Worker, error) {
+	return w.Touch(ctx, id, fn)
+}
+
+func (workers) List(context.Context) ([]*worker.Worker, error) { return []*worker.Worker{}, nil }
+
+// Stats implements ports.StatsReader: no queue has tasks.
+type Stats struct{}
+
+// Queues implements ports.StatsReader.
+func (Stats) Queues(context.Context) ([]ports.QueueStats, error) { return []ports.QueueStats{}, nil }
+
+// Health implements ports.HealthChecker: always ready.
+type Health struct{}
+
+// Ready implements ports.HealthChecker.
+func (Health) Ready(context.Context) error { return nil }
