@@ -3,11 +3,13 @@ package reapers_test
 import (
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
+	"github.com/taskmaster/taskmaster/cmd/taskmaster/app"
 	"github.com/taskmaster/taskmaster/domain/event"
 )
 
@@ -72,7 +74,9 @@ func TestSilentWorkerDiesAndItsTasksAreTakenBack(t *testing.T) {
 
 func TestHeartbeatAndOtherSignsOfLifeReviveAStaleWorker(t *testing.T) {
 	t.Parallel()
-	s := start(t, pgtest.NewDatabase(t), nil)
+	// The worker must be STALE, not DEAD, when it beats or claims: a loaded
+	// machine can take longer than the fast settings' 0.5 s between the two.
+	s := start(t, pgtest.NewDatabase(t), func(cfg *app.Config) { cfg.App.Liveness.DeadAfter = time.Minute })
 	s.register(t, "w")
 
 	s.waitWorker(t, "w", "STALE")
