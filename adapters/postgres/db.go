@@ -45,7 +45,7 @@ func (c PoolConfig) Validate() error {
 // instead of two; every statement of a transaction holds its connection
 // for one round trip less.
 func Open(ctx context.Context, url string, cfg PoolConfig) (*sqlx.DB, error) {
-	db, err := sqlx.Open("postgres", withBinaryParameters(url))
+	db, err := sqlx.Open("postgres", withConnectTimeout(withBinaryParameters(url)))
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}

@@ -1,0 +1,29 @@
+package postgres
+
+import (
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultConnectTimeout bounds establishing a connection (the TCP dial and
+// the startup handshake) unless the database URL sets connect_timeout. Without
+// it lib/pq waits as long as the operating system does (minutes for a host
+// that does not answer), and a request that needs a new connection during an
+// outage would wait as long.
+const DefaultConnectTimeout = 5 * time.Second
+
+// withConnectTimeout adds connect_timeout=DefaultConnectTimeout (whole
+// seconds) to a postgres:// URL that does not set it (a key=value DSN is
+// left as it is).
+func withConnectTimeout(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || strings.Contains(u.RawQuery, "connect_timeout") {
+		return dsn
+	}
+	q := u.Query()
+	q.Set("connect_timeout", strconv.Itoa(int(DefaultConnectTimeout/time.Second)))
+	u.RawQuery = q.Encode()
+	return u.String()
+}
