@@ -146,7 +146,7 @@ func newProblem(k problemKind, detail string, with func(*Problem)) Problem {
 // (500) are logged, once, with the request's correlation id: a 503 says the
 // database is down or the instance is full, which /readyz, the background
 // jobs' logs and the request metrics already show, once per outage rather
-// than once per request.
+// than once per request (its cause is logged at debug level).
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Context().Err() != nil {
 		// The client went away (or the server is stopping) mid-request:
@@ -157,6 +157,8 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	p := problemFor(err)
 	if p.Status >= 500 && p.retryAfter == 0 {
 		loggerFrom(r.Context()).Error("request failed", zap.Error(err), zap.String("method", r.Method), zap.String("path", r.URL.Path))
+	} else if p.Status >= 500 {
+		loggerFrom(r.Context()).Debug("request refused", zap.Error(err), zap.String("method", r.Method), zap.String("path", r.URL.Path))
 	}
 	writeProblem(w, r, p)
 }

@@ -1,5 +1,5 @@
 //go:build !race
 
-package crash_test
+package binserver
 
 const raceEnabled = false
