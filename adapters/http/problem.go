@@ -60,6 +60,7 @@ var (
 	kindRoute        = problemKind{"not-found", "Not found", http.StatusNotFound}
 	kindMethod       = problemKind{"method-not-allowed", "Method not allowed", http.StatusMethodNotAllowed}
 	kindUnavailable  = problemKind{"unavailable", "Service unavailable", http.StatusServiceUnavailable}
+	kindOverloaded   = problemKind{"overloaded", "Server at capacity", http.StatusServiceUnavailable}
 	kindInternal     = problemKind{"internal-error", "Internal server error", http.StatusInternalServerError}
 )
 
@@ -68,6 +69,7 @@ var (
 // full instance frees capacity as fast as requests finish.
 var retryAfter = map[problemKind]int{
 	kindUnavailable: 2,
+	kindOverloaded:  1,
 }
 
 // requestError is a client mistake found while decoding a request.
