@@ -18,12 +18,23 @@ const DefaultConnectTimeout = 5 * time.Second
 // seconds) to a postgres:// URL that does not set it (a key=value DSN is
 // left as it is).
 func withConnectTimeout(dsn string) string {
+	return withParam(dsn, "connect_timeout", strconv.Itoa(int(DefaultConnectTimeout/time.Second)))
+}
+
+// NotifierApplicationName is the application_name of the notifier's
+// listening connection (unless the URL sets one): it names the session in
+// pg_stat_activity.
+const NotifierApplicationName = "taskmaster-notifier"
+
+// withParam adds name=value to a postgres:// URL that does not set name (a
+// key=value DSN is left as it is).
+func withParam(dsn, name, value string) string {
 	u, err := url.Parse(dsn)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || strings.Contains(u.RawQuery, "connect_timeout") {
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || strings.Contains(u.RawQuery, name) {
 		return dsn
 	}
 	q := u.Query()
-	q.Set("connect_timeout", strconv.Itoa(int(DefaultConnectTimeout/time.Second)))
+	q.Set(name, value)
 	u.RawQuery = q.Encode()
 	return u.String()
 }

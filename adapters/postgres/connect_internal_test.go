@@ -19,3 +19,11 @@ func TestConnectTimeoutAddedUnlessTheURLSetsOne(t *testing.T) {
 		require.Equal(t, want, withConnectTimeout(in), in)
 	}
 }
+
+func TestWithParamKeepsTheURLsOwnSetting(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "postgres://u@h/db?application_name=taskmaster-notifier&connect_timeout=5",
+		withParam(withConnectTimeout("postgres://u@h/db"), "application_name", NotifierApplicationName))
+	require.Equal(t, "postgres://u@h/db?application_name=mine",
+		withParam("postgres://u@h/db?application_name=mine", "application_name", NotifierApplicationName))
+}

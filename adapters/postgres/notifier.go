@@ -50,7 +50,7 @@ func NewNotifier(url string, logger *zap.Logger) *Notifier {
 // Start opens the listening connection and begins fanning out.
 func (n *Notifier) Start(ctx context.Context) error {
 	return n.StartLoop(ctx, "notifier", func(context.Context) (lifecycle.LoopFunc, error) {
-		l := pq.NewListener(withConnectTimeout(n.url), 10*time.Millisecond, 2*time.Second, func(ev pq.ListenerEventType, err error) {
+		l := pq.NewListener(withParam(withConnectTimeout(n.url), "application_name", NotifierApplicationName), 10*time.Millisecond, 2*time.Second, func(ev pq.ListenerEventType, err error) {
 			if err != nil {
 				n.logger.Warn("notification listener", zap.Error(err))
 			}

@@ -32,6 +32,7 @@ import (
 	_ "github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/adapters/postgres/localpg"
 	"github.com/taskmaster/taskmaster/tests/binserver"
 )
@@ -186,7 +187,8 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	// minute here).
 	waitUntil(t, "every instance listening again", func() bool {
 		var n int
-		require.NoError(t, db.Get(&n, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'`))
+		require.NoError(t, db.Get(&n, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1`,
+			postgres.NotifierApplicationName))
 		return n == len(instances)
 	})
 	var touched time.Time
