@@ -165,3 +165,43 @@ func TestTxRunnerWithoutServerIsUnavailable(t *testing.T) {
 	_, err = postgres.NewStatsReader(db).Queues(t.Context())
 	require.ErrorIs(t, err, ports.ErrUnavailable)
 }
+
+// lib/pq ignores the context while it establishes a connection: against a
+// host that accepts TCP connections and never answers, only connect_timeout
+// ends the wait. Open adds it, so such a database is unavailable within
+// DefaultConnectTimeout instead of hanging whoever asked.
+func TestOpenBoundsConnectingToASilentServer(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		var held []net.Conn // accepted, never answered
+		defer func() {
+			for _, c := range held {
+				_ = c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, err := postgres.Open(context.Background(), "postgres://postgres@"+ln.Addr().String()+"/x?sslmode=disable", postgres.DefaultPoolConfig())
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.Error(t, err)
+		require.True(t, postgres.IsConnectionFailure(err), "%v", err)
+		require.Less(t, time.Since(start), postgres.DefaultConnectTimeout+10*time.Second)
+	case <-time.After(postgres.DefaultConnectTimeout + 30*time.Second):
+		require.FailNow(t, "connecting to a silent server hung")
+	}
+}
