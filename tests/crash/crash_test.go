@@ -10,9 +10,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,7 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
-	"github.com/taskmaster/taskmaster/tests/binserver"
+	"github.com/taskmaster/taskmaster/tests/binary"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -38,20 +42,86 @@ const (
 	waitFor        = 90 * time.Second
 )
 
-// serve starts the binary on addr and waits until it is ready.
-func serve(t *testing.T, bin, databaseURL, addr string) *binserver.Process {
+// server is one `taskmaster serve` process.
+type server struct {
+	cmd *exec.Cmd
+	out *bytes.Buffer
+}
+
+func freeAddr(t *testing.T) string {
 	t.Helper()
-	return binserver.Serve(t, bin, addr,
-		"TASKMASTER_DATABASE_URL="+databaseURL,
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// serve starts the binary on addr and waits until it is ready.
+func serve(t *testing.T, bin, databaseURL, addr string) *server {
+	t.Helper()
+	cmd := exec.Command(bin, "serve")
+	cmd.Env = []string{
+		"PATH=" + os.Getenv("PATH"),
+		"TASKMASTER_DATABASE_URL=" + databaseURL,
+		"TASKMASTER_HTTP_ADDR=" + addr,
 		"TASKMASTER_LOG_LEVEL=warn",
 		"TASKMASTER_DB_MAX_CONNS=10",
-		"TASKMASTER_HEARTBEAT_STALE_THRESHOLD_SECONDS="+staleThreshold,
+		"TASKMASTER_HEARTBEAT_STALE_THRESHOLD_SECONDS=" + staleThreshold,
 		"TASKMASTER_HEARTBEAT_DEAD_THRESHOLD_SECONDS=10",
 		"TASKMASTER_REAPER_INTERVAL_MS=200",
 		"TASKMASTER_LEASE_REAPER_INTERVAL_MS=100",
 		"TASKMASTER_CLAIM_POLL_INTERVAL_MS=50",
 		"TASKMASTER_RETENTION_TTL=0",
-	)
+	}
+	out := &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	require.NoError(t, cmd.Start())
+	s := &server{cmd: cmd, out: out}
+	t.Cleanup(func() { s.stop(t) })
+	deadline := time.Now().Add(waitFor)
+	for {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s
+			}
+		}
+		require.False(t, time.Now().After(deadline), "server not ready: %s", out)
+		require.Nil(t, cmd.ProcessState, "server exited: %s", out)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// kill ends the process with SIGKILL: no shutdown hook runs.
+func (s *server) kill(t *testing.T) {
+	t.Helper()
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGKILL))
+	err := s.cmd.Wait()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	require.Equal(t, syscall.SIGKILL, exit.Sys().(syscall.WaitStatus).Signal())
+}
+
+// stop ends the process gracefully, if it still runs.
+func (s *server) stop(t *testing.T) {
+	if s.cmd.ProcessState != nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- s.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Logf("server stopped: %v\n%s", err, s.out)
+		}
+	case <-time.After(30 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-done
+		t.Errorf("server did not stop on SIGTERM:\n%s", s.out)
+	}
 }
 
 // ledger is what the workers saw, to check against the database.
@@ -300,9 +370,9 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 
 func TestSIGKILLMidClaimsLosesNoTaskAndCompletesNoneTwice(t *testing.T) {
 	t.Parallel()
-	bin := binserver.Build(t)
+	bin := binary.Build(t)
 	databaseURL := pgtest.NewDatabase(t)
-	addr := binserver.FreeAddr(t)
+	addr := freeAddr(t)
 	srv := serve(t, bin, databaseURL, addr)
 	db, err := sqlx.Open("postgres", databaseURL)
 	require.NoError(t, err)
@@ -351,7 +421,7 @@ func TestSIGKILLMidClaimsLosesNoTaskAndCompletesNoneTwice(t *testing.T) {
 	// restart it on the same database, several times.
 	for k := 1; k <= kills; k++ {
 		waitUntil(t, "more tasks done", func() bool { return countDone(t, db) >= k*tasks/(kills+1) })
-		srv.Kill(t)
+		srv.kill(t)
 		doneAtKill := countDone(t, db)
 		t.Logf("SIGKILL %d with %d of %d tasks done", k, doneAtKill, tasks)
 		require.Less(t, doneAtKill, tasks, "the kill came in the middle of the run")

@@ -34,7 +34,7 @@ import (
 
 	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/adapters/postgres/localpg"
-	"github.com/taskmaster/taskmaster/tests/binserver"
+	"github.com/taskmaster/taskmaster/tests/binary"
 )
 
 const (
@@ -78,12 +78,11 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
 
-	bin := binserver.Build(t)
-	var instances []*binserver.Process
+	bin := binary.Build(t)
+	var instances []*binary.Process
 	for range 2 {
-		instances = append(instances, binserver.Serve(t, bin, binserver.FreeAddr(t),
+		instances = append(instances, binary.Serve(t, bin,
 			"TASKMASTER_DATABASE_URL="+databaseURL,
-			"TASKMASTER_LOG_LEVEL=warn",
 			"TASKMASTER_DB_MAX_CONNS=8",
 			"TASKMASTER_HEARTBEAT_STALE_THRESHOLD_SECONDS=1.5",
 			"TASKMASTER_HEARTBEAT_DEAD_THRESHOLD_SECONDS=60",
@@ -234,7 +233,7 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 
 	// The statistics equal the truth, on every instance.
 	for _, in := range instances {
-		waitUntil(t, "statistics equal the tasks table on "+in.Addr, func() bool { return statsMatch(t, hc, db, in.URL) })
+		waitUntil(t, "statistics equal the tasks table on "+in.URL, func() bool { return statsMatch(t, hc, db, in.URL) })
 	}
 	t.Logf("statistics equal the tasks table %v after the restart", time.Since(started).Round(time.Millisecond))
 

@@ -1,5 +1,0 @@
-//go:build !race
-
-package binserver
-
-const raceEnabled = false
