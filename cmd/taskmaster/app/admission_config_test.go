@@ -10,7 +10,8 @@ import (
 	"github.com/taskmaster/taskmaster/cmd/taskmaster/app"
 )
 
-func load(env map[string]string, args ...string) (app.Config, error) {
+// loadAdmission loads the configuration of `serve` from env and args.
+func loadAdmission(env map[string]string, args ...string) (app.Config, error) {
 	env["TASKMASTER_DATABASE_URL"] = "postgres://u@h/db"
 	return app.LoadConfig("serve", args, func(k string) string { return env[k] }, io.Discard)
 }
@@ -20,13 +21,13 @@ func load(env map[string]string, args ...string) (app.Config, error) {
 // naming its variable.
 func TestAdmissionSettings(t *testing.T) {
 	t.Parallel()
-	cfg, err := load(map[string]string{})
+	cfg, err := loadAdmission(map[string]string{})
 	require.NoError(t, err)
 	require.Equal(t, httpadapter.DefaultMaxInFlightRequests, cfg.HTTP.MaxInFlightRequests)
 	require.Equal(t, httpadapter.DefaultMaxInFlightClaims, cfg.HTTP.MaxInFlightClaims)
 	require.EqualValues(t, httpadapter.DefaultMaxInFlightBodyBytes, cfg.HTTP.MaxInFlightBodyBytes)
 
-	cfg, err = load(map[string]string{"TASKMASTER_MAX_INFLIGHT_REQUESTS": "10", "TASKMASTER_MAX_INFLIGHT_CLAIMS": "20"},
+	cfg, err = loadAdmission(map[string]string{"TASKMASTER_MAX_INFLIGHT_REQUESTS": "10", "TASKMASTER_MAX_INFLIGHT_CLAIMS": "20"},
 		"--max-inflight-body-bytes", "33554432")
 	require.NoError(t, err)
 	require.Equal(t, 10, cfg.HTTP.MaxInFlightRequests)
@@ -38,11 +39,11 @@ func TestAdmissionSettings(t *testing.T) {
 		"TASKMASTER_MAX_INFLIGHT_CLAIMS":     "-1",
 		"TASKMASTER_MAX_INFLIGHT_BODY_BYTES": "1048576", // below the 16 MiB batch body limit
 	} {
-		_, err := load(map[string]string{env: want})
+		_, err := loadAdmission(map[string]string{env: want})
 		var cfgErr *app.ConfigError
 		require.ErrorAs(t, err, &cfgErr, env)
 		require.ErrorContains(t, err, env)
 	}
-	_, err = load(map[string]string{"TASKMASTER_MAX_INFLIGHT_BODY_BYTES": "1048576", "TASKMASTER_MAX_BATCH_BODY_BYTES": "1048576"})
+	_, err = loadAdmission(map[string]string{"TASKMASTER_MAX_INFLIGHT_BODY_BYTES": "1048576", "TASKMASTER_MAX_BATCH_BODY_BYTES": "1048576"})
 	require.NoError(t, err, "a body cap as large as the largest body accepted is enough")
 }
