@@ -121,9 +121,10 @@ type matchedRoute struct{ template string }
 type matchedRouteKey struct{}
 
 // withRoute is router middleware (it runs after matching): it records the
-// route template and caps the request body at the route's limit; decode
-// turns the overflow into 413.
-func withRoute(cfg ServerConfig) mux.MiddlewareFunc {
+// route template, caps the request body at the route's limit (decode turns
+// the overflow into 413), and admits the request under the instance's caps
+// (adm) or refuses it with 503 overloaded.
+func withRoute(cfg ServerConfig, adm *admission) mux.MiddlewareFunc {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			tpl := ""
@@ -137,6 +138,12 @@ func withRoute(cfg ServerConfig) mux.MiddlewareFunc {
 			if batchRoutes[tpl] {
 				limit = cfg.MaxBatchBodyBytes
 			}
+			release, refused := adm.admit(r, tpl, limit)
+			if refused != "" {
+				writeProblem(w, r, newProblem(kindOverloaded, refused+"; retry after the Retry-After delay", nil))
+				return
+			}
+			defer release()
 			if r.Body != nil {
 				r.Body = http.MaxBytesReader(w, r.Body, limit)
 			}

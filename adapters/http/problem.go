@@ -4,12 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 
 	"go.uber.org/zap"
 
 	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/domain/validation"
 	"github.com/taskmaster/taskmaster/domain/worker"
+	"github.com/taskmaster/taskmaster/ports"
 )
 
 // ProblemTypePrefix starts every problem type URI; the suffix is a stable
@@ -34,6 +36,9 @@ type Problem struct {
 	Errors []validation.FieldError `json:"errors,omitempty"`
 	// CurrentStatus is the task's status on conflicts.
 	CurrentStatus string `json:"current_status,omitempty"`
+
+	// retryAfter, when positive, is sent as the Retry-After header (seconds).
+	retryAfter int
 }
 
 // problemKind is one row of the error table.
@@ -55,8 +60,17 @@ var (
 	kindRoute        = problemKind{"not-found", "Not found", http.StatusNotFound}
 	kindMethod       = problemKind{"method-not-allowed", "Method not allowed", http.StatusMethodNotAllowed}
 	kindUnavailable  = problemKind{"unavailable", "Service unavailable", http.StatusServiceUnavailable}
+	kindOverloaded   = problemKind{"overloaded", "Server at capacity", http.StatusServiceUnavailable}
 	kindInternal     = problemKind{"internal-error", "Internal server error", http.StatusInternalServerError}
 )
+
+// retryAfter is the Retry-After header (whole seconds) of every answer of the
+// transient kinds. A database restart takes seconds (docs/operations.md); a
+// full instance frees capacity as fast as requests finish.
+var retryAfter = map[problemKind]int{
+	kindUnavailable: 2,
+	kindOverloaded:  1,
+}
 
 // requestError is a client mistake found while decoding a request.
 type requestError struct {
@@ -95,6 +109,8 @@ func problemFor(err error) Problem {
 		return newProblem(kindWorkerNF, "no worker has this id; register first", nil)
 	case errors.Is(err, worker.ErrDead):
 		return newProblem(kindWorkerDead, "the worker was declared dead; register again", nil)
+	case errors.Is(err, ports.ErrUnavailable):
+		return newProblem(kindUnavailable, unavailableDetail, nil)
 	default:
 		return newProblem(kindInternal, "an unexpected error occurred; quote the correlation id when reporting it", nil)
 	}
@@ -114,16 +130,25 @@ func transitionDetail(e *task.TransitionError) string {
 	return fmt.Sprintf("the task is %s and cannot move to %s", e.From, e.To)
 }
 
+// unavailableDetail explains a database outage to the client, including
+// what a write that was cut off while committing means.
+const unavailableDetail = "the database is unavailable; retry after the Retry-After delay. " +
+	"A write whose connection broke while it committed may have been applied: " +
+	"repeat it with the same idempotency key or lease, which makes the retry safe"
+
 func newProblem(k problemKind, detail string, with func(*Problem)) Problem {
-	p := Problem{Type: ProblemTypePrefix + k.slug, Title: k.title, Status: k.status, Detail: detail}
+	p := Problem{Type: ProblemTypePrefix + k.slug, Title: k.title, Status: k.status, Detail: detail, retryAfter: retryAfter[k]}
 	if with != nil {
 		with(&p)
 	}
 	return p
 }
 
-// writeError answers r with the problem for err. Only unexpected (5xx)
-// errors are logged, once, with the request's correlation id.
+// writeError answers r with the problem for err. Only unexpected errors
+// (500) are logged, once, with the request's correlation id: a 503 says the
+// database is down or the instance is full, which /readyz, the background
+// jobs' logs and the request metrics already show, once per outage rather
+// than once per request (its cause is logged at debug level).
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Context().Err() != nil {
 		// The client went away (or the server is stopping) mid-request:
@@ -132,8 +157,10 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	p := problemFor(err)
-	if p.Status >= 500 {
+	if p.Status >= 500 && p.retryAfter == 0 {
 		loggerFrom(r.Context()).Error("request failed", zap.Error(err), zap.String("method", r.Method), zap.String("path", r.URL.Path))
+	} else if p.Status >= 500 {
+		loggerFrom(r.Context()).Debug("request refused", zap.Error(err), zap.String("method", r.Method), zap.String("path", r.URL.Path))
 	}
 	writeProblem(w, r, p)
 }
@@ -141,5 +168,8 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 func writeProblem(w http.ResponseWriter, r *http.Request, p Problem) {
 	p.Instance = r.URL.EscapedPath() // a URI reference, as RFC 9457 asks
 	p.CorrelationID = correlationID(r.Context())
+	if p.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(p.retryAfter))
+	}
 	writeJSONType(w, p.Status, "application/problem+json", p)
 }

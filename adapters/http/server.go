@@ -32,13 +32,40 @@ type ServerConfig struct {
 	// EventsHeartbeat is the interval of keep-alive comments on event
 	// streams (GET /events/v1); 0 means 15 s, the default.
 	EventsHeartbeat time.Duration
+	// MaxInFlightRequests caps the requests served at once, claims, event
+	// streams and the operational endpoints apart (see admission); beyond
+	// it, 503 overloaded. 0 means DefaultMaxInFlightRequests, and likewise
+	// for the two caps below.
+	MaxInFlightRequests int
+	// MaxInFlightClaims caps the claims served at once, long polls
+	// included; beyond it, 503 overloaded.
+	MaxInFlightClaims int
+	// MaxInFlightBodyBytes caps the request body bytes the requests served
+	// at once may buffer; beyond it, 503 overloaded. It must be at least
+	// MaxBatchBodyBytes, or the largest batch could never be served.
+	MaxInFlightBodyBytes int64
 }
 
-// DefaultServerConfig returns the defaults: 127.0.0.1:8080, 1 MiB bodies,
-// event stream heartbeats every 15 s.
+// Defaults of the admission caps (see admission).
+const (
+	// DefaultMaxInFlightRequests is MaxInFlightRequests unless configured.
+	DefaultMaxInFlightRequests = 256
+	// DefaultMaxInFlightClaims is MaxInFlightClaims unless configured: 1,000
+	// idle long-polling workers per instance fit twice over.
+	DefaultMaxInFlightClaims = 2000
+	// DefaultMaxInFlightBodyBytes is MaxInFlightBodyBytes unless
+	// configured: four batch bodies of the largest size.
+	DefaultMaxInFlightBodyBytes = 64 << 20
+)
+
+// DefaultServerConfig returns the defaults: 127.0.0.1:8080, 1 MiB bodies
+// (16 MiB for batches), event stream heartbeats every 15 s, and the
+// admission caps above.
 func DefaultServerConfig() ServerConfig {
 	return ServerConfig{Addr: "127.0.0.1:8080", MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 16 << 20, ShutdownTimeout: 30 * time.Second,
-		EventsHeartbeat: defaultEventsHeartbeat}
+		EventsHeartbeat:     defaultEventsHeartbeat,
+		MaxInFlightRequests: DefaultMaxInFlightRequests, MaxInFlightClaims: DefaultMaxInFlightClaims,
+		MaxInFlightBodyBytes: DefaultMaxInFlightBodyBytes}
 }
 
 // Validate reports whether the config can be used.
@@ -53,6 +80,23 @@ func (c ServerConfig) Validate() error {
 		return errors.New("max body sizes must be at least 1024 bytes")
 	}
 	return nil
+}
+
+// ValidateAdmission checks the admission caps, one error per cap (nil when
+// it is fine): the request and claim caps must be at least 1, and the body
+// byte cap at least the largest body accepted, or that body could never be
+// served. (A zero cap in a ServerConfig built by hand means the default.)
+func (c ServerConfig) ValidateAdmission() (requests, claims, bodyBytes error) {
+	if c.MaxInFlightRequests < 1 {
+		requests = errors.New("must be at least 1")
+	}
+	if c.MaxInFlightClaims < 1 {
+		claims = errors.New("must be at least 1")
+	}
+	if largest := max(c.MaxBodyBytes, c.MaxBatchBodyBytes); c.MaxInFlightBodyBytes < largest {
+		bodyBytes = fmt.Errorf("must be at least the largest request body accepted (%d bytes)", largest)
+	}
+	return requests, claims, bodyBytes
 }
 
 // Route is an extra route another adapter mounts (metrics, events, ...).
@@ -93,6 +137,7 @@ type Server struct {
 	onShutdown  []func()
 	router      *mux.Router
 	handler     http.Handler
+	admission   *admission
 
 	lifecycle.Base
 	mu       sync.Mutex
@@ -121,14 +166,20 @@ func NewServer(cfg ServerConfig, d Deps) *Server {
 	s.routes(r)
 	s.router = r
 	// Runs once the router has matched: it names the route for the access
-	// log and metrics and caps the body by route (no second match).
-	r.Use(withRoute(cfg))
+	// log and metrics, caps the body by route and admits the request under
+	// the in-flight caps by route (no second match).
+	s.admission = newAdmission(cfg)
+	r.Use(withRoute(cfg, s.admission))
 	var h http.Handler = r
 	h = withAccessLog(d.Observe)(h)
 	h = withCorrelation(s.logger)(h)
 	s.handler = h
 	return s
 }
+
+// InFlight returns what the requests served at the moment hold of the
+// admission caps (for metrics).
+func (s *Server) InFlight() InFlight { return s.admission.inFlight() }
 
 // Handler returns the full handler chain (for tests and embedding).
 func (s *Server) Handler() http.Handler { return s.handler }

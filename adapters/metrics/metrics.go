@@ -203,6 +203,39 @@ func (r *Registry) ObserveHTTP(route, method string, status int, elapsed time.Du
 	r.httpDuration.WithLabelValues(route, method, strconv.Itoa(status)).Observe(elapsed.Seconds())
 }
 
+// ObserveInFlight exports what the requests served at the moment hold of
+// the HTTP adapter's admission caps, read at scrape time from inFlight:
+// taskmaster_http_requests_in_flight{class="requests"|"claims"} and
+// taskmaster_http_request_body_bytes_in_flight. Call it once.
+func (r *Registry) ObserveInFlight(inFlight func() (requests, claims, bodyBytes int64)) {
+	r.reg.MustRegister(&inFlightCollector{read: inFlight})
+}
+
+var (
+	inFlightRequestsDesc = prometheus.NewDesc(Namespace+"_http_requests_in_flight",
+		"Requests being served, by admission class: claims (long polls included) and the other requests (event streams and operational endpoints are not counted).",
+		[]string{"class"}, nil)
+	inFlightBodyBytesDesc = prometheus.NewDesc(Namespace+"_http_request_body_bytes_in_flight",
+		"Request body bytes reserved by the requests being served.", nil, nil)
+)
+
+// inFlightCollector reads the admission counts at scrape time.
+type inFlightCollector struct {
+	read func() (requests, claims, bodyBytes int64)
+}
+
+func (c *inFlightCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- inFlightRequestsDesc
+	ch <- inFlightBodyBytesDesc
+}
+
+func (c *inFlightCollector) Collect(ch chan<- prometheus.Metric) {
+	requests, claims, bodyBytes := c.read()
+	ch <- prometheus.MustNewConstMetric(inFlightRequestsDesc, prometheus.GaugeValue, float64(requests), "requests")
+	ch <- prometheus.MustNewConstMetric(inFlightRequestsDesc, prometheus.GaugeValue, float64(claims), "claims")
+	ch <- prometheus.MustNewConstMetric(inFlightBodyBytesDesc, prometheus.GaugeValue, float64(bodyBytes))
+}
+
 // Gatherer returns the registry, for tests and embedding.
 func (r *Registry) Gatherer() prometheus.Gatherer { return r.reg }
 

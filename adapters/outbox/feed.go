@@ -78,7 +78,7 @@ func parseCursor(s string) (cursor, error) {
 func (f *Feed) Tail(ctx context.Context) (string, error) {
 	var xmin uint64
 	if err := f.db.QueryRowContext(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text`).Scan(&xmin); err != nil {
-		return "", fmt.Errorf("event feed tail: %w", err)
+		return "", postgres.TranslateError(fmt.Errorf("event feed tail: %w", err))
 	}
 	return cursor{pos: Position{TransactionID: xmin - 1, Offset: math.MaxInt64}}.String(), nil
 }
@@ -107,7 +107,7 @@ func (f *Feed) Read(ctx context.Context, from string, limit int) (ports.FeedPage
 	}
 	rows, err := f.db.QueryContext(ctx, feedSQL, strconv.FormatUint(c.pos.TransactionID, 10), c.pos.Offset, limit+1)
 	if err != nil {
-		return ports.FeedPage{}, fmt.Errorf("read event feed: %w", err)
+		return ports.FeedPage{}, postgres.TranslateError(fmt.Errorf("read event feed: %w", err))
 	}
 	defer rows.Close()
 	page := ports.FeedPage{Next: from}
@@ -153,7 +153,7 @@ func (f *Feed) Read(ctx context.Context, from string, limit int) (ports.FeedPage
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return ports.FeedPage{}, fmt.Errorf("read event feed: %w", err)
+		return ports.FeedPage{}, postgres.TranslateError(fmt.Errorf("read event feed: %w", err))
 	}
 	page.More = messages >= limit
 	return page, nil

@@ -126,6 +126,9 @@ func (c ConnConfig) DSN(databaseURL string) string {
 	q := u.Query()
 	params := c.params()
 	params["binary_parameters"] = "yes"
+	// lib/pq ignores context deadlines while it connects: only
+	// connect_timeout bounds a host that accepts and never answers.
+	params["connect_timeout"] = strconv.Itoa(int(DefaultConnectTimeout / time.Second))
 	for k, v := range params {
 		if !q.Has(k) && !strings.Contains(q.Get("options"), k) {
 			q.Set(k, v)

@@ -52,7 +52,7 @@ func NewNotifier(url string, conn ConnConfig, logger *zap.Logger) *Notifier {
 // Start opens the listening connection and begins fanning out.
 func (n *Notifier) Start(ctx context.Context) error {
 	return n.StartLoop(ctx, "notifier", func(context.Context) (lifecycle.LoopFunc, error) {
-		l := pq.NewDialListener(n.conn.Dialer(), n.conn.DSN(n.url), 10*time.Millisecond, 2*time.Second, func(ev pq.ListenerEventType, err error) {
+		l := pq.NewDialListener(n.conn.Dialer(), withParam(n.conn.DSN(n.url), "application_name", NotifierApplicationName), 10*time.Millisecond, 2*time.Second, func(ev pq.ListenerEventType, err error) {
 			if err != nil {
 				n.logger.Warn("notification listener", zap.Error(err))
 			}

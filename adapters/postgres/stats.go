@@ -68,7 +68,13 @@ LEFT JOIN LATERAL (
 ORDER BY c.queue`
 
 // Queues implements ports.StatsReader. It reads in one read-only snapshot.
+// Connection failures come back marked with ports.ErrUnavailable.
 func (r *StatsReader) Queues(ctx context.Context) ([]ports.QueueStats, error) {
+	out, err := r.queues(ctx)
+	return out, TranslateError(err)
+}
+
+func (r *StatsReader) queues(ctx context.Context) ([]ports.QueueStats, error) {
 	tx, err := r.db.BeginTxx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("queue statistics: %w", err)

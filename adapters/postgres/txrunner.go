@@ -56,21 +56,40 @@ func NewTxRunner(db *sqlx.DB) *TxRunner {
 // serialization failure is run again (fn must not have effects outside it).
 // Under a fence (ports.WithFence) the transaction begins by locking and
 // renewing the job's lease row for that term (see fence).
+// So is one whose BEGIN met a pooled connection that the server had closed
+// (after a database restart every idle connection is such a one; nothing
+// ran, and each try discards one of them), up to the pool's size.
+// Connection failures come back marked with ports.ErrUnavailable
+// (TranslateError), including a COMMIT whose connection broke: its outcome
+// is unknown, so it must not be acknowledged as done.
 func (r *TxRunner) Run(ctx context.Context, fn func(ctx context.Context, st ports.Stores) error) error {
 	var err error
-	for attempt := 1; attempt <= maxTxAttempts; attempt++ {
+	staleBudget := max(r.db.Stats().MaxOpenConnections, maxTxAttempts)
+	for attempt := 1; attempt <= maxTxAttempts; {
 		err = r.runOnce(ctx, fn)
-		if !retryable(err) {
-			return err
+		var begin *beginError
+		if errors.As(err, &begin) && isStaleConnection(begin.err) && staleBudget > 0 {
+			staleBudget--
+			continue
 		}
+		if !retryable(err) {
+			break
+		}
+		attempt++
 	}
-	return err
+	return TranslateError(err)
 }
+
+// beginError is a failure of BEGIN: nothing of the transaction ran.
+type beginError struct{ err error }
+
+func (e *beginError) Error() string { return "begin: " + e.err.Error() }
+func (e *beginError) Unwrap() error { return e.err }
 
 func (r *TxRunner) runOnce(ctx context.Context, fn func(ctx context.Context, st ports.Stores) error) (err error) {
 	tx, err := r.db.BeginTxx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("begin: %w", err)
+		return &beginError{err: err}
 	}
 	defer func() {
 		if err != nil {
@@ -209,6 +228,8 @@ func (s *txState) setNow(t time.Time) {
 	s.now, s.hasNow = t, true
 }
 
+// retryable reports whether a transaction that failed with err may simply be
+// run again: it hit a deadlock or a serialization failure (rolled back).
 func retryable(err error) bool {
 	var pqErr *pq.Error
 	if errors.As(err, &pqErr) {

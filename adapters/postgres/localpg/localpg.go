@@ -81,6 +81,7 @@ type Config struct {
 
 // Server is a running PostgreSQL server started by Start. Stop it with Stop.
 type Server struct {
+	cfg     Config // as started: DataDir absolute, Port the one bound
 	dataDir string
 	port    int
 	cmd     *exec.Cmd
@@ -152,6 +153,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			owner:   owner,
 		})
 		if err == nil {
+			s.cfg = cfg
+			s.cfg.DataDir, s.cfg.Port = dataDir, port
 			return s, nil
 		}
 		// Another process may take the port between freePort and the server's bind.
@@ -226,6 +229,20 @@ func (s *Server) stop() error {
 		return nil
 	}
 	return nil // unreachable: the SIGKILL step always waits for exit
+}
+
+// StartAgain starts a server on the same data directory and port, with the
+// same configuration, after Stop: with Stop it is a restart (a fast shutdown,
+// then a start on the same data), which clients see as a database restart.
+// Committed data survives it, even with Config.Fast. It returns the new
+// server; s stays stopped.
+func (s *Server) StartAgain(ctx context.Context) (*Server, error) {
+	select {
+	case <-s.done:
+	default:
+		return nil, errors.New("start postgres again: the server still runs; Stop it first")
+	}
+	return Start(ctx, s.cfg)
 }
 
 // FindBinaries returns a directory that holds the initdb and postgres programs: the directory

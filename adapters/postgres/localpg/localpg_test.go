@@ -39,6 +39,30 @@ func TestStartPersistsDataAcrossRestarts(t *testing.T) {
 	require.Equal(t, 42, id)
 }
 
+// A restart (Stop, then StartAgain) keeps the port and the data: a pool
+// opened before it works after it.
+func TestStartAgainRestartsOnTheSamePortAndData(t *testing.T) {
+	t.Parallel()
+	srv := start(t, localpg.Config{DataDir: t.TempDir(), Fast: true})
+	db := open(t, srv.URL("postgres"))
+	_, err := db.Exec(`CREATE TABLE persisted (id int); INSERT INTO persisted VALUES (7)`)
+	require.NoError(t, err)
+	_, err = srv.StartAgain(context.Background())
+	require.ErrorContains(t, err, "Stop it first")
+
+	require.NoError(t, srv.Stop())
+	var id int
+	require.Error(t, db.Get(&id, `SELECT id FROM persisted`), "the server is down")
+	again, err := srv.StartAgain(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = again.Stop() })
+	require.Equal(t, srv.Port(), again.Port())
+	require.Equal(t, srv.URL("postgres"), again.URL("postgres"))
+	require.Eventually(t, func() bool { return db.Get(&id, `SELECT id FROM persisted`) == nil }, 10*time.Second, 10*time.Millisecond,
+		"the old pool reconnects")
+	require.Equal(t, 7, id)
+}
+
 func TestStartTwoServersGetDifferentPorts(t *testing.T) {
 	t.Parallel()
 	a := start(t, localpg.Config{DataDir: t.TempDir(), Fast: true})

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	httpadapter "github.com/taskmaster/taskmaster/adapters/http"
+	"github.com/taskmaster/taskmaster/adapters/metrics"
 	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/application"
 	"github.com/taskmaster/taskmaster/ports"
@@ -42,6 +43,7 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 		),
 		outboxOptions(),
 		fx.Invoke(func(*httpadapter.Server) {}),
+		fx.Invoke(observeInFlight),
 		fx.Invoke(newPprofServer),
 		reapersModule(),
 		fx.StartTimeout(60 * time.Second),
@@ -103,6 +105,14 @@ func newHTTPServer(p httpParams) *httpadapter.Server {
 	})
 	p.Lifecycle.Append(fx.Hook{OnStart: srv.Start, OnStop: srv.Stop})
 	return srv
+}
+
+// observeInFlight exports the HTTP server's admission counts as metrics.
+func observeInFlight(reg *metrics.Registry, srv *httpadapter.Server) {
+	reg.ObserveInFlight(func() (int64, int64, int64) {
+		n := srv.InFlight()
+		return n.Requests, n.Claims, n.BodyBytes
+	})
 }
 
 // NewLogger builds the zap logger the config asks for.

@@ -97,6 +97,10 @@ func (c Config) Validate() error {
 		add("TASKMASTER_DATABASE_URL", errors.New("must be a postgres:// URL"))
 	}
 	add("TASKMASTER_HTTP_ADDR", c.HTTP.Validate())
+	requests, claims, bodyBytes := c.HTTP.ValidateAdmission()
+	add("TASKMASTER_MAX_INFLIGHT_REQUESTS", requests)
+	add("TASKMASTER_MAX_INFLIGHT_CLAIMS", claims)
+	add("TASKMASTER_MAX_INFLIGHT_BODY_BYTES", bodyBytes)
 	add("TASKMASTER_DB_MAX_CONNS", c.Pool.Validate())
 	add("TASKMASTER_RETRY_BASE_DELAY_SECONDS", c.App.Backoff.Validate())
 	add("TASKMASTER_HEARTBEAT_DEAD_THRESHOLD_SECONDS", c.App.Liveness.Validate())
@@ -199,6 +203,15 @@ func settings() []setting {
 		{"TASKMASTER_MAX_RESPONSE_BYTES", "max-response-bytes", "estimated size past which a claim or listing stops adding tasks",
 			intSetter(func(c *Config, n int) { c.App.MaxResponseBytes = int64(n) }),
 			func(c *Config) string { return strconv.FormatInt(c.App.MaxResponseBytes, 10) }},
+		{"TASKMASTER_MAX_INFLIGHT_REQUESTS", "max-inflight-requests", "requests served at once, claims and event streams apart (503 beyond)",
+			intSetter(func(c *Config, n int) { c.HTTP.MaxInFlightRequests = n }),
+			func(c *Config) string { return strconv.Itoa(c.HTTP.MaxInFlightRequests) }},
+		{"TASKMASTER_MAX_INFLIGHT_CLAIMS", "max-inflight-claims", "claims served at once, long polls included (503 beyond)",
+			intSetter(func(c *Config, n int) { c.HTTP.MaxInFlightClaims = n }),
+			func(c *Config) string { return strconv.Itoa(c.HTTP.MaxInFlightClaims) }},
+		{"TASKMASTER_MAX_INFLIGHT_BODY_BYTES", "max-inflight-body-bytes", "request body bytes buffered at once (503 beyond)",
+			intSetter(func(c *Config, n int) { c.HTTP.MaxInFlightBodyBytes = int64(n) }),
+			func(c *Config) string { return strconv.FormatInt(c.HTTP.MaxInFlightBodyBytes, 10) }},
 		{"TASKMASTER_CLAIM_POLL_INTERVAL_MS", "claim-poll-interval-ms", "how often a long-poll claim looks again without a notification",
 			millisSetter(func(c *Config, d time.Duration) { c.App.ClaimPollInterval = d }),
 			func(c *Config) string { return millis(c.App.ClaimPollInterval) }},

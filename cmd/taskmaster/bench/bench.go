@@ -32,6 +32,9 @@ type Options struct {
 	URL          string
 	DatabaseURL  string
 	JSONPath     string
+	PayloadBytes int // memory scenario
+	Claimers     int // memory scenario
+	MemoryClaim  int // memory scenario: tasks per claim
 }
 
 // Report is one scenario's result. The JSON field names are a contract
@@ -55,10 +58,15 @@ type Report struct {
 	DatabaseSizeBytes     int64        `json:"database_size_bytes"`
 	ProjectionLagMaxMS    float64      `json:"projection_lag_max_ms"`
 	ProjectionGroups      int          `json:"projection_consumer_groups"`
+	// The memory scenario's: payload size, 503 overloaded answers, and the
+	// server's RSS high-water mark during the scenario (VmHWM).
+	PayloadBytes       int   `json:"payload_bytes,omitempty"`
+	OverloadedAnswers  int64 `json:"overloaded_answers,omitempty"`
+	ServerRSSHighWater int64 `json:"server_rss_high_water_bytes,omitempty"`
 }
 
 // Scenarios are the scenario names, in the order "all" runs them.
-var Scenarios = []string{"batch", "single", "backlog", "latency"}
+var Scenarios = []string{"batch", "single", "backlog", "latency", "memory"}
 
 // Run is the `taskmaster bench` command.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -101,7 +109,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func parseOptions(args []string, stderr io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	scenario := fs.String("scenario", "batch", "batch, single, backlog, latency, or all (comma-separated list allowed)")
+	scenario := fs.String("scenario", "batch", "batch, single, backlog, latency, memory, or all (comma-separated list allowed)")
 	o := Options{}
 	fs.IntVar(&o.Tasks, "tasks", 0, "tasks per scenario (defaults: batch 200000, single 20000, backlog 1000000 backlog rows, latency rate x duration)")
 	fs.IntVar(&o.Producers, "producers", 4, "concurrent producers")
@@ -113,6 +121,9 @@ func parseOptions(args []string, stderr io.Writer) (Options, error) {
 	fs.StringVar(&o.URL, "url", "", "target a running server instead of starting one")
 	fs.StringVar(&o.DatabaseURL, "database-url", "", "with --url: the server's database, for lag and size figures")
 	fs.StringVar(&o.JSONPath, "json", "", "write the JSON report to this file")
+	fs.IntVar(&o.PayloadBytes, "payload-bytes", 1<<20, "payload size in the memory scenario")
+	fs.IntVar(&o.Claimers, "claimers", 64, "concurrent claiming workers in the memory scenario")
+	fs.IntVar(&o.MemoryClaim, "memory-claim-limit", 8, "tasks per claim in the memory scenario")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -130,6 +141,9 @@ func parseOptions(args []string, stderr io.Writer) (Options, error) {
 			return o, fmt.Errorf("unknown scenario %q (want %s or all)", s, strings.Join(Scenarios, ", "))
 		}
 		o.Scenarios = append(o.Scenarios, s)
+	}
+	if o.PayloadBytes < 1 || o.Claimers < 1 || o.MemoryClaim < 1 || o.MemoryClaim > 1000 {
+		return o, errors.New("payload-bytes and claimers must be positive, memory-claim-limit 1-1000")
 	}
 	if o.Producers < 1 || o.Workers < 1 || o.BatchSize < 1 || o.BatchSize > 1000 || o.ClaimLimit < 1 || o.ClaimLimit > 1000 || o.Rate < 1 {
 		return o, errors.New("producers, workers, rate must be positive; batch-size and claim-limit 1-1000")
@@ -153,6 +167,8 @@ func runScenario(ctx context.Context, env *environment, name string, opts Option
 		r, err = runBacklog(ctx, env, opts, mon, log)
 	case "latency":
 		r, err = runLatency(ctx, env, opts, mon, log)
+	case "memory":
+		r, err = runMemory(ctx, env, opts, mon, log)
 	}
 	end, peak, lag, groups := mon.finish()
 	if err != nil {
@@ -186,6 +202,11 @@ func progress(log io.Writer, name string, mon *monitor, stop <-chan struct{}, li
 // produce submits n tasks to queue in batches from opts.Producers
 // goroutines and returns when all are accepted.
 func produce(ctx context.Context, a *api, queue string, n, producers, batch int, submitted *atomic.Int64) error {
+	return producePayload(ctx, a, queue, n, producers, batch, json.RawMessage(`{"bench":true}`), submitted)
+}
+
+// producePayload is produce with every task carrying payload.
+func producePayload(ctx context.Context, a *api, queue string, n, producers, batch int, payload json.RawMessage, submitted *atomic.Int64) error {
 	var next atomic.Int64
 	errs := make(chan error, producers)
 	var wg sync.WaitGroup
@@ -194,7 +215,6 @@ func produce(ctx context.Context, a *api, queue string, n, producers, batch int,
 		go func() {
 			defer wg.Done()
 			items := make([]submitItem, 0, batch)
-			payload := json.RawMessage(`{"bench":true}`)
 			for {
 				from := int(next.Add(int64(batch))) - batch
 				if from >= n || ctx.Err() != nil {
@@ -539,6 +559,10 @@ func printReport(w io.Writer, r Report) {
 	pr("submit to claim", r.SubmitToClaimMS)
 	fmt.Fprintf(w, "  server CPU %.1f s, peak RSS %.1f MiB, database %.1f MiB, projection lag max %.0f ms (%d consumer groups)\n",
 		r.ServerCPUSeconds, float64(r.ServerPeakRSSBytes)/(1<<20), float64(r.DatabaseSizeBytes)/(1<<20), r.ProjectionLagMaxMS, r.ProjectionGroups)
+	if r.ServerRSSHighWater > 0 {
+		fmt.Fprintf(w, "  payloads %d bytes: server RSS high-water mark %.1f MiB, %d answers 503 overloaded\n",
+			r.PayloadBytes, float64(r.ServerRSSHighWater)/(1<<20), r.OverloadedAnswers)
+	}
 }
 
 func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }

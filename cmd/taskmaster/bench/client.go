@@ -8,15 +8,20 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
+	"sync/atomic"
 	"time"
 )
 
 // api is a lean HTTP client for the benchmark: it decodes only what the
 // benchmark needs, so the client's own cost stays small next to the
-// server's.
+// server's. A request the server refuses with 503 (its in-flight caps) is
+// repeated after the answer's Retry-After, and counted.
 type api struct {
 	base string
 	hc   *http.Client
+	// refused counts the 503 answers that were waited out.
+	refused atomic.Int64
 }
 
 func newAPI(base string, conns int) *api {
@@ -45,25 +50,46 @@ func (a *api) post(ctx context.Context, path string, body any, out any) (int, er
 	if err != nil {
 		return 0, err
 	}
+	for {
+		code, wait, err := a.postOnce(ctx, path, b, out)
+		if code != http.StatusServiceUnavailable || wait == 0 {
+			return code, err
+		}
+		a.refused.Add(1)
+		select {
+		case <-ctx.Done():
+			return code, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// postOnce sends one request; for a 503 it returns the answer's
+// Retry-After (0 without one).
+func (a *api) postOnce(ctx context.Context, path string, b []byte, out any) (int, time.Duration, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.base+path, bytes.NewReader(b))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := a.hc.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
-		return resp.StatusCode, fmt.Errorf("POST %s: %d %s", path, resp.StatusCode, msg)
+		var wait time.Duration
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+			wait = time.Duration(s) * time.Second
+		}
+		return resp.StatusCode, wait, fmt.Errorf("POST %s: %d %s", path, resp.StatusCode, msg)
 	}
 	if out == nil {
 		_, err = io.Copy(io.Discard, resp.Body)
-		return resp.StatusCode, err
+		return resp.StatusCode, 0, err
 	}
-	return resp.StatusCode, json.NewDecoder(resp.Body).Decode(out)
+	return resp.StatusCode, 0, json.NewDecoder(resp.Body).Decode(out)
 }
 
 func (a *api) get(ctx context.Context, path string) ([]byte, error) {
