@@ -36,6 +36,8 @@ type Stores struct {
 	Outbox Outbox
 	// Reaper holds the set-based operations of the background jobs.
 	Reaper ReaperStore
+	// Keys stores API keys.
+	Keys KeyStore
 }
 
 // Outbox collects the lifecycle events of one transaction.
@@ -111,6 +113,10 @@ type TaskFilter struct {
 	Limit int
 	// After, when not nil, continues after this task id (keyset cursor).
 	After *uuid.UUID
+	// Visible, when not nil, restricts to queues matching one of these
+	// patterns (apikey.MatchQueue: exact names, or prefixes ending in "*");
+	// an empty, non-nil list matches nothing.
+	Visible []string
 }
 
 // TaskStore persists tasks.
@@ -183,6 +189,9 @@ type WorkerStore interface {
 	TouchLive(ctx context.Context, id string, fn WorkerTouchFunc) (*worker.Worker, error)
 	// List returns every worker, in id order.
 	List(ctx context.Context) ([]*worker.Worker, error)
+	// Owners returns the owner (apikey.Key.OwnerID) of each of these workers
+	// that exists and has one, without locking them.
+	Owners(ctx context.Context, ids []string) (map[string]string, error)
 }
 
 // ReaperStore holds the set-based operations of the background jobs, on the

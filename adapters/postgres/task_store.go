@@ -328,6 +328,11 @@ func (s *TaskStore) List(ctx context.Context, f ports.TaskFilter) ([]*task.Task,
 		args = append(args, *f.After)
 		where = append(where, fmt.Sprintf("id < $%d", len(args)))
 	}
+	if f.Visible != nil {
+		exact, prefixes := queuePatterns(f.Visible)
+		args = append(args, exact, prefixes)
+		where = append(where, fmt.Sprintf(visibleQueues, len(args)-1, len(args)))
+	}
 	q := `SELECT ` + taskColumns + ` FROM tasks`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
