@@ -42,6 +42,15 @@ func (s *TaskService) Claim(ctx context.Context, cmd ports.ClaimCommand) ([]*tas
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
+	p := ports.Principal(ctx)
+	if err := p.CheckWorkerID(cmd.WorkerID); err != nil {
+		return nil, err
+	}
+	if cmd.Queue != "" {
+		if err := p.CheckQueue(cmd.Queue); err != nil {
+			return nil, err
+		}
+	}
 	if cmd.Wait == 0 {
 		out, _, err := s.claimOnce(ctx, cmd)
 		return out, err
@@ -100,14 +109,18 @@ func (s *TaskService) claimOnce(ctx context.Context, cmd ports.ClaimCommand) ([]
 	)
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
 		// Under the worker's liveness lock: a worker the heartbeat reaper
-		// is declaring DEAD claims nothing.
-		w, err := st.Workers.TouchLive(ctx, cmd.WorkerID, signOfLife)
+		// is declaring DEAD claims nothing. Only the worker's key may claim
+		// as it (checked on this read of the worker).
+		w, err := st.Workers.TouchLive(ctx, cmd.WorkerID, actAsFunc(ctx, signOfLife))
 		if err != nil {
 			return err
 		}
 		queues = w.Queues()
 		if cmd.Queue != "" {
 			queues = []string{cmd.Queue}
+		}
+		if err := ports.Principal(ctx).CheckQueues(queues); err != nil {
+			return err
 		}
 		if w.Draining() {
 			out = []*task.Task{}

@@ -16,7 +16,13 @@ func (s *TaskService) Get(ctx context.Context, id uuid.UUID) (*task.Task, error)
 	var out *task.Task
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
 		var err error
-		out, err = st.Tasks.Get(ctx, id)
+		if out, err = st.Tasks.Get(ctx, id); err != nil {
+			return err
+		}
+		if !ports.Principal(ctx).QueueAllowed(out.Queue()) {
+			return task.ErrNotFound // never tell a key of tasks it may not see
+		}
+		out, err = hideLease(ctx, st, out)
 		return err
 	})
 	if err != nil {
@@ -40,11 +46,22 @@ func (s *TaskService) List(ctx context.Context, f ports.TaskFilter) ([]*task.Tas
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
+	if p := ports.Principal(ctx); p.Restricted() {
+		if f.Queue != "" {
+			if err := p.CheckQueue(f.Queue); err != nil {
+				return nil, err
+			}
+		} else {
+			f.Visible = p.QueuePatterns()
+		}
+	}
 	var out []*task.Task
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
 		var err error
-		out, err = st.Tasks.List(ctx, f)
-		return err
+		if out, err = st.Tasks.List(ctx, f); err != nil {
+			return err
+		}
+		return hideLeases(ctx, st, out)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list tasks: %w", err)

@@ -2,6 +2,7 @@ package application
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -63,14 +64,43 @@ func (s *TaskService) FailBatch(ctx context.Context, workerID string, items []po
 }
 
 func (s *TaskService) reportBatch(ctx context.Context, workerID string, ids []uuid.UUID, fn ports.TaskUpdateEachFunc) ([]ports.TaskResult, error) {
+	p := ports.Principal(ctx)
+	if err := p.CheckWorkerID(workerID); err != nil {
+		return nil, err
+	}
 	var out []ports.TaskResult
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
 		var err error
-		out, err = st.Tasks.UpdateEach(ctx, ids, fn)
+		out, err = st.Tasks.UpdateEach(ctx, ids, func(i int, t *task.Task, now time.Time) ([]event.Event, error) {
+			if !p.QueueAllowed(t.Queue()) {
+				return nil, task.ErrNotFound
+			}
+			return fn(i, t, now)
+		})
 		if err != nil {
 			return err
 		}
-		return touchReporter(ctx, st, workerID)
+		// Every item is settled: the worker must be the principal's, or
+		// the whole batch rolls back.
+		if err := touchReporter(ctx, st, workerID); err != nil {
+			return err
+		}
+		shown := make([]*task.Task, len(out))
+		for i := range out {
+			if errors.Is(out[i].Err, task.ErrNotFound) {
+				out[i].Task = nil // in a queue the key may not see: as if missing
+			}
+			shown[i] = out[i].Task
+		}
+		// A refused item shows the task as it is, perhaps held by another
+		// worker under a lease that is not the caller's to see.
+		if err := hideLeases(ctx, st, shown); err != nil {
+			return err
+		}
+		for i := range out {
+			out[i].Task = shown[i]
+		}
+		return nil
 	})
 	return out, err
 }
