@@ -105,6 +105,14 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	// A key limited to some queues sees their events only (auth.go).
+	principal := ports.Principal(ctx)
+	for _, q := range filter.queues {
+		if err := principal.CheckQueue(q); err != nil {
+			writeError(w, r, err)
+			return
+		}
+	}
 	cursor := strings.TrimSpace(r.Header.Get("Last-Event-ID"))
 	if cursor == "" {
 		if cursor, err = s.events.Tail(ctx); err != nil {
@@ -148,7 +156,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 			st.printf("data: %s\n\n", data)
 		}
 		for _, fe := range page.Events {
-			if !filter.match(fe.Event) {
+			if !filter.match(fe.Event) || !principal.SeesEvent(fe.Event) {
 				continue
 			}
 			data, err := json.Marshal(fe.Event)
