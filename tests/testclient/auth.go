@@ -12,3 +12,7 @@ func (c *Client) WithKey(token string) *Client {
 	}
 	return &out
 }
+
+// Header returns the headers the client adds to every request (its API
+// key), for requests made without it (an event stream).
+func (c *Client) Header() http.Header { return c.header.Clone() }
