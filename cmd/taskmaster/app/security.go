@@ -75,9 +75,9 @@ func (c Config) validateSecurity(add func(name string, err error)) {
 		add("TASKMASTER_RATE_LIMIT_"+strings.ToUpper(string(scope)), l.Validate())
 	}
 	if c.MetricsAddr != "" {
-		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+		if _, port, err := net.SplitHostPort(c.MetricsAddr); err != nil {
 			add("TASKMASTER_METRICS_ADDR", fmt.Errorf("must be host:port: %w", err))
-		} else if c.MetricsAddr == c.HTTP.Addr {
+		} else if c.MetricsAddr == c.HTTP.Addr && port != "0" {
 			add("TASKMASTER_METRICS_ADDR", errors.New("must differ from TASKMASTER_HTTP_ADDR"))
 		}
 	}
