@@ -24,7 +24,9 @@ type services struct {
 	workers *application.WorkerService
 }
 
-func setup(t *testing.T) services {
+func setup(t *testing.T) services { return setupTB(t) }
+
+func setupTB(t testing.TB) services {
 	t.Helper()
 	db := pgtest.NewDB(t)
 	tx := postgres.NewTxRunner(db)

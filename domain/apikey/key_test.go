@@ -44,6 +44,11 @@ func TestTokenFormatAndChecksum(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, TokenPrefix+strings.Repeat("0", secretLength), zero[:len(zero)-checksumLength])
 	require.NoError(t, CheckToken(zero))
+	// Golden values: tokens already issued must keep passing CheckToken.
+	require.Equal(t, "tmk_00000000000000000000000000000000000000000002eIzD5", zero)
+	ones, err := newToken(bytes.NewReader(bytes.Repeat([]byte{0xff}, 32)))
+	require.NoError(t, err)
+	require.Equal(t, "tmk_yhjskwdA6OZ1AL1YmHWZWm8LLG7HjnuCA2j5rOw8Xp115FYSt", ones)
 
 	token, _ := NewToken()
 	for name, bad := range map[string]string{

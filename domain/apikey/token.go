@@ -27,6 +27,14 @@ const (
 
 const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
+// inBase62 tells the alphabet's bytes: CheckToken runs on every request.
+var inBase62 = func() (t [256]bool) {
+	for i := range len(base62) {
+		t[base62[i]] = true
+	}
+	return t
+}()
+
 // ErrMalformedToken: the credential is not a token this service issues (bad
 // prefix, length, alphabet or checksum). It is refused without a lookup.
 var ErrMalformedToken = errors.New("the bearer token is not a Taskmaster API key")
@@ -51,12 +59,13 @@ func CheckToken(token string) error {
 		return ErrMalformedToken
 	}
 	for i := len(TokenPrefix); i < len(token); i++ {
-		if strings.IndexByte(base62, token[i]) < 0 {
+		if !inBase62[token[i]] {
 			return ErrMalformedToken
 		}
 	}
 	body := token[:len(token)-checksumLength]
-	if token[len(body):] != checksum(body) {
+	var sum [checksumLength]byte
+	if string(checksumOf(body, &sum)) != token[len(body):] {
 		return ErrMalformedToken
 	}
 	return nil
@@ -74,7 +83,18 @@ func Hash(token string) []byte {
 }
 
 func checksum(body string) string {
-	return encode62(new(big.Int).SetUint64(uint64(crc32.ChecksumIEEE([]byte(body)))), checksumLength)
+	var sum [checksumLength]byte
+	return string(checksumOf(body, &sum))
+}
+
+// checksumOf writes the CRC-32 of body in base62 into sum.
+func checksumOf(body string, sum *[checksumLength]byte) []byte {
+	n := crc32.ChecksumIEEE([]byte(body))
+	for i := checksumLength - 1; i >= 0; i-- {
+		sum[i] = base62[n%62]
+		n /= 62
+	}
+	return sum[:]
 }
 
 // encode62 writes n in base62, left-padded with '0' to width.
