@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -522,4 +523,25 @@ func TestAuthAdminActionsAreAudited(t *testing.T) {
 		return len(qs) == 1 && qs[0].Dead == 1
 	})
 	require.Equal(t, []testclient.QueueCounts{{Queue: "audited", Dead: 1, ActiveWorkers: 1}}, testclient.Counts(qs), fmt.Sprint(qs))
+}
+
+// An event stream opened with a key ends once the key is revoked, like
+// every other request of that key.
+func TestAuthEventStreamEndsWhenItsKeyIsRevoked(t *testing.T) {
+	t.Parallel()
+	s := startSecured(t, nil)
+	reader, id := s.key(t, jsonObj{"scopes": []string{"read"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/events/v1", nil)
+	require.NoError(t, err)
+	req.Header = reader.Header()
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	s.admin.Do(http.MethodDelete, "/admin/v1/keys/"+id, nil).Expect(t, http.StatusOK, nil)
+	_, err = io.Copy(io.Discard, resp.Body) // returns when the server ends the stream
+	require.NoError(t, err, "the server ended the stream before the test's deadline")
+	require.NoError(t, ctx.Err())
 }

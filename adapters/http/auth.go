@@ -92,9 +92,26 @@ func bearerToken(r *http.Request) string {
 	return h
 }
 
-// errUndeclaredAccess is the internal error of a route that declared no
-// access: fail closed.
-var errUndeclaredAccess = errors.New("the route declares no access requirement")
+var (
+	// errUndeclaredAccess is the internal error of a route that declared
+	// no access: fail closed.
+	errUndeclaredAccess = errors.New("the route declares no access requirement")
+	// errNoAuthenticator: authentication is on but the server was built
+	// without Deps.Keys; fail closed.
+	errNoAuthenticator = errors.New("authentication is on but no key service is wired")
+)
+
+// keyStillWorks reports whether the key a long-running request (an event
+// stream) was authenticated with still works: a revoked or expired key's
+// stream ends within the lookup cache's lifetime of a poll, like its other
+// requests. Cheap: the lookup is cached.
+func (s *Server) keyStillWorks(r *http.Request) bool {
+	if !s.auth || ports.Principal(r.Context()) == nil {
+		return true
+	}
+	_, err := s.keys.Authenticate(r.Context(), bearerToken(r))
+	return err == nil
+}
 
 // withAuth is router middleware (it runs after matching): it enforces the
 // matched route's Access. A request to a non-public route must carry a
@@ -112,6 +129,9 @@ func (s *Server) withAuth(next http.Handler) http.Handler {
 			return
 		case a.Public || !s.auth:
 			next.ServeHTTP(w, r)
+			return
+		case s.keys == nil:
+			writeError(w, r, errNoAuthenticator)
 			return
 		}
 		key, err := s.keys.Authenticate(r.Context(), bearerToken(r))

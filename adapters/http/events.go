@@ -188,6 +188,9 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 				return
 			case <-wait.C:
 			}
+			if !s.keyStillWorks(r) { // revoked or expired while streaming
+				return
+			}
 		} else {
 			if err := st.flush(); err != nil {
 				return
