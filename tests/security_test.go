@@ -264,13 +264,8 @@ func readEventsUntil(t *testing.T, c *testclient.Client, base, query string, act
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/events/v1?"+query, nil)
-	require.NoError(t, err)
-	req.Header = c.Header()
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
+	resp := openStream(t, ctx, c, base+"/events/v1?"+query)
 	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
 	act()
 	var out []string
 	sc := bufio.NewScanner(resp.Body)
@@ -533,15 +528,22 @@ func TestAuthEventStreamEndsWhenItsKeyIsRevoked(t *testing.T) {
 	reader, id := s.key(t, jsonObj{"scopes": []string{"read"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/events/v1", nil)
-	require.NoError(t, err)
-	req.Header = reader.Header()
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
+	resp := openStream(t, ctx, reader, s.URL+"/events/v1")
 	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
 	s.admin.Do(http.MethodDelete, "/admin/v1/keys/"+id, nil).Expect(t, http.StatusOK, nil)
-	_, err = io.Copy(io.Discard, resp.Body) // returns when the server ends the stream
+	_, err := io.Copy(io.Discard, resp.Body) // returns when the server ends the stream
 	require.NoError(t, err, "the server ended the stream before the test's deadline")
 	require.NoError(t, ctx.Err())
+}
+
+// openStream opens an event stream at url with c's key, until ctx ends.
+func openStream(t *testing.T, ctx context.Context, c *testclient.Client, url string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	require.NoError(t, err)
+	req.Header = c.Header()
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	return resp
 }

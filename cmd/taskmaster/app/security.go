@@ -180,17 +180,10 @@ func (h *hangupReloader) reload() {
 
 func (h *hangupReloader) Stop(ctx context.Context) error { return h.StopLoop(ctx) }
 
-// metricsServer serves the metrics on TASKMASTER_METRICS_ADDR without
-// authentication, for a Prometheus on a private network; the API serves them
-// too, to keys with the read scope. Bind it to an address only the scraper
-// reaches.
-type metricsServer struct {
-	lifecycle.Base
-	addr    string
-	handler http.Handler
-	logger  *zap.Logger
-}
-
+// newMetricsServer serves the metrics on TASKMASTER_METRICS_ADDR without
+// authentication, for a Prometheus on a private network; the API serves
+// them too, to keys with the read scope. Bind it to an address only the
+// scraper reaches.
 func newMetricsServer(lc fx.Lifecycle, cfg Config, reg *metrics.Registry, logger *zap.Logger) {
 	if cfg.MetricsAddr == "" {
 		return
@@ -198,34 +191,6 @@ func newMetricsServer(lc fx.Lifecycle, cfg Config, reg *metrics.Registry, logger
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", reg.Handler())
 	mux.Handle("GET /actuator/prometheus", reg.Handler())
-	s := &metricsServer{addr: cfg.MetricsAddr, handler: mux, logger: logger}
+	s := &sideServer{name: "metrics", addr: cfg.MetricsAddr, handler: mux, grace: 5 * time.Second, logger: logger}
 	lc.Append(fx.Hook{OnStart: s.Start, OnStop: s.Stop})
 }
-
-func (s *metricsServer) Start(ctx context.Context) error {
-	return s.StartLoop(ctx, "metrics server", func(context.Context) (lifecycle.LoopFunc, error) {
-		ln, err := net.Listen("tcp", s.addr)
-		if err != nil {
-			return nil, fmt.Errorf("listen on %s: %w", s.addr, err)
-		}
-		srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: 60 * time.Second}
-		s.logger.Info("metrics listening", zap.String("addr", ln.Addr().String()))
-		return func(ctx context.Context) {
-			served := make(chan error, 1)
-			go func() { served <- srv.Serve(ln) }()
-			select {
-			case err := <-served:
-				s.logger.Error("metrics server stopped", zap.Error(err))
-				<-ctx.Done()
-				return
-			case <-ctx.Done():
-			}
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(sctx)
-			<-served
-		}, nil
-	})
-}
-
-func (s *metricsServer) Stop(ctx context.Context) error { return s.StopLoop(ctx) }
