@@ -229,7 +229,7 @@ func ValidateCreate(p *CreateParams) error {
 		v.Add("expires_in_seconds", "cannot be given together with expires_at")
 	}
 	if p.ExpiresIn < 0 {
-		v.Add("expires_in_seconds", "must be positive")
+		v.Add("expires_in_seconds", "must be a whole number of seconds between 1 and 3153600000 (100 years)")
 	}
 	return v.Err()
 }
