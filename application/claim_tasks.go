@@ -30,6 +30,15 @@ func (s *TaskService) Claim(ctx context.Context, cmd ports.ClaimCommand) (ports.
 	if err != nil {
 		return ports.ClaimResult{}, err
 	}
+	p := ports.Principal(ctx)
+	if err := p.CheckWorkerID(c.workerID); err != nil {
+		return ports.ClaimResult{}, err
+	}
+	if c.queue != "" {
+		if err := p.CheckQueue(c.queue); err != nil {
+			return ports.ClaimResult{}, err
+		}
+	}
 	if c.wait == 0 {
 		out, _, err := s.claimOnce(ctx, c)
 		return out, err
@@ -128,14 +137,18 @@ func (s *TaskService) claimOnce(ctx context.Context, cmd claim) (ports.ClaimResu
 	)
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
 		// Under the worker's liveness lock: a worker the heartbeat reaper
-		// is declaring DEAD claims nothing.
-		w, err := st.Workers.TouchLive(ctx, cmd.workerID, signOfLife)
+		// is declaring DEAD claims nothing. Only the worker's key may claim
+		// as it (checked on this read of the worker).
+		w, err := st.Workers.TouchLive(ctx, cmd.workerID, actAsFunc(ctx, signOfLife))
 		if err != nil {
 			return err
 		}
 		queues = w.Queues()
 		if cmd.queue != "" {
 			queues = []string{cmd.queue}
+		}
+		if err := ports.Principal(ctx).CheckQueues(queues); err != nil {
+			return err
 		}
 		if cmd.requestID != "" {
 			// A repeat of a claim whose answer was lost: the tasks it holds

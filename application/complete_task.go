@@ -43,6 +43,9 @@ func (s *TaskService) Complete(ctx context.Context, cmd ports.CompleteCommand) (
 // counts the report as the worker's sign of life, in one transaction. check,
 // when not nil, refuses what storage cannot hold before anything is loaded.
 func (s *TaskService) updateReported(ctx context.Context, id uuid.UUID, workerID string, check func(ports.Stores) error, fn ports.TaskUpdateFunc) (*task.Task, error) {
+	if err := ports.Principal(ctx).CheckWorkerID(workerID); err != nil {
+		return nil, err
+	}
 	var out *task.Task
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
 		if check != nil {
@@ -51,20 +54,25 @@ func (s *TaskService) updateReported(ctx context.Context, id uuid.UUID, workerID
 			}
 		}
 		var err error
-		if out, err = st.Tasks.Update(ctx, id, fn); err != nil {
-			return err
+		if out, err = st.Tasks.Update(ctx, id, visibleTaskFunc(ctx, fn)); err != nil {
+			return checkRefusedReporter(ctx, st, workerID, err)
 		}
 		return touchReporter(ctx, st, workerID)
 	})
 	return out, err
 }
 
-// touchReporter counts a task report as its worker's sign of life. The report
-// was already fenced, so a worker that vanished or died since does not undo
-// it.
+// touchReporter counts a task report as its worker's sign of life, and
+// checks on that read of the worker that the principal owns it (else the
+// report rolls back). The report was already fenced, so a worker that died
+// since does not undo it; one that vanished belongs to no key, which only
+// the unrestricted principal and admin may report for.
 func touchReporter(ctx context.Context, st ports.Stores, workerID string) error {
-	_, err := st.Workers.Touch(ctx, workerID, signOfLife)
-	if errors.Is(err, worker.ErrNotFound) || errors.Is(err, worker.ErrDead) {
+	_, err := st.Workers.Touch(ctx, workerID, actAsFunc(ctx, signOfLife))
+	switch {
+	case errors.Is(err, worker.ErrNotFound):
+		return ports.Principal(ctx).CheckActAs(workerID, "")
+	case errors.Is(err, worker.ErrDead):
 		return nil
 	}
 	return err

@@ -2,6 +2,7 @@ package application
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -82,9 +83,15 @@ func (s *TaskService) FailBatch(ctx context.Context, workerID string, items []po
 
 // reportBatch applies a batch report's items in one transaction. refuse,
 // when not nil, returns an error for each item that must fail on its own
-// before its task is loaded (nil for the others); fn decides the rest.
+// before its task is loaded (nil for the others); fn decides the rest. An
+// item whose task lies in a queue the principal may not see fails as if the
+// task were missing.
 func (s *TaskService) reportBatch(ctx context.Context, workerID string, ids []uuid.UUID,
 	refuse func(ports.Stores) []error, fn ports.TaskUpdateEachFunc) ([]ports.TaskResult, error) {
+	p := ports.Principal(ctx)
+	if err := p.CheckWorkerID(workerID); err != nil {
+		return nil, err
+	}
 	var out []ports.TaskResult
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
 		refused := make([]error, len(ids))
@@ -102,6 +109,9 @@ func (s *TaskService) reportBatch(ctx context.Context, workerID string, ids []uu
 			}
 		}
 		applied, err := st.Tasks.UpdateEach(ctx, kept, func(j int, t *task.Task, now time.Time) ([]event.Event, error) {
+			if !p.QueueAllowed(t.Queue()) {
+				return nil, task.ErrNotFound
+			}
 			return fn(at[j], t, now)
 		})
 		if err != nil {
@@ -114,7 +124,27 @@ func (s *TaskService) reportBatch(ctx context.Context, workerID string, ids []uu
 		for j, res := range applied {
 			out[at[j]] = res
 		}
-		return touchReporter(ctx, st, workerID)
+		// Every item is settled: the worker must be the principal's, or
+		// the whole batch rolls back.
+		if err := touchReporter(ctx, st, workerID); err != nil {
+			return err
+		}
+		shown := make([]*task.Task, len(out))
+		for i := range out {
+			if errors.Is(out[i].Err, task.ErrNotFound) {
+				out[i].Task = nil // in a queue the key may not see: as if missing
+			}
+			shown[i] = out[i].Task
+		}
+		// A refused item shows the task as it is, perhaps held by another
+		// worker under a lease that is not the caller's to see.
+		if err := hideLeases(ctx, st, shown); err != nil {
+			return err
+		}
+		for i := range out {
+			out[i].Task = shown[i]
+		}
+		return nil
 	})
 	return out, err
 }

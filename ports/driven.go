@@ -37,6 +37,8 @@ type Stores struct {
 	Outbox Outbox
 	// Reaper holds the set-based operations of the background jobs.
 	Reaper ReaperStore
+	// Keys stores API keys.
+	Keys KeyStore
 }
 
 // Outbox collects the lifecycle events of one transaction.
@@ -122,6 +124,10 @@ type TaskFilter struct {
 	// MaxBytes caps the estimated response size of the page (as for
 	// ClaimParams.MaxBytes): always at least one task.
 	MaxBytes int64
+	// Visible, when not nil, restricts to queues matching one of these
+	// patterns (apikey.MatchQueue: exact names, or prefixes ending in "*");
+	// an empty, non-nil list matches nothing.
+	Visible []string
 }
 
 // TaskStore persists tasks.
@@ -208,6 +214,9 @@ type WorkerStore interface {
 	TouchLive(ctx context.Context, id string, fn WorkerTouchFunc) (*worker.Worker, error)
 	// List returns every worker, in id order.
 	List(ctx context.Context) ([]*worker.Worker, error)
+	// Owners returns the owner (apikey.Key.OwnerID) of each of these workers
+	// that exists and has one, without locking them.
+	Owners(ctx context.Context, ids []string) (map[string]string, error)
 }
 
 // ReaperStore holds the set-based operations of the background jobs, on the

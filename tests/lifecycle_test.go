@@ -17,6 +17,7 @@ import (
 	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
 	"github.com/taskmaster/taskmaster/application"
 	"github.com/taskmaster/taskmaster/application/lifecycle"
+	"github.com/taskmaster/taskmaster/domain/apikey"
 )
 
 // runningService is a service under the stress test, with a way to tell
@@ -56,6 +57,7 @@ func everyService(t *testing.T) []runningService {
 		Name: "stress-reaper", Interval: 10 * time.Millisecond, Elector: postgres.NewElector(db, "stress", time.Second), Logger: logger,
 		Cycle: application.Cycle(application.NewLeaseReaper(tx, 0).Reap),
 	})
+	keys := application.NewKeyService(tx, application.KeyConfig{UsageInterval: 5 * time.Millisecond}, logger)
 	return []runningService{
 		{name: "http server", svc: srv, works: func(t *testing.T) {
 			resp, err := http.Get("http://" + srv.Addr() + "/healthz")
@@ -79,6 +81,17 @@ func everyService(t *testing.T) []runningService {
 		{name: "outbox janitor", svc: janitor},
 		{name: "background service", svc: reaper, works: func(t *testing.T) {
 			awaitTrue(t, reaper.Leading, "the restarted job leads")
+		}},
+		{name: "key usage", svc: keys, works: func(t *testing.T) {
+			k, token, err := keys.Create(t.Context(), apikey.CreateParams{Name: "stress", Scopes: []apikey.Scope{apikey.ScopeRead}})
+			require.NoError(t, err)
+			_, err = keys.Authenticate(t.Context(), token)
+			require.NoError(t, err)
+			awaitTrue(t, func() bool {
+				var used bool
+				require.NoError(t, db.GetContext(t.Context(), &used, `SELECT last_used_at IS NOT NULL FROM api_keys WHERE id = $1`, k.ID()))
+				return used
+			}, "the restarted service saves last_used_at")
 		}},
 	}
 }

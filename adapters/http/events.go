@@ -109,6 +109,14 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	// A key limited to some queues sees their events only (auth.go).
+	principal := ports.Principal(ctx)
+	for _, q := range filter.queues {
+		if err := principal.CheckQueue(q); err != nil {
+			writeError(w, r, err)
+			return
+		}
+	}
 	cursor := strings.TrimSpace(r.Header.Get("Last-Event-ID"))
 	if cursor == "" {
 		if cursor, err = s.events.Tail(ctx); err != nil {
@@ -152,7 +160,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 			st.printf("data: %s\n\n", data)
 		}
 		for _, fe := range page.Events {
-			if !filter.match(fe.Event) {
+			if !filter.match(fe.Event) || !principal.SeesEvent(fe.Event) {
 				continue
 			}
 			data, err := json.Marshal(fe.Event)
@@ -183,6 +191,9 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 				wait.Stop()
 				return
 			case <-wait.C:
+			}
+			if !s.keyStillWorks(r) { // revoked or expired while streaming
+				return
 			}
 		} else {
 			if err := st.flush(); err != nil {

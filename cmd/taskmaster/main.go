@@ -10,6 +10,8 @@
 //
 //	taskmaster submit|get|list|retry|cancel|workers|queues
 //	taskmaster worker --queue Q --exec 'cmd args'
+//	taskmaster keys create|list|revoke   (API keys; on the database with
+//	                     TASKMASTER_DATABASE_URL, else on the server)
 package main
 
 import (
@@ -40,7 +42,7 @@ func main() {
 	}
 }
 
-var errUsage = errors.New("usage: taskmaster serve|migrate|dev|bench|submit|get|list|retry|cancel|workers|queues|worker [flags]  (taskmaster <command> -h lists the flags)")
+var errUsage = errors.New("usage: taskmaster serve|migrate|dev|bench|submit|get|list|retry|cancel|workers|queues|worker|keys [flags]  (taskmaster <command> -h lists the flags)")
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {

@@ -173,6 +173,10 @@ func (w workers) TouchLive(ctx context.Context, id string, fn ports.WorkerTouchF
 	return w.Touch(ctx, id, fn)
 }
 
+func (workers) Owners(context.Context, []string) (map[string]string, error) {
+	return map[string]string{}, nil
+}
+
 func (workers) List(context.Context) ([]*worker.Worker, error) { return []*worker.Worker{}, nil }
 
 // Stats implements ports.StatsReader: no queue has tasks.

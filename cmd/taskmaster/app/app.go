@@ -42,6 +42,7 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 			newHTTPServer,
 		),
 		outboxOptions(),
+		securityOptions(),
 		fx.Invoke(func(*httpadapter.Server) {}),
 		fx.Invoke(observeInFlight),
 		fx.Invoke(newPprofServer),
@@ -94,12 +95,13 @@ type httpParams struct {
 	Observe   httpadapter.ObserveFunc `optional:"true"`
 	Notifier  *postgres.Notifier
 	Events    ports.EventFeed `optional:"true"`
+	Keys      ports.KeyService
 }
 
 func newHTTPServer(p httpParams) *httpadapter.Server {
 	srv := httpadapter.NewServer(p.Config, httpadapter.Deps{
 		Tasks: p.Tasks, Workers: p.Workers, Queues: p.Queues, Health: p.Health,
-		Logger: p.Logger, Observe: p.Observe, Routes: p.Routes, Events: p.Events,
+		Logger: p.Logger, Observe: p.Observe, Routes: p.Routes, Events: p.Events, Keys: p.Keys,
 		// A stopping server answers waiting long-poll claims at once.
 		OnShutdown: []func(){p.Notifier.CloseWaits},
 	})

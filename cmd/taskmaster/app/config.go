@@ -55,6 +55,12 @@ type Config struct {
 	LogFormat string
 	// PprofAddr, when set, serves net/http/pprof there (loopback only).
 	PprofAddr string
+	// MetricsAddr, when set, also serves the metrics there without
+	// authentication (security.go).
+	MetricsAddr string
+	// Keys configures API key authentication (lookup cache, last-used
+	// stamps).
+	Keys application.KeyConfig
 }
 
 // DefaultConfig returns the documented defaults.
@@ -145,6 +151,7 @@ func (c Config) Validate() error {
 	if len(errs) == 0 { // the outbox's own checks repeat some above; report a mistake once
 		add("TASKMASTER_OUTBOX_*", c.Outbox.Validate())
 	}
+	c.validateSecurity(add)
 	if c.RetentionBatchSize < 1 || c.RetentionBatchSize > 100000 {
 		add("TASKMASTER_RETENTION_BATCH_SIZE", errors.New("must be between 1 and 100000"))
 	}
@@ -290,7 +297,7 @@ func settings() []setting {
 func LoadConfig(name string, args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
 	cfg := DefaultConfig()
 	var errs []error
-	all := settings()
+	all := append(settings(), securitySettings()...)
 	for _, s := range all {
 		if v := getenv(s.env); v != "" {
 			if err := s.set(&cfg, v); err != nil {

@@ -10,6 +10,7 @@ import (
 	httpadapter "github.com/taskmaster/taskmaster/adapters/http"
 	"github.com/taskmaster/taskmaster/adapters/metrics"
 	"github.com/taskmaster/taskmaster/adapters/outbox"
+	"github.com/taskmaster/taskmaster/domain/apikey"
 	"github.com/taskmaster/taskmaster/ports"
 )
 
@@ -68,8 +69,9 @@ func newMetricsRegistry(db *sqlx.DB, logger *zap.Logger) *metrics.Registry {
 // written for the seed's Java Taskmaster, at /actuator/prometheus.
 func metricsRoutes(reg *metrics.Registry) []httpadapter.Route {
 	h := reg.Handler()
+	read := httpadapter.Requires(apikey.ScopeRead)
 	return []httpadapter.Route{
-		{Path: "/metrics", Methods: []string{http.MethodGet}, Handler: h},
-		{Path: "/actuator/prometheus", Methods: []string{http.MethodGet}, Handler: h},
+		{Path: "/metrics", Methods: []string{http.MethodGet}, Handler: h, Access: read},
+		{Path: "/actuator/prometheus", Methods: []string{http.MethodGet}, Handler: h, Access: read},
 	}
 }

@@ -35,12 +35,18 @@ type Options struct {
 	PayloadBytes int // memory scenario
 	Claimers     int // memory scenario
 	MemoryClaim  int // memory scenario: tasks per claim
+	// Auth starts the server with API keys on, and drives it with a key of
+	// its own (produce, work and read; rate limits lifted so that they
+	// measure nothing but their own cost). With URL, APIKey is sent.
+	Auth   bool
+	APIKey string
 }
 
 // Report is one scenario's result. The JSON field names are a contract
 // for tools that compare runs.
 type Report struct {
 	Scenario              string       `json:"scenario"`
+	Auth                  bool         `json:"auth"`
 	Tasks                 int          `json:"tasks"`
 	Producers             int          `json:"producers"`
 	Workers               int          `json:"workers"`
@@ -124,6 +130,8 @@ func parseOptions(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.PayloadBytes, "payload-bytes", 1<<20, "payload size in the memory scenario")
 	fs.IntVar(&o.Claimers, "claimers", 64, "concurrent claiming workers in the memory scenario")
 	fs.IntVar(&o.MemoryClaim, "memory-claim-limit", 8, "tasks per claim in the memory scenario")
+	fs.BoolVar(&o.Auth, "auth", false, "serve with API keys on (TASKMASTER_AUTH=on); the benchmark makes and sends its own key")
+	fs.StringVar(&o.APIKey, "api-key", os.Getenv("TASKMASTER_API_KEY"), "with --url: the API key to send (needs produce, work and read)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -175,6 +183,7 @@ func runScenario(ctx context.Context, env *environment, name string, opts Option
 		return r, err
 	}
 	r.Scenario = name
+	r.Auth = opts.Auth || opts.APIKey != ""
 	r.ServerCPUSeconds = round3(end.cpuSeconds - start.cpuSeconds)
 	r.ServerPeakRSSBytes = peak
 	r.ProjectionLagMaxMS = ms(lag)
@@ -539,7 +548,11 @@ func runLatency(ctx context.Context, env *environment, opts Options, mon *monito
 }
 
 func printReport(w io.Writer, r Report) {
-	fmt.Fprintf(w, "\nscenario %s: %d tasks, %d producers, %d workers, %.1f s\n", r.Scenario, r.Tasks, r.Producers, r.Workers, r.DurationSeconds)
+	auth := "off"
+	if r.Auth {
+		auth = "on"
+	}
+	fmt.Fprintf(w, "\nscenario %s: %d tasks, %d producers, %d workers, %.1f s, auth %s\n", r.Scenario, r.Tasks, r.Producers, r.Workers, r.DurationSeconds, auth)
 	if r.SubmitTasksPerSec > 0 {
 		fmt.Fprintf(w, "  submit:           %10.0f tasks/s\n", r.SubmitTasksPerSec)
 	}

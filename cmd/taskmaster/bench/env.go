@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -39,6 +40,7 @@ const benchDatabase = "taskmaster"
 func startEnvironment(ctx context.Context, opts Options, log io.Writer) (*environment, error) {
 	if opts.URL != "" {
 		env := &environment{api: newAPI(strings.TrimRight(opts.URL, "/"), opts.Workers+opts.Producers), stop: func() {}}
+		env.api.key = opts.APIKey
 		if opts.DatabaseURL != "" {
 			db, err := sqlx.Open("postgres", opts.DatabaseURL)
 			if err != nil {
@@ -90,12 +92,17 @@ func startEnvironment(ctx context.Context, opts Options, log io.Writer) (*enviro
 		return nil, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	key, authEnv, err := benchKey(ctx, self, dbURL, opts.Auth)
+	if err != nil {
+		cleanup()
+		return nil, err
+	}
 	cmd := exec.Command(self, "serve")
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(append(os.Environ(),
 		"TASKMASTER_DATABASE_URL="+dbURL,
 		"TASKMASTER_HTTP_ADDR="+addr,
 		"TASKMASTER_LOG_LEVEL=warn",
-	)
+	), authEnv...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -114,6 +121,7 @@ func startEnvironment(ctx context.Context, opts Options, log io.Writer) (*enviro
 		}
 	}
 	env := &environment{api: newAPI("http://"+addr, opts.Workers+opts.Producers), serverPID: cmd.Process.Pid}
+	env.api.key = key
 	db, err := sqlx.Open("postgres", dbURL)
 	if err != nil {
 		stopServer()
@@ -316,4 +324,32 @@ func dbSize(ctx context.Context, db *sqlx.DB) int64 {
 	var n int64
 	_ = db.GetContext(ctx, &n, `SELECT pg_database_size(current_database())`)
 	return n
+}
+
+// benchKey returns the environment of the server for opts.Auth: off, or on
+// with rate limits lifted (they would throttle the benchmark, and their own
+// cost is a mutex and some arithmetic per request), and then a key with
+// the produce, work and read scopes made on the database with `taskmaster
+// keys create`, before the server starts.
+func benchKey(ctx context.Context, self, dbURL string, auth bool) (key string, env []string, err error) {
+	if !auth {
+		return "", []string{"TASKMASTER_AUTH=off"}, nil
+	}
+	env = []string{"TASKMASTER_AUTH=on"}
+	for _, scope := range []string{"ADMIN", "PRODUCE", "WORK", "READ"} {
+		env = append(env, "TASKMASTER_RATE_LIMIT_"+scope+"=off")
+	}
+	cmd := exec.CommandContext(ctx, self, "keys", "create", "--name", "bench", "--scope", "produce,work,read", "--json")
+	cmd.Env = append(os.Environ(), "TASKMASTER_DATABASE_URL="+dbURL)
+	out, err := cmd.Output()
+	if err != nil {
+		return "", nil, fmt.Errorf("create the benchmark's API key: %w", err)
+	}
+	var created struct {
+		Key string `json:"key"`
+	}
+	if err := json.Unmarshal(out, &created); err != nil || created.Key == "" {
+		return "", nil, fmt.Errorf("create the benchmark's API key: unexpected output %q", out)
+	}
+	return created.Key, env, nil
 }
