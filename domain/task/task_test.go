@@ -367,7 +367,7 @@ func TestLegalTransitions(t *testing.T) {
 				s.Result = result
 			},
 			attempt: task.OutcomeCompleted,
-			event: event.Event{Type: event.TaskCompleted, Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
+			event:   event.Event{Type: event.TaskCompleted, Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
 		},
 		{
 			name: "RUNNING -> PENDING: retryable fail after attempt 1 waits 2s", start: running(1), now: at(15 * time.Second),
@@ -377,7 +377,7 @@ func TestLegalTransitions(t *testing.T) {
 				s.LastError = "timeout"
 			},
 			attempt: task.OutcomeFailed,
-			event: event.Event{Type: event.TaskFailed, Reason: "failed", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10)},
+			event:   event.Event{Type: event.TaskFailed, Reason: "failed", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10)},
 		},
 		{
 			name: "RUNNING -> PENDING: retryable fail after attempt 2 waits 4s", start: running(2), now: at(15 * time.Second),
@@ -387,7 +387,7 @@ func TestLegalTransitions(t *testing.T) {
 				s.LastError = "timeout again"
 			},
 			attempt: task.OutcomeFailed,
-			event: event.Event{Type: event.TaskFailed, Reason: "failed", Attempt: 2, WorkerID: holder, ExecutionSeconds: secs(10)},
+			event:   event.Event{Type: event.TaskFailed, Reason: "failed", Attempt: 2, WorkerID: holder, ExecutionSeconds: secs(10)},
 		},
 		{
 			name: "RUNNING -> DEAD: retryable fail on the last attempt is exhausted", start: running(3), now: at(15 * time.Second),
@@ -397,7 +397,7 @@ func TestLegalTransitions(t *testing.T) {
 				s.LastError = "timeout"
 			},
 			attempt: task.OutcomeFailed,
-			event: event.Event{Type: event.TaskFailed, Reason: "exhausted", Attempt: 3, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
+			event:   event.Event{Type: event.TaskFailed, Reason: "exhausted", Attempt: 3, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
 		},
 		{
 			name: "RUNNING -> DEAD: non-retryable fail with attempts left", start: running(1), now: at(15 * time.Second),
@@ -407,21 +407,21 @@ func TestLegalTransitions(t *testing.T) {
 				s.LastError = "bad payload"
 			},
 			attempt: task.OutcomeFailed,
-			event: event.Event{Type: event.TaskFailed, Reason: "non_retryable", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
+			event:   event.Event{Type: event.TaskFailed, Reason: "non_retryable", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
 		},
 		{
 			name: "RUNNING -> PENDING: holder declared dead with attempts left", start: running(1), now: at(125 * time.Second),
-			act:   release,
-			want:  func(s *task.Snapshot, now time.Time) { backToPending(s, now, now) },
+			act:     release,
+			want:    func(s *task.Snapshot, now time.Time) { backToPending(s, now, now) },
 			attempt: task.OutcomeWorkerDead,
-			event: event.Event{Type: event.TaskRequeued, Reason: "worker_dead", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(120)},
+			event:   event.Event{Type: event.TaskRequeued, Reason: "worker_dead", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(120)},
 		},
 		{
 			name: "RUNNING -> DEAD: holder declared dead on the last attempt", start: running(3), now: at(125 * time.Second),
-			act:   release,
-			want:  func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadWorkerDead, now) },
+			act:     release,
+			want:    func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadWorkerDead, now) },
 			attempt: task.OutcomeWorkerDead,
-			event: event.Event{Type: event.TaskDeadLettered, Reason: "worker_dead", Attempt: 3, WorkerID: holder, ExecutionSeconds: secs(120), EndToEndSeconds: secs(125)},
+			event:   event.Event{Type: event.TaskDeadLettered, Reason: "worker_dead", Attempt: 3, WorkerID: holder, ExecutionSeconds: secs(120), EndToEndSeconds: secs(125)},
 		},
 		{
 			name: "RUNNING -> DONE: complete of a task an operator asked to cancel (the work is done)", start: cancelRequested(1), now: at(15 * time.Second),
@@ -431,7 +431,7 @@ func TestLegalTransitions(t *testing.T) {
 				s.Result = result
 			},
 			attempt: task.OutcomeCompleted,
-			event: event.Event{Type: event.TaskCompleted, Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
+			event:   event.Event{Type: event.TaskCompleted, Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
 		},
 		{
 			name: "RUNNING -> DEAD: fail of a task an operator asked to cancel is cancelled, not retried", start: cancelRequested(1), now: at(15 * time.Second),
@@ -441,7 +441,7 @@ func TestLegalTransitions(t *testing.T) {
 				s.LastError = "context canceled"
 			},
 			attempt: task.OutcomeCancelled,
-			event: event.Event{Type: event.TaskFailed, Reason: "cancelled", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
+			event:   event.Event{Type: event.TaskFailed, Reason: "cancelled", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
 		},
 		{
 			name: "RUNNING -> DEAD: non-retryable fail of a task an operator asked to cancel is cancelled", start: cancelRequested(1), now: at(15 * time.Second),
@@ -451,7 +451,7 @@ func TestLegalTransitions(t *testing.T) {
 				s.LastError = "stopped"
 			},
 			attempt: task.OutcomeCancelled,
-			event: event.Event{Type: event.TaskFailed, Reason: "cancelled", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
+			event:   event.Event{Type: event.TaskFailed, Reason: "cancelled", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
 		},
 		{
 			name: "RUNNING -> RUNNING: cancel records the request", start: running(1), now: at(20 * time.Second),
@@ -467,66 +467,66 @@ func TestLegalTransitions(t *testing.T) {
 		},
 		{
 			name: "RUNNING -> DEAD: holder declared dead after a cancel request", start: cancelRequested(1), now: at(125 * time.Second),
-			act:   release,
-			want:  func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadCancelled, now) },
+			act:     release,
+			want:    func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadCancelled, now) },
 			attempt: task.OutcomeCancelled,
-			event: event.Event{Type: event.TaskDeadLettered, Reason: "cancelled", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(120), EndToEndSeconds: secs(125)},
+			event:   event.Event{Type: event.TaskDeadLettered, Reason: "cancelled", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(120), EndToEndSeconds: secs(125)},
 		},
 		{
 			name: "RUNNING -> PENDING: lease ran out exactly now, attempts left", start: running(1), now: at(65 * time.Second),
-			act:   expireLease,
-			want:  func(s *task.Snapshot, now time.Time) { backToPending(s, now, now) },
+			act:     expireLease,
+			want:    func(s *task.Snapshot, now time.Time) { backToPending(s, now, now) },
 			attempt: task.OutcomeLeaseExpired,
-			event: event.Event{Type: event.TaskRequeued, Reason: "lease_expired", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(60)},
+			event:   event.Event{Type: event.TaskRequeued, Reason: "lease_expired", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(60)},
 		},
 		{
 			name: "RUNNING -> PENDING: lease ran out a while ago, attempts left", start: running(2), now: at(90 * time.Second),
-			act:   expireLease,
-			want:  func(s *task.Snapshot, now time.Time) { backToPending(s, now, now) },
+			act:     expireLease,
+			want:    func(s *task.Snapshot, now time.Time) { backToPending(s, now, now) },
 			attempt: task.OutcomeLeaseExpired,
-			event: event.Event{Type: event.TaskRequeued, Reason: "lease_expired", Attempt: 2, WorkerID: holder, ExecutionSeconds: secs(85)},
+			event:   event.Event{Type: event.TaskRequeued, Reason: "lease_expired", Attempt: 2, WorkerID: holder, ExecutionSeconds: secs(85)},
 		},
 		{
 			name: "RUNNING -> DEAD: lease ran out on the last attempt", start: running(3), now: at(65 * time.Second),
-			act:   expireLease,
-			want:  func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadLeaseExpired, now) },
+			act:     expireLease,
+			want:    func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadLeaseExpired, now) },
 			attempt: task.OutcomeLeaseExpired,
-			event: event.Event{Type: event.TaskDeadLettered, Reason: "lease_expired", Attempt: 3, WorkerID: holder, ExecutionSeconds: secs(60), EndToEndSeconds: secs(65)},
+			event:   event.Event{Type: event.TaskDeadLettered, Reason: "lease_expired", Attempt: 3, WorkerID: holder, ExecutionSeconds: secs(60), EndToEndSeconds: secs(65)},
 		},
 		{
 			name: "RUNNING -> DEAD: lease ran out after a cancel request the holder ignored", start: cancelRequested(1), now: at(65 * time.Second),
-			act:   expireLease,
-			want:  func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadCancelled, now) },
+			act:     expireLease,
+			want:    func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadCancelled, now) },
 			attempt: task.OutcomeCancelled,
-			event: event.Event{Type: event.TaskDeadLettered, Reason: "cancelled", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(60), EndToEndSeconds: secs(65)},
+			event:   event.Event{Type: event.TaskDeadLettered, Reason: "cancelled", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(60), EndToEndSeconds: secs(65)},
 		},
 		{
 			name: "RUNNING -> PENDING: orphaned by a heartbeat listing nothing", start: running(1), now: at(16 * time.Second),
-			act:   orphan(),
-			want:  func(s *task.Snapshot, now time.Time) { backToPending(s, now, now) },
+			act:     orphan(),
+			want:    func(s *task.Snapshot, now time.Time) { backToPending(s, now, now) },
 			attempt: task.OutcomeOrphaned,
-			event: event.Event{Type: event.TaskRequeued, Reason: "orphaned", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(11)},
+			event:   event.Event{Type: event.TaskRequeued, Reason: "orphaned", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(11)},
 		},
 		{
 			name: "RUNNING -> PENDING: orphaned by a heartbeat listing it under a stale lease", start: running(1), now: at(16 * time.Second),
-			act:   orphan(task.LeaseRef{ID: taskID, LeaseID: staleID}),
-			want:  func(s *task.Snapshot, now time.Time) { backToPending(s, now, now) },
+			act:     orphan(task.LeaseRef{ID: taskID, LeaseID: staleID}),
+			want:    func(s *task.Snapshot, now time.Time) { backToPending(s, now, now) },
 			attempt: task.OutcomeOrphaned,
-			event: event.Event{Type: event.TaskRequeued, Reason: "orphaned", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(11)},
+			event:   event.Event{Type: event.TaskRequeued, Reason: "orphaned", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(11)},
 		},
 		{
 			name: "RUNNING -> DEAD: orphaned on the last attempt", start: running(3), now: at(16 * time.Second),
-			act:   orphan(),
-			want:  func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadOrphaned, now) },
+			act:     orphan(),
+			want:    func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadOrphaned, now) },
 			attempt: task.OutcomeOrphaned,
-			event: event.Event{Type: event.TaskDeadLettered, Reason: "orphaned", Attempt: 3, WorkerID: holder, ExecutionSeconds: secs(11), EndToEndSeconds: secs(16)},
+			event:   event.Event{Type: event.TaskDeadLettered, Reason: "orphaned", Attempt: 3, WorkerID: holder, ExecutionSeconds: secs(11), EndToEndSeconds: secs(16)},
 		},
 		{
 			name: "RUNNING -> DEAD: orphaned after a cancel request", start: cancelRequested(2), now: at(16 * time.Second),
-			act:   orphan(),
-			want:  func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadCancelled, now) },
+			act:     orphan(),
+			want:    func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadCancelled, now) },
 			attempt: task.OutcomeCancelled,
-			event: event.Event{Type: event.TaskDeadLettered, Reason: "cancelled", Attempt: 2, WorkerID: holder, ExecutionSeconds: secs(11), EndToEndSeconds: secs(16)},
+			event:   event.Event{Type: event.TaskDeadLettered, Reason: "cancelled", Attempt: 2, WorkerID: holder, ExecutionSeconds: secs(11), EndToEndSeconds: secs(16)},
 		},
 		{
 			name: "PENDING -> DEAD: deadline passed", start: withDeadline(10 * time.Second), now: at(11 * time.Second),
