@@ -257,7 +257,7 @@ func saveTasks(ctx context.Context, st *txState, ts []*task.Task) error {
 	if err != nil {
 		return fmt.Errorf("save tasks: %w", err)
 	}
-	return nil
+	return st.saved(ctx, ts...)
 }
 
 func uuidArray(ids []uuid.UUID) pq.StringArray {

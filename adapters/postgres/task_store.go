@@ -22,14 +22,16 @@ import (
 const taskColumns = `id, seq, queue, status, priority, payload, tags, attempts, max_attempts,
 	worker_id, lease_id, last_error, dead_reason, result, deadline, run_at,
 	idempotency_key, created_at, claimed_at, finished_at, updated_at,
-	lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id`
+	lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id,
+	blockers, has_dependants`
 
 // heldTaskColumns are taskColumns but the payload: what the lease protocol
 // reads of a worker's tasks (saving a task never writes its payload).
 const heldTaskColumns = `id, seq, queue, status, priority, tags, attempts, max_attempts,
 	worker_id, lease_id, last_error, dead_reason, result, deadline, run_at,
 	idempotency_key, created_at, claimed_at, finished_at, updated_at,
-	lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id`
+	lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id,
+	blockers, has_dependants`
 
 // taskRow is one row of tasks.
 type taskRow struct {
@@ -58,6 +60,8 @@ type taskRow struct {
 	LeaseExpiresAt sql.NullTime   `db:"lease_expires_at"`
 	CancelReqAt    sql.NullTime   `db:"cancel_requested_at"`
 	ClaimRequestID sql.NullString `db:"claim_request_id"`
+	Blockers       sql.NullInt32  `db:"blockers"`
+	HasDependants  bool           `db:"has_dependants"`
 }
 
 // taskRowNow is a task row with the transaction's now().
@@ -93,6 +97,9 @@ func (r *taskRow) toDomain() *task.Task {
 		LeaseExpiresAt:    timePtr(r.LeaseExpiresAt),
 		CancelRequestedAt: timePtr(r.CancelReqAt),
 		ClaimRequestID:    r.ClaimRequestID.String,
+		HasParents:        r.Blockers.Valid,
+		Blockers:          int(r.Blockers.Int32),
+		HasDependants:     r.HasDependants,
 	})
 }
 
@@ -197,7 +204,7 @@ func (s *TaskStore) save(ctx context.Context, t *task.Task) error {
 	if err != nil {
 		return fmt.Errorf("save task: %w", err)
 	}
-	return nil
+	return s.st.saved(ctx, t)
 }
 
 // claimCandidates selects, per queue, the claimable rows in claim order and

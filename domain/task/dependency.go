@@ -54,6 +54,9 @@ type ParentRef struct {
 	Item int
 	// ID is the existing task's id (uuid.Nil for an item).
 	ID uuid.UUID
+	// Index is the entry's place in the item's depends_on (the first, when
+	// the entry repeats).
+	Index int
 }
 
 // ResolveDependencies checks the refs and depends_on of a batch (specs[i]
@@ -106,7 +109,7 @@ func ResolveDependencies(specs []DependencySpec) ([][]ParentRef, error) {
 				}
 				if !seenItem[j] {
 					seenItem[j] = true
-					out[i] = append(out[i], ParentRef{Item: j})
+					out[i] = append(out[i], ParentRef{Item: j, Index: k})
 				}
 				continue
 			}
@@ -117,7 +120,7 @@ func ResolveDependencies(specs []DependencySpec) ([][]ParentRef, error) {
 			id := uuid.MustParse(name)
 			if !seenID[id] {
 				seenID[id] = true
-				out[i] = append(out[i], ParentRef{Item: -1, ID: id})
+				out[i] = append(out[i], ParentRef{Item: -1, ID: id, Index: k})
 			}
 		}
 	}

@@ -20,8 +20,8 @@ var (
 
 func TestResolveDependencies(t *testing.T) {
 	t.Parallel()
-	item := func(i int) task.ParentRef { return task.ParentRef{Item: i} }
-	existing := func(id uuid.UUID) task.ParentRef { return task.ParentRef{Item: -1, ID: id} }
+	item := func(i, k int) task.ParentRef { return task.ParentRef{Item: i, Index: k} }
+	existing := func(id uuid.UUID, k int) task.ParentRef { return task.ParentRef{Item: -1, ID: id, Index: k} }
 	cases := []struct {
 		name  string
 		specs []task.DependencySpec
@@ -40,7 +40,7 @@ func TestResolveDependencies(t *testing.T) {
 				{Ref: "right", DependsOn: []string{"root"}},
 				{DependsOn: []string{"right", "left"}},
 			},
-			want: [][]task.ParentRef{nil, {item(0)}, {item(0)}, {item(2), item(1)}},
+			want: [][]task.ParentRef{nil, {item(0, 0)}, {item(0, 0)}, {item(2, 0), item(1, 1)}},
 		},
 		{
 			name: "existing tasks by id, mixed with items; repeats are dropped",
@@ -48,7 +48,7 @@ func TestResolveDependencies(t *testing.T) {
 				{Ref: "fetch"},
 				{DependsOn: []string{parentA.String(), "fetch", parentA.String(), "fetch", strings.ToUpper(parentB.String())}},
 			},
-			want: [][]task.ParentRef{nil, {existing(parentA), item(0), existing(parentB)}},
+			want: [][]task.ParentRef{nil, {existing(parentA, 0), item(0, 1), existing(parentB, 4)}},
 		},
 	}
 	for _, c := range cases {
@@ -161,7 +161,7 @@ func TestSubmitAfter(t *testing.T) {
 			status:  task.StatusBlocked, blockers: 3, events: []event.Event{submitted(task.StatusBlocked)},
 		},
 		{
-			name: "a parent already DEAD: DEAD dependency_failed, as if it had died just after",
+			name:    "a parent already DEAD: DEAD dependency_failed, as if it had died just after",
 			parents: []task.Status{task.StatusPending, task.StatusDead},
 			status:  task.StatusDead, blockers: 2,
 			events: []event.Event{
@@ -221,12 +221,12 @@ func TestParentsFinished(t *testing.T) {
 		},
 		{
 			name: "the last parent done: PENDING, task.unblocked", start: withBlockers(1), done: 1, changed: true,
-			want: func(s *task.Snapshot) { s.Status, s.Blockers, s.UpdatedAt = task.StatusPending, 0, now },
+			want:   func(s *task.Snapshot) { s.Status, s.Blockers, s.UpdatedAt = task.StatusPending, 0, now },
 			events: []event.Event{taskEvent(event.TaskUnblocked, task.StatusBlocked, task.StatusPending, "dependencies_done", 0, "", now)},
 		},
 		{
 			name: "several parents done at once (a batch report)", start: withBlockers(3), done: 3, changed: true,
-			want: func(s *task.Snapshot) { s.Status, s.Blockers, s.UpdatedAt = task.StatusPending, 0, now },
+			want:   func(s *task.Snapshot) { s.Status, s.Blockers, s.UpdatedAt = task.StatusPending, 0, now },
 			events: []event.Event{taskEvent(event.TaskUnblocked, task.StatusBlocked, task.StatusPending, "dependencies_done", 0, "", now)},
 		},
 		{
