@@ -49,6 +49,13 @@ type Task struct {
 	LeaseExpiresAt *time.Time `json:"lease_expires_at"`
 	// CancelRequestedAt is when an operator asked to cancel the running task.
 	CancelRequestedAt *time.Time `json:"cancel_requested_at"`
+	// DependsOn and BlockedBy are the task's parents and those not DONE
+	// yet (GET /tasks/v1/{id} only).
+	DependsOn []string `json:"depends_on"`
+	BlockedBy []string `json:"blocked_by"`
+	// Enqueued are the tasks a complete with enqueue created (its answer
+	// only).
+	Enqueued []Task `json:"enqueued"`
 }
 
 // Lease returns the task's lease id, or "" when it has none.
@@ -98,6 +105,7 @@ type QueueCounts struct {
 	Running       int64  `json:"running"`
 	Done          int64  `json:"done"`
 	Dead          int64  `json:"dead"`
+	Blocked       int64  `json:"blocked"`
 	ActiveWorkers int64  `json:"active_workers"`
 }
 
