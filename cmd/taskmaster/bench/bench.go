@@ -32,6 +32,7 @@ type Options struct {
 	URL          string
 	DatabaseURL  string
 	JSONPath     string
+	Streams      int
 }
 
 // Report is one scenario's result. The JSON field names are a contract
@@ -53,12 +54,25 @@ type Report struct {
 	ServerCPUSeconds      float64      `json:"server_cpu_seconds"`
 	ServerPeakRSSBytes    int64        `json:"server_peak_rss_bytes"`
 	DatabaseSizeBytes     int64        `json:"database_size_bytes"`
-	ProjectionLagMaxMS    float64      `json:"projection_lag_max_ms"`
-	ProjectionGroups      int          `json:"projection_consumer_groups"`
+	// ProjectionLagMS are the percentiles of the projection lag sampled
+	// every 100 ms during the scenario (the age of the oldest outbox message
+	// a consumer group has not consumed yet); ProjectionLagMaxMS repeats
+	// their max.
+	ProjectionLagMS    Percentiles `json:"projection_lag_ms"`
+	ProjectionLagMaxMS float64     `json:"projection_lag_max_ms"`
+	ProjectionGroups   int         `json:"projection_consumer_groups"`
+	// OutboxRows and OutboxBytes are the outbox's row count and size (with
+	// index and TOAST) at the end of the scenario.
+	OutboxRows  int64 `json:"outbox_rows"`
+	OutboxBytes int64 `json:"outbox_bytes"`
+	// Drains are the projection scenario's backlog drains.
+	Drains []Drain `json:"drains,omitempty"`
+	// Streams is the streams scenario's event stream figures.
+	Streams *StreamFigures `json:"streams,omitempty"`
 }
 
 // Scenarios are the scenario names, in the order "all" runs them.
-var Scenarios = []string{"batch", "single", "backlog", "latency"}
+var Scenarios = []string{"batch", "single", "backlog", "latency", "projection", "streams"}
 
 // Run is the `taskmaster bench` command.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -101,9 +115,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func parseOptions(args []string, stderr io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	scenario := fs.String("scenario", "batch", "batch, single, backlog, latency, or all (comma-separated list allowed)")
+	scenario := fs.String("scenario", "batch", "batch, single, backlog, latency, projection, streams, or all (comma-separated list allowed)")
 	o := Options{}
-	fs.IntVar(&o.Tasks, "tasks", 0, "tasks per scenario (defaults: batch 200000, single 20000, backlog 1000000 backlog rows, latency rate x duration)")
+	fs.IntVar(&o.Tasks, "tasks", 0, "tasks per scenario (defaults: batch 200000, single 20000, backlog 1000000 backlog rows, latency rate x duration, projection 200000 single-event messages, streams 100000)")
+	fs.IntVar(&o.Streams, "streams", 500, "concurrent event streams in the streams scenario")
 	fs.IntVar(&o.Producers, "producers", 4, "concurrent producers")
 	fs.IntVar(&o.Workers, "workers", 8, "concurrent HTTP workers (single uses 16)")
 	fs.IntVar(&o.BatchSize, "batch-size", 500, "tasks per submit batch")
@@ -153,6 +168,10 @@ func runScenario(ctx context.Context, env *environment, name string, opts Option
 		r, err = runBacklog(ctx, env, opts, mon, log)
 	case "latency":
 		r, err = runLatency(ctx, env, opts, mon, log)
+	case "projection":
+		r, err = runProjection(ctx, env, opts, mon, log)
+	case "streams":
+		r, err = runStreams(ctx, env, opts, mon, log)
 	}
 	end, peak, lag, groups := mon.finish()
 	if err != nil {
@@ -161,9 +180,11 @@ func runScenario(ctx context.Context, env *environment, name string, opts Option
 	r.Scenario = name
 	r.ServerCPUSeconds = round3(end.cpuSeconds - start.cpuSeconds)
 	r.ServerPeakRSSBytes = peak
-	r.ProjectionLagMaxMS = ms(lag)
+	r.ProjectionLagMS = lag
+	r.ProjectionLagMaxMS = lag.Max
 	r.ProjectionGroups = groups
 	r.DatabaseSizeBytes = dbSize(ctx, env.db)
+	r.OutboxRows, r.OutboxBytes = outboxSize(ctx, env.db)
 	return r, nil
 }
 
@@ -537,8 +558,19 @@ func printReport(w io.Writer, r Report) {
 		fmt.Fprintf(w, "  backlog p99 / empty p99: %.2fx\n", r.BacklogP99Ratio)
 	}
 	pr("submit to claim", r.SubmitToClaimMS)
-	fmt.Fprintf(w, "  server CPU %.1f s, peak RSS %.1f MiB, database %.1f MiB, projection lag max %.0f ms (%d consumer groups)\n",
-		r.ServerCPUSeconds, float64(r.ServerPeakRSSBytes)/(1<<20), float64(r.DatabaseSizeBytes)/(1<<20), r.ProjectionLagMaxMS, r.ProjectionGroups)
+	for _, d := range r.Drains {
+		fmt.Fprintf(w, "  drain %-13s %d messages, %d events in %.2f s: %.0f messages/s, %.0f events/s\n",
+			d.Backlog+":", d.Messages, d.Events, d.Seconds, d.MessagesPerSec, d.EventsPerSec)
+	}
+	if s := r.Streams; s != nil {
+		fmt.Fprintf(w, "  streams:          %d open, %d events delivered, %d dropped, %d refused\n", s.Opened, s.Delivered, s.Dropped, s.Refused)
+		pr("delivery lag", &s.DeliveryLagMS)
+	}
+	fmt.Fprintf(w, "  projection lag:   p50 %7.0f ms  p99 %7.0f ms  max %7.0f ms  (%d consumer groups, %d samples)\n",
+		r.ProjectionLagMS.P50, r.ProjectionLagMS.P99, r.ProjectionLagMS.Max, r.ProjectionGroups, r.ProjectionLagMS.N)
+	fmt.Fprintf(w, "  outbox at end:    %d rows, %.1f MiB\n", r.OutboxRows, float64(r.OutboxBytes)/(1<<20))
+	fmt.Fprintf(w, "  server CPU %.1f s, peak RSS %.1f MiB, database %.1f MiB\n",
+		r.ServerCPUSeconds, float64(r.ServerPeakRSSBytes)/(1<<20), float64(r.DatabaseSizeBytes)/(1<<20))
 }
 
 func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
