@@ -48,7 +48,7 @@ func everyService(t *testing.T) []runningService {
 		Logger: logger, OnShutdown: []func(){notifier.CloseWaits},
 	})
 	ocfg := outbox.DefaultConfig()
-	router, err := outbox.NewRouter(db.DB, ocfg, logger, outbox.NewQueueStatsProjector(), outbox.NewMetricsProjector())
+	router, err := outbox.NewRouter(db.DB, ocfg, logger)
 	require.NoError(t, err)
 	janitor, err := outbox.NewJanitor(db.DB, ocfg, logger)
 	require.NoError(t, err)

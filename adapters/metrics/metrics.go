@@ -132,6 +132,12 @@ type ConsumerLag struct {
 	OldestUnconsumedSeconds float64
 }
 
+// PoisonCount is how many outbox messages a projection has set aside.
+type PoisonCount struct {
+	Projection string
+	Count      float64
+}
+
 // Snapshot is everything the collector reads at scrape time.
 type Snapshot struct {
 	Counters   []Counter
@@ -139,6 +145,7 @@ type Snapshot struct {
 	Tasks      []TaskCount
 	Workers    []WorkerCount
 	Lags       []ConsumerLag
+	Poison     []PoisonCount
 }
 
 // Source reads a Snapshot from storage.
@@ -265,6 +272,7 @@ type snapshotCollector struct {
 	tasks     *prometheus.Desc
 	workers   *prometheus.Desc
 	lag       *prometheus.Desc
+	poison    *prometheus.Desc
 	readError *prometheus.Desc
 }
 
@@ -281,6 +289,9 @@ func newSnapshotCollector(src Source, timeout time.Duration) *snapshotCollector 
 		lag: prometheus.NewDesc(Namespace+"_outbox_lag_seconds",
 			"Age of the oldest outbox event a consumer group has not consumed yet (0 when caught up).",
 			[]string{"consumer_group"}, nil),
+		poison: prometheus.NewDesc(Namespace+"_outbox_poison_messages",
+			"Outbox messages a projection set aside because it could not apply them; replay them once fixed (taskmaster outbox poison).",
+			[]string{"projection"}, nil),
 		readError: prometheus.NewDesc(Namespace+"_metrics_read_error", "Reading the projected metrics failed.", nil, nil),
 	}
 	for kind, labels := range counterLabels {
@@ -321,6 +332,9 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, l := range snap.Lags {
 		ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, l.OldestUnconsumedSeconds, l.ConsumerGroup)
+	}
+	for _, p := range snap.Poison {
+		ch <- prometheus.MustNewConstMetric(c.poison, prometheus.GaugeValue, p.Count, p.Projection)
 	}
 }
 

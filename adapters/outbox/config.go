@@ -12,20 +12,22 @@ type Config struct {
 	// waits before looking for new messages again. It bounds the delivery
 	// latency of an idle system.
 	PollInterval time.Duration
-	// AckDeadline bounds the handling of one message; past it, watermill-sql
-	// gives up on the message and delivers it again.
+	// AckDeadline bounds the handling of one batch; past it, watermill-sql
+	// gives up on the batch and delivers it again.
 	AckDeadline time.Duration
-	// ResendInterval is the pause before a message whose handling failed is
+	// ResendInterval is the pause before a batch whose handling failed is
 	// handled again (in the same subscriber transaction).
 	ResendInterval time.Duration
-	// BatchSize is how many messages one subscriber transaction reads and
-	// applies at most. Smaller batches mean shorter transactions. It is at
-	// most MaxBatchSize: each message is applied in its own savepoint, and a
-	// transaction with more than 64 subtransactions overflows PostgreSQL's
-	// per-backend subtransaction cache, after which every snapshot of every
-	// session must consult pg_subtrans (SubtransSLRU contention that slowed
-	// claims several-fold in the batch benchmark).
+	// BatchSize is how many outbox messages the projections read and apply
+	// in one transaction at most (one statement per batch).
 	BatchSize int
+	// BatchBytes bounds a batch's payload: a batch takes messages while the
+	// stored (possibly compressed) payload before them is under BatchBytes
+	// (so at least one).
+	BatchBytes int
+	// PoisonAttempts is how many times a message that fails alone, with an
+	// error its data can cause, is tried before it is set aside.
+	PoisonAttempts int
 	// JanitorInterval is the janitor's period.
 	JanitorInterval time.Duration
 	// JanitorBatchSize is how many outbox rows one janitor statement deletes.
@@ -40,19 +42,21 @@ type Config struct {
 	CloseTimeout time.Duration
 }
 
-// MaxBatchSize keeps a subscriber transaction's savepoints within
-// PostgreSQL's 64 cached subtransactions (PGPROC_MAX_CACHED_SUBXIDS).
-const MaxBatchSize = 60
+// MaxBatchSize bounds BatchSize.
+const MaxBatchSize = 10000
 
 // DefaultConfig returns the defaults: 100 ms polls, a 10 s ack deadline,
-// batches of 50, a janitor every second that keeps consumed messages for a
+// batches of up to 1,000 messages and 1 MiB stored, 3 attempts before a message is
+// set aside, a janitor every second that keeps consumed messages for a
 // minute, and rate buckets for an hour.
 func DefaultConfig() Config {
 	return Config{
 		PollInterval:        100 * time.Millisecond,
 		AckDeadline:         10 * time.Second,
 		ResendInterval:      100 * time.Millisecond,
-		BatchSize:           50,
+		BatchSize:           1000,
+		BatchBytes:          1 << 20,
+		PoisonAttempts:      3,
 		JanitorInterval:     time.Second,
 		JanitorBatchSize:    5000,
 		Retention:           time.Minute,
@@ -75,6 +79,12 @@ func (c Config) Validate() error {
 	}
 	if c.BatchSize < 1 || c.BatchSize > MaxBatchSize {
 		errs = append(errs, fmt.Errorf("batch size must be between 1 and %d", MaxBatchSize))
+	}
+	if c.BatchBytes < 1 {
+		errs = append(errs, errors.New("batch bytes must be positive"))
+	}
+	if c.PoisonAttempts < 1 {
+		errs = append(errs, errors.New("poison attempts must be at least 1"))
 	}
 	if c.JanitorInterval <= 0 {
 		errs = append(errs, errors.New("janitor interval must be positive"))

@@ -3,7 +3,6 @@ package outbox
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
@@ -12,7 +11,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/taskmaster/taskmaster/adapters/postgres"
+	"github.com/taskmaster/taskmaster/adapters/outbox/envelope"
+	"github.com/taskmaster/taskmaster/domain/event"
 	"github.com/taskmaster/taskmaster/ports"
 )
 
@@ -114,12 +114,12 @@ func (f *Feed) Read(ctx context.Context, from string, limit int) (ports.FeedPage
 	messages := 0
 	for rows.Next() {
 		var (
-			markTx   uint64
-			markOff  int64
-			msgTx    sql.NullString
-			msgOff   sql.NullInt64
-			payload  []byte
-			envelope postgres.Envelope
+			markTx  uint64
+			markOff int64
+			msgTx   sql.NullString
+			msgOff  sql.NullInt64
+			payload []byte
+			events  []event.Event
 		)
 		if err := rows.Scan(&markTx, &markOff, &msgTx, &msgOff, &payload); err != nil {
 			return ports.FeedPage{}, fmt.Errorf("read event feed: %w", err)
@@ -138,18 +138,18 @@ func (f *Feed) Read(ctx context.Context, from string, limit int) (ports.FeedPage
 		if pos != c.pos {
 			messages++
 		}
-		if err := json.Unmarshal(payload, &envelope); err != nil {
+		if events, err = envelope.Decode(payload); err != nil {
 			f.logger.Error("event feed skips an undecodable outbox message",
 				zap.Uint64("transaction_id", pos.TransactionID), zap.Int64("offset", pos.Offset), zap.Error(err))
 		}
-		for i, e := range envelope.Events {
+		for i, e := range events {
 			if pos == c.pos && i <= c.index {
 				continue // delivered before
 			}
 			page.Events = append(page.Events, ports.FeedEvent{ID: cursor{pos: pos, index: i}.String(), Event: e})
 		}
-		if pos != c.pos || len(envelope.Events) > c.index {
-			page.Next = cursor{pos: pos, index: max(len(envelope.Events)-1, 0)}.String()
+		if pos != c.pos || len(events) > c.index {
+			page.Next = cursor{pos: pos, index: max(len(events)-1, 0)}.String()
 		}
 	}
 	if err := rows.Err(); err != nil {

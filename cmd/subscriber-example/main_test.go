@@ -72,5 +72,5 @@ func TestExamplePrintsEveryEventOnceInItsOwnGroup(t *testing.T) {
 	require.Contains(t, lines[1], "task.dead_lettered queue=emails task="+tk.ID().String()+" PENDING->DEAD reason=cancelled")
 	var groups []string
 	require.NoError(t, db.Select(&groups, `SELECT consumer_group FROM watermill_offsets_taskmaster_events ORDER BY 1`))
-	require.Equal(t, []string{"billing", "metrics", "queue_stats"}, groups, "the example registered its own group")
+	require.Equal(t, []string{"billing", "projections"}, groups, "the example registered its own group")
 }

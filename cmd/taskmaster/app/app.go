@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	httpadapter "github.com/taskmaster/taskmaster/adapters/http"
+	"github.com/taskmaster/taskmaster/adapters/outbox"
 	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/application"
 	"github.com/taskmaster/taskmaster/ports"
@@ -31,7 +32,7 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 		fx.Provide(
 			newDatabase,
 			fx.Annotate(postgres.NewTxRunner, fx.As(new(ports.TxRunner))),
-			fx.Annotate(postgres.NewStatsReader, fx.As(new(ports.StatsReader))),
+			fx.Annotate(outbox.NewStatsReader, fx.As(new(ports.StatsReader))),
 			fx.Annotate(postgres.NewHealth, fx.As(new(ports.HealthChecker))),
 			newNotifier,
 			func(n *postgres.Notifier) ports.TaskNotifier { return n },
