@@ -10,6 +10,7 @@ import (
 	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/domain/validation"
 	"github.com/taskmaster/taskmaster/domain/worker"
+	"github.com/taskmaster/taskmaster/ports"
 )
 
 // ProblemTypePrefix starts every problem type URI; the suffix is a stable
@@ -55,6 +56,7 @@ var (
 	kindRoute        = problemKind{"not-found", "Not found", http.StatusNotFound}
 	kindMethod       = problemKind{"method-not-allowed", "Method not allowed", http.StatusMethodNotAllowed}
 	kindUnavailable  = problemKind{"unavailable", "Service unavailable", http.StatusServiceUnavailable}
+	kindStreamsFull  = problemKind{"too-many-streams", "Too many event streams", http.StatusServiceUnavailable}
 	kindInternal     = problemKind{"internal-error", "Internal server error", http.StatusInternalServerError}
 )
 
@@ -95,6 +97,10 @@ func problemFor(err error) Problem {
 		return newProblem(kindWorkerNF, "no worker has this id; register first", nil)
 	case errors.Is(err, worker.ErrDead):
 		return newProblem(kindWorkerDead, "the worker was declared dead; register again", nil)
+	case errors.Is(err, ports.ErrTooManyStreams):
+		return newProblem(kindStreamsFull, "this instance serves as many event streams as it may; try again after Retry-After seconds", nil)
+	case errors.Is(err, ports.ErrStreamsStopped):
+		return newProblem(kindUnavailable, "the server is stopping; try again after Retry-After seconds", nil)
 	default:
 		return newProblem(kindInternal, "an unexpected error occurred; quote the correlation id when reporting it", nil)
 	}

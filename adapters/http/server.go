@@ -32,6 +32,9 @@ type ServerConfig struct {
 	// EventsHeartbeat is the interval of keep-alive comments on event
 	// streams (GET /events/v1); 0 means 15 s, the default.
 	EventsHeartbeat time.Duration
+	// EventsWriteTimeout bounds one write to an event stream's client (a
+	// client that takes longer ends its stream); 0 means 10 s.
+	EventsWriteTimeout time.Duration
 }
 
 // DefaultServerConfig returns the defaults: 127.0.0.1:8080, 1 MiB bodies,
@@ -70,7 +73,7 @@ type Deps struct {
 	Health  ports.HealthChecker
 	Logger  *zap.Logger
 	// Events, when set, serves GET /events/v1.
-	Events ports.EventFeed
+	Events ports.EventStreams
 	// Observe, when set, receives every finished request.
 	Observe ObserveFunc
 	// Routes are extra routes to mount.
@@ -87,7 +90,7 @@ type Server struct {
 	workers     ports.WorkerService
 	queues      ports.QueueService
 	health      ports.HealthChecker
-	events      ports.EventFeed
+	events      ports.EventStreams
 	logger      *zap.Logger
 	extraRoutes []Route
 	onShutdown  []func()

@@ -163,6 +163,20 @@ type Params struct {
 	Logger *zap.Logger
 	// ScrapeTimeout bounds the reads of one scrape (default 5 s).
 	ScrapeTimeout time.Duration
+	// Streams, when set, reports this process's event streams.
+	Streams func() StreamStats
+}
+
+// StreamStats are the event streams' figures of one process.
+type StreamStats struct {
+	// Open is how many streams are open.
+	Open int64
+	// Reads counts the shared reader's reads of the outbox, CatchUpReads
+	// those of streams catching up from an older cursor on their own.
+	Reads, CatchUpReads int64
+	// Dropped counts streams ended for reading too slowly, Refused the
+	// streams refused for want of room.
+	Dropped, Refused int64
 }
 
 // Registry is Taskmaster's Prometheus registry.
@@ -201,7 +215,47 @@ func NewRegistry(p Params) *Registry {
 	if p.Source != nil {
 		r.reg.MustRegister(newSnapshotCollector(p.Source, p.ScrapeTimeout))
 	}
+	if p.Streams != nil {
+		r.reg.MustRegister(newStreamsCollector(p.Streams))
+	}
 	return r
+}
+
+// streamsCollector reports the event streams of this process.
+type streamsCollector struct {
+	stats            func() StreamStats
+	open, reads      *prometheus.Desc
+	dropped, refused *prometheus.Desc
+}
+
+func newStreamsCollector(stats func() StreamStats) *streamsCollector {
+	return &streamsCollector{
+		stats: stats,
+		open:  prometheus.NewDesc(Namespace+"_event_streams", "Event streams (GET /events/v1) open on this instance.", nil, nil),
+		reads: prometheus.NewDesc(Namespace+"_event_stream_reads_total",
+			"Reads of the outbox for event streams: by the instance's one shared reader, or by streams catching up from an older cursor.",
+			[]string{"reader"}, nil),
+		dropped: prometheus.NewDesc(Namespace+"_event_streams_dropped_total",
+			"Event streams ended because their client read too slowly.", nil, nil),
+		refused: prometheus.NewDesc(Namespace+"_event_streams_refused_total",
+			"Event streams refused (503) because the instance served as many as it may.", nil, nil),
+	}
+}
+
+func (c *streamsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.open
+	ch <- c.reads
+	ch <- c.dropped
+	ch <- c.refused
+}
+
+func (c *streamsCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.stats()
+	ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, float64(s.Open))
+	ch <- prometheus.MustNewConstMetric(c.reads, prometheus.CounterValue, float64(s.Reads), "shared")
+	ch <- prometheus.MustNewConstMetric(c.reads, prometheus.CounterValue, float64(s.CatchUpReads), "catch_up")
+	ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(s.Dropped))
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(s.Refused))
 }
 
 // ObserveHTTP records one finished request; it has the shape of the HTTP

@@ -433,14 +433,11 @@ func (s *scanner) event(e *scannedEvent) error {
 	})
 }
 
-// payload reads an outbox payload ({"events": [...]}) and returns its
-// events, compacted into classes of t.
-func (s *scanner) payload(t *classTable) ([]compactEvent, error) {
-	var (
-		out  []compactEvent
-		seen bool
-	)
-	err := s.object(func(key []byte) error {
+// events reads an outbox payload ({"events": [...]}) and calls fn with each
+// event: its JSON and what the scanner keeps of it.
+func (s *scanner) events(fn func(raw []byte, e *scannedEvent)) error {
+	seen := false
+	return s.object(func(key []byte) error {
 		if string(key) != "events" {
 			if foldsToField(key) {
 				return errScan
@@ -452,15 +449,23 @@ func (s *scanner) payload(t *classTable) ([]compactEvent, error) {
 		}
 		seen = true
 		return s.array(func() error {
-			var e scannedEvent
-			e.minute = zeroMinute
+			e := scannedEvent{minute: zeroMinute}
+			s.ws()
+			start := s.i
 			if err := s.event(&e); err != nil {
 				return err
 			}
-			out = append(out, t.compactScanned(&e))
+			fn(s.b[start:s.i], &e)
 			return nil
 		})
 	})
+}
+
+// payload reads an outbox payload and returns its events, compacted into
+// classes of t.
+func (s *scanner) payload(t *classTable) ([]compactEvent, error) {
+	var out []compactEvent
+	err := s.events(func(_ []byte, e *scannedEvent) { out = append(out, t.compactScanned(e)) })
 	return out, err
 }
 

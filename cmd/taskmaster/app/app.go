@@ -92,7 +92,7 @@ type httpParams struct {
 	Routes    []httpadapter.Route     `group:"routes"`
 	Observe   httpadapter.ObserveFunc `optional:"true"`
 	Notifier  *postgres.Notifier
-	Events    ports.EventFeed `optional:"true"`
+	Events    ports.EventStreams `optional:"true"`
 }
 
 func newHTTPServer(p httpParams) *httpadapter.Server {

@@ -23,16 +23,17 @@ import (
 	"github.com/taskmaster/taskmaster/ports"
 )
 
-// outboxOptions wire the outbox consumers (the Watermill router with the
-// queue statistics and metrics projectors), the outbox janitor, the event
-// feed of GET /events/v1, and the Prometheus registry served at GET /metrics
-// and GET /actuator/prometheus.
+// outboxOptions wire the outbox consumers (the Watermill router of the
+// queue statistics and metrics projections), the outbox janitor, the event
+// streams of GET /events/v1, and the Prometheus registry served at GET
+// /metrics and GET /actuator/prometheus.
 func outboxOptions() fx.Option {
 	return fx.Options(
 		fx.Provide(
 			newOutboxRouter,
 			newOutboxJanitor,
-			fx.Annotate(newEventFeed, fx.As(new(ports.EventFeed))),
+			newEventStreams,
+			func(s *outbox.Streams) ports.EventStreams { return s },
 			newMetricsRegistry,
 			func(reg *metrics.Registry) httpadapter.ObserveFunc { return reg.ObserveHTTP },
 			fx.Annotate(metricsRoutes, fx.ResultTags(`group:"routes,flatten"`)),
@@ -61,15 +62,24 @@ func newOutboxJanitor(lc fx.Lifecycle, db *sqlx.DB, cfg Config, logger *zap.Logg
 	return j, nil
 }
 
-func newEventFeed(db *sqlx.DB, cfg Config, logger *zap.Logger) *outbox.Feed {
-	return outbox.NewFeed(db.DB, cfg.Outbox.PollInterval, logger.Named("events"))
+// newEventStreams runs the one outbox reader of the instance's event
+// streams. It starts before the HTTP server (which depends on it) and stops
+// after it.
+func newEventStreams(lc fx.Lifecycle, db *sqlx.DB, cfg Config, logger *zap.Logger) (*outbox.Streams, error) {
+	s, err := outbox.NewStreams(outbox.NewFeed(db.DB, cfg.Outbox.StreamReadBytes, logger.Named("events")), cfg.Outbox, logger.Named("events"))
+	if err != nil {
+		return nil, err
+	}
+	lc.Append(fx.Hook{OnStart: s.Start, OnStop: s.Stop})
+	return s, nil
 }
 
-func newMetricsRegistry(db *sqlx.DB, logger *zap.Logger) *metrics.Registry {
+func newMetricsRegistry(db *sqlx.DB, streams *outbox.Streams, logger *zap.Logger) *metrics.Registry {
 	return metrics.NewRegistry(metrics.Params{
-		Source: outbox.NewMetricsSource(db),
-		DB:     db.DB,
-		Logger: logger,
+		Source:  outbox.NewMetricsSource(db),
+		DB:      db.DB,
+		Logger:  logger,
+		Streams: streams.Stats,
 	})
 }
 
