@@ -55,8 +55,8 @@ func outboxMessages(t *testing.T, db *sqlx.DB) []storedMessage {
 		Metadata      []byte `db:"metadata"`
 	}
 	require.NoError(t, db.Select(&rows, `
-		SELECT transaction_id::text AS transaction_id, "offset", payload, metadata
-		FROM watermill_taskmaster_events ORDER BY transaction_id, "offset"`))
+		SELECT m.transaction_id::text AS transaction_id, m."offset", m.payload, m.metadata
+		FROM watermill_taskmaster_events m ORDER BY m.transaction_id, m."offset"`))
 	out := make([]storedMessage, len(rows))
 	for i, r := range rows {
 		tx, err := strconv.ParseUint(r.TransactionID, 10, 64)

@@ -154,3 +154,57 @@ func TestJanitorServiceRunsPeriodicallyAndStops(t *testing.T) {
 	require.NoError(t, j.Stop(ctx))
 	require.NoError(t, j.Stop(ctx), "Stop is idempotent")
 }
+
+// Once the janitor has a mark older than the retention, it deletes only up
+// to the position the outbox had then: messages after it are not even read,
+// whatever their created_at says (here forged old).
+func TestJanitorDeletesUpToThePositionOfTheRetentionsStart(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := ctxT(t)
+	submitN(t, e, ctx, 5)
+	all := positions(outboxMessages(t, e.db))
+	builtInGroupsAt(t, e, all[4])
+	_, err := e.db.Exec(`UPDATE watermill_taskmaster_events SET created_at = created_at - interval '2 hours'`)
+	require.NoError(t, err)
+	cfg := DefaultConfig()
+	cfg.Retention = time.Hour
+	j, err := NewJanitor(e.db.DB, cfg, nil)
+	require.NoError(t, err)
+	var dbNow time.Time
+	require.NoError(t, e.db.Get(&dbNow, `SELECT now()`))
+	j.marks = []positionMark{{at: dbNow.Add(-3 * time.Hour), pos: all[0]}, {at: dbNow.Add(-90 * time.Minute), pos: all[2]}}
+	n, err := j.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	require.Equal(t, all[3:], positions(outboxMessages(t, e.db)))
+	require.Len(t, j.marks, 2, "the last mark older than the retention and the new one")
+	require.Equal(t, all[2], j.marks[0].pos)
+	require.Equal(t, all[4], j.marks[1].pos)
+}
+
+// One janitor deletes at a time (a transaction-level advisory lock): while
+// another holds the turn, a run deletes nothing; then it does.
+func TestJanitorsTakeTurns(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := ctxT(t)
+	submitN(t, e, ctx, 3)
+	all := positions(outboxMessages(t, e.db))
+	builtInGroupsAt(t, e, all[2])
+	cfg := DefaultConfig()
+	cfg.Retention = 0
+	j, err := NewJanitor(e.db.DB, cfg, nil)
+	require.NoError(t, err)
+	other, err := e.db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	_, err = other.Exec(`SELECT pg_advisory_xact_lock($1)`, janitorLockKey)
+	require.NoError(t, err)
+	n, err := j.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "another janitor's turn")
+	require.NoError(t, other.Rollback())
+	n, err = j.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+}

@@ -39,8 +39,8 @@ func NewPoison(db *sql.DB) *Poison { return &Poison{db: db} }
 // List returns every set-aside message, oldest position first.
 func (p *Poison) List(ctx context.Context) ([]PoisonMessage, error) {
 	rows, err := p.db.QueryContext(ctx, `
-		SELECT id, projection, transaction_id::text, "offset", payload::text, error, attempts, set_aside_at
-		FROM outbox_poison ORDER BY transaction_id, "offset", projection`)
+		SELECT p.id, p.projection, p.transaction_id::text, p."offset", p.payload::text, p.error, p.attempts, p.set_aside_at
+		FROM outbox_poison p ORDER BY p.transaction_id, p."offset", p.projection`)
 	if err != nil {
 		return nil, fmt.Errorf("list set-aside outbox messages: %w", err)
 	}
