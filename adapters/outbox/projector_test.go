@@ -345,3 +345,43 @@ func requireTotalsMatchOutbox(t *testing.T, e *env) {
 	}
 	require.Equal(t, wantTasks, queryCounts(t, e.db, `SELECT kind || '/' || queue || '/' || reason, count FROM queue_totals`))
 }
+
+// watermill-sql commits a batch's transaction when the batch's ack deadline
+// passes, whether or not its handler is done, and delivers the batch again.
+// Here the first attempt's statement has run (tables and positions written,
+// in its savepoint) when the handler overstays the deadline: the commit
+// keeps those writes without the group's offset, and the redelivered batch
+// must apply nothing twice.
+func TestBatchCommittedAtItsAckDeadlineIsNotAppliedTwice(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := ctxT(t)
+	workload(t, e, ctx)
+	cfg := fastConfig()
+	cfg.BatchSize = 1000 // the whole workload in one batch
+	cfg.AckDeadline = 300 * time.Millisecond
+	r, err := NewRouter(e.db.DB, cfg, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel+1)))
+	require.NoError(t, err)
+	var once sync.Once
+	overstayed := make(chan struct{})
+	r.projector.hooks.after = func(ctx context.Context, _ *sql.Tx, _ []Message) error {
+		stay := false
+		once.Do(func() { stay = true })
+		if stay {
+			<-ctx.Done() // the ack deadline: watermill-sql commits meanwhile
+			time.Sleep(200 * time.Millisecond)
+			close(overstayed)
+		}
+		return nil
+	}
+	require.NoError(t, r.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, r.Stop(context.Background())) })
+	select {
+	case <-overstayed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first attempt never overstayed")
+	}
+	waitCaughtUp(t, e.db)
+	require.Equal(t, truthCounts(t, e.db), projectedCounts(t, e.db))
+	requireTotalsMatchOutbox(t, e)
+}

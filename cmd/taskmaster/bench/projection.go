@@ -13,6 +13,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 
+	"github.com/taskmaster/taskmaster/adapters/outbox/envelope"
 	"github.com/taskmaster/taskmaster/domain/event"
 )
 
@@ -97,9 +98,7 @@ func drainBacklog(ctx context.Context, db *sqlx.DB, queue string, messages, perM
 		for i := range payloads {
 			evs := gen.next()
 			events += len(evs)
-			b, err := json.Marshal(struct {
-				Events []event.Event `json:"events"`
-			}{evs})
+			b, err := json.Marshal(envelope.Payload{Events: evs})
 			if err != nil {
 				return Drain{}, err
 			}
