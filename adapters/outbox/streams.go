@@ -106,9 +106,11 @@ func (h *Streams) Start(ctx context.Context) error {
 	})
 }
 
-// takePosition sets the reader's position to the tail.
+// takePosition sets the reader's position to the tail, unless a stream
+// opened meanwhile (the reader then reads on from where it was).
 func (h *Streams) takePosition(ctx context.Context) error {
 	tail, err := h.feed.Tail(ctx)
+	h.reads.Add(1)
 	if err != nil {
 		return err
 	}
@@ -118,7 +120,10 @@ func (h *Streams) takePosition(ctx context.Context) error {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.ready, h.head, h.start = true, c, c
+	if h.ready && len(h.subs) > 0 {
+		return nil
+	}
+	h.ready, h.head, h.start, h.history = true, c, c, nil
 	return nil
 }
 
@@ -149,15 +154,16 @@ func (h *Streams) loop(ctx context.Context) {
 	}
 }
 
-// readAll reads and publishes everything new.
+// readAll reads and publishes everything new. With no stream open it only
+// moves its position to the tail (and forgets its pages): nobody would
+// read them, and a stream that opens later from an older cursor catches up
+// on its own.
 func (h *Streams) readAll(ctx context.Context) error {
 	h.mu.Lock()
-	ready := h.ready
+	ready, idle := h.ready, len(h.subs) == 0
 	h.mu.Unlock()
-	if !ready {
-		if err := h.takePosition(ctx); err != nil {
-			return err
-		}
+	if !ready || idle {
+		return h.takePosition(ctx)
 	}
 	h.mu.Lock()
 	from := h.head
@@ -421,7 +427,7 @@ func (s *subscription) catchUp(c cursor) {
 			s.finish(err)
 			return
 		}
-		if len(page.Events) > 0 || page.Lost != "" || next != c {
+		if len(page.Events) > 0 || page.Lost != "" { // a bare move of the cursor takes no room
 			select {
 			case s.pages <- page: // the stream's own reader waits for its client
 			case <-s.ctx.Done():
