@@ -136,6 +136,9 @@ func (r *Router) Start(ctx context.Context) error {
 	case <-router.Running():
 		return nil
 	case err := <-ended:
+		if r.closing.Load() {
+			return nil // a concurrent Stop ended the run it started
+		}
 		_ = r.Stop(context.Background())
 		return fmt.Errorf("outbox router stopped while starting: %w", err)
 	case <-ctx.Done():
