@@ -10,9 +10,14 @@
 -- Existing values are read in this session's zone (the one they were
 -- written in, unless sessions disagreed). watermill-sql's publisher never
 -- writes the column and its subscriber never reads it, so both keep working.
+--
+-- New rows take clock_timestamp(), not now(): the publisher appends the
+-- message just before COMMIT, so this is about when the message became
+-- visible, while now() is when its transaction began (a batch of 1,000 tasks
+-- began a good while before). The outbox lag metric measures from it.
 ALTER TABLE watermill_taskmaster_events
     ALTER COLUMN created_at TYPE timestamptz USING created_at::timestamptz,
-    ALTER COLUMN created_at SET DEFAULT now();
+    ALTER COLUMN created_at SET DEFAULT clock_timestamp();
 
 -- Payloads too large to stay inline (a claim of 100 tasks is ~30 kB of
 -- events) are compressed with lz4 where the server supports it: several

@@ -77,13 +77,17 @@ func TestMigrationToOneConsumerGroupAndTimestamptz(t *testing.T) {
 	require.NoError(t, db.Get(&created, `SELECT created_at FROM watermill_taskmaster_events WHERE uuid = 'a'`))
 	require.True(t, created.Equal(time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)), "10:00 in Paris is 09:00 UTC, got %v", created)
 
-	// New messages get the transaction's time; set-aside messages have
+	// New messages get the time they are appended; set-aside messages have
 	// their table.
 	_, err = db.Exec(`INSERT INTO watermill_taskmaster_events (uuid, payload, transaction_id) VALUES ('b', '{}', pg_current_xact_id())`)
 	require.NoError(t, err)
 	var age float64
 	require.NoError(t, db.Get(&age, `SELECT extract(epoch FROM clock_timestamp() - created_at) FROM watermill_taskmaster_events WHERE uuid = 'b'`))
 	require.InDelta(t, 0, age, 60)
+	var def string
+	require.NoError(t, db.Get(&def, `SELECT column_default FROM information_schema.columns
+		WHERE table_name = 'watermill_taskmaster_events' AND column_name = 'created_at'`))
+	require.Equal(t, "clock_timestamp()", def)
 	var poison int
 	require.NoError(t, db.Get(&poison, `SELECT count(*) FROM outbox_poison`))
 	require.Zero(t, poison)
