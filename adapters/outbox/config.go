@@ -61,7 +61,7 @@ type Config struct {
 const MaxBatchSize = 10000
 
 // DefaultConfig returns the defaults: 100 ms polls, a 10 s ack deadline,
-// batches of up to 1,000 messages and 1 MiB stored, 3 attempts before a message is
+// batches of up to 2,000 messages and 1 MiB stored, 3 attempts before a message is
 // set aside, a janitor every second that keeps consumed messages for a
 // minute, rate buckets for an hour, and up to 2,000 event streams, each
 // allowed 32 pending pages.
@@ -70,7 +70,7 @@ func DefaultConfig() Config {
 		PollInterval:         100 * time.Millisecond,
 		AckDeadline:          10 * time.Second,
 		ResendInterval:       100 * time.Millisecond,
-		BatchSize:            1000,
+		BatchSize:            2000,
 		BatchBytes:           1 << 20,
 		PoisonAttempts:       3,
 		JanitorInterval:      time.Second,
