@@ -296,6 +296,26 @@ func drain(ctx context.Context, a *api, queue string, n int64, workers, limit in
 	return <-errs
 }
 
+// produceAndDrain runs the batch workload on queue: producers submit n
+// tasks in batches while workers claim opts.ClaimLimit at a time and
+// complete them in batches. It returns when all are completed, and when the
+// last submit was accepted.
+func produceAndDrain(ctx context.Context, env *environment, opts Options, queue string, n int,
+	claims *recorder, submitted, completed *atomic.Int64) (time.Time, error) {
+	var submitDone time.Time
+	var perr error
+	var pwg sync.WaitGroup
+	pwg.Add(1)
+	go func() {
+		defer pwg.Done()
+		perr = produce(ctx, env.api, queue, n, opts.Producers, opts.BatchSize, submitted)
+		submitDone = time.Now()
+	}()
+	werr := drain(ctx, env.api, queue, int64(n), opts.Workers, opts.ClaimLimit, false, claims, nil, completed)
+	pwg.Wait()
+	return submitDone, errors.Join(perr, werr)
+}
+
 func runBatch(ctx context.Context, env *environment, opts Options, mon *monitor, log io.Writer) (Report, error) {
 	n := opts.Tasks
 	if n == 0 {
@@ -311,18 +331,8 @@ func runBatch(ctx context.Context, env *environment, opts Options, mon *monitor,
 		return fmt.Sprintf("submitted %d/%d completed %d/%d (%.0f tasks/s)", submitted.Load(), n, completed.Load(), n, float64(completed.Load())/el)
 	})
 	defer close(stop)
-	var submitDone time.Time
-	var perr error
-	var pwg sync.WaitGroup
-	pwg.Add(1)
-	go func() {
-		defer pwg.Done()
-		perr = produce(ctx, env.api, queue, n, opts.Producers, opts.BatchSize, &submitted)
-		submitDone = time.Now()
-	}()
-	werr := drain(ctx, env.api, queue, int64(n), opts.Workers, opts.ClaimLimit, false, claims, nil, &completed)
-	pwg.Wait()
-	if err := errors.Join(perr, werr); err != nil {
+	submitDone, err := produceAndDrain(ctx, env, opts, queue, n, claims, &submitted, &completed)
+	if err != nil {
 		return Report{}, err
 	}
 	end := time.Now()

@@ -134,18 +134,10 @@ func runStreams(ctx context.Context, env *environment, opts Options, mon *monito
 			probes.Add(1)
 		}
 	}()
-	var perr error
-	var pwg sync.WaitGroup
-	pwg.Add(1)
-	go func() {
-		defer pwg.Done()
-		perr = produce(ctx, env.api, queue, n, opts.Producers, opts.BatchSize, &submitted)
-	}()
-	werr := drain(ctx, env.api, queue, int64(n), opts.Workers, opts.ClaimLimit, false, claims, nil, &completed)
-	pwg.Wait()
+	_, lerr := produceAndDrain(ctx, env, opts, queue, n, claims, &submitted, &completed)
 	end := time.Now()
 	stopProbe()
-	if err := errors.Join(perr, werr, <-probeDone); err != nil {
+	if err := errors.Join(lerr, <-probeDone); err != nil {
 		close(stop)
 		return Report{}, err
 	}
