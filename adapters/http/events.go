@@ -233,7 +233,9 @@ func (s *sseStream) printf(format string, args ...any) {
 	if s.err != nil {
 		return
 	}
-	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	if !s.pending { // once per flush: a write may block until the client reads
+		_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	}
 	_, s.err = fmt.Fprintf(s.w, format, args...)
 	s.pending = true
 	s.lastWrite = time.Now()
