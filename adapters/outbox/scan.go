@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/taskmaster/taskmaster/adapters/outbox/envelope"
+	"github.com/taskmaster/taskmaster/domain/event"
 )
 
 // The projections read a few fields of each event (type, queue, queues,
@@ -317,19 +321,21 @@ func (s *scanner) array(elem func() error) error {
 // skipField steps over the value of a field of event.Event that the
 // projections do not read, checking its type as encoding/json would (a
 // mistyped value makes encoding/json fail, and the message undecodable). It
-// reports false for a key that is no such field.
+// reports false for a key that is no such field. A field of a kind it does
+// not check sends the message to encoding/json.
 func (s *scanner) skipField(key []byte) (bool, error) {
-	switch string(key) {
-	case "task_id", "worker_id", "correlation_id":
-		if s.literal("null") {
-			return true, nil
-		}
+	kind, ok := skippedFields[string(key)]
+	if !ok {
+		return false, nil
+	}
+	if s.literal("null") {
+		return true, nil
+	}
+	switch kind {
+	case reflect.String:
 		_, _, err := s.rawString()
 		return true, err
-	case "version", "attempt":
-		if s.literal("null") {
-			return true, nil
-		}
+	case reflect.Int, reflect.Int64:
 		raw, err := s.number()
 		if err != nil {
 			return true, err
@@ -339,12 +345,34 @@ func (s *scanner) skipField(key []byte) (bool, error) {
 		}
 		return true, nil
 	}
-	return false, nil
+	return true, errScan
 }
 
-// eventFields are the JSON names of event.Event's fields.
-var eventFields = []string{"version", "type", "task_id", "queue", "queues", "from", "to", "reason", "attempt",
-	"worker_id", "occurred_at", "correlation_id", "queue_wait_seconds", "execution_seconds", "end_to_end_seconds"}
+// readFields are the JSON names of the event fields the scanner reads.
+var readFields = []string{"type", "queue", "queues", "from", "to", "reason", "occurred_at",
+	"queue_wait_seconds", "execution_seconds", "end_to_end_seconds"}
+
+// eventFields are the JSON names of every field of event.Event, and
+// skippedFields the kinds of those the scanner does not read. They come
+// from the type itself, so that a field added to events is checked as
+// encoding/json would check it.
+var eventFields, skippedFields = func() ([]string, map[string]reflect.Kind) {
+	var names []string
+	skipped := map[string]reflect.Kind{}
+	t := reflect.TypeFor[event.Event]()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" || name == "-" || !f.IsExported() {
+			continue
+		}
+		names = append(names, name)
+		if !slices.Contains(readFields, name) {
+			skipped[name] = f.Type.Kind()
+		}
+	}
+	return names, skipped
+}()
 
 // foldsToField reports whether key matches a field (or the envelope's
 // events) only case-insensitively: encoding/json would decode it into that

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strconv"
 	"testing"
 	"time"
@@ -148,4 +149,19 @@ func BenchmarkDecodeAndProject(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*4000), "ns/event")
+}
+
+// The scanner knows every field of event.Event: the fields it reads, and
+// the kinds of the others, taken from the type (a field added later is
+// type-checked like the rest).
+func TestScannerKnowsEveryEventField(t *testing.T) {
+	t.Parallel()
+	for _, f := range readFields {
+		require.Contains(t, eventFields, f, "the scanner reads a field events do not have")
+	}
+	require.Len(t, eventFields, len(readFields)+len(skippedFields))
+	for name, kind := range skippedFields {
+		require.Contains(t, []reflect.Kind{reflect.String, reflect.Int, reflect.Int64}, kind,
+			"field %s: a kind the scanner does not check sends every event to encoding/json", name)
+	}
 }
