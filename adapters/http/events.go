@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/taskmaster/taskmaster/domain/validation"
 	"github.com/taskmaster/taskmaster/ports"
 )
@@ -171,10 +169,10 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 				Detail: "the client read the stream too slowly; reconnect with Last-Event-ID " + lastID})
 			st.printf("data: %s\n\n", data)
 			_ = st.flush()
-		} else if err := sub.Err(); err != nil && ctx.Err() == nil && !errors.Is(err, ports.ErrStreamsStopped) {
-			loggerFrom(ctx).Warn("event stream failed; closing it", zap.Error(err))
 		}
-		// The client reconnects with its Last-Event-ID.
+		// The client reconnects with its Last-Event-ID. (A stream ended by
+		// the reader's failure is not logged here: the reader logs it once
+		// for all of them.)
 	}
 	for {
 		if err := st.flush(); err != nil {

@@ -31,6 +31,9 @@ import (
 //     a slow client never makes the instance hold more.
 //   - At most MaxStreams streams are open at once (ports.ErrTooManyStreams
 //     beyond).
+//   - While the reader cannot read the outbox (the database is down), every
+//     stream ends with its error and new ones are refused with it; clients
+//     resume with Last-Event-ID once it reads again.
 type Streams struct {
 	lifecycle.Base
 	feed   *Feed
@@ -56,6 +59,8 @@ type Streams struct {
 	start   cursor
 	// subs holds every open stream; joined ones get the reader's pages.
 	subs map[*subscription]bool
+	// failing is the reader's last error while its reads fail.
+	failing error
 
 	reads, catchUpReads, dropped, refused atomic.Int64
 }
@@ -139,12 +144,18 @@ func (h *Streams) loop(ctx context.Context) {
 	failing := false
 	for {
 		switch err := h.readAll(ctx); {
-		case err != nil && ctx.Err() == nil && !failing:
-			h.logger.Warn("event stream reader failed; it tries again every poll interval", zap.Error(err))
+		case err != nil && ctx.Err() == nil:
+			if !failing {
+				h.logger.Warn("event stream reader failed; streams end and are refused until it reads again", zap.Error(err))
+			}
 			failing = true
+			h.fail(err)
 		case err == nil && failing:
 			h.logger.Info("event stream reader recovered")
 			failing = false
+			h.mu.Lock()
+			h.failing = nil
+			h.mu.Unlock()
 		}
 		select {
 		case <-ctx.Done():
@@ -216,6 +227,19 @@ func (h *Streams) dropLocked(s *subscription) {
 	}
 }
 
+// fail ends every stream with the reader's error (their clients resume
+// with Last-Event-ID, without loss, once the outbox can be read again) and
+// refuses new ones until the reader reads again.
+func (h *Streams) fail(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.failing = fmt.Errorf("event streams: %w", err)
+	for s := range h.subs {
+		delete(h.subs, s)
+		s.finish(h.failing)
+	}
+}
+
 // closeAll ends every stream with err.
 func (h *Streams) closeAll(err error) {
 	h.mu.Lock()
@@ -244,11 +268,15 @@ func (h *Streams) Subscribe(ctx context.Context, from string) (ports.EventSubscr
 		return nil, ports.ErrTooManyStreams
 	}
 	h.mu.Lock()
-	running, ready, head := h.running, h.ready, h.head
+	running, ready, head, failing := h.running, h.ready, h.head, h.failing
 	h.mu.Unlock()
 	if !running {
 		h.open.Add(-1)
 		return nil, ports.ErrStreamsStopped
+	}
+	if failing != nil {
+		h.open.Add(-1)
+		return nil, failing
 	}
 	if from == "" {
 		if ready {

@@ -2,11 +2,18 @@ package outbox
 
 import (
 	"context"
+	"database/sql"
+	neturl "net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
+
+	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
 
 	"github.com/taskmaster/taskmaster/ports"
 )
@@ -195,4 +202,72 @@ func TestStreamsRefuseBeyondTheirCapAndEndOnStop(t *testing.T) {
 	require.EqualValues(t, 0, h.Stats().Open)
 	_, err = h.Subscribe(ctx, "")
 	require.ErrorIs(t, err, ports.ErrStreamsStopped)
+}
+
+// While the reader cannot reach the database (its connections are
+// terminated and the database refuses new ones), every stream ends with the
+// reader's error and new ones are refused with it; once it reads again,
+// streams open and resume after the last event their clients saw.
+func TestStreamsEndAndAreRefusedWhileTheDatabaseIsUnreachable(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	db, err := sqlx.Connect("postgres", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	u, err := neturl.Parse(url)
+	require.NoError(t, err)
+	name := strings.TrimPrefix(u.Path, "/")
+	q := u.Query()
+	q.Set("application_name", "streams-under-test")
+	u.RawQuery = q.Encode()
+	hubDB, err := sql.Open("postgres", u.String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = hubDB.Close() })
+	cfg := DefaultConfig()
+	cfg.PollInterval = 10 * time.Millisecond
+	h, err := NewStreams(NewFeed(hubDB, cfg.StreamReadBytes, nil), cfg, nil)
+	require.NoError(t, err)
+	ctx := ctxT(t)
+	require.NoError(t, h.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, h.Stop(context.Background())) })
+	s, err := h.Subscribe(ctx, "")
+	require.NoError(t, err)
+	publish := func() {
+		_, err := db.Exec(`INSERT INTO watermill_taskmaster_events (uuid, payload, transaction_id)
+			VALUES (gen_random_uuid()::text, '{"events":[{"type":"task.submitted","queue":"q"}]}', pg_current_xact_id())`)
+		require.NoError(t, err)
+	}
+	publish()
+	seen := collect(t, s, 1)
+
+	admin, err := sql.Open("postgres", pgtest.ServerURL("postgres"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = admin.Close() })
+	_, err = admin.Exec(`ALTER DATABASE ` + pq.QuoteIdentifier(name) + ` ALLOW_CONNECTIONS false`)
+	require.NoError(t, err)
+	_, err = db.Exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'streams-under-test'`)
+	require.NoError(t, err)
+	select {
+	case <-s.Done():
+		require.Error(t, s.Err())
+		require.NotErrorIs(t, s.Err(), ports.ErrSubscriberTooSlow)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stream outlived the reader's failure")
+	}
+	for range 5 { // refused for as long as the database is unreachable
+		_, err = h.Subscribe(ctx, seen[0].ID)
+		require.Error(t, err)
+		time.Sleep(20 * time.Millisecond) // a few of the reader's polls
+	}
+
+	_, err = admin.Exec(`ALTER DATABASE ` + pq.QuoteIdentifier(name) + ` ALLOW_CONNECTIONS true`)
+	require.NoError(t, err)
+	publish()
+	var resumed ports.EventSubscription
+	require.Eventually(t, func() bool {
+		resumed, err = h.Subscribe(ctx, seen[0].ID)
+		return err == nil
+	}, 30*time.Second, 10*time.Millisecond, "streams open again once the reader reads")
+	defer resumed.Close()
+	require.Len(t, collect(t, resumed, 1), 1, "and resume after the last event seen")
 }
