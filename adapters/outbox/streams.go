@@ -32,8 +32,9 @@ import (
 //   - At most MaxStreams streams are open at once (ports.ErrTooManyStreams
 //     beyond).
 //   - While the reader cannot read the outbox (the database is down), every
-//     stream ends with its error and new ones are refused with it; clients
-//     resume with Last-Event-ID once it reads again.
+//     stream ends with its error; a new one is refused unless the database
+//     answers it then (it may be back before the reader's next poll), and
+//     clients resume with Last-Event-ID.
 type Streams struct {
 	lifecycle.Base
 	feed   *Feed
@@ -274,21 +275,25 @@ func (h *Streams) Subscribe(ctx context.Context, from string) (ports.EventSubscr
 		h.open.Add(-1)
 		return nil, ports.ErrStreamsStopped
 	}
-	if failing != nil {
-		h.open.Add(-1)
-		return nil, failing
-	}
-	if from == "" {
-		if ready {
-			c = head
-		} else {
-			tail, err := h.feed.Tail(ctx)
-			if err != nil {
-				h.open.Add(-1)
-				return nil, err
+	if from == "" && (!ready || failing != nil) || from != "" && failing != nil {
+		// The reader has no position yet, or its last read failed: ask the
+		// database itself rather than refuse on a failure that may be over
+		// (the database may be back since the reader's last poll). The
+		// stream starts at the tail, or at its cursor; should the reader's
+		// next read fail, it ends with that error like every other.
+		tail, err := h.feed.Tail(ctx)
+		if err != nil {
+			h.open.Add(-1)
+			if failing != nil {
+				return nil, fmt.Errorf("%w (again now: %w)", failing, err)
 			}
+			return nil, err
+		}
+		if from == "" {
 			c, _ = parseCursor(tail)
 		}
+	} else if from == "" {
+		c = head
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	s := &subscription{hub: h, start: c, pages: make(chan ports.FeedPage, h.cfg.StreamBuffer),
