@@ -75,6 +75,7 @@ var (
 	kindForbidden    = problemKind{"forbidden", "Forbidden", http.StatusForbidden}
 	kindRateLimited  = problemKind{"rate-limited", "Too many requests", http.StatusTooManyRequests}
 	kindKeyNotFound  = problemKind{"key-not-found", "API key not found", http.StatusNotFound}
+	kindStreamsFull  = problemKind{"too-many-streams", "Too many event streams", http.StatusServiceUnavailable}
 	kindInternal     = problemKind{"internal-error", "Internal server error", http.StatusInternalServerError}
 )
 
@@ -84,6 +85,7 @@ var (
 var retryAfter = map[problemKind]int{
 	kindUnavailable: 2,
 	kindOverloaded:  1,
+	kindStreamsFull: 5,
 }
 
 // requestError is a client mistake found while decoding a request.
@@ -137,6 +139,10 @@ func problemFor(err error) Problem {
 		})
 	case errors.Is(err, apikey.ErrNotFound):
 		return newProblem(kindKeyNotFound, "no API key has this id", nil)
+	case errors.Is(err, ports.ErrTooManyStreams):
+		return newProblem(kindStreamsFull, "this instance serves as many event streams as it may; try again after Retry-After seconds", nil)
+	case errors.Is(err, ports.ErrStreamsStopped):
+		return newProblem(kindUnavailable, "the server is stopping; try again after Retry-After seconds", nil)
 	default:
 		return newProblem(kindInternal, "an unexpected error occurred; quote the correlation id when reporting it", nil)
 	}
