@@ -131,7 +131,7 @@ type opStats struct {
 	unknown map[string]int64
 	// failed counts the answers 500 and above: none is expected.
 	failed map[string]int64
-	total   atomic.Int64
+	total  atomic.Int64
 }
 
 func (s *opStats) record(op string, status int, err error) {
