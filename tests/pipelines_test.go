@@ -1,9 +1,11 @@
 package tests
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -12,7 +14,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskmaster/taskmaster/client"
 	"github.com/taskmaster/taskmaster/cmd/taskmaster/app"
+	"github.com/taskmaster/taskmaster/tests/spectest"
 	"github.com/taskmaster/taskmaster/tests/testclient"
 	"github.com/taskmaster/taskmaster/tests/testserver"
 )
@@ -649,4 +653,89 @@ func TestStatisticsCountBlockedTasks(t *testing.T) {
 		}
 	}
 	require.Contains(t, metrics(), fmt.Sprintf(`taskmaster_tasks{queue=%q,status="BLOCKED"} 0`, queue))
+}
+
+// The SDK speaks pipelines, and what it sends and reads matches the
+// OpenAPI document: a graph in SubmitBatch, Get's depends_on and
+// blocked_by, Complete and CompleteBatch with Enqueue, Parents, Attempts,
+// the blocked count.
+func TestSDKPipelines(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, nil)
+	v := spectest.New(t, s.URL)
+	c := newSDK(t, s.URL, v.Transport(http.DefaultTransport))
+	ctx := context.Background()
+	queue, next := "sdk-p-"+uuid.NewString()[:8], "sdk-n-"+uuid.NewString()[:8]
+
+	_, err := c.Submit(ctx, client.SubmitParams{Queue: queue, DependsOn: []string{uuid.NewString()}})
+	require.ErrorContains(t, err, "SubmitBatch")
+	ts, created, err := c.SubmitBatch(ctx, []client.SubmitParams{
+		{Queue: queue, Ref: "a", Payload: 1},
+		{Queue: queue, Ref: "b", Payload: 2},
+		{Queue: queue, DependsOn: []string{"a", "b"}},
+	})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, true, true}, created)
+	require.Equal(t, client.StatusBlocked, ts[2].Status)
+	child, err := c.Get(ctx, ts[2].ID)
+	require.NoError(t, err)
+	require.Equal(t, []string{ts[0].ID, ts[1].ID}, child.DependsOn)
+	require.Equal(t, []string{ts[0].ID, ts[1].ID}, child.BlockedBy)
+	_, _, err = c.SubmitBatch(ctx, []client.SubmitParams{{Queue: queue, Ref: "x", DependsOn: []string{"x"}}})
+	require.True(t, client.IsValidation(err), "%v", err)
+
+	_, err = c.Register(ctx, client.RegisterParams{ID: "sdk-w", Queues: []string{queue, next}})
+	require.NoError(t, err)
+	held, err := c.Claim(ctx, client.ClaimParams{WorkerID: "sdk-w", Queue: queue, Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, held, 2, "the BLOCKED task is not claimed")
+	byID := map[string]client.Task{held[0].ID: held[0], held[1].ID: held[1]}
+	a, b := byID[ts[0].ID], byID[ts[1].ID]
+
+	// An invalid enqueue refuses the whole complete.
+	_, err = c.Complete(ctx, a.ID, client.CompleteParams{WorkerID: "sdk-w", LeaseID: a.LeaseID,
+		Enqueue: []client.SubmitParams{{Queue: next}, {Queue: ""}}})
+	require.True(t, client.IsValidation(err), "%v", err)
+	done, err := c.Complete(ctx, a.ID, client.CompleteParams{WorkerID: "sdk-w", LeaseID: a.LeaseID, Result: "A",
+		Enqueue: []client.SubmitParams{{Queue: next, Payload: "from a"}}})
+	require.NoError(t, err)
+	require.Equal(t, client.StatusDone, done.Status)
+	require.Len(t, done.Enqueued, 1)
+	require.Equal(t, next, done.Enqueued[0].Queue)
+	outcomes, err := c.CompleteBatch(ctx, "sdk-w", []client.CompleteItem{{ID: b.ID, LeaseID: b.LeaseID, Result: "B",
+		Enqueue: []client.SubmitParams{{Queue: next, Payload: "from b"}}}})
+	require.NoError(t, err)
+	require.Equal(t, client.OutcomeDone, outcomes[0].Outcome)
+	require.Len(t, outcomes[0].Enqueued, 1)
+
+	child, err = c.Get(ctx, ts[2].ID)
+	require.NoError(t, err)
+	require.Equal(t, client.StatusPending, child.Status)
+	require.Empty(t, child.BlockedBy)
+	parents, err := c.Parents(ctx, child.ID)
+	require.NoError(t, err)
+	require.Len(t, parents, 2)
+	require.JSONEq(t, `"A"`, string(parents[0].Result))
+	require.JSONEq(t, `"B"`, string(parents[1].Result))
+
+	attempts, err := c.Attempts(ctx, a.ID)
+	require.NoError(t, err)
+	require.Len(t, attempts, 1)
+	require.Equal(t, client.AttemptCompleted, attempts[0].Outcome)
+	require.Equal(t, "sdk-w", attempts[0].WorkerID)
+	require.NotNil(t, attempts[0].FinishedAt)
+	_, err = c.Attempts(ctx, uuid.NewString())
+	require.True(t, client.IsNotFound(err), "%v", err)
+
+	want := client.Queue{Queue: queue, Pending: 1, Done: 2, ActiveWorkers: 1}
+	mine := func(qs []client.Queue) client.Queue {
+		for _, q := range queueCounts(qs) {
+			if q.Queue == queue {
+				return q
+			}
+		}
+		return client.Queue{}
+	}
+	qs := sdkQueuesEventually(t, c, func(qs []client.Queue) bool { return reflect.DeepEqual(mine(qs), want) })
+	require.Equal(t, want, mine(qs))
 }
