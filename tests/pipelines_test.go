@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskmaster/taskmaster/client"
@@ -738,4 +739,35 @@ func TestSDKPipelines(t *testing.T) {
 	}
 	qs := sdkQueuesEventually(t, c, func(qs []client.Queue) bool { return reflect.DeepEqual(mine(qs), want) })
 	require.Equal(t, want, mine(qs))
+}
+
+// A runner's handler returning a client.Next completes its task and
+// enqueues the next stage in one step; the next stage's handler reads its
+// input from the payload.
+func TestRunnerEnqueuesTheNextStage(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, nil)
+	c := newSDK(t, s.URL, nil)
+	stage1, stage2 := "r1-"+uuid.NewString()[:8], "r2-"+uuid.NewString()[:8]
+	const n = 20
+	submitN(t, c, stage1, n, func(i int) any { return map[string]int{"i": i} })
+	handler := func(_ context.Context, task client.Task) (any, error) {
+		var p struct{ I int }
+		if err := task.DecodePayload(&p); err != nil {
+			return nil, client.NonRetryable(err)
+		}
+		if task.Queue == stage2 {
+			return p.I, nil
+		}
+		return client.Next{Result: "staged", Enqueue: []client.SubmitParams{{Queue: stage2, Payload: map[string]int{"i": p.I * 10}}}}, nil
+	}
+	stop, _ := startRunner(t, c, client.RunnerConfig{Queues: []string{stage1, stage2}, Concurrency: 4}, handler)
+	testclient.Poll(t, 60*time.Second, "both stages done", func() bool {
+		return countRows(t, s, `SELECT count(*) FROM tasks WHERE queue = ANY($1) AND status = 'DONE'`,
+			pq.StringArray{stage1, stage2}) == 2*n
+	})
+	require.NoError(t, stop())
+	require.Equal(t, n, countRows(t, s, `SELECT count(*) FROM tasks WHERE queue = $1 AND result = '"staged"'`, stage1))
+	require.Equal(t, n, countRows(t, s, `SELECT count(DISTINCT payload->>'i') FROM tasks WHERE queue = $1
+		AND (payload->>'i')::int % 10 = 0 AND result = payload->'i'`, stage2))
 }
