@@ -771,3 +771,37 @@ func TestRunnerEnqueuesTheNextStage(t *testing.T) {
 	require.Equal(t, n, countRows(t, s, `SELECT count(DISTINCT payload->>'i') FROM tasks WHERE queue = $1
 		AND (payload->>'i')::int % 10 = 0 AND result = payload->'i'`, stage2))
 }
+
+// The CLI submits after existing tasks (--depends-on), shows a task's
+// dependencies, its attempts, and the blocked count.
+func TestCLIPipelines(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, nil)
+	c := newSDK(t, s.URL, nil)
+	queue := "cli-p-" + uuid.NewString()[:8]
+	parent := cliSubmit(t, s.URL, "--queue", queue)
+	child := cliSubmit(t, s.URL, "--queue", queue, "--depends-on", parent.ID)
+	require.Equal(t, client.StatusBlocked, child.Status)
+	out := mustCLI(t, s.URL, "get", child.ID)
+	require.Regexp(t, `Depends on\s+`+parent.ID, out)
+	require.Regexp(t, `Blocked by\s+`+parent.ID, out)
+	_, err := runCLI(t, context.Background(), s.URL, "", "submit", "--queue", queue, "--depends-on", "nope")
+	require.True(t, client.IsValidation(err), "%v", err)
+
+	_, err = c.Register(context.Background(), client.RegisterParams{ID: "cli-w", Queues: []string{queue}})
+	require.NoError(t, err)
+	held, err := c.Claim(context.Background(), client.ClaimParams{WorkerID: "cli-w", Queue: queue})
+	require.NoError(t, err)
+	require.Len(t, held, 1)
+	_, err = c.Fail(context.Background(), held[0].ID, client.FailParams{WorkerID: "cli-w", LeaseID: held[0].LeaseID, Error: "disk full"})
+	require.NoError(t, err)
+	out = mustCLI(t, s.URL, "attempts", parent.ID)
+	require.Regexp(t, `(?m)^1\s+cli-w\s+\S+\s+\S+\s+failed\s+disk full$`, out)
+	var attempts struct{ Attempts []client.Attempt }
+	require.NoError(t, json.Unmarshal([]byte(mustCLI(t, s.URL, "attempts", parent.ID, "--json")), &attempts))
+	require.Len(t, attempts.Attempts, 1)
+
+	sdkQueuesEventually(t, c, func(qs []client.Queue) bool { return len(qs) == 1 && qs[0].Blocked == 1 })
+	require.Regexp(t, queue+`\s+1\s+0\s+0\s+0\s+1\s+1\s+`, mustCLI(t, s.URL, "queues"))
+	require.Contains(t, mustCLI(t, s.URL, "list", "--queue", queue, "--status", "blocked"), child.ID)
+}
