@@ -49,10 +49,6 @@ type Task struct {
 	LeaseExpiresAt *time.Time `json:"lease_expires_at"`
 	// CancelRequestedAt is when an operator asked to cancel the running task.
 	CancelRequestedAt *time.Time `json:"cancel_requested_at"`
-	// DependsOn and BlockedBy are the task's parents and those not DONE
-	// yet (GET /tasks/v1/{id} only).
-	DependsOn []string `json:"depends_on"`
-	BlockedBy []string `json:"blocked_by"`
 	// Enqueued are the tasks a complete with enqueue created (its answer
 	// only).
 	Enqueued []Task `json:"enqueued"`
@@ -318,6 +314,24 @@ func (c *Client) Submit(body any) Task {
 func (c *Client) Get(id string) Task {
 	c.t.Helper()
 	var out Task
+	c.Do(http.MethodGet, "/tasks/v1/"+id, nil).Expect(c.t, http.StatusOK, &out)
+	return out
+}
+
+// TaskDetail is GET /tasks/v1/{id}'s answer: the task and its
+// dependencies.
+type TaskDetail struct {
+	Task
+	// DependsOn and BlockedBy are the task's parents and those not DONE
+	// yet.
+	DependsOn []string `json:"depends_on"`
+	BlockedBy []string `json:"blocked_by"`
+}
+
+// Describe reads one task with its dependencies and requires 200.
+func (c *Client) Describe(id string) TaskDetail {
+	c.t.Helper()
+	var out TaskDetail
 	c.Do(http.MethodGet, "/tasks/v1/"+id, nil).Expect(c.t, http.StatusOK, &out)
 	return out
 }
