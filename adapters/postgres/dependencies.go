@@ -182,22 +182,6 @@ func (s *TaskStore) LockTasks(ctx context.Context, ids []uuid.UUID, keys []ports
 	return out, nil
 }
 
-// insertGraphSQL inserts new tasks in the status the domain gave them, from
-// parallel arrays (see insertManySQL).
-const insertGraphSQL = `
-	INSERT INTO tasks (id, queue, status, priority, payload, tags, attempts, max_attempts,
-		deadline, run_at, idempotency_key, created_at, updated_at, payload_bytes,
-		blockers, has_dependants, dead_reason, finished_at)
-	SELECT u.id, u.queue, u.status, u.priority, u.payload::jsonb, u.tags::text[], 0, u.max_attempts,
-		u.deadline::timestamptz, u.run_at::timestamptz, u.idempotency_key, $10, $10, u.payload_bytes,
-		u.blockers, u.has_dependants, u.dead_reason, u.finished_at::timestamptz
-	FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::int[],
-		$7::text[], $8::text[], $9::text[], $11::int[], $12::text[], $13::int[], $14::bool[], $15::text[], $16::text[])
-		AS u(id, queue, priority, payload, tags, max_attempts, deadline, run_at, idempotency_key, payload_bytes,
-			status, blockers, has_dependants, dead_reason, finished_at)
-	ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-	RETURNING ` + taskColumns
-
 // CreateGraph implements ports.TaskStore.
 func (s *TaskStore) CreateGraph(ctx context.Context, fn ports.TaskGraphFunc) ([]*task.Task, error) {
 	now, err := s.st.Now(ctx)
@@ -209,53 +193,14 @@ func (s *TaskStore) CreateGraph(ctx context.Context, fn ports.TaskGraphFunc) ([]
 		return nil, err
 	}
 	n := len(g.Tasks)
-	var (
-		ids         = make(pq.StringArray, n)
-		queues      = make(pq.StringArray, n)
-		priorities  = make(pq.Int64Array, n)
-		payloads    = make([]sql.NullString, n)
-		tags        = make(pq.StringArray, n)
-		maxAtt      = make(pq.Int64Array, n)
-		deadlines   = make([]sql.NullString, n)
-		runAts      = make(pq.StringArray, n)
-		keys        = make([]sql.NullString, n)
-		sizes       = make([]sql.NullInt64, n)
-		statuses    = make(pq.StringArray, n)
-		blockers    = make([]sql.NullInt64, n)
-		dependants  = make(pq.BoolArray, n)
-		deadReasons = make([]sql.NullString, n)
-		finishedAts = make([]sql.NullString, n)
-	)
-	for i, t := range g.Tasks {
-		v := t.Snapshot()
-		ids[i], queues[i], priorities[i], maxAtt[i], runAts[i] = v.ID.String(), v.Queue, int64(v.Priority), int64(v.MaxAttempts), timeText(v.RunAt)
-		if len(v.Payload) > 0 {
-			payloads[i] = sql.NullString{String: string(v.Payload), Valid: true}
-		}
-		if sizes[i], err = jsonBytes(v.Payload); err != nil {
-			return nil, fmt.Errorf("insert tasks: tasks[%d].payload: %w", i, err)
-		}
-		lit, err := pq.StringArray(v.Tags).Value()
-		if err != nil {
-			return nil, fmt.Errorf("encode tags: %w", err)
-		}
-		tags[i] = lit.(string)
-		deadlines[i] = nullTimeText(v.Deadline)
-		keys[i] = nullString(v.IdempotencyKey)
-		statuses[i] = string(v.Status)
-		blockers[i] = sql.NullInt64{Int64: int64(v.Blockers), Valid: v.HasParents}
-		dependants[i] = v.HasDependants
-		deadReasons[i] = nullString(string(v.DeadReason))
-		finishedAts[i] = nullTimeText(v.FinishedAt)
+	arrays, err := newTaskArraysOf(g.Tasks)
+	if err != nil {
+		return nil, err
 	}
 	var rows []taskRow
 	if n > 0 {
-		err = s.st.tx.SelectContext(ctx, &rows, insertGraphSQL,
-			ids, queues, priorities, pq.Array(payloads), tags, maxAtt,
-			pq.Array(deadlines), runAts, pq.Array(keys), now, pq.Array(sizes),
-			statuses, pq.Array(blockers), dependants, pq.Array(deadReasons), pq.Array(finishedAts))
-		if err != nil {
-			return nil, fmt.Errorf("insert tasks: %w", err)
+		if rows, err = arrays.insert(ctx, s.st.tx, now); err != nil {
+			return nil, err
 		}
 	}
 	if len(rows) != n {
