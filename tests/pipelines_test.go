@@ -69,18 +69,25 @@ type outboxEvent struct {
 // taskEvents reads every outbox event about id, in commit order.
 func taskEvents(t *testing.T, s *testserver.Server, id string) []outboxEvent {
 	t.Helper()
+	return eventsByTask(t, s)[id]
+}
+
+// eventsByTask reads every task event in the outbox, in commit order, by
+// task id.
+func eventsByTask(t *testing.T, s *testserver.Server) map[string][]outboxEvent {
+	t.Helper()
 	var payloads [][]byte
 	require.NoError(t, s.DB.SelectContext(t.Context(), &payloads,
 		`SELECT payload::text::bytea FROM watermill_taskmaster_events ORDER BY transaction_id, "offset"`))
-	var out []outboxEvent
+	out := map[string][]outboxEvent{}
 	for _, p := range payloads {
 		var env struct {
 			Events []outboxEvent `json:"events"`
 		}
 		require.NoError(t, json.Unmarshal(p, &env))
 		for _, e := range env.Events {
-			if e.TaskID == id {
-				out = append(out, e)
+			if e.TaskID != "" {
+				out[e.TaskID] = append(out[e.TaskID], e)
 			}
 		}
 	}
@@ -802,4 +809,74 @@ func TestCLIPipelines(t *testing.T) {
 	sdkQueuesEventually(t, c, func(qs []client.Queue) bool { return len(qs) == 1 && qs[0].Blocked == 1 })
 	require.Regexp(t, queue+`\s+1\s+0\s+0\s+0\s+1\s+1\s+`, mustCLI(t, s.URL, "queues"))
 	require.Contains(t, mustCLI(t, s.URL, "list", "--queue", queue, "--status", "blocked"), child.ID)
+}
+
+// Two parents shared by 300 dependants, reported at the same moment by two
+// workers: every dependant moves exactly once, with exactly one event:
+// unblocked when both complete, dead dependency_failed when both fail
+// (the two cascades cross on every dependant), and dead when one fails
+// while the other completes.
+func TestDependantsOfConcurrentlyReportedParentsMoveExactlyOnce(t *testing.T) {
+	t.Parallel()
+	s, c := startAPI(t, nil)
+	const children = 300
+	for _, tc := range []struct {
+		name       string
+		fail       [2]bool
+		wantStatus string
+		wantEvent  outboxEvent
+	}{
+		{"both complete", [2]bool{false, false}, "PENDING", outboxEvent{Type: "task.unblocked", From: "BLOCKED", To: "PENDING", Reason: "dependencies_done"}},
+		{"both fail", [2]bool{true, true}, "DEAD", outboxEvent{Type: "task.dead_lettered", From: "BLOCKED", To: "DEAD", Reason: "dependency_failed"}},
+		{"one fails", [2]bool{false, true}, "DEAD", outboxEvent{Type: "task.dead_lettered", From: "BLOCKED", To: "DEAD", Reason: "dependency_failed"}},
+	} {
+		queue, sink := "pp-"+uuid.NewString()[:8], "pk-"+uuid.NewString()[:8]
+		items := []jsonObj{{"queue": queue, "ref": "p0"}, {"queue": queue, "ref": "p1"}}
+		for i := range children {
+			items = append(items, jsonObj{"queue": sink, "payload": i, "depends_on": []string{"p0", "p1"}})
+		}
+		ts, _ := submitGraph(t, c, items...)
+		held := claimQueue(t, c, "w-"+queue, queue)
+		require.Len(t, held, 2, tc.name)
+
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		statuses := make([]int, 2)
+		for i := range 2 {
+			tk := held[ts[i].ID]
+			path, body := reportPath(tk.ID, "complete"), holderBody(tk, nil)
+			if tc.fail[i] {
+				path, body = reportPath(tk.ID, "fail"), holderBody(tk, jsonObj{"error": "broken", "retryable": false})
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				r, err := c.Send(http.MethodPost, path, body, nil)
+				if err == nil {
+					statuses[i] = r.Status
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		require.Equal(t, []int{http.StatusOK, http.StatusOK}, statuses, tc.name)
+
+		var counts []struct {
+			Status string `db:"status"`
+			N      int    `db:"n"`
+		}
+		require.NoError(t, s.DB.SelectContext(t.Context(), &counts,
+			`SELECT status, count(*) AS n FROM tasks WHERE queue = $1 GROUP BY status`, sink))
+		require.Len(t, counts, 1, tc.name)
+		require.Equal(t, tc.wantStatus, counts[0].Status, tc.name)
+		require.Equal(t, children, counts[0].N, tc.name)
+		byTask := eventsByTask(t, s)
+		for _, child := range ts[2:] {
+			events := byTask[child.ID]
+			want := tc.wantEvent
+			want.TaskID = child.ID
+			require.Equal(t, []outboxEvent{{"task.submitted", child.ID, "", "BLOCKED", ""}, want}, events, tc.name)
+		}
+	}
 }
