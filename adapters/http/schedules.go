@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/gorilla/mux"
 
 	"github.com/taskmaster/taskmaster/domain/schedule"
@@ -63,7 +64,7 @@ func scheduleJSON(sc *schedule.Schedule) ScheduleJSON {
 			out.Task.Retry.Jitter = &j
 		}
 	}
-	if v.LastTaskID != [16]byte{} {
+	if v.LastTaskID != uuid.Nil {
 		out.LastTaskID = optString(v.LastTaskID.String())
 	}
 	return out
