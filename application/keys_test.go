@@ -2,7 +2,6 @@ package application_test
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -10,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/taskmaster/taskmaster/adapters/postgres"
+	"github.com/taskmaster/taskmaster/adapters/outbox/envelope"
 	"github.com/taskmaster/taskmaster/application"
 	"github.com/taskmaster/taskmaster/domain/apikey"
 	"github.com/taskmaster/taskmaster/domain/event"
@@ -33,9 +32,9 @@ func auditEvents(t *testing.T, s services) []event.Event {
 	require.NoError(t, s.db.Select(&payloads, `SELECT payload FROM watermill_taskmaster_events ORDER BY "offset"`))
 	var out []event.Event
 	for _, p := range payloads {
-		var env postgres.Envelope
-		require.NoError(t, json.Unmarshal(p, &env))
-		for _, e := range env.Events {
+		events, err := envelope.Decode(p)
+		require.NoError(t, err)
+		for _, e := range events {
 			if strings.HasPrefix(string(e.Type), "audit.") {
 				out = append(out, e)
 			}

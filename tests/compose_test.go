@@ -467,7 +467,7 @@ func TestDashboardMatchesSpecifiedMetrics(t *testing.T) {
 		`taskmaster_task_execution_duration_seconds_bucket{queue="q",le="+Inf"}`,
 		`taskmaster_task_end_to_end_duration_seconds_bucket{queue="q",le="+Inf"}`,
 		`taskmaster_tasks{queue="q",status="PENDING"}`, `taskmaster_tasks{queue="q",status="RUNNING"}`,
-		`taskmaster_workers{status="ACTIVE"}`, `taskmaster_outbox_lag_seconds{consumer_group="queue_stats"}`,
+		`taskmaster_workers{status="ACTIVE"}`, `taskmaster_outbox_lag_seconds{consumer_group="projections"}`,
 	} {
 		text.WriteString(line + " 1\n")
 	}

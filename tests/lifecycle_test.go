@@ -53,9 +53,11 @@ func everyService(t *testing.T) []runningService {
 		Logger: logger, OnShutdown: []func(){notifier.CloseWaits},
 	})
 	ocfg := outbox.DefaultConfig()
-	router, err := outbox.NewRouter(db.DB, ocfg, logger, outbox.NewQueueStatsProjector(), outbox.NewMetricsProjector())
+	router, err := outbox.NewRouter(db.DB, ocfg, logger)
 	require.NoError(t, err)
 	janitor, err := outbox.NewJanitor(db.DB, ocfg, logger)
+	require.NoError(t, err)
+	streams, err := outbox.NewStreams(outbox.NewFeed(db.DB, ocfg.StreamReadBytes, logger), ocfg, logger)
 	require.NoError(t, err)
 	reaper := application.NewBackgroundService(application.BackgroundParams{
 		Name: "stress-reaper", Interval: 10 * time.Millisecond, Elector: postgres.NewElector(db, "stress", time.Second), Logger: logger,
@@ -88,6 +90,20 @@ func everyService(t *testing.T) []runningService {
 		}},
 		{name: "outbox router", svc: router},
 		{name: "outbox janitor", svc: janitor},
+		{name: "event streams", svc: streams, works: func(t *testing.T) {
+			sub, err := streams.Subscribe(t.Context(), "")
+			require.NoError(t, err, "a running reader serves streams")
+			defer sub.Close()
+			_, err = db.ExecContext(t.Context(), `INSERT INTO watermill_taskmaster_events (uuid, payload, transaction_id)
+				VALUES (gen_random_uuid()::text, '{"events":[{"type":"task.submitted","queue":"stress"}]}', pg_current_xact_id())`)
+			require.NoError(t, err)
+			select {
+			case page := <-sub.Pages():
+				require.NotEmpty(t, page.Events)
+			case <-time.After(30 * time.Second):
+				t.Fatal("no event from a restarted reader")
+			}
+		}},
 		{name: "background service", svc: reaper, works: func(t *testing.T) {
 			awaitTrue(t, reaper.Leading, "the restarted job leads")
 		}},

@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"encoding/json"
 	"net/http"
 	"testing"
 	"time"
@@ -9,7 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/taskmaster/taskmaster/adapters/postgres"
+	"github.com/taskmaster/taskmaster/adapters/outbox/envelope"
 	"github.com/taskmaster/taskmaster/domain/event"
 	"github.com/taskmaster/taskmaster/tests/testclient"
 	"github.com/taskmaster/taskmaster/tests/testserver"
@@ -22,9 +21,9 @@ func outboxEvents(t *testing.T, s *testserver.Server) []event.Event {
 	require.NoError(t, s.DB.Select(&payloads, `SELECT payload::text::bytea FROM watermill_taskmaster_events ORDER BY transaction_id, "offset"`))
 	var out []event.Event
 	for _, p := range payloads {
-		var env postgres.Envelope
-		require.NoError(t, json.Unmarshal(p, &env))
-		out = append(out, env.Events...)
+		events, err := envelope.Decode(p)
+		require.NoError(t, err)
+		out = append(out, events...)
 	}
 	return out
 }

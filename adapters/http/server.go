@@ -52,6 +52,9 @@ type ServerConfig struct {
 	// TLS, when enabled, serves HTTPS with a certificate reloaded by
 	// ReloadTLS.
 	TLS TLSConfig
+	// EventsWriteTimeout bounds one write to an event stream's client (a
+	// client that takes longer ends its stream); 0 means 10 s.
+	EventsWriteTimeout time.Duration
 }
 
 // Defaults of the admission caps (see admission).
@@ -125,7 +128,7 @@ type Deps struct {
 	Health  ports.HealthChecker
 	Logger  *zap.Logger
 	// Events, when set, serves GET /events/v1.
-	Events ports.EventFeed
+	Events ports.EventStreams
 	// Keys authenticates requests (required when authentication is on)
 	// and serves the admin API of keys.
 	Keys ports.KeyService
@@ -147,7 +150,7 @@ type Server struct {
 	workers     ports.WorkerService
 	queues      ports.QueueService
 	health      ports.HealthChecker
-	events      ports.EventFeed
+	events      ports.EventStreams
 	logger      *zap.Logger
 	extraRoutes []Route
 	onShutdown  []func()

@@ -73,5 +73,5 @@ func TestExamplePrintsEveryEventOnceInItsOwnGroup(t *testing.T) {
 	require.Contains(t, lines[2], "audit.task_cancelled queue=emails task="+tk.ID().String(), "the operator's action, in the same message")
 	var groups []string
 	require.NoError(t, db.Select(&groups, `SELECT consumer_group FROM watermill_offsets_taskmaster_events ORDER BY 1`))
-	require.Equal(t, []string{"billing", "metrics", "queue_stats"}, groups, "the example registered its own group")
+	require.Equal(t, []string{"billing", "projections"}, groups, "the example registered its own group")
 }

@@ -16,6 +16,7 @@ import (
 
 	httpadapter "github.com/taskmaster/taskmaster/adapters/http"
 	"github.com/taskmaster/taskmaster/adapters/metrics"
+	"github.com/taskmaster/taskmaster/adapters/outbox"
 	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/application"
 	"github.com/taskmaster/taskmaster/ports"
@@ -32,7 +33,7 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 		fx.Provide(
 			newDatabase,
 			fx.Annotate(postgres.NewTxRunner, fx.As(new(ports.TxRunner))),
-			fx.Annotate(postgres.NewStatsReader, fx.As(new(ports.StatsReader))),
+			fx.Annotate(outbox.NewStatsReader, fx.As(new(ports.StatsReader))),
 			fx.Annotate(postgres.NewHealth, fx.As(new(ports.HealthChecker))),
 			newNotifier,
 			func(n *postgres.Notifier) ports.TaskNotifier { return n },
@@ -96,7 +97,7 @@ type httpParams struct {
 	Routes    []httpadapter.Route     `group:"routes"`
 	Observe   httpadapter.ObserveFunc `optional:"true"`
 	Notifier  *postgres.Notifier
-	Events    ports.EventFeed `optional:"true"`
+	Events    ports.EventStreams `optional:"true"`
 	Keys      ports.KeyService
 	Schedules ports.ScheduleService
 }

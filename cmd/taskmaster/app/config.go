@@ -50,7 +50,7 @@ type Config struct {
 	// within it plus one tick.
 	LeaderLeaseTTL time.Duration
 	// Outbox configures the outbox consumers (projectors), the outbox
-	// janitor and the event feed.
+	// janitor and the event streams.
 	Outbox outbox.Config
 	// LogLevel is debug, info, warn or error.
 	LogLevel string
@@ -152,6 +152,9 @@ func (c Config) Validate() error {
 	}
 	if c.Outbox.Retention < 0 {
 		add("TASKMASTER_OUTBOX_RETENTION", errors.New("must not be negative"))
+	}
+	if c.Outbox.MaxStreams < 1 {
+		add("TASKMASTER_EVENTS_MAX_STREAMS", errors.New("must be at least 1"))
 	}
 	if len(errs) == 0 { // the outbox's own checks repeat some above; report a mistake once
 		add("TASKMASTER_OUTBOX_*", c.Outbox.Validate())
@@ -287,6 +290,9 @@ func settings() []setting {
 		{"TASKMASTER_EVENTS_HEARTBEAT_SECONDS", "events-heartbeat-seconds", "keep-alive interval of GET /events/v1 streams",
 			secondsSetter(func(c *Config, d time.Duration) { c.HTTP.EventsHeartbeat = d }),
 			func(c *Config) string { return seconds(c.HTTP.EventsHeartbeat) }},
+		{"TASKMASTER_EVENTS_MAX_STREAMS", "events-max-streams", "GET /events/v1 streams one instance serves at once (503 beyond)",
+			intSetter(func(c *Config, n int) { c.Outbox.MaxStreams = n }),
+			func(c *Config) string { return strconv.Itoa(c.Outbox.MaxStreams) }},
 		{"TASKMASTER_PPROF_ADDR", "pprof-addr", "serve /debug/pprof/ on this address (empty: off)",
 			func(c *Config, v string) error { c.PprofAddr = v; return nil },
 			func(c *Config) string { return c.PprofAddr }},

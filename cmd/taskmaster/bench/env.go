@@ -171,15 +171,19 @@ type sample struct {
 	lag        time.Duration
 }
 
-// monitor samples the server process (CPU, RSS) and the projection lag
-// while a scenario runs.
+// lagSampleInterval is how often the monitor reads the projection lag: often
+// enough that its percentiles describe a run of a few seconds.
+const lagSampleInterval = 100 * time.Millisecond
+
+// monitor samples the server process (CPU, RSS, every 500 ms) and the
+// projection lag (every lagSampleInterval) while a scenario runs.
 type monitor struct {
 	env *environment
 
 	mu      sync.Mutex
 	last    sample
 	peakRSS int64
-	maxLag  time.Duration
+	lags    recorder
 	groups  int
 	stop    chan struct{}
 	done    chan struct{}
@@ -187,60 +191,69 @@ type monitor struct {
 
 func newMonitor(env *environment) *monitor {
 	m := &monitor{env: env, stop: make(chan struct{}), done: make(chan struct{})}
-	m.read()
+	m.readProcess()
+	m.readLag()
 	go m.loop()
 	return m
 }
 
 func (m *monitor) loop() {
 	defer close(m.done)
-	t := time.NewTicker(500 * time.Millisecond)
-	defer t.Stop()
+	proc := time.NewTicker(500 * time.Millisecond)
+	defer proc.Stop()
+	lag := time.NewTicker(lagSampleInterval)
+	defer lag.Stop()
 	for {
 		select {
 		case <-m.stop:
-			m.read()
+			m.readProcess()
+			m.readLag()
 			return
-		case <-t.C:
-			m.read()
+		case <-proc.C:
+			m.readProcess()
+		case <-lag.C:
+			m.readLag()
 		}
 	}
 }
 
-func (m *monitor) read() {
-	s := sample{}
-	if m.env.serverPID != 0 {
-		s.cpuSeconds, _ = processCPU(m.env.serverPID)
-		s.rssBytes, s.peakRSS, _ = processRSS(m.env.serverPID)
+func (m *monitor) readProcess() {
+	if m.env.serverPID == 0 {
+		return
 	}
-	var groups int
-	if m.env.db != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		s.lag, groups = projectionLag(ctx, m.env.db)
-		cancel()
-	}
+	cpu, _ := processCPU(m.env.serverPID)
+	rss, peak, _ := processRSS(m.env.serverPID)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.last = s
-	if s.rssBytes > m.peakRSS {
-		m.peakRSS = s.rssBytes
+	m.last.cpuSeconds, m.last.rssBytes, m.last.peakRSS = cpu, rss, peak
+	m.peakRSS = max(m.peakRSS, rss)
+}
+
+func (m *monitor) readLag() {
+	if m.env.db == nil {
+		return
 	}
-	if s.lag > m.maxLag {
-		m.maxLag = s.lag
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	lag, groups, err := projectionLag(ctx, m.env.db)
+	cancel()
+	if err != nil {
+		return
 	}
-	if groups > m.groups {
-		m.groups = groups
-	}
+	m.lags.add(lag)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.last.lag = lag
+	m.groups = max(m.groups, groups)
 }
 
 // finish stops sampling and returns the last sample, the peak RSS, the
-// largest lag seen and how many consumer groups were seen.
-func (m *monitor) finish() (sample, int64, time.Duration, int) {
+// percentiles of the lag samples and how many consumer groups were seen.
+func (m *monitor) finish() (sample, int64, Percentiles, int) {
 	close(m.stop)
 	<-m.done
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.last, m.peakRSS, m.maxLag, m.groups
+	return m.last, m.peakRSS, m.lags.percentiles(), m.groups
 }
 
 func (m *monitor) current() sample {
@@ -249,25 +262,32 @@ func (m *monitor) current() sample {
 	return m.last
 }
 
+// projectionLagSQL is, per consumer group, the age of the first outbox
+// message after its position (0 when it is caught up); it returns the
+// largest and the number of groups. created_at may be timestamptz or (before
+// migration 0006) a timestamp in the session's zone: both subtract right from
+// clock_timestamp().
+const projectionLagSQL = `
+SELECT coalesce(max(lag), 0) AS lag, count(*) AS groups FROM (
+	SELECT coalesce((
+		SELECT extract(epoch FROM clock_timestamp() - e.created_at)
+		FROM watermill_taskmaster_events e
+		WHERE (e.transaction_id, e."offset") > (o.last_processed_transaction_id, coalesce(o.offset_acked, 0))
+		ORDER BY e.transaction_id, e."offset"
+		LIMIT 1), 0) AS lag
+	FROM watermill_offsets_taskmaster_events o) x`
+
 // projectionLag is the age of the oldest outbox event some consumer group
 // has not consumed yet (0 when all are caught up), and the number of groups.
-func projectionLag(ctx context.Context, db *sqlx.DB) (time.Duration, int) {
+func projectionLag(ctx context.Context, db *sqlx.DB) (time.Duration, int, error) {
 	var row struct {
 		Lag    float64 `db:"lag"`
 		Groups int     `db:"groups"`
 	}
-	err := db.GetContext(ctx, &row, `
-		SELECT coalesce(max(lag), 0) AS lag, count(*) AS groups FROM (
-			SELECT o.consumer_group,
-				coalesce((SELECT extract(epoch FROM clock_timestamp()::timestamp - min(e.created_at))
-				 FROM watermill_taskmaster_events e
-				 WHERE e.transaction_id > o.last_processed_transaction_id
-				    OR (e.transaction_id = o.last_processed_transaction_id AND e."offset" > o.offset_acked)), 0) AS lag
-			FROM watermill_offsets_taskmaster_events o) x`)
-	if err != nil {
-		return 0, 0
+	if err := db.GetContext(ctx, &row, projectionLagSQL); err != nil {
+		return 0, 0, err
 	}
-	return time.Duration(row.Lag * float64(time.Second)), row.Groups
+	return time.Duration(max(row.Lag, 0) * float64(time.Second)), row.Groups, nil
 }
 
 // processCPU is the user+system CPU seconds of pid (from /proc).
@@ -315,6 +335,22 @@ func processRSS(pid int) (cur, peak int64, err error) {
 		}
 	}
 	return cur, peak, sc.Err()
+}
+
+// outboxSize is the number of rows in the outbox and its size on disk with
+// its index and TOAST data.
+func outboxSize(ctx context.Context, db *sqlx.DB) (rows, bytes int64) {
+	if db == nil {
+		return 0, 0
+	}
+	var out struct {
+		Rows  int64 `db:"rows"`
+		Bytes int64 `db:"bytes"`
+	}
+	_ = db.GetContext(ctx, &out, `
+		SELECT (SELECT count(*) FROM watermill_taskmaster_events) AS rows,
+			pg_total_relation_size('watermill_taskmaster_events') AS bytes`)
+	return out.Rows, out.Bytes
 }
 
 func dbSize(ctx context.Context, db *sqlx.DB) int64 {
