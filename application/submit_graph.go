@@ -23,7 +23,8 @@ import (
 // write a cycle), a ref that names nothing, and an id that names no task the
 // principal may see are 422s naming "tasks[i].depends_on[k]". An item whose
 // idempotency key names an existing task (or an earlier item) is that task,
-// as it is: its depends_on is not applied. Everything commits in one
+// as it is: its depends_on is not applied. Such a batch takes no
+// unique_key (422 naming "tasks[i].unique_key"). Everything commits in one
 // transaction, which first locks the parents it names (in id order), so a
 // parent cannot finish unnoticed while its dependants are being added.
 func (s *TaskService) SubmitGraph(ctx context.Context, ps []task.SubmitParams, specs []task.DependencySpec) ([]*task.Task, []bool, error) {
@@ -37,6 +38,14 @@ func (s *TaskService) SubmitGraph(ctx context.Context, ps []task.SubmitParams, s
 	parents, err := task.ResolveDependencies(specs)
 	if err != nil {
 		v.Merge("", err.(*validation.Error))
+	}
+	for i, p := range ps {
+		// An active-unique key would have to be resolved against the graph
+		// (an item standing for the task holding it) as idempotency keys
+		// are; until it is, a batch with dependencies refuses it.
+		if p.UniqueKey != nil {
+			v.Add(fmt.Sprintf("tasks[%d].unique_key", i), "is not accepted in a batch with dependencies (ref, depends_on)")
+		}
 	}
 	if err := v.Err(); err != nil {
 		return nil, nil, err

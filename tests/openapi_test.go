@@ -338,19 +338,19 @@ func TestOpenAPIResponsesMatchSpec(t *testing.T) {
 	require.Equal(t, []any{parent["id"], id0}, detail["depends_on"])
 	require.Equal(t, []any{parent["id"]}, detail["blocked_by"])
 	problem(422, "validation-error", "POST", "/tasks/v1/batch", `{"tasks":[{"queue":"spec-p","ref":"x","depends_on":["x"]}]}`)
-	expect(201, "POST", "/workers/v1/register", `{"id":"spec-w5","queues":["spec-p"]}`)
-	pa := expect(200, "POST", "/tasks/v1/claim", `{"worker_id":"spec-w5","limit":5}`)["tasks"].([]any)[0].(map[string]any)
+	expect(201, "POST", "/workers/v1/register", `{"id":"spec-w6","queues":["spec-p"]}`)
+	pa := expect(200, "POST", "/tasks/v1/claim", `{"worker_id":"spec-w6","limit":5}`)["tasks"].([]any)[0].(map[string]any)
 	expect(200, "GET", "/tasks/v1/"+pa["id"].(string)+"/attempts", "")
-	withEnqueue := expect(200, "POST", "/tasks/v1/"+pa["id"].(string)+"/complete", `{"worker_id":"spec-w5","lease_id":"`+
+	withEnqueue := expect(200, "POST", "/tasks/v1/"+pa["id"].(string)+"/complete", `{"worker_id":"spec-w6","lease_id":"`+
 		pa["lease_id"].(string)+`","result":"a","enqueue":[{"queue":"spec-p3","payload":1,"idempotency_key":"n1"}]}`)
 	require.Len(t, withEnqueue["enqueued"], 1)
-	problem(422, "validation-error", "POST", "/tasks/v1/"+pa["id"].(string)+"/complete", `{"worker_id":"spec-w5","lease_id":"`+
+	problem(422, "validation-error", "POST", "/tasks/v1/"+pa["id"].(string)+"/complete", `{"worker_id":"spec-w6","lease_id":"`+
 		pa["lease_id"].(string)+`","enqueue":[{"queue":""}]}`)
 	parents := expect(200, "GET", "/tasks/v1/"+child["id"].(string)+"/parents", "")
 	require.Len(t, parents["parents"], 2)
 	problem(404, "task-not-found", "GET", "/tasks/v1/"+uuid.NewString()+"/parents", "")
-	pb := expect(200, "POST", "/tasks/v1/claim", `{"worker_id":"spec-w5"}`)["tasks"].([]any)[0].(map[string]any)
-	batchEnqueued := expect(200, "POST", "/tasks/v1/complete", `{"worker_id":"spec-w5","items":[{"id":"`+pb["id"].(string)+
+	pb := expect(200, "POST", "/tasks/v1/claim", `{"worker_id":"spec-w6"}`)["tasks"].([]any)[0].(map[string]any)
+	batchEnqueued := expect(200, "POST", "/tasks/v1/complete", `{"worker_id":"spec-w6","items":[{"id":"`+pb["id"].(string)+
 		`","lease_id":"`+pb["lease_id"].(string)+`","enqueue":[{"queue":"spec-p3","idempotency_key":"n1"}]}]}`)
 	require.Len(t, batchEnqueued["items"].([]any)[0].(map[string]any)["enqueued"], 1)
 	attempts := expect(200, "GET", "/tasks/v1/"+pb["id"].(string)+"/attempts", "")
@@ -452,6 +452,8 @@ func TestOpenAPIResponsesMatchSpec(t *testing.T) {
 	require.NotNil(t, revokedKey["revoked_at"])
 	problem(404, "key-not-found", "DELETE", "/admin/v1/keys/"+uuid.NewString(), "")
 	problem(404, "key-not-found", "DELETE", "/admin/v1/keys/not-a-uuid", "")
+
+	exerciseSchedulesAndSnooze(t, specCalls{expect: expect, problem: problem})
 
 	// The router's own problems.
 	problem(404, "not-found", "GET", "/nowhere", "")

@@ -197,7 +197,7 @@ func (s *TaskStore) CreateGraph(ctx context.Context, fn ports.TaskGraphFunc) ([]
 	if err != nil {
 		return nil, err
 	}
-	var rows []taskRow
+	rows := map[uuid.UUID]*taskRow{}
 	if n > 0 {
 		if rows, err = arrays.insert(ctx, s.st.tx, now); err != nil {
 			return nil, err
@@ -216,13 +216,9 @@ func (s *TaskStore) CreateGraph(ctx context.Context, fn ports.TaskGraphFunc) ([]
 			return nil, fmt.Errorf("mark dependants: %w", err)
 		}
 	}
-	byID := make(map[uuid.UUID]*taskRow, n)
-	for i := range rows {
-		byID[rows[i].ID] = &rows[i]
-	}
 	out := make([]*task.Task, n)
 	for i, t := range g.Tasks {
-		out[i] = byID[t.ID()].toDomain()
+		out[i] = rows[t.ID()].toDomain()
 		if t.Status() == task.StatusPending {
 			s.st.notify(t.Queue())
 		}

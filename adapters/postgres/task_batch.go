@@ -18,21 +18,28 @@ import (
 
 // insertTasksSQL inserts new tasks, in the status the domain gave them,
 // from parallel arrays in one statement (newTaskArrays): every batch of new
-// tasks, with dependencies or not. Per-row arrays (tags) and nullable values
-// travel as text and are cast per row; lib/pq has no array-of-arrays or
-// nullable-array encoding otherwise.
+// tasks, plain, enqueued or with dependencies. Per-row arrays (tags) and
+// nullable values travel as text and are cast per row; lib/pq has no
+// array-of-arrays or nullable-array encoding otherwise. ON CONFLICT has no
+// target: an item gives way to the idempotency index and to the
+// active-unique index alike, including to an earlier item of the same
+// batch.
 const insertTasksSQL = `
 	INSERT INTO tasks (id, queue, status, priority, payload, tags, attempts, max_attempts,
 		deadline, run_at, idempotency_key, created_at, updated_at, payload_bytes,
+		unique_key, retry_base_seconds, retry_max_seconds, retry_jitter,
 		blockers, has_dependants, dead_reason, finished_at)
 	SELECT u.id, u.queue, u.status, u.priority, u.payload::jsonb, u.tags::text[], 0, u.max_attempts,
 		u.deadline::timestamptz, u.run_at::timestamptz, u.idempotency_key, $10, $10, u.payload_bytes,
+		u.unique_key, u.retry_base, u.retry_max, u.retry_jitter,
 		u.blockers, u.has_dependants, u.dead_reason, u.finished_at::timestamptz
 	FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::int[],
-		$7::text[], $8::text[], $9::text[], $11::int[], $12::text[], $13::int[], $14::bool[], $15::text[], $16::text[])
-		AS u(id, queue, priority, payload, tags, max_attempts, deadline, run_at, idempotency_key, payload_bytes,
-			status, blockers, has_dependants, dead_reason, finished_at)
-	ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+		$7::text[], $8::text[], $9::text[], $11::int[], $12::text[], $13::float8[], $14::float8[], $15::text[],
+		$16::text[], $17::int[], $18::bool[], $19::text[], $20::text[])
+		WITH ORDINALITY AS u(id, queue, priority, payload, tags, max_attempts, deadline, run_at, idempotency_key, payload_bytes,
+			unique_key, retry_base, retry_max, retry_jitter, status, blockers, has_dependants, dead_reason, finished_at, n)
+	ORDER BY u.n
+	ON CONFLICT DO NOTHING
 	RETURNING ` + taskColumns
 
 // newTaskArrays are the columns of new tasks as the parallel arrays of
@@ -40,8 +47,9 @@ const insertTasksSQL = `
 type newTaskArrays struct {
 	ids, queues, tags, runAts, statuses pq.StringArray
 	priorities, maxAtt                  pq.Int64Array
-	payloads, deadlines, keys           []sql.NullString
-	deadReasons, finishedAts            []sql.NullString
+	payloads, deadlines, keys, ukeys    []sql.NullString
+	jitters, deadReasons, finishedAts   []sql.NullString
+	bases, maxes                        []sql.NullFloat64
 	sizes, blockers                     []sql.NullInt64
 	dependants                          pq.BoolArray
 }
@@ -53,7 +61,9 @@ func newTaskArraysOf(ts []*task.Task) (newTaskArrays, error) {
 		runAts: make(pq.StringArray, n), statuses: make(pq.StringArray, n),
 		priorities: make(pq.Int64Array, n), maxAtt: make(pq.Int64Array, n),
 		payloads: make([]sql.NullString, n), deadlines: make([]sql.NullString, n), keys: make([]sql.NullString, n),
+		ukeys: make([]sql.NullString, n), jitters: make([]sql.NullString, n),
 		deadReasons: make([]sql.NullString, n), finishedAts: make([]sql.NullString, n),
+		bases: make([]sql.NullFloat64, n), maxes: make([]sql.NullFloat64, n),
 		sizes: make([]sql.NullInt64, n), blockers: make([]sql.NullInt64, n), dependants: make(pq.BoolArray, n),
 	}
 	for i, t := range ts {
@@ -64,7 +74,7 @@ func newTaskArraysOf(ts []*task.Task) (newTaskArrays, error) {
 		}
 		var err error
 		if a.sizes[i], err = jsonBytes(v.Payload); err != nil {
-			return newTaskArrays{}, fmt.Errorf("insert tasks: tasks[%d].payload: %w", i, err)
+			return newTaskArrays{}, fmt.Errorf("insert tasks: task %s: payload: %w", v.ID, err)
 		}
 		lit, err := pq.StringArray(v.Tags).Value()
 		if err != nil {
@@ -73,6 +83,9 @@ func newTaskArraysOf(ts []*task.Task) (newTaskArrays, error) {
 		a.tags[i] = lit.(string)
 		a.deadlines[i] = nullTimeText(v.Deadline)
 		a.keys[i] = nullString(v.IdempotencyKey)
+		a.ukeys[i] = nullString(v.UniqueKey)
+		retry := retryColumnsOf(v.Retry)
+		a.bases[i], a.maxes[i], a.jitters[i] = retry.Base, retry.Max, retry.Jitter
 		a.statuses[i] = string(v.Status)
 		a.blockers[i] = sql.NullInt64{Int64: int64(v.Blockers), Valid: v.HasParents}
 		a.dependants[i] = v.HasDependants
@@ -83,17 +96,23 @@ func newTaskArraysOf(ts []*task.Task) (newTaskArrays, error) {
 }
 
 // insert runs insertTasksSQL at the transaction's time now and returns the
-// rows inserted (not those whose idempotency key was taken).
-func (a newTaskArrays) insert(ctx context.Context, tx sqlx.QueryerContext, now time.Time) ([]taskRow, error) {
+// rows inserted by id (an item that gave way to an idempotency or unique key
+// is missing).
+func (a newTaskArrays) insert(ctx context.Context, tx sqlx.QueryerContext, now time.Time) (map[uuid.UUID]*taskRow, error) {
 	var rows []taskRow
 	err := sqlx.SelectContext(ctx, tx, &rows, insertTasksSQL,
 		a.ids, a.queues, a.priorities, pq.Array(a.payloads), a.tags, a.maxAtt,
 		pq.Array(a.deadlines), a.runAts, pq.Array(a.keys), now, pq.Array(a.sizes),
+		pq.Array(a.ukeys), pq.Array(a.bases), pq.Array(a.maxes), pq.Array(a.jitters),
 		a.statuses, pq.Array(a.blockers), a.dependants, pq.Array(a.deadReasons), pq.Array(a.finishedAts))
 	if err != nil {
 		return nil, fmt.Errorf("insert tasks: %w", err)
 	}
-	return rows, nil
+	inserted := make(map[uuid.UUID]*taskRow, len(rows))
+	for i := range rows {
+		inserted[rows[i].ID] = &rows[i]
+	}
+	return inserted, nil
 }
 
 // CreateMany implements ports.TaskStore.
@@ -106,72 +125,67 @@ func (s *TaskStore) CreateMany(ctx context.Context, fn ports.TaskCreateManyFunc)
 	if err != nil {
 		return nil, nil, err
 	}
-	n := len(ts)
-	arrays, err := newTaskArraysOf(ts)
-	if err != nil {
-		return nil, nil, err
-	}
-	rows, err := arrays.insert(ctx, s.st.tx, now)
-	if err != nil {
-		return nil, nil, err
-	}
-	inserted := make(map[uuid.UUID]*taskRow, len(rows))
-	for i := range rows {
-		inserted[rows[i].ID] = &rows[i]
-	}
-	out := make([]*task.Task, n)
-	created := make([]bool, n)
+	out := make([]*task.Task, len(ts))
+	created := make([]bool, len(ts))
 	var recorded []event.Event
-	var missing []int
-	for i, t := range ts {
-		if r, ok := inserted[t.ID()]; ok {
-			out[i], created[i] = r.toDomain(), true
-			recorded = append(recorded, events[i])
-			s.st.notify(r.Queue)
-			continue
+	todo := make([]int, len(ts)) // the items neither inserted nor found yet
+	for i := range todo {
+		todo[i] = i
+	}
+	for range maxKeyRaces {
+		inserted, err := s.insertMany(ctx, ts, todo, now)
+		if err != nil {
+			return nil, nil, err
 		}
-		missing = append(missing, i)
+		var missing, left []int
+		for _, i := range todo {
+			if r, ok := inserted[ts[i].ID()]; ok {
+				out[i], created[i] = r.toDomain(), true
+				recorded = append(recorded, events[i])
+				s.st.notify(r.Queue)
+				continue
+			}
+			missing = append(missing, i)
+		}
+		if len(missing) > 0 {
+			pick := make([]*task.Task, len(missing))
+			for j, i := range missing {
+				pick[j] = ts[i]
+			}
+			found, err := s.existing(ctx, pick)
+			if err != nil {
+				return nil, nil, err
+			}
+			for j, i := range missing {
+				if found[j] == nil {
+					// Its unique key's holder finished in between: try again.
+					left = append(left, i)
+					continue
+				}
+				out[i] = found[j]
+			}
+		}
+		if todo = left; len(todo) == 0 {
+			s.st.Record(recorded...)
+			return out, created, nil
+		}
 	}
-	if err := s.loadExisting(ctx, ts, missing, out); err != nil {
-		return nil, nil, err
-	}
-	s.st.Record(recorded...)
-	return out, created, nil
+	return nil, nil, fmt.Errorf("insert tasks: the unique keys' holders kept changing")
 }
 
-// loadExisting fills out[i] for the items whose idempotency key already
-// existed (in the table, or earlier in the same batch).
-func (s *TaskStore) loadExisting(ctx context.Context, ts []*task.Task, missing []int, out []*task.Task) error {
-	if len(missing) == 0 {
-		return nil
+// insertMany inserts the items idx of ts with one statement (insertTasksSQL)
+// and returns the inserted rows by id; an item that gave way to an
+// idempotency or unique key is missing.
+func (s *TaskStore) insertMany(ctx context.Context, ts []*task.Task, idx []int, now time.Time) (map[uuid.UUID]*taskRow, error) {
+	pick := make([]*task.Task, len(idx))
+	for i, item := range idx {
+		pick[i] = ts[item]
 	}
-	queues := make(pq.StringArray, len(missing))
-	keys := make(pq.StringArray, len(missing))
-	for j, i := range missing {
-		v := ts[i].Snapshot()
-		queues[j], keys[j] = v.Queue, v.IdempotencyKey
-	}
-	var rows []taskRow
-	err := s.st.tx.SelectContext(ctx, &rows, `
-		SELECT `+prefixed("t.", taskColumns)+` FROM tasks t
-		JOIN unnest($1::text[], $2::text[]) AS k(queue, key) ON t.queue = k.queue AND t.idempotency_key = k.key`,
-		queues, keys)
+	a, err := newTaskArraysOf(pick)
 	if err != nil {
-		return fmt.Errorf("load tasks by idempotency key: %w", err)
+		return nil, err
 	}
-	byKey := make(map[[2]string]*taskRow, len(rows))
-	for i := range rows {
-		byKey[[2]string{rows[i].Queue, rows[i].IdempotencyKey.String}] = &rows[i]
-	}
-	for _, i := range missing {
-		v := ts[i].Snapshot()
-		r, ok := byKey[[2]string{v.Queue, v.IdempotencyKey}]
-		if !ok {
-			return fmt.Errorf("task %s was neither inserted nor found by its idempotency key", v.ID)
-		}
-		out[i] = r.toDomain()
-	}
-	return nil
+	return a.insert(ctx, s.st.tx, now)
 }
 
 // UpdateEach implements ports.TaskStore.
