@@ -883,3 +883,32 @@ func TestDependantsOfConcurrentlyReportedParentsMoveExactlyOnce(t *testing.T) {
 		}
 	}
 }
+
+// A snooze ends its attempt (outcome snoozed) under the number it was
+// claimed with; the next claim, which does not spend an attempt, runs
+// under that number again.
+func TestAttemptHistoryKeepsASnooze(t *testing.T) {
+	t.Parallel()
+	_, c := startAPI(t, nil)
+	queue := "sn-" + uuid.NewString()[:8]
+	held := submitAndClaim(t, c, "w", jsonObj{"queue": queue})
+	c.Do(http.MethodPost, reportPath(held.ID, "snooze"), holderBody(held, jsonObj{"delay_seconds": 1})).Expect(t, http.StatusOK, nil)
+	var again []testclient.Task
+	testclient.Poll(t, 30*time.Second, "the snoozed task to be claimable again", func() bool {
+		again = c.Claim(jsonObj{"worker_id": "w", "queue": queue})
+		return len(again) == 1
+	})
+	var out struct {
+		Attempts []struct {
+			Attempt  int     `json:"attempt"`
+			WorkerID string  `json:"worker_id"`
+			Outcome  *string `json:"outcome"`
+		} `json:"attempts"`
+	}
+	c.Do(http.MethodGet, "/tasks/v1/"+held.ID+"/attempts", nil).Expect(t, http.StatusOK, &out)
+	require.Len(t, out.Attempts, 2)
+	require.Equal(t, 1, out.Attempts[0].Attempt)
+	require.Equal(t, "snoozed", *out.Attempts[0].Outcome)
+	require.Equal(t, 1, out.Attempts[1].Attempt, "the snooze gave the attempt back")
+	require.Nil(t, out.Attempts[1].Outcome, "running")
+}
