@@ -377,6 +377,22 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// killDuring kills the server with SIGKILL kills times while the workers
+// bring the DONE tasks to want, each time in the middle of the run,
+// restarting it on the same database, and waits until want tasks are DONE.
+func killDuring(t *testing.T, srv *server, bin, databaseURL, addr string, db *sqlx.DB, want int) {
+	t.Helper()
+	for k := 1; k <= kills; k++ {
+		waitUntil(t, "more tasks done", func() bool { return countDone(t, db) >= k*want/(kills+1) })
+		srv.kill(t)
+		doneAtKill := countDone(t, db)
+		t.Logf("SIGKILL %d with %d of %d tasks done", k, doneAtKill, want)
+		require.Less(t, doneAtKill, want, "the kill came in the middle of the run")
+		srv = serve(t, bin, databaseURL, addr)
+	}
+	waitUntil(t, "every task done", func() bool { return countDone(t, db) == want })
+}
+
 func newLedger() *ledger {
 	return &ledger{claimed: map[string]int{}, acked: map[string][]string{}, unsure: map[string]map[string]bool{}, refused: map[string]map[string]bool{}}
 }
@@ -446,15 +462,7 @@ func TestSIGKILLMidClaimsLosesNoTaskAndCompletesNoneTwice(t *testing.T) {
 
 	// Kill the server while the workers are busy claiming and completing,
 	// restart it on the same database, several times.
-	for k := 1; k <= kills; k++ {
-		waitUntil(t, "more tasks done", func() bool { return countDone(t, db) >= k*tasks/(kills+1) })
-		srv.kill(t)
-		doneAtKill := countDone(t, db)
-		t.Logf("SIGKILL %d with %d of %d tasks done", k, doneAtKill, tasks)
-		require.Less(t, doneAtKill, tasks, "the kill came in the middle of the run")
-		srv = serve(t, bin, databaseURL, addr)
-	}
-	waitUntil(t, "every task done", func() bool { return countDone(t, db) == tasks })
+	killDuring(t, srv, bin, databaseURL, addr, db, tasks)
 	stop()
 
 	l.mu.Lock()
@@ -543,15 +551,7 @@ func TestSIGKILLMidPipelineLosesNoStageAndDuplicatesNone(t *testing.T) {
 	stop := startWorkers(t, base, l, next)
 
 	const all = 3 * perStage
-	for k := 1; k <= kills; k++ {
-		waitUntil(t, "more tasks done", func() bool { return countDone(t, db) >= k*all/(kills+1) })
-		srv.kill(t)
-		doneAtKill := countDone(t, db)
-		t.Logf("SIGKILL %d with %d of %d tasks done", k, doneAtKill, all)
-		require.Less(t, doneAtKill, all, "the kill came in the middle of the run")
-		srv = serve(t, bin, databaseURL, addr)
-	}
-	waitUntil(t, "every stage done", func() bool { return countDone(t, db) == all })
+	killDuring(t, srv, bin, databaseURL, addr, db, all)
 	stop()
 
 	l.mu.Lock()
