@@ -35,6 +35,15 @@ type Options struct {
 	PayloadBytes int // memory scenario
 	Claimers     int // memory scenario
 	MemoryClaim  int // memory scenario: tasks per claim
+	// ServerBin, when set, is the binary whose `serve` is benchmarked.
+	ServerBin string
+	// Statements prints the top statements of pg_stat_statements per
+	// scenario; WaitEvents samples pg_stat_activity's wait events.
+	Statements int
+	WaitEvents bool
+	// IdleWorkers and IdleQueues size the idle scenario.
+	IdleWorkers int
+	IdleQueues  int
 }
 
 // Report is one scenario's result. The JSON field names are a contract
@@ -63,6 +72,16 @@ type Report struct {
 	PayloadBytes       int   `json:"payload_bytes,omitempty"`
 	OverloadedAnswers  int64 `json:"overloaded_answers,omitempty"`
 	ServerRSSHighWater int64 `json:"server_rss_high_water_bytes,omitempty"`
+
+	// CPU is where the scenario's CPU went (server, PostgreSQL, load
+	// generator, the rest of the machine), also per finished task.
+	CPU *CPUBreakdown `json:"cpu,omitempty"`
+	// Finished is how many tasks the scenario finished (CPU.FinishedTasks).
+	Finished int64 `json:"-"`
+	// Idle holds the idle scenario's figures; Storage the database size per
+	// million finished tasks.
+	Idle    *IdleFigures    `json:"idle,omitempty"`
+	Storage *StorageFigures `json:"storage,omitempty"`
 }
 
 // Scenarios are the scenario names, in the order "all" runs them.
@@ -124,6 +143,12 @@ func parseOptions(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.PayloadBytes, "payload-bytes", 1<<20, "payload size in the memory scenario")
 	fs.IntVar(&o.Claimers, "claimers", 64, "concurrent claiming workers in the memory scenario")
 	fs.IntVar(&o.MemoryClaim, "memory-claim-limit", 8, "tasks per claim in the memory scenario")
+	fs.IntVar(&o.BacklogTasks, "backlog", 0, "pending tasks of the backlog scenario's large queue (default 1000000, or --tasks)")
+	fs.StringVar(&o.ServerBin, "server-bin", "", "benchmark this binary's `serve` instead of this one's (A/B comparisons)")
+	fs.IntVar(&o.Statements, "statements", 0, "print the N statements that took the most time per scenario (loads pg_stat_statements)")
+	fs.BoolVar(&o.WaitEvents, "wait-events", false, "sample the database sessions' wait events every 10 ms and print them per scenario")
+	fs.IntVar(&o.IdleWorkers, "idle-workers", 1000, "long-polling workers in the idle scenario")
+	fs.IntVar(&o.IdleQueues, "idle-queues", 10, "queues the idle scenario's workers wait on")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -154,6 +179,7 @@ func parseOptions(args []string, stderr io.Writer) (Options, error) {
 func runScenario(ctx context.Context, env *environment, name string, opts Options, log io.Writer) (Report, error) {
 	mon := newMonitor(env)
 	start := mon.current()
+	probes := startProbes(ctx, env, opts)
 	var (
 		r   Report
 		err error
@@ -169,7 +195,10 @@ func runScenario(ctx context.Context, env *environment, name string, opts Option
 		r, err = runLatency(ctx, env, opts, mon, log)
 	case "memory":
 		r, err = runMemory(ctx, env, opts, mon, log)
+	default:
+		r, err = extraScenarios[name](ctx, env, opts, mon, log)
 	}
+	probes.finish(ctx, &r, log)
 	end, peak, lag, groups := mon.finish()
 	if err != nil {
 		return r, err
@@ -326,7 +355,7 @@ func runBatch(ctx context.Context, env *environment, opts Options, mon *monitor,
 	}
 	end := time.Now()
 	return Report{
-		Tasks: n, Producers: opts.Producers, Workers: opts.Workers,
+		Tasks: n, Producers: opts.Producers, Workers: opts.Workers, Finished: int64(n),
 		DurationSeconds:     round3(end.Sub(start).Seconds()),
 		SubmitTasksPerSec:   round1(float64(n) / submitDone.Sub(start).Seconds()),
 		EndToEndTasksPerSec: round1(float64(n) / end.Sub(start).Seconds()),
@@ -360,7 +389,7 @@ func runSingle(ctx context.Context, env *environment, opts Options, mon *monitor
 	el := time.Since(start)
 	cp := completes.percentiles()
 	return Report{
-		Tasks: n, Producers: opts.Producers, Workers: workers,
+		Tasks: n, Producers: opts.Producers, Workers: workers, Finished: int64(n),
 		DurationSeconds:     round3(el.Seconds()),
 		SubmitTasksPerSec:   round1(submitRate),
 		EndToEndTasksPerSec: round1(float64(n) / el.Seconds()),
@@ -417,7 +446,7 @@ func runBacklog(ctx context.Context, env *environment, opts Options, mon *monito
 		ratio = round3(full.P99 / empty.P99)
 	}
 	return Report{
-		Tasks: backlog, Producers: opts.Producers, Workers: workers,
+		Tasks: backlog, Producers: opts.Producers, Workers: workers, Finished: done,
 		DurationSeconds:       round3(time.Since(t0).Seconds()),
 		EndToEndTasksPerSec:   round1(float64(done) / opts.Duration.Seconds()),
 		ClaimLatencyMS:        full,
@@ -529,7 +558,7 @@ func runLatency(ctx context.Context, env *environment, opts Options, mon *monito
 	}
 	sc := lat.percentiles()
 	return Report{
-		Tasks: n, Producers: 1, Workers: workers,
+		Tasks: n, Producers: 1, Workers: workers, Finished: int64(n),
 		DurationSeconds:     round3(time.Since(start).Seconds()),
 		SubmitTasksPerSec:   round1(float64(n) / submitEnd.Sub(start).Seconds()),
 		EndToEndTasksPerSec: round1(float64(n) / time.Since(start).Seconds()),
@@ -556,6 +585,7 @@ func printReport(w io.Writer, r Report) {
 	if r.BacklogP99Ratio > 0 {
 		fmt.Fprintf(w, "  backlog p99 / empty p99: %.2fx\n", r.BacklogP99Ratio)
 	}
+	printExtras(w, r)
 	pr("submit to claim", r.SubmitToClaimMS)
 	fmt.Fprintf(w, "  server CPU %.1f s, peak RSS %.1f MiB, database %.1f MiB, projection lag max %.0f ms (%d consumer groups)\n",
 		r.ServerCPUSeconds, float64(r.ServerPeakRSSBytes)/(1<<20), float64(r.DatabaseSizeBytes)/(1<<20), r.ProjectionLagMaxMS, r.ProjectionGroups)

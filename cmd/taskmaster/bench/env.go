@@ -29,6 +29,9 @@ type environment struct {
 	db        *sqlx.DB // nil when only --url is known
 	serverPID int      // 0 when the server is not ours
 	stop      func()
+
+	// postmasterPID is the benchmark's PostgreSQL (0 when not ours).
+	postmasterPID int
 }
 
 const benchDatabase = "taskmaster"
@@ -59,7 +62,7 @@ func startEnvironment(ctx context.Context, opts Options, log io.Writer) (*enviro
 	fmt.Fprintf(log, "starting PostgreSQL (durable defaults) in %s ...\n", dir)
 	pg, err := localpg.Start(ctx, localpg.Config{
 		DataDir:       filepath.Join(dir, "pg"),
-		ExtraSettings: map[string]string{"shared_buffers": "512MB", "max_wal_size": "4GB"},
+		ExtraSettings: serverSettings(opts),
 	})
 	if err != nil {
 		_ = os.RemoveAll(dir)
@@ -84,7 +87,7 @@ func startEnvironment(ctx context.Context, opts Options, log io.Writer) (*enviro
 		cleanup()
 		return nil, err
 	}
-	self, err := os.Executable()
+	self, err := serverBinary(opts)
 	if err != nil {
 		cleanup()
 		return nil, err
@@ -113,7 +116,8 @@ func startEnvironment(ctx context.Context, opts Options, log io.Writer) (*enviro
 			<-exited
 		}
 	}
-	env := &environment{api: newAPI("http://"+addr, opts.Workers+opts.Producers), serverPID: cmd.Process.Pid}
+	env := &environment{api: newAPI("http://"+addr, opts.Workers+opts.Producers), serverPID: cmd.Process.Pid,
+		postmasterPID: postmasterPID(pg.DataDir())}
 	db, err := sqlx.Open("postgres", dbURL)
 	if err != nil {
 		stopServer()
@@ -250,11 +254,12 @@ func projectionLag(ctx context.Context, db *sqlx.DB) (time.Duration, int) {
 	}
 	err := db.GetContext(ctx, &row, `
 		SELECT coalesce(max(lag), 0) AS lag, count(*) AS groups FROM (
-			SELECT o.consumer_group,
-				coalesce((SELECT extract(epoch FROM clock_timestamp()::timestamp - min(e.created_at))
-				 FROM watermill_taskmaster_events e
-				 WHERE e.transaction_id > o.last_processed_transaction_id
-				    OR (e.transaction_id = o.last_processed_transaction_id AND e."offset" > o.offset_acked)), 0) AS lag
+			SELECT coalesce((
+				SELECT extract(epoch FROM clock_timestamp()::timestamp - e.created_at)
+				FROM watermill_taskmaster_events e
+				WHERE (e.transaction_id, e."offset") > (o.last_processed_transaction_id, coalesce(o.offset_acked, 0))
+				ORDER BY e.transaction_id, e."offset"
+				LIMIT 1), 0) AS lag
 			FROM watermill_offsets_taskmaster_events o) x`)
 	if err != nil {
 		return 0, 0
