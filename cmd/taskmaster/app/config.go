@@ -227,6 +227,19 @@ func settings() []setting {
 		{"TASKMASTER_DB_TCP_USER_TIMEOUT_MS", "db-tcp-user-timeout-ms", "close a database connection unacknowledged or silent to keepalives this long, on both ends (0: OS defaults)",
 			optionalMillisSetter(func(c *Config, d time.Duration) { c.Pool.Conn.TCPUserTimeout = d }),
 			func(c *Config) string { return millis(c.Pool.Conn.TCPUserTimeout) }},
+		{"TASKMASTER_DB_STATEMENT_CACHE_SIZE", "db-statement-cache-size", "prepared statements each database connection keeps (0: none, every statement parsed and planned each time)",
+			func(c *Config, v string) error {
+				n, err := strconv.Atoi(v)
+				if err != nil || n < 0 {
+					return errors.New("must be a whole number, 0 or more")
+				}
+				c.Pool.StatementCacheSize = n
+				if n == 0 {
+					c.Pool.StatementCacheSize = -1
+				}
+				return nil
+			},
+			func(c *Config) string { return strconv.Itoa(max(c.Pool.StatementCacheSize, 0)) }},
 		{"TASKMASTER_HEARTBEAT_STALE_THRESHOLD_SECONDS", "heartbeat-stale-threshold-seconds", "silence before a worker is STALE",
 			secondsSetter(func(c *Config, d time.Duration) { c.App.Liveness.StaleAfter = d }),
 			func(c *Config) string { return seconds(c.App.Liveness.StaleAfter) }},
