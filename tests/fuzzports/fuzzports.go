@@ -119,6 +119,19 @@ func (tasks) Claim(_ context.Context, p ports.ClaimParams) ([]*task.Task, bool, 
 	return []*task.Task{t}, false, nil
 }
 
+func (s tasks) ClaimGroup(ctx context.Context, p ports.ClaimGroupParams) ([]ports.ClaimOutcome, error) {
+	out := make([]ports.ClaimOutcome, len(p.Requests))
+	for i, r := range p.Requests {
+		ts, truncated, err := s.Claim(ctx, ports.ClaimParams{WorkerID: r.WorkerID, WorkerTags: p.WorkerTags, Queues: p.Queues,
+			Limit: r.Limit, LeaseSeconds: r.LeaseSeconds, RequestID: r.RequestID, MaxBytes: r.MaxBytes})
+		if err != nil {
+			return nil, err
+		}
+		out[i] = ports.ClaimOutcome{Tasks: ts, Truncated: truncated}
+	}
+	return out, nil
+}
+
 func (tasks) ClaimedUnder(context.Context, string, string) ([]*task.Task, error) {
 	return []*task.Task{}, nil
 }
