@@ -132,6 +132,15 @@ type ClaimRequest struct {
 	RequestID string
 	// MaxBytes caps the estimated response size (as ClaimParams.MaxBytes).
 	MaxBytes int64
+	// CorrelationID, when set, is stamped on the request's events (the
+	// group's transaction serves several requests).
+	CorrelationID string
+}
+
+// ClaimRef names a worker's claim by its request id.
+type ClaimRef struct {
+	WorkerID  string
+	RequestID string
 }
 
 // ClaimOutcome is what one request of a group claimed.
@@ -196,6 +205,9 @@ type TaskStore interface {
 	// that carried requestID (task.Task.ClaimedUnder), in claim order
 	// (priority DESC then FIFO), with every column.
 	ClaimedUnder(ctx context.Context, workerID, requestID string) ([]*task.Task, error)
+	// ClaimedUnderEach is ClaimedUnder for several claims with one
+	// statement: out[i] holds refs[i]'s tasks (never nil).
+	ClaimedUnderEach(ctx context.Context, refs []ClaimRef) ([][]*task.Task, error)
 	// Held returns the tasks RUNNING under the worker, in id order, without
 	// locking them. The tasks carry every column but their payload.
 	Held(ctx context.Context, workerID string) ([]*task.Task, error)
@@ -245,8 +257,26 @@ type WorkerStore interface {
 	// declared DEAD before the transaction ends. Concurrent claims and
 	// heartbeats of one worker do not wait for each other's locks.
 	TouchLive(ctx context.Context, id string, fn WorkerTouchFunc) (*worker.Worker, error)
+	// TouchEach is Touch for several workers at once (an id may repeat).
+	// Results are in ids order: a worker that does not exist has Err
+	// worker.ErrNotFound, one fn refused fn's error (with the worker as
+	// read).
+	TouchEach(ctx context.Context, ids []string, fn WorkerTouchFunc) ([]WorkerResult, error)
+	// TouchLiveEach is TouchLive for several workers at once, as
+	// TouchEach.
+	TouchLiveEach(ctx context.Context, ids []string, fn WorkerTouchFunc) ([]WorkerResult, error)
 	// List returns every worker, in id order.
 	List(ctx context.Context) ([]*worker.Worker, error)
+}
+
+// WorkerResult is the outcome for one worker of a multi-worker operation.
+type WorkerResult struct {
+	// ID is the worker the operation named.
+	ID string
+	// Worker is the worker as the operation left it (nil when not found).
+	Worker *worker.Worker
+	// Err is why the operation refused it, or nil.
+	Err error
 }
 
 // ReaperStore holds the set-based operations of the background jobs, on the

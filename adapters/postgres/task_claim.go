@@ -276,7 +276,9 @@ func (s *TaskStore) ClaimGroup(ctx context.Context, p ports.ClaimGroupParams) ([
 		t := rows[i].toDomain()
 		o := &out[rows[i].Request-1]
 		o.Tasks = append(o.Tasks, t)
-		events = append(events, task.Claimed(t))
+		e := task.Claimed(t)
+		e.CorrelationID = p.Requests[rows[i].Request-1].CorrelationID
+		events = append(events, e)
 	}
 	for i := range rows {
 		// The request was dealt more rows than it kept: its byte cap cut it.

@@ -224,26 +224,49 @@ func inClaimOrder(rows []taskRow) {
 	sort.Slice(rows, func(i, j int) bool { return claimsBefore(&rows[i], &rows[j]) })
 }
 
-// claimedUnderSQL selects the tasks RUNNING under a worker ($1) from the
-// claim with request id $2 (task.Task.ClaimedUnder). It walks
-// tasks_running_by_claim (0007).
-const claimedUnderSQL = `
-	SELECT ` + taskColumns + ` FROM tasks
-	WHERE status = 'RUNNING' AND worker_id = $1 AND claim_request_id = $2`
-
 // ClaimedUnder implements ports.TaskStore.
 func (s *TaskStore) ClaimedUnder(ctx context.Context, workerID, requestID string) ([]*task.Task, error) {
-	if requestID == "" || !storableText(workerID) || !storableText(requestID) {
-		return []*task.Task{}, nil // no claim carried such an id
+	out, err := s.ClaimedUnderEach(ctx, []ports.ClaimRef{{WorkerID: workerID, RequestID: requestID}})
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
+}
+
+// claimedUnderEachSQL selects the tasks RUNNING under a worker from the
+// claim with a request id, for several (worker, request id) pairs ($1, $2)
+// (task.Task.ClaimedUnder). It walks tasks_running_by_claim (0007).
+var claimedUnderEachSQL = `
+	SELECT ` + prefixed("t.", taskColumns) + ` FROM tasks t
+	JOIN unnest($1::text[], $2::text[]) AS r(worker_id, request_id)
+		ON t.worker_id = r.worker_id AND t.claim_request_id = r.request_id
+	WHERE t.status = 'RUNNING'`
+
+// ClaimedUnderEach implements ports.TaskStore.
+func (s *TaskStore) ClaimedUnderEach(ctx context.Context, refs []ports.ClaimRef) ([][]*task.Task, error) {
+	out := make([][]*task.Task, len(refs))
+	var workers, requests pq.StringArray
+	for i, r := range refs {
+		out[i] = []*task.Task{}
+		if r.RequestID != "" && storableText(r.WorkerID) && storableText(r.RequestID) {
+			workers, requests = append(workers, r.WorkerID), append(requests, r.RequestID)
+		}
+	}
+	if len(workers) == 0 {
+		return out, nil // no claim carried such an id
 	}
 	var rows []taskRow
-	if err := s.st.tx.SelectContext(ctx, &rows, claimedUnderSQL, workerID, requestID); err != nil {
-		return nil, fmt.Errorf("select tasks of claim %q: %w", requestID, err)
+	if err := s.st.tx.SelectContext(ctx, &rows, claimedUnderEachSQL, workers, requests); err != nil {
+		return nil, fmt.Errorf("select tasks of claims: %w", err)
 	}
 	inClaimOrder(rows)
-	out := make([]*task.Task, len(rows))
 	for i := range rows {
-		out[i] = rows[i].toDomain()
+		t := rows[i].toDomain()
+		for j, r := range refs {
+			if t.ClaimedUnder(r.WorkerID, r.RequestID) {
+				out[j] = append(out[j], t)
+			}
+		}
 	}
 	return out, nil
 }

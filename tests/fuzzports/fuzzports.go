@@ -132,6 +132,14 @@ func (s tasks) ClaimGroup(ctx context.Context, p ports.ClaimGroupParams) ([]port
 	return out, nil
 }
 
+func (tasks) ClaimedUnderEach(_ context.Context, refs []ports.ClaimRef) ([][]*task.Task, error) {
+	out := make([][]*task.Task, len(refs))
+	for i := range out {
+		out[i] = []*task.Task{}
+	}
+	return out, nil
+}
+
 func (tasks) ClaimedUnder(context.Context, string, string) ([]*task.Task, error) {
 	return []*task.Task{}, nil
 }
@@ -184,6 +192,19 @@ func (workers) Touch(_ context.Context, id string, fn ports.WorkerTouchFunc) (*w
 
 func (w workers) TouchLive(ctx context.Context, id string, fn ports.WorkerTouchFunc) (*worker.Worker, error) {
 	return w.Touch(ctx, id, fn)
+}
+
+func (s workers) TouchEach(ctx context.Context, ids []string, fn ports.WorkerTouchFunc) ([]ports.WorkerResult, error) {
+	out := make([]ports.WorkerResult, len(ids))
+	for i, id := range ids {
+		w, err := s.Touch(ctx, id, fn)
+		out[i] = ports.WorkerResult{ID: id, Worker: w, Err: err}
+	}
+	return out, nil
+}
+
+func (s workers) TouchLiveEach(ctx context.Context, ids []string, fn ports.WorkerTouchFunc) ([]ports.WorkerResult, error) {
+	return s.TouchEach(ctx, ids, fn)
 }
 
 func (workers) List(context.Context) ([]*worker.Worker, error) { return []*worker.Worker{}, nil }
