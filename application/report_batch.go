@@ -80,43 +80,100 @@ func (s *TaskService) FailBatch(ctx context.Context, workerID string, items []po
 	return out, nil
 }
 
-// reportBatch applies a batch report's items in one transaction. refuse,
-// when not nil, returns an error for each item that must fail on its own
-// before its task is loaded (nil for the others); fn decides the rest.
+// reportBatch applies a batch report's items. refuse, when not nil, returns
+// an error for each item that must fail on its own before its task is
+// loaded (nil for the others); fn decides the rest.
 func (s *TaskService) reportBatch(ctx context.Context, workerID string, ids []uuid.UUID,
 	refuse func(ports.Stores) []error, fn ports.TaskUpdateEachFunc) ([]ports.TaskResult, error) {
-	var out []ports.TaskResult
-	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
-		refused := make([]error, len(ids))
-		if refuse != nil {
-			refused = refuse(st)
-		}
-		var (
-			kept []uuid.UUID
-			at   []int // at[j] is the item index of kept[j]
-		)
-		for i, id := range ids {
-			if refused[i] == nil {
-				kept = append(kept, id)
-				at = append(at, i)
+	out, err := s.reports.do(ctx, report{workerID: workerID, ids: ids, refuse: refuse, decide: fn})
+	return out, err
+}
+
+// report is one request of a holder that changes its tasks: a complete, a
+// fail or an extend (one item), or a batch report (many). Concurrent
+// reports share transactions (s.reports): one that locks every task of the
+// batch (in id order), lets the domain decide each item (each fenced by its
+// own lease), saves the changes with one statement, touches the reporting
+// workers with one more, and appends one outbox message. Each request is
+// answered only after that transaction committed, with its own items'
+// outcomes.
+type report struct {
+	workerID string
+	ids      []uuid.UUID
+	refuse   func(ports.Stores) []error
+	decide   ports.TaskUpdateEachFunc
+}
+
+// reportsOverlap reports whether p names a task that a request in batch
+// names too: those go to a later batch (one transaction changes a task
+// once).
+func reportsOverlap(batch []*pending[report, []ports.TaskResult], p *pending[report, []ports.TaskResult]) bool {
+	for _, q := range batch {
+		for _, a := range q.req.ids {
+			for _, b := range p.req.ids {
+				if a == b {
+					return true
+				}
 			}
 		}
-		applied, err := st.Tasks.UpdateEach(ctx, kept, func(j int, t *task.Task, now time.Time) ([]event.Event, error) {
-			return fn(at[j], t, now)
-		})
-		if err != nil {
-			return err
+	}
+	return false
+}
+
+// reportsBatch serves a batch of reports in one transaction.
+func (s *TaskService) reportsBatch(ctx context.Context, batch []*pending[report, []ports.TaskResult]) error {
+	return inOneTransaction(ctx, s.tx, batch, reportInTx)
+}
+
+func reportInTx(ctx context.Context, st ports.Stores, batch []*pending[report, []ports.TaskResult]) error {
+	type ref struct {
+		p *pending[report, []ports.TaskResult]
+		i int // the item's index in its request
+	}
+	var (
+		kept    []uuid.UUID
+		at      []ref
+		workers []string
+		seen    = map[string]bool{}
+	)
+	for _, p := range batch {
+		p.err = nil
+		p.res = make([]ports.TaskResult, len(p.req.ids))
+		refused := make([]error, len(p.req.ids))
+		if p.req.refuse != nil {
+			refused = p.req.refuse(st)
 		}
-		out = make([]ports.TaskResult, len(ids))
-		for i, id := range ids {
-			out[i] = ports.TaskResult{ID: id, Err: refused[i]}
+		for i, id := range p.req.ids {
+			p.res[i] = ports.TaskResult{ID: id, Err: refused[i]}
+			if refused[i] == nil {
+				kept = append(kept, id)
+				at = append(at, ref{p: p, i: i})
+			}
 		}
-		for j, res := range applied {
-			out[at[j]] = res
+		if !seen[p.req.workerID] {
+			seen[p.req.workerID] = true
+			workers = append(workers, p.req.workerID)
 		}
-		return touchReporter(ctx, st, workerID)
+	}
+	applied, err := st.Tasks.UpdateEach(ctx, kept, func(j int, t *task.Task, now time.Time) ([]event.Event, error) {
+		r := at[j]
+		events, err := r.p.req.decide(r.i, t, now)
+		cid := ports.CorrelationID(r.p.ctx)
+		for k := range events {
+			events[k].CorrelationID = cid
+		}
+		return events, err
 	})
-	return out, err
+	if err != nil {
+		return err
+	}
+	for j, res := range applied {
+		at[j].p.res[at[j].i] = res
+	}
+	// The reports count as their workers' signs of life. They were fenced
+	// already, so a worker that vanished or died since does not undo them.
+	_, err = st.Workers.TouchEach(ctx, workers, signOfLife)
+	return err
 }
 
 func validateBatch(workerID string, ids []uuid.UUID, more func(*validation.Errors)) error {
