@@ -12,6 +12,9 @@ RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/taskmaster ./cmd/t
 # unprivileged user.
 FROM alpine:3.20
 RUN addgroup -S -g 10001 taskmaster && adduser -S -D -H -u 10001 -G taskmaster taskmaster
+# Where `taskmaster keys create --out` may keep a key: a volume mounted here
+# starts owned by the unprivileged user.
+RUN mkdir -p /var/lib/taskmaster && chown 10001:10001 /var/lib/taskmaster && chmod 0700 /var/lib/taskmaster
 COPY --from=build /out/taskmaster /usr/local/bin/taskmaster
 USER 10001:10001
 ENV TASKMASTER_HTTP_ADDR=0.0.0.0:8080

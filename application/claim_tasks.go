@@ -31,6 +31,15 @@ func (s *TaskService) Claim(ctx context.Context, cmd ports.ClaimCommand) (ports.
 	if err != nil {
 		return ports.ClaimResult{}, err
 	}
+	p := ports.Principal(ctx)
+	if err := p.CheckWorkerID(c.workerID); err != nil {
+		return ports.ClaimResult{}, err
+	}
+	if c.queue != "" {
+		if err := p.CheckQueue(c.queue); err != nil {
+			return ports.ClaimResult{}, err
+		}
+	}
 	if c.wait == 0 {
 		out, _, err := s.claimOnce(ctx, c)
 		return out, err
@@ -159,8 +168,20 @@ func claimInTx(ctx context.Context, st ports.Stores, batch []*pending[claim, cla
 			ids = append(ids, p.req.workerID)
 		}
 	}
-	// The claim counts as the worker's sign of life.
-	ws, err := st.Workers.TouchLiveEach(ctx, ids, signOfLife)
+	// The claim counts as the worker's sign of life, given only for a
+	// worker that a request may claim as (each request's principal must
+	// own the worker and may use the queues the claim looks in; checked on
+	// this read of the worker).
+	denied := map[*pending[claim, claimAnswer]]error{}
+	touch := signOfLifeFor(batch, func(p *pending[claim, claimAnswer]) string { return p.req.workerID },
+		func(p *pending[claim, claimAnswer], w *worker.Worker) error {
+			pr := ports.Principal(p.ctx)
+			if err := pr.CheckActAs(w.ID(), w.Owner()); err != nil {
+				return err
+			}
+			return pr.CheckQueues(claimQueues(p.req, w))
+		}, denied)
+	ws, err := st.Workers.TouchLiveEach(ctx, ids, touch)
 	if err != nil {
 		return err
 	}
@@ -175,14 +196,15 @@ func claimInTx(ctx context.Context, st ports.Stores, batch []*pending[claim, cla
 	)
 	for _, p := range batch {
 		w := workers[p.req.workerID]
+		if err := denied[p]; err != nil {
+			p.err = err
+			continue
+		}
 		if w.Err != nil {
 			p.err = w.Err
 			continue
 		}
-		p.res.queues = w.Worker.Queues()
-		if p.req.queue != "" {
-			p.res.queues = []string{p.req.queue}
-		}
+		p.res.queues = claimQueues(p.req, w.Worker)
 		p.res.result.Tasks = []*task.Task{}
 		if p.req.requestID != "" {
 			refs = append(refs, ports.ClaimRef{WorkerID: p.req.workerID, RequestID: p.req.requestID})
@@ -239,6 +261,14 @@ func claimInTx(ctx context.Context, st ports.Stores, batch []*pending[claim, cla
 		}
 	}
 	return nil
+}
+
+// claimQueues are the queues claim c of worker w looks in.
+func claimQueues(c claim, w *worker.Worker) []string {
+	if c.queue != "" {
+		return []string{c.queue}
+	}
+	return w.Queues()
 }
 
 func signOfLife(w *worker.Worker, now time.Time) ([]event.Event, bool, error) {

@@ -42,8 +42,12 @@ func (s *TaskService) Complete(ctx context.Context, cmd ports.CompleteCommand) (
 // with concurrent reports (see report). check, when not nil, refuses what
 // storage cannot hold before anything is loaded.
 func (s *TaskService) updateReported(ctx context.Context, id uuid.UUID, workerID string, check func(ports.Stores) error, fn ports.TaskUpdateFunc) (*task.Task, error) {
+	if err := ports.Principal(ctx).CheckWorkerID(workerID); err != nil {
+		return nil, err
+	}
+	decide := visibleTaskFunc(ctx, fn)
 	r := report{workerID: workerID, ids: []uuid.UUID{id}, decide: func(_ int, t *task.Task, now time.Time) ([]event.Event, error) {
-		return fn(t, now)
+		return decide(t, now)
 	}}
 	if check != nil {
 		r.refuse = func(st ports.Stores) []error { return []error{check(st)} }

@@ -16,7 +16,13 @@ func (s *TaskService) Get(ctx context.Context, id uuid.UUID) (*task.Task, error)
 	var out *task.Task
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
 		var err error
-		out, err = st.Tasks.Get(ctx, id)
+		if out, err = st.Tasks.Get(ctx, id); err != nil {
+			return err
+		}
+		if !ports.Principal(ctx).QueueAllowed(out.Queue()) {
+			return task.ErrNotFound // never tell a key of tasks it may not see
+		}
+		out, err = hideLease(ctx, st, out)
 		return err
 	})
 	if err != nil {
@@ -40,11 +46,22 @@ func (s *TaskService) List(ctx context.Context, q ports.ListQuery) (ports.TaskPa
 	if err := v.Err(); err != nil {
 		return ports.TaskPage{}, err
 	}
+	if p := ports.Principal(ctx); p.Restricted() {
+		if f.Queue != "" {
+			if err := p.CheckQueue(f.Queue); err != nil {
+				return ports.TaskPage{}, err
+			}
+		} else {
+			f.Visible = p.QueuePatterns()
+		}
+	}
 	var page ports.TaskPage
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
 		var err error
-		page.Tasks, page.Truncated, err = st.Tasks.List(ctx, f)
-		return err
+		if page.Tasks, page.Truncated, err = st.Tasks.List(ctx, f); err != nil {
+			return err
+		}
+		return hideLeases(ctx, st, page.Tasks)
 	})
 	if err != nil {
 		return ports.TaskPage{}, fmt.Errorf("list tasks: %w", err)

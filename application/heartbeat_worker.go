@@ -3,6 +3,7 @@ package application
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/taskmaster/taskmaster/domain/event"
@@ -36,10 +37,16 @@ func (s *WorkerService) Heartbeat(ctx context.Context, cmd ports.HeartbeatComman
 		v.Add("tasks", fmt.Sprintf("must list at most %d tasks", MaxHeartbeatTasks))
 		return ports.HeartbeatResult{}, v.Err()
 	}
+	principal := ports.Principal(ctx)
+	if err := principal.CheckWorkerID(cmd.WorkerID); err != nil {
+		return ports.HeartbeatResult{}, err
+	}
 	var out ports.HeartbeatResult
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
 		// The worker's tasks are locked before its row, in the order reports
-		// lock them (task, then worker), so the two never deadlock.
+		// lock them (task, then worker), so the two never deadlock. The
+		// worker's owner is checked on the row's load below: another key's
+		// heartbeat rolls back whatever it did to the tasks.
 		var (
 			held []*task.Task
 			err  error
@@ -56,6 +63,9 @@ func (s *WorkerService) Heartbeat(ctx context.Context, cmd ports.HeartbeatComman
 			return err
 		}
 		w, err := st.Workers.Update(ctx, cmd.WorkerID, func(w *worker.Worker, now time.Time) ([]event.Event, error) {
+			if err := principal.CheckActAs(w.ID(), w.Owner()); err != nil {
+				return nil, err
+			}
 			return w.Heartbeat(now)
 		})
 		if err != nil {
@@ -97,13 +107,16 @@ func leaseDecision(t *task.Task, l task.Listing, now time.Time) ([]event.Event, 
 
 // Drain asks a worker to stop claiming: its claims return no tasks and its
 // heartbeats answer drain: true until it registers again. Its tasks stay
-// its own to finish.
+// its own to finish. The operator's action is audited
+// (audit.worker_drained), repeated or not.
 func (s *WorkerService) Drain(ctx context.Context, id string) (*worker.Worker, error) {
 	var out *worker.Worker
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
 		var err error
 		out, err = st.Workers.Update(ctx, id, func(w *worker.Worker, now time.Time) ([]event.Event, error) {
-			return w.Drain(now), nil
+			audit := event.Audit(event.AuditWorkerDrained, auditKeyID(ctx), now)
+			audit.WorkerID, audit.Queues = w.ID(), w.Queues()
+			return append(w.Drain(now), audit), nil
 		})
 		return err
 	})
@@ -113,7 +126,8 @@ func (s *WorkerService) Drain(ctx context.Context, id string) (*worker.Worker, e
 	return out, nil
 }
 
-// List returns every worker.
+// List returns every worker; a key limited to some queues sees the workers
+// that serve one of them.
 func (s *WorkerService) List(ctx context.Context) ([]*worker.Worker, error) {
 	var out []*worker.Worker
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
@@ -121,6 +135,9 @@ func (s *WorkerService) List(ctx context.Context) ([]*worker.Worker, error) {
 		out, err = st.Workers.List(ctx)
 		return err
 	})
+	if p := ports.Principal(ctx); p.Restricted() {
+		out = slices.DeleteFunc(out, func(w *worker.Worker) bool { return !p.SeesQueues(w.Queues()) })
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list workers: %w", err)
 	}

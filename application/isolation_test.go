@@ -3,13 +3,16 @@ package application_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskmaster/taskmaster/domain/apikey"
 	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/domain/worker"
 	"github.com/taskmaster/taskmaster/ports"
@@ -190,4 +193,127 @@ func TestAClaimThatFailsASharedTransactionFailsAloneAndNoneIsAnsweredBeforeCommi
 	for _, tk := range again {
 		require.True(t, seen[tk.ID()])
 	}
+}
+
+// In a shared transaction, each request is checked against its own
+// principal: a key that reports or claims as another key's worker gets 403
+// and changes nothing (its report rolls back alone, its claim refreshes no
+// worker), while the requests it shares the transaction with succeed.
+func TestSharedTransactionsCheckEachRequestsPrincipal(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	work := []apikey.Scope{apikey.ScopeWork}
+	a := as(t, s, apikey.CreateParams{Scopes: work})
+	b := as(t, s, apikey.CreateParams{Scopes: work})
+	var held []task.Snapshot
+	for _, w := range []string{"wa", "wa2", "wb"} {
+		key := a
+		if w == "wb" {
+			key = b
+		}
+		_, _, err := s.workers.Register(key, worker.RegisterParams{ID: w, Queues: []string{"q"}})
+		require.NoError(t, err)
+		_, _, err = s.tasks.Submit(t.Context(), task.SubmitParams{Queue: "q"})
+		require.NoError(t, err)
+		got, err := claimedTasks(s.tasks.Claim(key, ports.ClaimCommand{WorkerID: w}))
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		held = append(held, got[0].Snapshot())
+	}
+	for range 3 {
+		_, _, err := s.tasks.Submit(t.Context(), task.SubmitParams{Queue: "q"})
+		require.NoError(t, err)
+	}
+	// A sign of life would refresh wa's heartbeat now.
+	var beatBefore time.Time
+	require.NoError(t, s.db.Get(&beatBefore, `UPDATE workers SET last_heartbeat_at = now() - $1::interval
+		WHERE id = 'wa' RETURNING last_heartbeat_at`, fmt.Sprintf("%d milliseconds", 2*worker.RefreshInterval.Milliseconds())))
+
+	g := &heldTx{inner: s.tx, hold: 2, paused: make(chan struct{}, 2), release: make(chan struct{})}
+	tasks := gatedTasksOver(g)
+	type answer struct {
+		name string
+		err  error
+	}
+	answers := make(chan answer, 8)
+	send := func(name string, do func() error) { go func() { answers <- answer{name, do()} }() }
+	wb := held[2]
+	send("first", func() error {
+		_, err := tasks.Complete(b, ports.CompleteCommand{TaskID: wb.ID, WorkerID: "wb", LeaseID: &wb.LeaseID})
+		return err
+	})
+	send("first claim", func() error {
+		_, err := tasks.Claim(b, ports.ClaimCommand{WorkerID: "wb"})
+		return err
+	})
+	<-g.paused // the first report's and the first claim's transactions are
+	<-g.paused // open: the requests below queue for the next ones
+	wa, wa2 := held[0], held[1]
+	send("foreign complete", func() error {
+		_, err := tasks.Complete(b, ports.CompleteCommand{TaskID: wa.ID, WorkerID: "wa", LeaseID: &wa.LeaseID})
+		return err
+	})
+	send("own complete", func() error {
+		_, err := tasks.Complete(a, ports.CompleteCommand{TaskID: wa2.ID, WorkerID: "wa2", LeaseID: &wa2.LeaseID})
+		return err
+	})
+	send("foreign claim", func() error {
+		_, err := tasks.Claim(b, ports.ClaimCommand{WorkerID: "wa", Limit: ptr(2)})
+		return err
+	})
+	send("own claim", func() error {
+		got, err := claimedTasks(tasks.Claim(a, ports.ClaimCommand{WorkerID: "wa2", Limit: ptr(2)}))
+		if err == nil && len(got) != 2 {
+			return errors.New("the own claim got no tasks")
+		}
+		return err
+	})
+	require.Eventually(t, func() bool { c, r := tasks.Queued(); return c == 2 && r == 2 }, 10*time.Second, time.Millisecond)
+	close(g.release)
+	got := map[string]error{}
+	for range 6 {
+		a := <-answers
+		got[a.name] = a.err
+	}
+	require.NoError(t, got["first"])
+	require.NoError(t, got["first claim"])
+	// The two first transactions, one for the claims, one for the reports
+	// that rolled back (the foreign report had completed a task), then each
+	// report alone.
+	require.Equal(t, int64(6), g.runs.Load())
+	require.NoError(t, got["own complete"])
+	require.NoError(t, got["own claim"])
+	forbidden(t, got["foreign complete"])
+	forbidden(t, got["foreign claim"])
+	require.Equal(t, "RUNNING", statusOf(t, s, wa.ID), "the foreign report rolled back")
+	require.Zero(t, eventsOf(t, s, "task.completed", wa.ID))
+	require.Equal(t, "DONE", statusOf(t, s, wa2.ID))
+	require.Equal(t, 1, eventsOf(t, s, "task.completed", wa2.ID))
+	var beatAfter time.Time
+	require.NoError(t, s.db.Get(&beatAfter, `SELECT last_heartbeat_at FROM workers WHERE id = 'wa'`))
+	require.Equal(t, beatBefore, beatAfter, "the foreign requests refreshed a worker that is not theirs")
+}
+
+// heldTx holds the first `hold` transactions open before their commits
+// (each signals paused) until release is closed, and counts transactions.
+type heldTx struct {
+	inner   ports.TxRunner
+	hold    int64
+	runs    atomic.Int64
+	paused  chan struct{}
+	release chan struct{}
+}
+
+func (h *heldTx) Run(ctx context.Context, fn func(ctx context.Context, st ports.Stores) error) error {
+	n := h.runs.Add(1)
+	return h.inner.Run(ctx, func(ctx context.Context, st ports.Stores) error {
+		if err := fn(ctx, st); err != nil {
+			return err
+		}
+		if n <= h.hold {
+			h.paused <- struct{}{}
+			<-h.release
+		}
+		return nil
+	})
 }

@@ -26,7 +26,9 @@ type services struct {
 	workers *application.WorkerService
 }
 
-func setup(t *testing.T) services {
+func setup(t *testing.T) services { return setupTB(t) }
+
+func setupTB(t testing.TB) services {
 	t.Helper()
 	db := pgtest.NewDB(t)
 	tx := postgres.NewTxRunner(db)
@@ -38,3 +40,6 @@ func ptr[T any](v T) *T { return &v }
 
 // claimedTasks is the tasks of a claim's result, for tests that check them.
 func claimedTasks(r ports.ClaimResult, err error) ([]*task.Task, error) { return r.Tasks, err }
+
+// listedTasks unwraps a use case's page of tasks.
+func listedTasks(p ports.TaskPage, err error) ([]*task.Task, error) { return p.Tasks, err }

@@ -2,6 +2,7 @@ package application
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/taskmaster/taskmaster/domain/event"
 	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/domain/validation"
+	"github.com/taskmaster/taskmaster/domain/worker"
 	"github.com/taskmaster/taskmaster/ports"
 )
 
@@ -82,11 +84,20 @@ func (s *TaskService) FailBatch(ctx context.Context, workerID string, items []po
 
 // reportBatch applies a batch report's items. refuse, when not nil, returns
 // an error for each item that must fail on its own before its task is
-// loaded (nil for the others); fn decides the rest.
+// loaded (nil for the others); fn decides the rest. An item whose task lies
+// in a queue the principal may not see fails as if the task were missing.
 func (s *TaskService) reportBatch(ctx context.Context, workerID string, ids []uuid.UUID,
 	refuse func(ports.Stores) []error, fn ports.TaskUpdateEachFunc) ([]ports.TaskResult, error) {
-	out, err := s.reports.do(ctx, report{workerID: workerID, ids: ids, refuse: refuse, decide: fn})
-	return out, err
+	p := ports.Principal(ctx)
+	if err := p.CheckWorkerID(workerID); err != nil {
+		return nil, err
+	}
+	return s.reports.do(ctx, report{workerID: workerID, ids: ids, refuse: refuse, decide: func(i int, t *task.Task, now time.Time) ([]event.Event, error) {
+		if !p.QueueAllowed(t.Queue()) {
+			return nil, task.ErrNotFound
+		}
+		return fn(i, t, now)
+	}})
 }
 
 // report is one request of a holder that changes its tasks: a complete, a
@@ -124,6 +135,11 @@ func reportsOverlap(batch []*pending[report, []ports.TaskResult], p *pending[rep
 func (s *TaskService) reportsBatch(ctx context.Context, batch []*pending[report, []ports.TaskResult]) error {
 	return inOneTransaction(ctx, s.tx, batch, reportInTx)
 }
+
+// errReportRefused fails a shared transaction in which a request changed
+// tasks but may not report as its worker: the batch runs again one request
+// at a time, and that request's changes roll back alone.
+var errReportRefused = errors.New("a report of the batch may not act as its worker")
 
 func reportInTx(ctx context.Context, st ports.Stores, batch []*pending[report, []ports.TaskResult]) error {
 	type ref struct {
@@ -167,13 +183,82 @@ func reportInTx(ctx context.Context, st ports.Stores, batch []*pending[report, [
 	if err != nil {
 		return err
 	}
+	changed := map[*pending[report, []ports.TaskResult]]bool{}
 	for j, res := range applied {
 		at[j].p.res[at[j].i] = res
+		if res.Err == nil {
+			changed[at[j].p] = true
+		}
 	}
 	// The reports count as their workers' signs of life. They were fenced
-	// already, so a worker that vanished or died since does not undo them.
-	_, err = st.Workers.TouchEach(ctx, workers, signOfLife)
-	return err
+	// already, so a worker that died since does not undo them. On that read
+	// of each worker, its request's principal must own it (one that
+	// vanished belongs to no key, which only the unrestricted principal and
+	// admin may report for): a worker of another key gets 403 whatever its
+	// tasks' state, and its report saves nothing.
+	denied := map[*pending[report, []ports.TaskResult]]error{}
+	actAs := func(p *pending[report, []ports.TaskResult], w *worker.Worker) error {
+		return ports.Principal(p.ctx).CheckActAs(w.ID(), w.Owner())
+	}
+	touched, err := st.Workers.TouchEach(ctx, workers, signOfLifeFor(batch, func(p *pending[report, []ports.TaskResult]) string { return p.req.workerID }, actAs, denied))
+	if err != nil {
+		return err
+	}
+	for _, w := range touched {
+		if errors.Is(w.Err, worker.ErrNotFound) {
+			for _, p := range batch {
+				if p.req.workerID == w.ID {
+					if err := ports.Principal(p.ctx).CheckActAs(w.ID, ""); err != nil {
+						denied[p] = err
+					}
+				}
+			}
+		}
+	}
+	for _, p := range batch {
+		err := denied[p]
+		if err == nil {
+			continue
+		}
+		if changed[p] {
+			if len(batch) == 1 {
+				return err // its changes roll back
+			}
+			return errReportRefused
+		}
+		p.res, p.err = nil, err
+	}
+	// A refused item shows the task as it is, perhaps held by another
+	// worker under a lease that is not the caller's to see. (An applied
+	// item's task is the reporter's own.)
+	for _, p := range batch {
+		if p.err != nil {
+			continue
+		}
+		var (
+			shown []*task.Task
+			idx   []int
+		)
+		for i := range p.res {
+			if errors.Is(p.res[i].Err, task.ErrNotFound) {
+				p.res[i].Task = nil // in a queue the key may not see: as if missing
+			}
+			if p.res[i].Err != nil && p.res[i].Task != nil {
+				shown = append(shown, p.res[i].Task)
+				idx = append(idx, i)
+			}
+		}
+		if len(shown) == 0 {
+			continue
+		}
+		if err := hideLeases(ports.WithPrincipal(ctx, ports.Principal(p.ctx)), st, shown); err != nil {
+			return err
+		}
+		for k, i := range idx {
+			p.res[i].Task = shown[k]
+		}
+	}
+	return nil
 }
 
 func validateBatch(workerID string, ids []uuid.UUID, more func(*validation.Errors)) error {

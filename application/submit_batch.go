@@ -44,6 +44,12 @@ func (s *TaskService) SubmitBatch(ctx context.Context, ps []task.SubmitParams) (
 	if err := v.Err(); err != nil {
 		return nil, nil, err
 	}
+	principal := ports.Principal(ctx)
+	for _, p := range ps {
+		if err := principal.CheckQueue(p.Queue); err != nil {
+			return nil, nil, err
+		}
+	}
 	var (
 		out     []*task.Task
 		created []bool
@@ -76,7 +82,10 @@ func (s *TaskService) SubmitBatch(ctx context.Context, ps []task.SubmitParams) (
 			}
 			return ts, es, nil
 		})
-		return err
+		if err != nil {
+			return err
+		}
+		return hideLeases(ctx, st, out) // existing tasks may be RUNNING
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("submit batch: %w", err)

@@ -21,6 +21,9 @@ func (s *TaskService) Submit(ctx context.Context, p task.SubmitParams) (*task.Ta
 	if err := task.ValidateSubmit(&p); err != nil {
 		return nil, false, err
 	}
+	if err := ports.Principal(ctx).CheckQueue(p.Queue); err != nil {
+		return nil, false, err
+	}
 	if p.ID == uuid.Nil {
 		id, err := uuid.NewV7()
 		if err != nil {
@@ -42,6 +45,10 @@ func (s *TaskService) Submit(ctx context.Context, p task.SubmitParams) (*task.Ta
 		out, created, err = st.Tasks.Create(ctx, func(now time.Time) (*task.Task, event.Event, error) {
 			return task.Submit(p, now)
 		})
+		if err != nil || created {
+			return err
+		}
+		out, err = hideLease(ctx, st, out) // the existing task may be RUNNING
 		return err
 	})
 	if err != nil {

@@ -88,6 +88,7 @@ type Client struct {
 	hc        *http.Client
 	retry     RetryPolicy
 	userAgent string
+	apiKey    string // sent as a bearer token when not empty (auth.go)
 }
 
 // Option configures a Client.
@@ -226,6 +227,9 @@ func (c *Client) retryable(ctx context.Context, mode retryMode, status int, err 
 		var opErr *net.OpError
 		return errors.As(err, &opErr) && opErr.Op == "dial"
 	}
+	if status == http.StatusTooManyRequests {
+		return true // refused before doing anything: resend after Retry-After
+	}
 	if mode == retryUnsent {
 		return status == http.StatusServiceUnavailable
 	}
@@ -260,6 +264,9 @@ func (c *Client) once(ctx context.Context, k call, target string, body []byte, c
 	req.Header.Set("Accept", "application/json, application/problem+json")
 	req.Header.Set("User-Agent", c.userAgent)
 	req.Header.Set(HeaderCorrelationID, cid)
+	if c.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
 	resp, err := hc.Do(req)
 	if err != nil {
 		return 0, 0, fmt.Errorf("taskmaster: %s %s: %w", k.method, k.path, err)

@@ -71,6 +71,13 @@ type Problem struct {
 	Errors []FieldError `json:"errors,omitempty"`
 	// CurrentStatus is the task's status on lease-lost and invalid-transition.
 	CurrentStatus Status `json:"current_status,omitempty"`
+	// RequiredScopes, on a 403 forbidden, are the scopes the key lacks (it
+	// needs one of them).
+	RequiredScopes []string `json:"required_scopes,omitempty"`
+	// Queue, on a 403 forbidden, is the queue the key may not use.
+	Queue string `json:"queue,omitempty"`
+	// WorkerID, on a 403 forbidden, is the worker the key may not act as.
+	WorkerID string `json:"worker_id,omitempty"`
 }
 
 // Error implements error.

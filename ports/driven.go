@@ -37,6 +37,8 @@ type Stores struct {
 	Outbox Outbox
 	// Reaper holds the set-based operations of the background jobs.
 	Reaper ReaperStore
+	// Keys stores API keys.
+	Keys KeyStore
 }
 
 // Outbox collects the lifecycle events of one transaction.
@@ -164,6 +166,10 @@ type TaskFilter struct {
 	// MaxBytes caps the estimated response size of the page (as for
 	// ClaimParams.MaxBytes): always at least one task.
 	MaxBytes int64
+	// Visible, when not nil, restricts to queues matching one of these
+	// patterns (apikey.MatchQueue: exact names, or prefixes ending in "*");
+	// an empty, non-nil list matches nothing.
+	Visible []string
 }
 
 // TaskStore persists tasks.
@@ -267,6 +273,9 @@ type WorkerStore interface {
 	TouchLiveEach(ctx context.Context, ids []string, fn WorkerTouchFunc) ([]WorkerResult, error)
 	// List returns every worker, in id order.
 	List(ctx context.Context) ([]*worker.Worker, error)
+	// Owners returns the owner (apikey.Key.OwnerID) of each of these workers
+	// that exists and has one, without locking them.
+	Owners(ctx context.Context, ids []string) (map[string]string, error)
 }
 
 // WorkerResult is the outcome for one worker of a multi-worker operation.

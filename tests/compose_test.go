@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -136,6 +137,28 @@ func TestComposeStackIsConsistent(t *testing.T) {
 	require.Regexp(t, `^postgres://[^@]+@postgres:5432/`, tm.Environment["TASKMASTER_DATABASE_URL"])
 	require.Equal(t, "0.0.0.0:8080", tm.Environment["TASKMASTER_HTTP_ADDR"])
 	require.Contains(t, tm.Ports, "8080:8080")
+	require.Equal(t, "on", tm.Environment["TASKMASTER_AUTH"], "the published API needs keys")
+	_, metricsPort, err := net.SplitHostPort(tm.Environment["TASKMASTER_METRICS_ADDR"])
+	require.NoError(t, err, "Prometheus scrapes the metrics listener, which needs no key")
+	for _, published := range tm.Ports {
+		require.NotContains(t, published, metricsPort, "the metrics listener stays on the stack's network")
+	}
+
+	// The first admin key is made at first start, once, into a volume.
+	ak := svc["admin-key"]
+	require.Equal(t, ".", ak.Build.Context)
+	var akCommand []string
+	require.NoError(t, ak.Command.Decode(&akCommand))
+	script := strings.Join(akCommand, " ")
+	require.Contains(t, script, "taskmaster keys create")
+	require.Contains(t, script, "--scope admin")
+	out := regexp.MustCompile(`--out (\S+)`).FindStringSubmatch(script)
+	require.NotNil(t, out, "the key goes to a file, not to the logs")
+	require.NotEmpty(t, mountSource(ak.Volumes, filepath.Dir(out[1])), "the key file is on a volume")
+	require.Contains(t, script, "echo", "it says where the key is")
+	require.Equal(t, tm.Environment["TASKMASTER_DATABASE_URL"], ak.Environment["TASKMASTER_DATABASE_URL"])
+	require.NoError(t, tm.DependsOn.Decode(&deps))
+	require.Equal(t, "service_completed_successfully", deps["admin-key"].Condition)
 
 	// The Dockerfile: multi-stage, static, unprivileged, serving on 0.0.0.0.
 	dockerfile, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
@@ -144,6 +167,7 @@ func TestComposeStackIsConsistent(t *testing.T) {
 	require.GreaterOrEqual(t, strings.Count(df, "\nFROM "), 2, "multi-stage build")
 	require.Contains(t, df, "CGO_ENABLED=0")
 	require.Contains(t, df, "ENV TASKMASTER_HTTP_ADDR=0.0.0.0:8080")
+	require.Contains(t, df, "chown 10001:10001 /var/lib/taskmaster", "a volume at the key's directory is the runtime user's")
 	require.Contains(t, df, `CMD ["serve"]`)
 	user := regexp.MustCompile(`(?m)^USER\s+(\S+)`).FindAllStringSubmatch(df, -1)
 	require.NotEmpty(t, user, "the runtime stage must set USER")
@@ -168,16 +192,23 @@ func TestComposeStackIsConsistent(t *testing.T) {
 	scraped := false
 	for _, sc := range prom.ScrapeConfigs {
 		for _, st := range sc.StaticConfigs {
-			if slices.Contains(st.Targets, "taskmaster:8080") && (sc.MetricsPath == "" || sc.MetricsPath == "/metrics") {
+			if slices.Contains(st.Targets, "taskmaster:"+metricsPort) && (sc.MetricsPath == "" || sc.MetricsPath == "/metrics") {
 				scraped = true
 			}
 		}
 	}
-	require.True(t, scraped, "prometheus must scrape taskmaster:8080/metrics")
+	require.True(t, scraped, "prometheus must scrape taskmaster:%s/metrics (TASKMASTER_METRICS_ADDR)", metricsPort)
 
 	// Grafana: the provisioned datasource is the one the dashboard uses, and
 	// the dashboard provider reads the directory compose mounts.
 	gf := svc["grafana"]
+	require.Regexp(t, `^\$\{GRAFANA_ADMIN_PASSWORD(:\?[^}]*)?\}$`, gf.Environment["GF_SECURITY_ADMIN_PASSWORD"],
+		"Grafana's admin password comes from the environment, never admin/admin")
+	for _, name := range []string{"grafana", "prometheus"} {
+		for _, published := range svc[name].Ports {
+			require.True(t, strings.HasPrefix(published, "127.0.0.1:"), "%s listens on this host only: %s", name, published)
+		}
+	}
 	provisioning := mountSource(gf.Volumes, "/etc/grafana/provisioning")
 	require.NotEmpty(t, provisioning)
 	raw, err = os.ReadFile(filepath.Join(root, provisioning, "datasources", "prometheus.yml"))
@@ -436,7 +467,7 @@ func TestDashboardMatchesSpecifiedMetrics(t *testing.T) {
 		`taskmaster_task_execution_duration_seconds_bucket{queue="q",le="+Inf"}`,
 		`taskmaster_task_end_to_end_duration_seconds_bucket{queue="q",le="+Inf"}`,
 		`taskmaster_tasks{queue="q",status="PENDING"}`, `taskmaster_tasks{queue="q",status="RUNNING"}`,
-		`taskmaster_workers{status="ACTIVE"}`, `taskmaster_outbox_lag_seconds{consumer_group="queue_stats"}`,
+		`taskmaster_workers{status="ACTIVE"}`, `taskmaster_outbox_lag_seconds{consumer_group="projections"}`,
 	} {
 		text.WriteString(line + " 1\n")
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
 	"github.com/taskmaster/taskmaster/application"
 	"github.com/taskmaster/taskmaster/application/lifecycle"
+	"github.com/taskmaster/taskmaster/domain/apikey"
 )
 
 // runningService is a service under the stress test, with a way to tell
@@ -48,14 +49,17 @@ func everyService(t *testing.T) []runningService {
 		Logger: logger, OnShutdown: []func(){notifier.CloseWaits},
 	})
 	ocfg := outbox.DefaultConfig()
-	router, err := outbox.NewRouter(db.DB, ocfg, logger, outbox.NewQueueStatsProjector(), outbox.NewMetricsProjector())
+	router, err := outbox.NewRouter(db.DB, ocfg, logger)
 	require.NoError(t, err)
 	janitor, err := outbox.NewJanitor(db.DB, ocfg, logger)
+	require.NoError(t, err)
+	streams, err := outbox.NewStreams(outbox.NewFeed(db.DB, ocfg.StreamReadBytes, logger), ocfg, logger)
 	require.NoError(t, err)
 	reaper := application.NewBackgroundService(application.BackgroundParams{
 		Name: "stress-reaper", Interval: 10 * time.Millisecond, Elector: postgres.NewElector(db, "stress", time.Second), Logger: logger,
 		Cycle: application.Cycle(application.NewLeaseReaper(tx, 0).Reap),
 	})
+	keys := application.NewKeyService(tx, application.KeyConfig{UsageInterval: 5 * time.Millisecond}, logger)
 	return []runningService{
 		{name: "http server", svc: srv, works: func(t *testing.T) {
 			resp, err := http.Get("http://" + srv.Addr() + "/healthz")
@@ -77,8 +81,33 @@ func everyService(t *testing.T) []runningService {
 		}},
 		{name: "outbox router", svc: router},
 		{name: "outbox janitor", svc: janitor},
+		{name: "event streams", svc: streams, works: func(t *testing.T) {
+			sub, err := streams.Subscribe(t.Context(), "")
+			require.NoError(t, err, "a running reader serves streams")
+			defer sub.Close()
+			_, err = db.ExecContext(t.Context(), `INSERT INTO watermill_taskmaster_events (uuid, payload, transaction_id)
+				VALUES (gen_random_uuid()::text, '{"events":[{"type":"task.submitted","queue":"stress"}]}', pg_current_xact_id())`)
+			require.NoError(t, err)
+			select {
+			case page := <-sub.Pages():
+				require.NotEmpty(t, page.Events)
+			case <-time.After(30 * time.Second):
+				t.Fatal("no event from a restarted reader")
+			}
+		}},
 		{name: "background service", svc: reaper, works: func(t *testing.T) {
 			awaitTrue(t, reaper.Leading, "the restarted job leads")
+		}},
+		{name: "key usage", svc: keys, works: func(t *testing.T) {
+			k, token, err := keys.Create(t.Context(), apikey.CreateParams{Name: "stress", Scopes: []apikey.Scope{apikey.ScopeRead}})
+			require.NoError(t, err)
+			_, err = keys.Authenticate(t.Context(), token)
+			require.NoError(t, err)
+			awaitTrue(t, func() bool {
+				var used bool
+				require.NoError(t, db.GetContext(t.Context(), &used, `SELECT last_used_at IS NOT NULL FROM api_keys WHERE id = $1`, k.ID()))
+				return used
+			}, "the restarted service saves last_used_at")
 		}},
 	}
 }

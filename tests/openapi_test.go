@@ -412,6 +412,19 @@ func TestOpenAPIResponsesMatchSpec(t *testing.T) {
 	problem(409, "worker-dead", "POST", "/workers/v1/spec-w2/heartbeat", "")
 	problem(409, "worker-dead", "POST", "/tasks/v1/claim", `{"worker_id":"spec-w2"}`)
 
+	// API keys (the admin API, open here: authentication is off on a
+	// loopback address).
+	createdKey := expect(201, "POST", "/admin/v1/keys",
+		`{"name":"spec","scopes":["work","read"],"queues":["spec-*"],"worker_prefix":"spec-","expires_in_seconds":3600}`)
+	require.Regexp(t, `^tmk_`, createdKey["key"])
+	problem(422, "validation-error", "POST", "/admin/v1/keys", `{"name":"","scopes":["root"]}`)
+	problem(400, "malformed-request", "POST", "/admin/v1/keys", `{"name":"x","scopes":"read"}`)
+	require.Len(t, expect(200, "GET", "/admin/v1/keys", "")["keys"], 1)
+	revokedKey := expect(200, "DELETE", "/admin/v1/keys/"+createdKey["id"].(string), "")
+	require.NotNil(t, revokedKey["revoked_at"])
+	problem(404, "key-not-found", "DELETE", "/admin/v1/keys/"+uuid.NewString(), "")
+	problem(404, "key-not-found", "DELETE", "/admin/v1/keys/not-a-uuid", "")
+
 	// The router's own problems.
 	problem(404, "not-found", "GET", "/nowhere", "")
 	problem(405, "method-not-allowed", "DELETE", "/tasks/v1", "")

@@ -35,7 +35,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // database); the events target reads the real outbox feed.
 
 // chain is the full handler chain over the fixed world of fuzzports.
-func chain(events ports.EventFeed) http.Handler {
+func chain(events ports.EventStreams) http.Handler {
 	cfg := application.Config{Backoff: backoff.DefaultPolicy(), Liveness: worker.DefaultLivenessConfig(), ClaimPollInterval: time.Millisecond}
 	return httpadapter.NewServer(httpadapter.DefaultServerConfig(), httpadapter.Deps{
 		Tasks:   application.NewTaskService(fuzzports.TxRunner{}, cfg),
@@ -284,7 +284,17 @@ func FuzzEvents(f *testing.F) {
 		}
 	}
 	db := pgtest.NewDB(f)
-	h := chain(outbox.NewFeed(db.DB, time.Millisecond, zap.NewNop()))
+	cfg := outbox.DefaultConfig()
+	cfg.PollInterval = time.Millisecond
+	streams, err := outbox.NewStreams(outbox.NewFeed(db.DB, cfg.StreamReadBytes, zap.NewNop()), cfg, zap.NewNop())
+	if err != nil {
+		f.Fatal(err)
+	}
+	if err := streams.Start(f.Context()); err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { _ = streams.Stop(context.Background()) })
+	h := chain(streams)
 	f.Fuzz(func(t *testing.T, rawQuery, lastEventID string) {
 		req := "/events/v1"
 		if rawQuery != "" {

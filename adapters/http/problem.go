@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/taskmaster/taskmaster/domain/apikey"
 	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/domain/validation"
 	"github.com/taskmaster/taskmaster/domain/worker"
@@ -36,6 +37,15 @@ type Problem struct {
 	Errors []validation.FieldError `json:"errors,omitempty"`
 	// CurrentStatus is the task's status on conflicts.
 	CurrentStatus string `json:"current_status,omitempty"`
+	// RequiredScopes, on a forbidden problem, are the scopes of which the
+	// key lacks every one.
+	RequiredScopes []string `json:"required_scopes,omitempty"`
+	// Queue, on a forbidden problem, is the queue the key may not use ("*":
+	// every queue).
+	Queue string `json:"queue,omitempty"`
+	// WorkerID, on a forbidden problem, is the worker the key may not act
+	// as.
+	WorkerID string `json:"worker_id,omitempty"`
 
 	// retryAfter, when positive, is sent as the Retry-After header (seconds).
 	retryAfter int
@@ -61,6 +71,11 @@ var (
 	kindMethod       = problemKind{"method-not-allowed", "Method not allowed", http.StatusMethodNotAllowed}
 	kindUnavailable  = problemKind{"unavailable", "Service unavailable", http.StatusServiceUnavailable}
 	kindOverloaded   = problemKind{"overloaded", "Server at capacity", http.StatusServiceUnavailable}
+	kindUnauthorized = problemKind{"unauthorized", "Unauthorized", http.StatusUnauthorized}
+	kindForbidden    = problemKind{"forbidden", "Forbidden", http.StatusForbidden}
+	kindRateLimited  = problemKind{"rate-limited", "Too many requests", http.StatusTooManyRequests}
+	kindKeyNotFound  = problemKind{"key-not-found", "API key not found", http.StatusNotFound}
+	kindStreamsFull  = problemKind{"too-many-streams", "Too many event streams", http.StatusServiceUnavailable}
 	kindInternal     = problemKind{"internal-error", "Internal server error", http.StatusInternalServerError}
 )
 
@@ -70,6 +85,7 @@ var (
 var retryAfter = map[problemKind]int{
 	kindUnavailable: 2,
 	kindOverloaded:  1,
+	kindStreamsFull: 5,
 }
 
 // requestError is a client mistake found while decoding a request.
@@ -89,10 +105,11 @@ func badRequest(format string, args ...any) error {
 // know is an internal error.
 func problemFor(err error) Problem {
 	var (
-		reqErr   *requestError
-		valErr   *validation.Error
-		leaseErr *task.LeaseError
-		transErr *task.TransitionError
+		reqErr    *requestError
+		valErr    *validation.Error
+		leaseErr  *task.LeaseError
+		transErr  *task.TransitionError
+		forbidden *apikey.ForbiddenError
 	)
 	switch {
 	case errors.As(err, &reqErr):
@@ -111,6 +128,21 @@ func problemFor(err error) Problem {
 		return newProblem(kindWorkerDead, "the worker was declared dead; register again", nil)
 	case errors.Is(err, ports.ErrUnavailable):
 		return newProblem(kindUnavailable, unavailableDetail, nil)
+	case apikey.Unauthenticated(err):
+		return newProblem(kindUnauthorized, unauthenticatedDetail(err), nil)
+	case errors.As(err, &forbidden):
+		return newProblem(kindForbidden, forbidden.Reason, func(p *Problem) {
+			p.Queue, p.WorkerID = forbidden.Queue, forbidden.WorkerID
+			for _, s := range forbidden.Scopes {
+				p.RequiredScopes = append(p.RequiredScopes, string(s))
+			}
+		})
+	case errors.Is(err, apikey.ErrNotFound):
+		return newProblem(kindKeyNotFound, "no API key has this id", nil)
+	case errors.Is(err, ports.ErrTooManyStreams):
+		return newProblem(kindStreamsFull, "this instance serves as many event streams as it may; try again after Retry-After seconds", nil)
+	case errors.Is(err, ports.ErrStreamsStopped):
+		return newProblem(kindUnavailable, "the server is stopping; try again after Retry-After seconds", nil)
 	default:
 		return newProblem(kindInternal, "an unexpected error occurred; quote the correlation id when reporting it", nil)
 	}

@@ -44,6 +44,17 @@ type ServerConfig struct {
 	// at once may buffer; beyond it, 503 overloaded. It must be at least
 	// MaxBatchBodyBytes, or the largest batch could never be served.
 	MaxInFlightBodyBytes int64
+	// Auth turns API key authentication on or off (AuthAuto: on unless
+	// Addr is a loopback address); see auth.go.
+	Auth AuthMode
+	// RateLimits are the per-key request limits by scope.
+	RateLimits RateLimits
+	// TLS, when enabled, serves HTTPS with a certificate reloaded by
+	// ReloadTLS.
+	TLS TLSConfig
+	// EventsWriteTimeout bounds one write to an event stream's client (a
+	// client that takes longer ends its stream); 0 means 10 s.
+	EventsWriteTimeout time.Duration
 }
 
 // Defaults of the admission caps (see admission).
@@ -65,7 +76,7 @@ func DefaultServerConfig() ServerConfig {
 	return ServerConfig{Addr: "127.0.0.1:8080", MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 16 << 20, ShutdownTimeout: 30 * time.Second,
 		EventsHeartbeat:     defaultEventsHeartbeat,
 		MaxInFlightRequests: DefaultMaxInFlightRequests, MaxInFlightClaims: DefaultMaxInFlightClaims,
-		MaxInFlightBodyBytes: DefaultMaxInFlightBodyBytes}
+		MaxInFlightBodyBytes: DefaultMaxInFlightBodyBytes, RateLimits: DefaultRateLimits()}
 }
 
 // Validate reports whether the config can be used.
@@ -104,6 +115,9 @@ type Route struct {
 	Path    string
 	Methods []string
 	Handler http.Handler
+	// Access is what the route asks of a request (a route without one is
+	// never served).
+	Access Access
 }
 
 // Deps are the driving ports the handlers call.
@@ -114,7 +128,10 @@ type Deps struct {
 	Health  ports.HealthChecker
 	Logger  *zap.Logger
 	// Events, when set, serves GET /events/v1.
-	Events ports.EventFeed
+	Events ports.EventStreams
+	// Keys authenticates requests (required when authentication is on)
+	// and serves the admin API of keys.
+	Keys ports.KeyService
 	// Observe, when set, receives every finished request.
 	Observe ObserveFunc
 	// Routes are extra routes to mount.
@@ -131,13 +148,21 @@ type Server struct {
 	workers     ports.WorkerService
 	queues      ports.QueueService
 	health      ports.HealthChecker
-	events      ports.EventFeed
+	events      ports.EventStreams
 	logger      *zap.Logger
 	extraRoutes []Route
 	onShutdown  []func()
 	router      *mux.Router
 	handler     http.Handler
 	admission   *admission
+	keys        ports.KeyService
+	// auth says requests must carry a key; access holds each route's
+	// requirement, limiter each key's rate limit.
+	auth    bool
+	access  map[*mux.Route]Access
+	limiter *limiter
+	// cert is the TLS certificate (nil: plain HTTP).
+	cert *certificate
 
 	lifecycle.Base
 	mu       sync.Mutex
@@ -154,9 +179,13 @@ func NewServer(cfg ServerConfig, d Deps) *Server {
 	s := &Server{
 		cfg: cfg, tasks: d.Tasks, workers: d.Workers, queues: d.Queues, health: d.Health,
 		events: d.Events, logger: d.Logger, extraRoutes: d.Routes, onShutdown: d.OnShutdown,
+		keys: d.Keys, auth: cfg.AuthEnabled(), access: map[*mux.Route]Access{}, limiter: newLimiter(cfg.RateLimits),
 	}
 	if s.logger == nil {
 		s.logger = zap.NewNop()
+	}
+	if cfg.TLS.Enabled() {
+		s.cert = &certificate{cfg: cfg.TLS}
 	}
 	// No path cleaning: gorilla/mux would answer a non-canonical path
 	// (/workers/v1//heartbeat, an encoded ../) with a 301 and an empty
@@ -167,9 +196,11 @@ func NewServer(cfg ServerConfig, d Deps) *Server {
 	s.router = r
 	// Runs once the router has matched: it names the route for the access
 	// log and metrics, caps the body by route and admits the request under
-	// the in-flight caps by route (no second match).
+	// the in-flight caps by route (no second match); then the route's
+	// access is enforced.
 	s.admission = newAdmission(cfg)
 	r.Use(withRoute(cfg, s.admission))
+	r.Use(s.withAuth)
 	var h http.Handler = r
 	h = withAccessLog(d.Observe)(h)
 	h = withCorrelation(s.logger)(h)
@@ -185,10 +216,11 @@ func (s *Server) InFlight() InFlight { return s.admission.inFlight() }
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // RouteInfo is one route on the router: its path template (in the router's
-// syntax, e.g. /tasks/v1/{id}) and the methods it answers.
+// syntax, e.g. /tasks/v1/{id}), the methods it answers and its access.
 type RouteInfo struct {
 	Path    string
 	Methods []string
+	Access  Access
 }
 
 // Routes lists every route on the router, extra routes included, in the
@@ -202,7 +234,7 @@ func (s *Server) Routes() []RouteInfo {
 			return nil // a route without a path (none today)
 		}
 		methods, _ := route.GetMethods() // no methods: any method
-		out = append(out, RouteInfo{Path: path, Methods: methods})
+		out = append(out, RouteInfo{Path: path, Methods: methods, Access: s.access[route]})
 		return nil
 	})
 	return out
@@ -211,6 +243,11 @@ func (s *Server) Routes() []RouteInfo {
 // Start listens and serves in the background until Stop.
 func (s *Server) Start(ctx context.Context) error {
 	return s.StartLoop(ctx, "http server", func(context.Context) (lifecycle.LoopFunc, error) {
+		if s.cert != nil {
+			if err := s.cert.load(); err != nil {
+				return nil, err
+			}
+		}
 		ln, err := net.Listen("tcp", s.cfg.Addr)
 		if err != nil {
 			return nil, fmt.Errorf("listen on %s: %w", s.cfg.Addr, err)
@@ -227,7 +264,11 @@ func (s *Server) Start(ctx context.Context) error {
 			IdleTimeout:       120 * time.Second,
 			ErrorLog:          zap.NewStdLog(s.logger.Named("http")),
 		}
-		s.logger.Info("http server listening", zap.String("addr", ln.Addr().String()))
+		if s.cert != nil {
+			srv.TLSConfig = s.cert.tlsConfig()
+		}
+		s.logger.Info("http server listening", zap.String("addr", ln.Addr().String()),
+			zap.Bool("tls", s.cert != nil), zap.Bool("auth", s.auth))
 		return func(ctx context.Context) { s.serve(ctx, srv, ln, stopping) }, nil
 	})
 }
@@ -238,7 +279,13 @@ func (s *Server) Start(ctx context.Context) error {
 // timeout.
 func (s *Server) serve(ctx context.Context, srv *http.Server, ln net.Listener, stopping chan struct{}) {
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() {
+		if srv.TLSConfig != nil {
+			served <- srv.ServeTLS(ln, "", "") // the certificate comes from TLSConfig
+			return
+		}
+		served <- srv.Serve(ln)
+	}()
 	select {
 	case err := <-served:
 		s.logger.Error("http server stopped", zap.Error(err))

@@ -132,6 +132,12 @@ type ConsumerLag struct {
 	OldestUnconsumedSeconds float64
 }
 
+// PoisonCount is how many outbox messages a projection has set aside.
+type PoisonCount struct {
+	Projection string
+	Count      float64
+}
+
 // Snapshot is everything the collector reads at scrape time.
 type Snapshot struct {
 	Counters   []Counter
@@ -139,6 +145,7 @@ type Snapshot struct {
 	Tasks      []TaskCount
 	Workers    []WorkerCount
 	Lags       []ConsumerLag
+	Poison     []PoisonCount
 }
 
 // Source reads a Snapshot from storage.
@@ -156,6 +163,20 @@ type Params struct {
 	Logger *zap.Logger
 	// ScrapeTimeout bounds the reads of one scrape (default 5 s).
 	ScrapeTimeout time.Duration
+	// Streams, when set, reports this process's event streams.
+	Streams func() StreamStats
+}
+
+// StreamStats are the event streams' figures of one process.
+type StreamStats struct {
+	// Open is how many streams are open.
+	Open int64
+	// Reads counts the shared reader's reads of the outbox, CatchUpReads
+	// those of streams catching up from an older cursor on their own.
+	Reads, CatchUpReads int64
+	// Dropped counts streams ended for reading too slowly, Refused the
+	// streams refused for want of room.
+	Dropped, Refused int64
 }
 
 // Registry is Taskmaster's Prometheus registry.
@@ -194,7 +215,47 @@ func NewRegistry(p Params) *Registry {
 	if p.Source != nil {
 		r.reg.MustRegister(newSnapshotCollector(p.Source, p.ScrapeTimeout))
 	}
+	if p.Streams != nil {
+		r.reg.MustRegister(newStreamsCollector(p.Streams))
+	}
 	return r
+}
+
+// streamsCollector reports the event streams of this process.
+type streamsCollector struct {
+	stats            func() StreamStats
+	open, reads      *prometheus.Desc
+	dropped, refused *prometheus.Desc
+}
+
+func newStreamsCollector(stats func() StreamStats) *streamsCollector {
+	return &streamsCollector{
+		stats: stats,
+		open:  prometheus.NewDesc(Namespace+"_event_streams", "Event streams (GET /events/v1) open on this instance.", nil, nil),
+		reads: prometheus.NewDesc(Namespace+"_event_stream_reads_total",
+			"Reads of the outbox for event streams: by the instance's one shared reader, or by streams catching up from an older cursor.",
+			[]string{"reader"}, nil),
+		dropped: prometheus.NewDesc(Namespace+"_event_streams_dropped_total",
+			"Event streams ended because their client read too slowly.", nil, nil),
+		refused: prometheus.NewDesc(Namespace+"_event_streams_refused_total",
+			"Event streams refused (503) because the instance served as many as it may.", nil, nil),
+	}
+}
+
+func (c *streamsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.open
+	ch <- c.reads
+	ch <- c.dropped
+	ch <- c.refused
+}
+
+func (c *streamsCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.stats()
+	ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, float64(s.Open))
+	ch <- prometheus.MustNewConstMetric(c.reads, prometheus.CounterValue, float64(s.Reads), "shared")
+	ch <- prometheus.MustNewConstMetric(c.reads, prometheus.CounterValue, float64(s.CatchUpReads), "catch_up")
+	ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(s.Dropped))
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(s.Refused))
 }
 
 // ObserveHTTP records one finished request; it has the shape of the HTTP
@@ -298,6 +359,7 @@ type snapshotCollector struct {
 	tasks     *prometheus.Desc
 	workers   *prometheus.Desc
 	lag       *prometheus.Desc
+	poison    *prometheus.Desc
 	readError *prometheus.Desc
 }
 
@@ -314,6 +376,9 @@ func newSnapshotCollector(src Source, timeout time.Duration) *snapshotCollector 
 		lag: prometheus.NewDesc(Namespace+"_outbox_lag_seconds",
 			"Age of the oldest outbox event a consumer group has not consumed yet (0 when caught up).",
 			[]string{"consumer_group"}, nil),
+		poison: prometheus.NewDesc(Namespace+"_outbox_poison_messages",
+			"Outbox messages a projection set aside because it could not apply them; replay them once fixed (taskmaster outbox poison).",
+			[]string{"projection"}, nil),
 		readError: prometheus.NewDesc(Namespace+"_metrics_read_error", "Reading the projected metrics failed.", nil, nil),
 	}
 	for kind, labels := range counterLabels {
@@ -354,6 +419,9 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, l := range snap.Lags {
 		ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, l.OldestUnconsumedSeconds, l.ConsumerGroup)
+	}
+	for _, p := range snap.Poison {
+		ch <- prometheus.MustNewConstMetric(c.poison, prometheus.GaugeValue, p.Count, p.Projection)
 	}
 }
 

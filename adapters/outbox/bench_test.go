@@ -14,6 +14,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 
+	"github.com/taskmaster/taskmaster/adapters/outbox/envelope"
 	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/adapters/postgres/localpg"
 	"github.com/taskmaster/taskmaster/application"
@@ -153,7 +154,7 @@ func report(b *testing.B, n, perOp int, plain, outbox time.Duration) {
 
 // publish appends events as one message, as postgres.TxRunner does.
 func publish(ctx context.Context, tx *sqlx.Tx, events []event.Event) error {
-	msg, err := postgres.NewEventsMessage(ctx, events)
+	msg, err := envelope.NewMessage(ctx, events)
 	if err != nil {
 		return err
 	}
@@ -161,7 +162,7 @@ func publish(ctx context.Context, tx *sqlx.Tx, events []event.Event) error {
 	if err != nil {
 		return err
 	}
-	return pub.Publish(postgres.EventsTopic, msg)
+	return pub.Publish(envelope.Topic, msg)
 }
 
 // submitTx inserts one task (as the task store does) and, withOutbox, its

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -10,7 +11,7 @@ import (
 )
 
 // What one event changes in the projections. These functions are the only
-// place that interprets events; both projectors use them.
+// place that interprets events; both projections use them.
 
 // counterKey identifies a cumulative counter.
 type counterKey struct {
@@ -70,7 +71,9 @@ func countersOf(e event.Event) []counterKey {
 	return out
 }
 
-// Rate kinds: what the per-minute buckets count.
+var posInf = math.Inf(1)
+
+// Rate kinds: what the per-minute buckets count (queue_rate_buckets.kind).
 const (
 	rateEnqueued     = "enqueued"
 	rateClaimed      = "claimed"
@@ -95,37 +98,28 @@ func rateKindsOf(e event.Event) []string {
 	return out
 }
 
-// observation is one histogram observation.
-type observation struct {
-	kind    metrics.HistogramKind
-	queue   string
-	seconds float64
+// durationKinds are the histograms of an event's durations, in the order
+// of durationsOf.
+var durationKinds = [3]metrics.HistogramKind{metrics.TaskQueueWait, metrics.TaskExecutionDuration, metrics.TaskEndToEndDuration}
+
+// durationsOf returns the durations e carries (nil where it carries none),
+// in the order of durationKinds. Only task events are observed (observes).
+func durationsOf(e event.Event) [3]*float64 {
+	return [3]*float64{e.QueueWaitSeconds, e.ExecutionSeconds, e.EndToEndSeconds}
 }
 
-// observationsOf returns the durations e carries.
-func observationsOf(e event.Event) []observation {
-	if !isTaskEvent(e) {
-		return nil
-	}
-	var out []observation
-	for _, d := range []struct {
-		kind metrics.HistogramKind
-		v    *float64
-	}{
-		{metrics.TaskQueueWait, e.QueueWaitSeconds},
-		{metrics.TaskExecutionDuration, e.ExecutionSeconds},
-		{metrics.TaskEndToEndDuration, e.EndToEndSeconds},
-	} {
-		if d.v != nil {
-			out = append(out, observation{d.kind, e.Queue, max(*d.v, 0)})
-		}
-	}
-	return out
-}
+// observes reports whether e's durations go into the histograms.
+func observes(e event.Event) bool { return isTaskEvent(e) }
 
-// bucketOf returns the upper bound of the histogram bucket of v.
-func bucketOf(v float64) float64 {
+// bucketIndex returns the index of the histogram bucket of v in
+// metrics.DurationBuckets (len(metrics.DurationBuckets) for +Inf).
+func bucketIndex(v float64) int {
 	i, _ := slices.BinarySearch(metrics.DurationBuckets, v)
+	return i
+}
+
+// bucketBound returns the upper bound of bucket i.
+func bucketBound(i int) float64 {
 	if i == len(metrics.DurationBuckets) {
 		return posInf
 	}

@@ -8,17 +8,19 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/taskmaster/taskmaster/adapters/postgres"
+	"github.com/taskmaster/taskmaster/domain/event"
 	"github.com/taskmaster/taskmaster/ports"
 )
 
-// Feed reads lifecycle events straight from the outbox table with a cursor,
-// for GET /events/v1. It is not a consumer group: it keeps no state in the
-// database, so any number of clients may read, each from its own cursor.
+// Feed reads lifecycle events straight from the outbox table with a cursor.
+// It is not a consumer group: it keeps no state in the database. Streams
+// reads it once per poll interval for every event stream of the instance,
+// and a stream that resumes from further back reads it on its own until it
+// has caught up.
 //
 // A cursor is "<transaction_id>-<offset>-<index>": the outbox position of a
 // message and the index of an event in it; reading resumes after that event.
@@ -31,23 +33,19 @@ import (
 // mark has lost events; Read reports it in FeedPage.Lost and carries on with
 // what is left.
 type Feed struct {
-	db     *sql.DB
-	poll   time.Duration
-	logger *zap.Logger
+	db       *sql.DB
+	maxBytes int
+	logger   *zap.Logger
 }
 
-var _ ports.EventFeed = (*Feed)(nil)
-
-// NewFeed returns a feed over db that asks caught-up readers to wait poll.
-func NewFeed(db *sql.DB, poll time.Duration, logger *zap.Logger) *Feed {
+// NewFeed returns a feed over db whose reads take, beyond two messages, at
+// most maxBytes of stored payload.
+func NewFeed(db *sql.DB, maxBytes int, logger *zap.Logger) *Feed {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	return &Feed{db: db, poll: poll, logger: logger}
+	return &Feed{db: db, maxBytes: maxBytes, logger: logger}
 }
-
-// PollInterval implements ports.EventFeed.
-func (f *Feed) PollInterval() time.Duration { return f.poll }
 
 // cursor is a position in the feed: after event index of the message at pos.
 type cursor struct {
@@ -57,6 +55,14 @@ type cursor struct {
 
 func (c cursor) String() string {
 	return fmt.Sprintf("%d-%d-%d", c.pos.TransactionID, c.pos.Offset, c.index)
+}
+
+// less reports whether c comes before d.
+func (c cursor) less(d cursor) bool {
+	if c.pos != d.pos {
+		return c.pos.Less(d.pos)
+	}
+	return c.index < d.index
 }
 
 func parseCursor(s string) (cursor, error) {
@@ -73,8 +79,8 @@ func parseCursor(s string) (cursor, error) {
 	return cursor{pos: Position{TransactionID: tx, Offset: off}, index: int(idx)}, nil
 }
 
-// Tail implements ports.EventFeed: the cursor after every message of
-// transactions below the oldest running one.
+// Tail returns the cursor after every message of transactions below the
+// oldest running one: a reader from it gets every event committed later.
 func (f *Feed) Tail(ctx context.Context) (string, error) {
 	var xmin uint64
 	if err := f.db.QueryRowContext(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text`).Scan(&xmin); err != nil {
@@ -85,43 +91,61 @@ func (f *Feed) Tail(ctx context.Context) (string, error) {
 
 // feedSQL reads, in one snapshot, the janitor's high-water mark and up to $3
 // messages from the cursor's message on (that message included: the cursor
-// may point into it).
+// may point into it), of which, beyond the first two (so that a read always
+// gets past the cursor's message), no more than $4 bytes
+// of stored payload (pg_column_size reads the size without fetching the
+// payload). It also returns how many messages there were before that cut,
+// and the oldest transaction still running (below which it read all).
 const feedSQL = `
-SELECT s.transaction_id::text, s."offset", m.transaction_id::text, m."offset", m.payload
+SELECT s.transaction_id::text, s."offset", m.transaction_id::text, m."offset", m.payload, coalesce(m.candidates, 0),
+	pg_snapshot_xmin(pg_current_snapshot())::text
 FROM outbox_janitor_state s
 LEFT JOIN LATERAL (
-	SELECT transaction_id, "offset", payload
-	FROM watermill_taskmaster_events
-	WHERE (transaction_id, "offset") >= ($1::xid8, $2::bigint)
-		AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())
-	ORDER BY transaction_id, "offset"
-	LIMIT $3
+	SELECT transaction_id, "offset", payload, candidates FROM (
+		SELECT transaction_id, "offset", payload, count(*) OVER () AS candidates,
+			row_number() OVER w AS n,
+			sum(pg_column_size(payload)) OVER w - pg_column_size(payload) AS before
+		FROM (
+			SELECT transaction_id, "offset", payload
+			FROM watermill_taskmaster_events
+			WHERE (transaction_id, "offset") >= ($1::xid8, $2::bigint)
+				AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+			ORDER BY transaction_id, "offset"
+			LIMIT $3
+		) c
+		WINDOW w AS (ORDER BY transaction_id, "offset")
+	) b
+	WHERE n <= 2 OR before < $4
 ) m ON true
 ORDER BY m.transaction_id, m."offset"`
 
-// Read implements ports.EventFeed.
+// Read returns the events after cursor from at most limit outbox messages
+// (fewer if their payload is large). A read that finds nothing new moves
+// the cursor to just below the oldest running transaction. It returns
+// ports.ErrInvalidCursor for a malformed cursor.
 func (f *Feed) Read(ctx context.Context, from string, limit int) (ports.FeedPage, error) {
 	c, err := parseCursor(from)
 	if err != nil {
 		return ports.FeedPage{}, err
 	}
-	rows, err := f.db.QueryContext(ctx, feedSQL, strconv.FormatUint(c.pos.TransactionID, 10), c.pos.Offset, limit+1)
+	// One more than limit: the cursor's own message comes first.
+	rows, err := f.db.QueryContext(ctx, feedSQL, strconv.FormatUint(c.pos.TransactionID, 10), c.pos.Offset, limit+1, f.maxBytes)
 	if err != nil {
 		return ports.FeedPage{}, postgres.TranslateError(fmt.Errorf("read event feed: %w", err))
 	}
 	defer rows.Close()
 	page := ports.FeedPage{Next: from}
-	messages := 0
+	var xmin uint64
+	kept, candidates, messages := 0, 0, 0
 	for rows.Next() {
 		var (
-			markTx   uint64
-			markOff  int64
-			msgTx    sql.NullString
-			msgOff   sql.NullInt64
-			payload  []byte
-			envelope postgres.Envelope
+			markTx  uint64
+			markOff int64
+			msgTx   sql.NullString
+			msgOff  sql.NullInt64
+			payload []byte
 		)
-		if err := rows.Scan(&markTx, &markOff, &msgTx, &msgOff, &payload); err != nil {
+		if err := rows.Scan(&markTx, &markOff, &msgTx, &msgOff, &payload, &candidates, &xmin); err != nil {
 			return ports.FeedPage{}, fmt.Errorf("read event feed: %w", err)
 		}
 		if mark := (Position{TransactionID: markTx, Offset: markOff}); c.pos.Less(mark) && page.Lost == "" {
@@ -130,6 +154,7 @@ func (f *Feed) Read(ctx context.Context, from string, limit int) (ports.FeedPage
 		if !msgTx.Valid {
 			continue // no message: the LEFT JOIN's empty row
 		}
+		kept++
 		tx, err := strconv.ParseUint(msgTx.String, 10, 64)
 		if err != nil {
 			return ports.FeedPage{}, fmt.Errorf("read event feed: transaction id %q: %w", msgTx.String, err)
@@ -138,23 +163,62 @@ func (f *Feed) Read(ctx context.Context, from string, limit int) (ports.FeedPage
 		if pos != c.pos {
 			messages++
 		}
-		if err := json.Unmarshal(payload, &envelope); err != nil {
+		events, err := feedEvents(payload)
+		if err != nil {
 			f.logger.Error("event feed skips an undecodable outbox message",
 				zap.Uint64("transaction_id", pos.TransactionID), zap.Int64("offset", pos.Offset), zap.Error(err))
 		}
-		for i, e := range envelope.Events {
+		for i, e := range events {
 			if pos == c.pos && i <= c.index {
 				continue // delivered before
 			}
-			page.Events = append(page.Events, ports.FeedEvent{ID: cursor{pos: pos, index: i}.String(), Event: e})
+			e.ID = cursor{pos: pos, index: i}.String()
+			page.Events = append(page.Events, e)
 		}
-		if pos != c.pos || len(envelope.Events) > c.index {
-			page.Next = cursor{pos: pos, index: max(len(envelope.Events)-1, 0)}.String()
+		if pos != c.pos || len(events) > c.index {
+			page.Next = cursor{pos: pos, index: max(len(events)-1, 0)}.String()
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return ports.FeedPage{}, postgres.TranslateError(fmt.Errorf("read event feed: %w", err))
 	}
-	page.More = messages >= limit
+	page.More = messages >= limit || kept < candidates
+	if messages == 0 && !page.More && xmin > 0 {
+		// Nothing after the cursor below the oldest running transaction: the
+		// reader has seen everything there, and its position may say so
+		// (as Tail's does). Readers that caught up then compare.
+		if caughtUp := (cursor{pos: Position{TransactionID: xmin - 1, Offset: math.MaxInt64}}); c.less(caughtUp) {
+			page.Next = caughtUp.String()
+		}
+	}
 	return page, nil
+}
+
+// feedEvents returns the events of a payload, each with its JSON and the
+// fields streams filter on. The scanner reads the publisher's plain shape;
+// anything else goes through encoding/json.
+func feedEvents(payload []byte) ([]ports.FeedEvent, error) {
+	var out []ports.FeedEvent
+	s := newScanner(payload)
+	err := s.events(func(raw []byte, e *scannedEvent) {
+		out = append(out, ports.FeedEvent{Type: event.Type(e.typ), Queue: e.queue, Queues: e.queues, Data: raw})
+	})
+	if err == nil {
+		return out, nil
+	}
+	var p struct {
+		Events []json.RawMessage `json:"events"`
+	}
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return nil, fmt.Errorf("decode outbox payload: %w", err)
+	}
+	out = out[:0]
+	for _, raw := range p.Events {
+		var e event.Event
+		if err := json.Unmarshal(raw, &e); err != nil {
+			return nil, fmt.Errorf("decode outbox event: %w", err)
+		}
+		out = append(out, ports.FeedEvent{Type: e.Type, Queue: e.Queue, Queues: e.Queues, Data: raw})
+	}
+	return out, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskmaster/taskmaster/adapters/outbox/envelope"
 	"github.com/taskmaster/taskmaster/adapters/outbox/outboxtest"
 	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
@@ -54,17 +55,17 @@ func outboxMessages(t *testing.T, db *sqlx.DB) []storedMessage {
 		Metadata      []byte `db:"metadata"`
 	}
 	require.NoError(t, db.Select(&rows, `
-		SELECT transaction_id::text AS transaction_id, "offset", payload, metadata
-		FROM watermill_taskmaster_events ORDER BY transaction_id, "offset"`))
+		SELECT m.transaction_id::text AS transaction_id, m."offset", m.payload, m.metadata
+		FROM watermill_taskmaster_events m ORDER BY m.transaction_id, m."offset"`))
 	out := make([]storedMessage, len(rows))
 	for i, r := range rows {
 		tx, err := strconv.ParseUint(r.TransactionID, 10, 64)
 		require.NoError(t, err)
-		var env postgres.Envelope
-		require.NoError(t, json.Unmarshal(r.Payload, &env))
+		events, err := envelope.Decode(r.Payload)
+		require.NoError(t, err)
 		var meta map[string]string
 		require.NoError(t, json.Unmarshal(r.Metadata, &meta))
-		out[i] = storedMessage{pos: Position{TransactionID: tx, Offset: r.Offset}, correlationID: meta[postgres.MetadataCorrelationID], events: env.Events}
+		out[i] = storedMessage{pos: Position{TransactionID: tx, Offset: r.Offset}, correlationID: meta[envelope.MetadataCorrelationID], events: events}
 	}
 	return out
 }
@@ -85,7 +86,7 @@ var (
 	queryCounts     = outboxtest.Counts
 )
 
-func waitCaughtUp(t *testing.T, db *sqlx.DB, group string) { outboxtest.WaitCaughtUp(t, db, group) }
+func waitCaughtUp(t *testing.T, db *sqlx.DB) { outboxtest.WaitCaughtUp(t, db, ProjectionsGroup) }
 
 // fastConfig polls often, for tests.
 func fastConfig() Config {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
+	"strconv"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -21,13 +24,27 @@ const maxJanitorBatches = 100
 // consumed and that are older than the retention, and prunes rate buckets
 // older than their retention.
 //
-// Several instances may run janitors at once: each batch locks the rows it
-// deletes with SKIP LOCKED, so concurrent janitors split the work.
+// Several instances may run janitors: each delete statement takes a
+// transaction-level advisory lock, so one deletes at a time and the others
+// skip their turn.
 type Janitor struct {
 	lifecycle.Base
 	db     *sql.DB
 	cfg    Config
 	logger *zap.Logger
+
+	// mu guards marks: the outbox's last position at each run, on the
+	// database clock, oldest first. The last mark older than the retention
+	// bounds the delete's range, so that it walks only messages old enough
+	// to go instead of every message the retention keeps.
+	mu    sync.Mutex
+	marks []positionMark
+}
+
+// positionMark is the outbox's last position at a time.
+type positionMark struct {
+	at  time.Time
+	pos Position
 }
 
 var _ lifecycle.Service = (*Janitor)(nil)
@@ -43,29 +60,41 @@ func NewJanitor(db *sql.DB, cfg Config, logger *zap.Logger) (*Janitor, error) {
 	return &Janitor{db: db, cfg: cfg, logger: logger}, nil
 }
 
+// janitorLockKey is the transaction-level advisory lock a janitor's delete
+// statement takes ("tm_janit" in ASCII): one instance's janitor deletes at a
+// time, and the others skip their turn.
+const janitorLockKey int64 = 0x746d5f6a616e6974
+
 // deleteConsumedSQL deletes up to $2 messages at or below the slowest
 // consumer group's position (consumption is ordered by (transaction_id,
-// offset)) whose created_at is older than $1 seconds, and raises the janitor's
-// high-water mark to the greatest position deleted. created_at is a
-// timestamp without time zone in the session's zone, as is localtimestamp.
+// offset)) and at or below the position ($3, $4) the outbox had reached when
+// the retention began, whose created_at is older than $1 seconds, and raises
+// the janitor's high-water mark to the greatest position deleted. The
+// position bound keeps the index range to messages old enough to go: without
+// it every run would read each message the retention keeps (100 ms a run for
+// 200,000 of them). It deletes nothing if another janitor holds the lock
+// ($5): rows are found by ctid without row locks, which would write every
+// row twice.
 const deleteConsumedSQL = `
-WITH slowest AS (
+WITH turn AS (
+	SELECT pg_try_advisory_xact_lock($5) AS mine
+), slowest AS (
 	SELECT last_processed_transaction_id AS transaction_id, coalesce(offset_acked, 0) AS "offset"
 	FROM watermill_offsets_taskmaster_events
 	ORDER BY 1, 2
 	LIMIT 1
 ), doomed AS (
-	SELECT m.transaction_id, m."offset"
+	SELECT m.ctid
 	FROM watermill_taskmaster_events m
-	WHERE (m.transaction_id, m."offset") <= (SELECT transaction_id, "offset" FROM slowest)
-		AND m.created_at < localtimestamp - make_interval(secs => $1)
+	WHERE (SELECT mine FROM turn)
+		AND (m.transaction_id, m."offset") <= (SELECT transaction_id, "offset" FROM slowest)
+		AND (m.transaction_id, m."offset") <= ($3::xid8, $4::bigint)
+		AND m.created_at < now() - make_interval(secs => $1)
 	ORDER BY m.transaction_id, m."offset"
 	LIMIT $2
-	FOR UPDATE SKIP LOCKED
 ), gone AS (
 	DELETE FROM watermill_taskmaster_events m
-	USING doomed d
-	WHERE m.transaction_id = d.transaction_id AND m."offset" = d."offset"
+	WHERE m.ctid = ANY (ARRAY(SELECT ctid FROM doomed))
 	RETURNING m.transaction_id, m."offset"
 ), highest AS (
 	SELECT transaction_id, "offset" FROM gone ORDER BY 1 DESC, 2 DESC LIMIT 1
@@ -77,6 +106,50 @@ WITH slowest AS (
 )
 SELECT count(*) FROM gone`
 
+// lastPositionSQL reads the database time and the outbox's last position
+// (one step of a backward scan of the primary key).
+const lastPositionSQL = `
+SELECT now(), coalesce(l.transaction_id::text, '0'), coalesce(l."offset", 0)
+FROM (SELECT) one
+LEFT JOIN LATERAL (
+	SELECT m.transaction_id, m."offset" FROM watermill_taskmaster_events m
+	ORDER BY m.transaction_id DESC, m."offset" DESC LIMIT 1
+) l ON true`
+
+// noBound is the position bound before the janitor has a mark older than
+// the retention: none.
+var noBound = Position{TransactionID: math.MaxUint64, Offset: math.MaxInt64}
+
+// bound records the outbox's last position now and returns the last
+// position recorded at least the retention ago (noBound if none was).
+func (j *Janitor) bound(ctx context.Context) (Position, error) {
+	var (
+		m  positionMark
+		tx string
+	)
+	if err := j.db.QueryRowContext(ctx, lastPositionSQL).Scan(&m.at, &tx, &m.pos.Offset); err != nil {
+		return Position{}, fmt.Errorf("read the outbox's last position: %w", err)
+	}
+	var err error
+	if m.pos.TransactionID, err = strconv.ParseUint(tx, 10, 64); err != nil {
+		return Position{}, fmt.Errorf("read the outbox's last position: %w", err)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.marks = append(j.marks, m)
+	cutoff := m.at.Add(-j.cfg.Retention)
+	b, old := noBound, 0
+	for i, mk := range j.marks {
+		if mk.at.After(cutoff) {
+			break
+		}
+		b, old = mk.pos, i
+	}
+	// Keep the last mark older than the retention and those after it.
+	j.marks = append(j.marks[:0], j.marks[old:]...)
+	return b, nil
+}
+
 // pruneBucketsSQL deletes rate buckets older than $1 seconds.
 const pruneBucketsSQL = `DELETE FROM queue_rate_buckets WHERE minute < now() - make_interval(secs => $1)`
 
@@ -84,10 +157,15 @@ const pruneBucketsSQL = `DELETE FROM queue_rate_buckets WHERE minute < now() - m
 // maxJanitorBatches ran), prunes old rate buckets, and returns how many
 // messages it deleted.
 func (j *Janitor) RunOnce(ctx context.Context) (int, error) {
+	b, err := j.bound(ctx)
+	if err != nil {
+		return 0, err
+	}
 	total := 0
 	for range maxJanitorBatches {
 		var n int
-		err := j.db.QueryRowContext(ctx, deleteConsumedSQL, j.cfg.Retention.Seconds(), j.cfg.JanitorBatchSize).Scan(&n)
+		err := j.db.QueryRowContext(ctx, deleteConsumedSQL, j.cfg.Retention.Seconds(), j.cfg.JanitorBatchSize,
+			strconv.FormatUint(b.TransactionID, 10), b.Offset, janitorLockKey).Scan(&n)
 		if err != nil {
 			return total, fmt.Errorf("delete consumed outbox messages: %w", err)
 		}

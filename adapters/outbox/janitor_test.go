@@ -22,11 +22,10 @@ func setOffset(t *testing.T, e *env, group string, pos Position) {
 	require.NoError(t, err)
 }
 
-// builtInGroupsAt moves both built-in consumer groups to pos.
+// builtInGroupsAt moves the built-in consumer group to pos.
 func builtInGroupsAt(t *testing.T, e *env, pos Position) {
 	t.Helper()
-	setOffset(t, e, QueueStatsGroup, pos)
-	setOffset(t, e, MetricsGroup, pos)
+	setOffset(t, e, ProjectionsGroup, pos)
 }
 
 func submitN(t *testing.T, e *env, ctx context.Context, n int) {
@@ -58,14 +57,14 @@ func TestJanitorDeletesOnlyWhatEveryGroupConsumed(t *testing.T) {
 	j, err := NewJanitor(e.db.DB, cfg, nil)
 	require.NoError(t, err)
 
-	// The built-in groups exist from the migration and have consumed nothing.
+	// The built-in group exists from the migration and has consumed nothing.
 	n, err := j.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n)
 
-	// queue_stats is at 7, metrics at 4, an external group at 5: the slowest decides.
-	setOffset(t, e, QueueStatsGroup, all[6])
-	setOffset(t, e, MetricsGroup, all[3])
+	// The projections are at 7, external groups at 4 and 5: the slowest decides.
+	setOffset(t, e, ProjectionsGroup, all[6])
+	setOffset(t, e, "audit", all[3])
 	setOffset(t, e, "billing", all[4])
 	n, err = j.RunOnce(ctx)
 	require.NoError(t, err)
@@ -76,7 +75,7 @@ func TestJanitorDeletesOnlyWhatEveryGroupConsumed(t *testing.T) {
 	require.Equal(t, all[3], mark, "the high-water mark is the last deleted position")
 
 	// Everyone at the end: everything goes, in batches of 3.
-	for _, g := range []string{QueueStatsGroup, MetricsGroup, "billing"} {
+	for _, g := range []string{ProjectionsGroup, "audit", "billing"} {
 		setOffset(t, e, g, all[9])
 	}
 	n, err = j.RunOnce(ctx)
@@ -85,6 +84,8 @@ func TestJanitorDeletesOnlyWhatEveryGroupConsumed(t *testing.T) {
 	require.Empty(t, outboxMessages(t, e.db))
 
 	// Deleting a group's offsets row releases what only it was holding.
+	_, err = e.db.Exec(`DELETE FROM watermill_offsets_taskmaster_events WHERE consumer_group = 'audit'`)
+	require.NoError(t, err)
 	submitN(t, e, ctx, 2)
 	more := positions(outboxMessages(t, e.db))
 	builtInGroupsAt(t, e, more[1])
@@ -152,4 +153,58 @@ func TestJanitorServiceRunsPeriodicallyAndStops(t *testing.T) {
 	require.Eventually(t, func() bool { return len(outboxMessages(t, e.db)) == 0 }, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, j.Stop(ctx))
 	require.NoError(t, j.Stop(ctx), "Stop is idempotent")
+}
+
+// Once the janitor has a mark older than the retention, it deletes only up
+// to the position the outbox had then: messages after it are not even read,
+// whatever their created_at says (here forged old).
+func TestJanitorDeletesUpToThePositionOfTheRetentionsStart(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := ctxT(t)
+	submitN(t, e, ctx, 5)
+	all := positions(outboxMessages(t, e.db))
+	builtInGroupsAt(t, e, all[4])
+	_, err := e.db.Exec(`UPDATE watermill_taskmaster_events SET created_at = created_at - interval '2 hours'`)
+	require.NoError(t, err)
+	cfg := DefaultConfig()
+	cfg.Retention = time.Hour
+	j, err := NewJanitor(e.db.DB, cfg, nil)
+	require.NoError(t, err)
+	var dbNow time.Time
+	require.NoError(t, e.db.Get(&dbNow, `SELECT now()`))
+	j.marks = []positionMark{{at: dbNow.Add(-3 * time.Hour), pos: all[0]}, {at: dbNow.Add(-90 * time.Minute), pos: all[2]}}
+	n, err := j.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	require.Equal(t, all[3:], positions(outboxMessages(t, e.db)))
+	require.Len(t, j.marks, 2, "the last mark older than the retention and the new one")
+	require.Equal(t, all[2], j.marks[0].pos)
+	require.Equal(t, all[4], j.marks[1].pos)
+}
+
+// One janitor deletes at a time (a transaction-level advisory lock): while
+// another holds the turn, a run deletes nothing; then it does.
+func TestJanitorsTakeTurns(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := ctxT(t)
+	submitN(t, e, ctx, 3)
+	all := positions(outboxMessages(t, e.db))
+	builtInGroupsAt(t, e, all[2])
+	cfg := DefaultConfig()
+	cfg.Retention = 0
+	j, err := NewJanitor(e.db.DB, cfg, nil)
+	require.NoError(t, err)
+	other, err := e.db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	_, err = other.Exec(`SELECT pg_advisory_xact_lock($1)`, janitorLockKey)
+	require.NoError(t, err)
+	n, err := j.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "another janitor's turn")
+	require.NoError(t, other.Rollback())
+	n, err = j.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
 }

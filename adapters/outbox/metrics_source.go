@@ -10,8 +10,9 @@ import (
 	"github.com/taskmaster/taskmaster/adapters/metrics"
 )
 
-// MetricsSource reads the metrics projection, the statistics gauges and the
-// consumer groups' lag, for the Prometheus collector.
+// MetricsSource reads the metrics projection, the statistics gauges, the
+// consumer groups' lag and the set-aside messages, for the Prometheus
+// collector.
 type MetricsSource struct {
 	db *sqlx.DB
 }
@@ -25,13 +26,12 @@ func NewMetricsSource(db *sqlx.DB) *MetricsSource { return &MetricsSource{db: db
 var workerStatuses = []string{"ACTIVE", "STALE", "DEAD"}
 
 // lagSQL gives, per consumer group, the age of the first message after its
-// position (created_at and localtimestamp are both in the session's zone),
-// or 0. Messages of transactions still running are not visible, so they do
-// not count; those that committed but wait behind an older running
-// transaction do.
+// position (created_at is a timestamptz, migration 0006), or 0. Messages of
+// transactions still running are not visible, so they do not count; those
+// that committed but wait behind an older running transaction do.
 const lagSQL = `
 SELECT o.consumer_group,
-	coalesce(extract(epoch FROM localtimestamp - (
+	coalesce(extract(epoch FROM clock_timestamp() - (
 		SELECT m.created_at FROM watermill_taskmaster_events m
 		WHERE (m.transaction_id, m."offset") > (o.last_processed_transaction_id, coalesce(o.offset_acked, 0))
 		ORDER BY m.transaction_id, m."offset"
@@ -135,6 +135,20 @@ func (s *MetricsSource) Snapshot(ctx context.Context) (*metrics.Snapshot, error)
 	}
 	for _, l := range lags {
 		snap.Lags = append(snap.Lags, metrics.ConsumerLag{ConsumerGroup: l.Group, OldestUnconsumedSeconds: max(l.Lag, 0)})
+	}
+
+	var poison []struct {
+		Projection string `db:"projection"`
+		Count      int64  `db:"count"`
+	}
+	if err := tx.SelectContext(ctx, &poison, `
+		SELECT p.projection, count(o.id) AS count
+		FROM projector_positions p LEFT JOIN outbox_poison o ON o.projection = p.projection
+		GROUP BY p.projection ORDER BY p.projection`); err != nil {
+		return nil, fmt.Errorf("metrics snapshot: set-aside messages: %w", err)
+	}
+	for _, p := range poison {
+		snap.Poison = append(snap.Poison, metrics.PoisonCount{Projection: p.Projection, Count: float64(p.Count)})
 	}
 	return snap, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskmaster/taskmaster/adapters/outbox/envelope"
 	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
 	"github.com/taskmaster/taskmaster/domain/event"
@@ -148,9 +149,9 @@ func (f *storeFixture) outbox() []outboxMessage {
 		`SELECT payload, metadata FROM watermill_taskmaster_events ORDER BY "offset"`))
 	out := make([]outboxMessage, len(rows))
 	for i, r := range rows {
-		var env postgres.Envelope
-		require.NoError(f.t, json.Unmarshal(r.Payload, &env), "outbox payload %s", r.Payload)
-		out[i].Events = env.Events
+		events, err := envelope.Decode(r.Payload)
+		require.NoError(f.t, err, "outbox payload %s", r.Payload)
+		out[i].Events = events
 		require.NoError(f.t, json.Unmarshal(r.Metadata, &out[i].Metadata), "outbox metadata %s", r.Metadata)
 	}
 	return out

@@ -293,6 +293,11 @@ func (s *TaskStore) List(ctx context.Context, f ports.TaskFilter) ([]*task.Task,
 		args = append(args, *f.After)
 		where = append(where, fmt.Sprintf("t.id < $%d", len(args)))
 	}
+	if f.Visible != nil {
+		exact, prefixes := queuePatterns(f.Visible)
+		args = append(args, exact, prefixes)
+		where = append(where, fmt.Sprintf(visibleQueues, len(args)-1, len(args)))
+	}
 	page := `SELECT ` + prefixed("t.", taskColumns) + `, ` + taskBytesSQL + ` AS bytes FROM tasks t`
 	if len(where) > 0 {
 		page += ` WHERE ` + strings.Join(where, " AND ")

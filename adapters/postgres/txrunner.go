@@ -3,36 +3,19 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 
+	"github.com/taskmaster/taskmaster/adapters/outbox/envelope"
 	"github.com/taskmaster/taskmaster/domain/event"
 	"github.com/taskmaster/taskmaster/ports"
 )
-
-// EventsTopic is the Watermill topic of lifecycle events. Its tables
-// (watermill_taskmaster_events and watermill_offsets_taskmaster_events) are
-// created by the migrations.
-const EventsTopic = "taskmaster_events"
-
-// Envelope is the payload of one outbox message: the events of one
-// transaction, in the order they happened.
-type Envelope struct {
-	// Events are the transaction's lifecycle events.
-	Events []event.Event `json:"events"`
-}
-
-// MetadataCorrelationID is the outbox message metadata key of the request's
-// correlation id.
-const MetadataCorrelationID = "correlation_id"
 
 // maxTxAttempts bounds re-runs of a transaction that hit a deadlock or a
 // serialization failure.
@@ -123,7 +106,7 @@ func (r *TxRunner) publish(ctx context.Context, tx *sqlx.Tx, events []event.Even
 	if len(events) == 0 {
 		return nil
 	}
-	msg, err := NewEventsMessage(ctx, events)
+	msg, err := envelope.NewMessage(ctx, events)
 	if err != nil {
 		return err
 	}
@@ -131,30 +114,10 @@ func (r *TxRunner) publish(ctx context.Context, tx *sqlx.Tx, events []event.Even
 	if err != nil {
 		return fmt.Errorf("outbox publisher: %w", err)
 	}
-	if err := pub.Publish(EventsTopic, msg); err != nil {
+	if err := pub.Publish(envelope.Topic, msg); err != nil {
 		return fmt.Errorf("append to outbox: %w", err)
 	}
 	return nil
-}
-
-// NewEventsMessage wraps events into one outbox message, stamping the
-// correlation id of ctx on events that have none.
-func NewEventsMessage(ctx context.Context, events []event.Event) (*message.Message, error) {
-	cid := ports.CorrelationID(ctx)
-	for i := range events {
-		if events[i].CorrelationID == "" {
-			events[i].CorrelationID = cid
-		}
-	}
-	payload, err := json.Marshal(Envelope{Events: events})
-	if err != nil {
-		return nil, fmt.Errorf("encode events: %w", err)
-	}
-	msg := message.NewMessage(watermill.NewUUID(), payload)
-	if cid != "" {
-		msg.Metadata.Set(MetadataCorrelationID, cid)
-	}
-	return msg, nil
 }
 
 // txState is what the stores of one transaction share.
@@ -194,7 +157,7 @@ func (s *txState) sendNotifications(ctx context.Context) error {
 }
 
 func (s *txState) stores() ports.Stores {
-	return ports.Stores{Tasks: &TaskStore{st: s}, Workers: &WorkerStore{st: s}, Outbox: s, Reaper: &ReaperStore{st: s}}
+	return ports.Stores{Tasks: &TaskStore{st: s}, Workers: &WorkerStore{st: s}, Outbox: s, Reaper: &ReaperStore{st: s}, Keys: &KeyStore{st: s}}
 }
 
 // Record implements ports.Outbox.

@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/taskmaster/taskmaster/adapters/postgres"
+	"github.com/taskmaster/taskmaster/adapters/outbox/envelope"
 	"github.com/taskmaster/taskmaster/domain/event"
 	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/ports"
@@ -51,7 +51,7 @@ func TestTxRunnerCommitsStateWithOneOutboxMessageOfAllEvents(t *testing.T) {
 	require.Equal(t, "corr-1", events[0].CorrelationID, "the request's correlation id is stamped on events")
 	require.Equal(t, "corr-1", events[1].CorrelationID)
 	require.Equal(t, "own", events[2].CorrelationID, "an event's own correlation id is kept")
-	require.Equal(t, "corr-1", msgs[0].Metadata[postgres.MetadataCorrelationID])
+	require.Equal(t, "corr-1", msgs[0].Metadata[envelope.MetadataCorrelationID])
 
 	var txIDs int
 	require.NoError(t, f.db.Get(&txIDs, `SELECT count(DISTINCT transaction_id) FROM watermill_taskmaster_events`))

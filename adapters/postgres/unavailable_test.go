@@ -19,6 +19,7 @@ import (
 	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskmaster/taskmaster/adapters/outbox"
 	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
 	"github.com/taskmaster/taskmaster/domain/event"
@@ -162,7 +163,7 @@ func TestTxRunnerWithoutServerIsUnavailable(t *testing.T) {
 	t.Cleanup(func() { _ = db.Close() })
 	err = postgres.NewTxRunner(db).Run(t.Context(), submitIn)
 	require.ErrorIs(t, err, ports.ErrUnavailable)
-	_, err = postgres.NewStatsReader(db).Queues(t.Context())
+	_, err = outbox.NewStatsReader(db).Queues(t.Context())
 	require.ErrorIs(t, err, ports.ErrUnavailable)
 }
 

@@ -14,7 +14,7 @@ import (
 	"github.com/taskmaster/taskmaster/ports"
 )
 
-const workerColumns = `id, queues, tags, status, registered_at, last_heartbeat_at, draining`
+const workerColumns = `id, queues, tags, status, registered_at, last_heartbeat_at, draining, owner_key_id`
 
 type workerRow struct {
 	ID              string         `db:"id"`
@@ -24,6 +24,7 @@ type workerRow struct {
 	RegisteredAt    time.Time      `db:"registered_at"`
 	LastHeartbeatAt time.Time      `db:"last_heartbeat_at"`
 	Draining        bool           `db:"draining"`
+	OwnerKeyID      sql.NullString `db:"owner_key_id"`
 }
 
 type workerRowNow struct {
@@ -35,6 +36,7 @@ func (r *workerRow) toDomain() *worker.Worker {
 	return worker.Restore(worker.Snapshot{
 		ID: r.ID, Queues: []string(r.Queues), Tags: []string(r.Tags), Status: worker.Status(r.Status),
 		RegisteredAt: r.RegisteredAt, LastHeartbeatAt: r.LastHeartbeatAt, Draining: r.Draining,
+		Owner: r.OwnerKeyID.String,
 	})
 }
 
@@ -75,9 +77,10 @@ func (s *WorkerStore) Upsert(ctx context.Context, id string, fn func(*worker.Wor
 		}
 		v := w.Snapshot()
 		res, err := s.st.tx.ExecContext(ctx, `
-			INSERT INTO workers (`+workerColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7)
+			INSERT INTO workers (`+workerColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8::uuid)
 			ON CONFLICT (id) DO NOTHING`,
-			v.ID, pq.StringArray(v.Queues), pq.StringArray(v.Tags), string(v.Status), v.RegisteredAt, v.LastHeartbeatAt, v.Draining)
+			v.ID, pq.StringArray(v.Queues), pq.StringArray(v.Tags), string(v.Status), v.RegisteredAt, v.LastHeartbeatAt, v.Draining,
+			nullString(v.Owner))
 		if err != nil {
 			return nil, false, fmt.Errorf("insert worker: %w", err)
 		}
@@ -197,8 +200,10 @@ func (s *WorkerStore) List(ctx context.Context) ([]*worker.Worker, error) {
 func (s *WorkerStore) save(ctx context.Context, w *worker.Worker) error {
 	v := w.Snapshot()
 	_, err := s.st.tx.ExecContext(ctx, `
-		UPDATE workers SET queues = $2, tags = $3, status = $4, last_heartbeat_at = $5, draining = $6 WHERE id = $1`,
-		v.ID, pq.StringArray(v.Queues), pq.StringArray(v.Tags), string(v.Status), v.LastHeartbeatAt, v.Draining)
+		UPDATE workers SET queues = $2, tags = $3, status = $4, last_heartbeat_at = $5, draining = $6,
+			owner_key_id = $7::uuid WHERE id = $1`,
+		v.ID, pq.StringArray(v.Queues), pq.StringArray(v.Tags), string(v.Status), v.LastHeartbeatAt, v.Draining,
+		nullString(v.Owner))
 	if err != nil {
 		return fmt.Errorf("save worker: %w", err)
 	}

@@ -62,15 +62,16 @@ func TestExamplePrintsEveryEventOnceInItsOwnGroup(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(out.String(), "task.submitted") }, 30*time.Second, 10*time.Millisecond)
 	_, err = svc.Cancel(ctx, tk.ID())
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return strings.Contains(out.String(), "task.dead_lettered") }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "audit.task_cancelled") }, 30*time.Second, 10*time.Millisecond)
 	cancel()
 	require.NoError(t, <-done)
 
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	require.Len(t, lines, 2)
+	require.Len(t, lines, 3)
 	require.Contains(t, lines[0], "task.submitted queue=emails task="+tk.ID().String()+" new->PENDING correlation_id=req-7")
 	require.Contains(t, lines[1], "task.dead_lettered queue=emails task="+tk.ID().String()+" PENDING->DEAD reason=cancelled")
+	require.Contains(t, lines[2], "audit.task_cancelled queue=emails task="+tk.ID().String(), "the operator's action, in the same message")
 	var groups []string
 	require.NoError(t, db.Select(&groups, `SELECT consumer_group FROM watermill_offsets_taskmaster_events ORDER BY 1`))
-	require.Equal(t, []string{"billing", "metrics", "queue_stats"}, groups, "the example registered its own group")
+	require.Equal(t, []string{"billing", "projections"}, groups, "the example registered its own group")
 }

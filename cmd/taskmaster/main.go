@@ -3,6 +3,9 @@
 //	taskmaster serve     run the API (and the background services)
 //	taskmaster migrate   apply database migrations and exit
 //	taskmaster bench     measure throughput and latency (see docs/performance.md)
+//	taskmaster outbox poison list|replay|discard
+//	                     the outbox messages the projections set aside
+//	                     (see docs/operations.md)
 //	taskmaster dev       start a local PostgreSQL in ./.data (unless
 //	                     TASKMASTER_DATABASE_URL is set) and serve
 //
@@ -10,6 +13,8 @@
 //
 //	taskmaster submit|get|list|retry|cancel|workers|queues
 //	taskmaster worker --queue Q --exec 'cmd args'
+//	taskmaster keys create|list|revoke   (API keys; on the database with
+//	                     TASKMASTER_DATABASE_URL, else on the server)
 package main
 
 import (
@@ -33,14 +38,14 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "taskmaster:", err)
 		var cfgErr *app.ConfigError
-		if errors.As(err, &cfgErr) || errors.Is(err, errUsage) || errors.Is(err, cli.ErrUsage) {
+		if errors.As(err, &cfgErr) || errors.Is(err, errUsage) || errors.Is(err, cli.ErrUsage) || errors.Is(err, app.ErrUsage) {
 			os.Exit(2)
 		}
 		os.Exit(1)
 	}
 }
 
-var errUsage = errors.New("usage: taskmaster serve|migrate|dev|bench|submit|get|list|retry|cancel|workers|queues|worker [flags]  (taskmaster <command> -h lists the flags)")
+var errUsage = errors.New("usage: taskmaster serve|migrate|dev|bench|outbox|submit|get|list|retry|cancel|workers|queues|worker|keys [flags]  (taskmaster <command> -h lists the flags)")
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -56,6 +61,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return app.Dev(ctx, rest, getenv, stdout, stderr)
 	case "bench":
 		return bench.Run(ctx, rest, stdout, stderr)
+	case "outbox":
+		return app.OutboxCommand(ctx, rest, getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprintln(stdout, errUsage.Error())
 		return nil

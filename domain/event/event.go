@@ -84,6 +84,13 @@ type Event struct {
 	OccurredAt time.Time `json:"occurred_at"`
 	// CorrelationID is the id of the request that caused the transition.
 	CorrelationID string `json:"correlation_id,omitempty"`
+	// KeyID is the API key that performed an audited action (audit events
+	// only; absent when authentication is off or the action came through
+	// the database, as `taskmaster keys` with TASKMASTER_DATABASE_URL).
+	KeyID string `json:"key_id,omitempty"`
+	// TargetKeyID is the API key an audited key action concerns (the key
+	// created or revoked).
+	TargetKeyID string `json:"target_key_id,omitempty"`
 	// QueueWaitSeconds is claimed_at - created_at, on claims.
 	QueueWaitSeconds *float64 `json:"queue_wait_seconds,omitempty"`
 	// ExecutionSeconds is finished - claimed_at, when a running attempt ends.

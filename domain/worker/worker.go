@@ -107,6 +107,10 @@ type Snapshot struct {
 	// Draining is set when an operator asked the worker to stop claiming;
 	// registering again clears it.
 	Draining bool
+	// Owner is the API key that registered the worker (its id as text), ""
+	// for a worker registered while authentication was off. Only its owner
+	// (or an admin) may act as the worker (domain/apikey).
+	Owner string
 }
 
 // Worker is a registered worker process.
@@ -141,11 +145,16 @@ func (w *Worker) Queues() []string { return slices.Clone(w.s.Queues) }
 // Tags returns the worker's capability tags.
 func (w *Worker) Tags() []string { return slices.Clone(w.s.Tags) }
 
+// Owner returns the API key that owns the worker ("" for none).
+func (w *Worker) Owner() string { return w.s.Owner }
+
 // RegisterParams describe a registration.
 type RegisterParams struct {
 	ID     string
 	Queues []string
 	Tags   []string
+	// Owner is the registering API key ("" when authentication is off).
+	Owner string
 }
 
 // ValidateRegister checks a registration and de-duplicates its lists.
@@ -213,14 +222,16 @@ func Register(p RegisterParams, now time.Time) (*Worker, event.Event, error) {
 	}
 	w := &Worker{s: Snapshot{
 		ID: p.ID, Queues: p.Queues, Tags: p.Tags, Status: StatusActive,
-		RegisteredAt: now, LastHeartbeatAt: now,
+		RegisteredAt: now, LastHeartbeatAt: now, Owner: p.Owner,
 	}}
 	return w, w.event(event.WorkerRegistered, "", now), nil
 }
 
 // Reregister updates an existing worker's queues and tags and makes it
 // ACTIVE again, whatever its status (a DEAD worker comes back this way). It
-// clears a drain request: a registration is a fresh start.
+// clears a drain request: a registration is a fresh start. A worker that
+// belongs to no key becomes p.Owner's; one that has an owner keeps it
+// (whether p.Owner may register it at all is domain/apikey's rule).
 func (w *Worker) Reregister(p RegisterParams, now time.Time) (event.Event, error) {
 	p.ID = w.s.ID
 	if err := ValidateRegister(&p); err != nil {
@@ -231,6 +242,9 @@ func (w *Worker) Reregister(p RegisterParams, now time.Time) (event.Event, error
 	w.s.Status = StatusActive
 	w.s.LastHeartbeatAt = now
 	w.s.Draining = false
+	if w.s.Owner == "" {
+		w.s.Owner = p.Owner
+	}
 	return w.event(event.WorkerRegistered, from, now), nil
 }
 

@@ -5,12 +5,14 @@ package binary
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/json"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -53,7 +55,7 @@ type Process struct {
 
 // Serve starts bin serve with env (TASKMASTER_* settings; the HTTP address
 // is chosen by the process, the log format is JSON) and waits until it is
-// ready. The process is stopped when the test ends.
+// ready. With TASKMASTER_TLS_CERT_FILE in env, URL is https. The process is stopped when the test ends.
 func Serve(t testing.TB, bin string, env ...string) *Process {
 	t.Helper()
 	cmd := exec.Command(bin, "serve")
@@ -89,9 +91,16 @@ func Serve(t testing.TB, bin string, env ...string) *Process {
 		close(p.done)
 	}()
 	t.Cleanup(func() { p.Stop(t) })
+	scheme, hc := "http", http.DefaultClient
+	if slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "TASKMASTER_TLS_CERT_FILE=") }) {
+		// Serving HTTPS: readiness is probed without verifying the
+		// certificate, which is the caller's to check.
+		scheme = "https"
+		hc = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // readiness only
+	}
 	select {
 	case a := <-addr:
-		p.URL = "http://" + a
+		p.URL = scheme + "://" + a
 	case <-p.done:
 		t.Fatalf("taskmaster serve exited while starting:\n%s", out)
 	case <-time.After(startTimeout):
@@ -99,7 +108,7 @@ func Serve(t testing.TB, bin string, env ...string) *Process {
 	}
 	deadline := time.Now().Add(startTimeout)
 	for {
-		resp, err := http.Get(p.URL + "/readyz")
+		resp, err := hc.Get(p.URL + "/readyz")
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

@@ -207,6 +207,10 @@ func (s workers) TouchLiveEach(ctx context.Context, ids []string, fn ports.Worke
 	return s.TouchEach(ctx, ids, fn)
 }
 
+func (workers) Owners(context.Context, []string) (map[string]string, error) {
+	return map[string]string{}, nil
+}
+
 func (workers) List(context.Context) ([]*worker.Worker, error) { return []*worker.Worker{}, nil }
 
 // Stats implements ports.StatsReader: no queue has tasks.

@@ -244,7 +244,7 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	require.Empty(t, l.unexpected, "answers that are neither success nor a 503 problem with Retry-After")
 	require.Positive(t, l.refused503, "the clients felt the outage")
 	require.Less(t, l.slowest503, answerWithin, "no request hung on the dead database")
-	require.Zero(t, l.refusedAfter, "requests sent after the database was back were refused")
+	require.Zero(t, l.refusedAfter, "requests sent after the database was back were refused: %v", l.refusedAfterWhat)
 	t.Logf("%d requests answered 503 during the outage, the slowest in %v; the first request after the restart succeeded %v after it",
 		l.refused503, l.slowest503.Round(time.Millisecond), l.firstSuccess.Round(time.Millisecond))
 
@@ -343,6 +343,9 @@ type ledger struct {
 	// connections the restart left dead must not fail requests).
 	refused503, refusedAfter int
 	slowest503               time.Duration
+	// refusedAfterWhat names the requests refusedAfter counts, with when
+	// they were sent and the answer's body.
+	refusedAfterWhat []string
 	// firstSuccess is how long after up the first request sent after it
 	// succeeded.
 	firstSuccess time.Duration
@@ -422,6 +425,7 @@ func (l *ledger) answered(what string, code int, header http.Header, body []byte
 			l.slowest503 = max(l.slowest503, elapsed)
 		default:
 			l.refusedAfter++
+			l.refusedAfterWhat = append(l.refusedAfterWhat, fmt.Sprintf("%s sent %v after up: %s", what, sent.Sub(l.up).Round(time.Millisecond), body))
 		}
 		l.mu.Unlock()
 		return true

@@ -17,6 +17,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskmaster/taskmaster/adapters/outbox"
 	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
 )
 
@@ -99,6 +100,21 @@ func startChild(t *testing.T, databaseURL string, logs *logTail) *child {
 		t.Fatalf("the service did not start:\n%s", logs)
 	}
 	return c
+}
+
+// startKillable starts `taskmaster serve` as a child process on a fresh
+// database, and returns the database, a connection to it, the children's
+// log and the current child (tests replace it after a kill).
+func startKillable(t *testing.T) (string, *sqlx.DB, *logTail, *atomic.Pointer[child]) {
+	t.Helper()
+	databaseURL := pgtest.NewDatabase(t)
+	db, err := sqlx.Connect("postgres", databaseURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	logs := &logTail{}
+	current := &atomic.Pointer[child]{}
+	current.Store(startChild(t, databaseURL, logs))
+	return databaseURL, db, logs, current
 }
 
 // kill sends SIGKILL and waits for the process to be gone.
@@ -241,14 +257,7 @@ func (w *randomWorkload) finish(t *testing.T) {
 // equal the tasks table and the totals equal the outbox's events.
 func TestProjectionsSurviveKillsMidStream(t *testing.T) {
 	t.Parallel()
-	databaseURL := pgtest.NewDatabase(t)
-	db, err := sqlx.Connect("postgres", databaseURL)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
-	logs := &logTail{}
-
-	var current atomic.Pointer[child]
-	current.Store(startChild(t, databaseURL, logs))
+	databaseURL, db, logs, current := startKillable(t)
 	base := func() string { return "http://" + current.Load().addr }
 	c := newClient(t, base)
 	load := startRandomWorkload(t, base, base, base, base)
@@ -310,4 +319,90 @@ func TestProjectionsSurviveKillsMidStream(t *testing.T) {
 		require.Equal(t, want["tasks_submitted/"+q.Queue+"/"], q.Totals.Submitted, q.Queue)
 	}
 	require.Equal(t, truthCounts(t, db), api)
+}
+
+// applyingSQL finds the projector's statement running: the one statement
+// that applies a batch to every table and advances the positions.
+const applyingSQL = `
+SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pid()
+	AND position('INSERT INTO projector_positions' IN query) > 0`
+
+// The real binary is killed with SIGKILL while its projector applies a large
+// batch (caught in pg_stat_activity running the batch's statement). The
+// batch is not committed; after a restart it is applied once: the statistics
+// equal the tasks table and the totals the outbox's events.
+func TestKillingTheProjectorMidBatchAppliesItOnceAfterRestart(t *testing.T) {
+	t.Parallel()
+	databaseURL, db, logs, current := startKillable(t)
+	c := newClient(t, func() string { return "http://" + current.Load().addr })
+	c.mustCall("POST", "/workers/v1/register", map[string]any{"id": "w"}, nil)
+
+	caught, rounds := 0, 0
+	for ; rounds < 8 && caught == 0; rounds++ {
+		round := rounds
+		// A backlog the projector sees at once: held back by an open
+		// transaction (outbox consumers read only below the oldest one).
+		blocker, err := db.Beginx()
+		require.NoError(t, err)
+		_, err = blocker.Exec(`SELECT pg_current_xact_id()`)
+		require.NoError(t, err)
+		for b := range 30 {
+			items := make([]map[string]any, 500)
+			for i := range items {
+				items[i] = map[string]any{"queue": fmt.Sprintf("q%d-%d", round, (b*500+i)%300)}
+			}
+			require.Equal(t, http.StatusCreated, c.mustCall("POST", "/tasks/v1/batch", map[string]any{"tasks": items}, nil))
+		}
+		var claimed claimResponse
+		c.mustCall("POST", "/tasks/v1/claim", map[string]any{"worker_id": "w", "limit": 1000}, &claimed)
+		require.NotEmpty(t, claimed.Tasks)
+		var last struct {
+			TX     string `db:"tx"`
+			Offset int64  `db:"offset"`
+		}
+		require.NoError(t, db.Get(&last, `SELECT transaction_id::text AS tx, "offset" FROM watermill_taskmaster_events
+			ORDER BY transaction_id DESC, "offset" DESC LIMIT 1`))
+		consumed := func() bool {
+			var done bool
+			require.NoError(t, db.Get(&done, `SELECT (last_processed_transaction_id, offset_acked) >= ($1::xid8, $2::bigint)
+				FROM watermill_offsets_taskmaster_events WHERE consumer_group = $3`, last.TX, last.Offset, outbox.ProjectionsGroup))
+			return done
+		}
+		require.NoError(t, blocker.Commit())
+
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			var applying int
+			require.NoError(t, db.Get(&applying, applyingSQL))
+			if applying > 0 {
+				current.Load().kill()
+				caught++
+				break
+			}
+			if consumed() {
+				break // applied before the poll saw it: try again with another backlog
+			}
+		}
+		if caught == 0 {
+			continue
+		}
+		// The killed transaction commits nothing: its backend ends when it
+		// finds the client gone, and the group's offset stays behind.
+		require.Eventually(t, func() bool {
+			var applying int
+			require.NoError(t, db.Get(&applying, applyingSQL))
+			return applying == 0
+		}, 30*time.Second, 5*time.Millisecond)
+		require.False(t, consumed(), "the batch in flight was not committed")
+		current.Store(startChild(t, databaseURL, logs))
+	}
+	require.Positive(t, caught, "the projector was never caught applying a batch")
+	t.Logf("killed the projector applying a batch (backlog %d)", rounds)
+
+	waitCaughtUp(t, db)
+	require.Equal(t, truthCounts(t, db), projectedCounts(t, db), "queue_status_counts equal the tasks table\n%s", logs)
+	require.Equal(t, expectedCounters(outboxEvents(t, db)),
+		queryCounts(t, db, `SELECT kind || '/' || queue || '/' || reason, value FROM metric_counters`),
+		"metric counters equal the outbox's events")
 }

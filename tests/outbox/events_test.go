@@ -295,6 +295,12 @@ func TestEventStreamReportsEventsLostToTheJanitor(t *testing.T) {
 	require.Equal(t, "stream.events_lost", notice.Type)
 	require.Equal(t, "0-0-0", notice.After)
 	require.NotEmpty(t, notice.LostThrough)
+	// A consumer group that stays where the projections are now keeps the
+	// janitor from deleting the next event before the stream reads it.
+	_, err := s.DB.Exec(`INSERT INTO watermill_offsets_taskmaster_events (consumer_group, offset_acked, last_processed_transaction_id)
+		SELECT 'hold', offset_acked, last_processed_transaction_id FROM watermill_offsets_taskmaster_events
+		WHERE consumer_group = 'projections'`)
+	require.NoError(t, err)
 	c.mustCall("POST", "/tasks/v1", map[string]any{"queue": "q"}, nil)
 	b, ok = stream.next(30 * time.Second)
 	require.True(t, ok)

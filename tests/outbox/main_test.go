@@ -19,6 +19,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskmaster/taskmaster/adapters/outbox"
 	"github.com/taskmaster/taskmaster/adapters/outbox/outboxtest"
 	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
 	"github.com/taskmaster/taskmaster/cmd/taskmaster/app"
@@ -181,9 +182,9 @@ var (
 	queryCounts     = outboxtest.Counts
 )
 
-// waitCaughtUp polls until both built-in consumer groups have consumed the
+// waitCaughtUp polls until the projections' consumer group has consumed the
 // last outbox message.
 func waitCaughtUp(t testing.TB, db *sqlx.DB) {
 	t.Helper()
-	outboxtest.WaitCaughtUp(t, db, "queue_stats", "metrics")
+	outboxtest.WaitCaughtUp(t, db, outbox.ProjectionsGroup)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskmaster/taskmaster/adapters/outbox"
 	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
 	"github.com/taskmaster/taskmaster/cmd/taskmaster/app"
@@ -299,10 +300,14 @@ func TestMetricsExposeEverySeriesWithItsQueuesValues(t *testing.T) {
 		require.NotNil(t, m, status)
 		require.Equal(t, n, m.GetGauge().GetValue(), status)
 	}
-	for _, g := range []string{"queue_stats", "metrics"} {
-		m := sample(fams, "taskmaster_outbox_lag_seconds", map[string]string{"consumer_group": g})
-		require.NotNil(t, m, g)
-		require.Equal(t, 0.0, m.GetGauge().GetValue(), g)
+	m := sample(fams, "taskmaster_outbox_lag_seconds", map[string]string{"consumer_group": outbox.ProjectionsGroup})
+	require.NotNil(t, m)
+	require.Equal(t, 0.0, m.GetGauge().GetValue())
+	require.Len(t, fams["taskmaster_outbox_lag_seconds"].Metric, 1, "one consumer group feeds both projections")
+	for _, p := range []string{outbox.QueueStatsProjection, outbox.MetricsProjection} {
+		m := sample(fams, "taskmaster_outbox_poison_messages", map[string]string{"projection": p})
+		require.NotNil(t, m, p)
+		require.Equal(t, 0.0, m.GetGauge().GetValue(), p)
 	}
 
 	// HTTP durations by route template, method and status; runtime and process.

@@ -176,6 +176,8 @@ type Client struct {
 	t    testing.TB
 	base string
 	hc   *http.Client
+	// header is sent with every request (an API key; see WithKey).
+	header http.Header
 }
 
 // New returns a client of the instance at baseURL; t fails on transport
@@ -224,6 +226,9 @@ func (c *Client) Send(method, path string, body any, header http.Header) (*Respo
 	req, err := http.NewRequest(method, c.base+path, rd)
 	if err != nil {
 		return nil, err
+	}
+	for k, vs := range c.header {
+		req.Header[k] = vs
 	}
 	for k, vs := range header {
 		req.Header[k] = vs

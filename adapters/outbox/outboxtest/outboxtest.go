@@ -3,14 +3,13 @@
 package outboxtest
 
 import (
-	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 
-	"github.com/taskmaster/taskmaster/adapters/postgres"
+	"github.com/taskmaster/taskmaster/adapters/outbox/envelope"
 	"github.com/taskmaster/taskmaster/domain/event"
 )
 
@@ -52,9 +51,9 @@ func Events(t testing.TB, db *sqlx.DB) []event.Event {
 	require.NoError(t, db.Select(&payloads, `SELECT payload FROM watermill_taskmaster_events ORDER BY transaction_id, "offset"`))
 	var out []event.Event
 	for _, p := range payloads {
-		var env postgres.Envelope
-		require.NoError(t, json.Unmarshal(p, &env))
-		out = append(out, env.Events...)
+		events, err := envelope.Decode(p)
+		require.NoError(t, err)
+		out = append(out, events...)
 	}
 	return out
 }

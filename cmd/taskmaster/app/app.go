@@ -16,6 +16,7 @@ import (
 
 	httpadapter "github.com/taskmaster/taskmaster/adapters/http"
 	"github.com/taskmaster/taskmaster/adapters/metrics"
+	"github.com/taskmaster/taskmaster/adapters/outbox"
 	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/application"
 	"github.com/taskmaster/taskmaster/ports"
@@ -32,7 +33,7 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 		fx.Provide(
 			newDatabase,
 			fx.Annotate(postgres.NewTxRunner, fx.As(new(ports.TxRunner))),
-			fx.Annotate(postgres.NewStatsReader, fx.As(new(ports.StatsReader))),
+			fx.Annotate(outbox.NewStatsReader, fx.As(new(ports.StatsReader))),
 			fx.Annotate(postgres.NewHealth, fx.As(new(ports.HealthChecker))),
 			newNotifier,
 			func(n *postgres.Notifier) ports.TaskNotifier { return n },
@@ -42,6 +43,7 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 			newHTTPServer,
 		),
 		outboxOptions(),
+		securityOptions(),
 		fx.Invoke(func(*httpadapter.Server) {}),
 		fx.Invoke(observeInFlight),
 		fx.Invoke(newPprofServer),
@@ -93,13 +95,14 @@ type httpParams struct {
 	Routes    []httpadapter.Route     `group:"routes"`
 	Observe   httpadapter.ObserveFunc `optional:"true"`
 	Notifier  *postgres.Notifier
-	Events    ports.EventFeed `optional:"true"`
+	Events    ports.EventStreams `optional:"true"`
+	Keys      ports.KeyService
 }
 
 func newHTTPServer(p httpParams) *httpadapter.Server {
 	srv := httpadapter.NewServer(p.Config, httpadapter.Deps{
 		Tasks: p.Tasks, Workers: p.Workers, Queues: p.Queues, Health: p.Health,
-		Logger: p.Logger, Observe: p.Observe, Routes: p.Routes, Events: p.Events,
+		Logger: p.Logger, Observe: p.Observe, Routes: p.Routes, Events: p.Events, Keys: p.Keys,
 		// A stopping server answers waiting long-poll claims at once.
 		OnShutdown: []func(){p.Notifier.CloseWaits},
 	})

@@ -47,7 +47,7 @@ type Config struct {
 	// within it plus one tick.
 	LeaderLeaseTTL time.Duration
 	// Outbox configures the outbox consumers (projectors), the outbox
-	// janitor and the event feed.
+	// janitor and the event streams.
 	Outbox outbox.Config
 	// LogLevel is debug, info, warn or error.
 	LogLevel string
@@ -55,6 +55,12 @@ type Config struct {
 	LogFormat string
 	// PprofAddr, when set, serves net/http/pprof there (loopback only).
 	PprofAddr string
+	// MetricsAddr, when set, also serves the metrics there without
+	// authentication (security.go).
+	MetricsAddr string
+	// Keys configures API key authentication (lookup cache, last-used
+	// stamps).
+	Keys application.KeyConfig
 }
 
 // DefaultConfig returns the documented defaults.
@@ -150,9 +156,13 @@ func (c Config) Validate() error {
 	if c.Outbox.Retention < 0 {
 		add("TASKMASTER_OUTBOX_RETENTION", errors.New("must not be negative"))
 	}
+	if c.Outbox.MaxStreams < 1 {
+		add("TASKMASTER_EVENTS_MAX_STREAMS", errors.New("must be at least 1"))
+	}
 	if len(errs) == 0 { // the outbox's own checks repeat some above; report a mistake once
 		add("TASKMASTER_OUTBOX_*", c.Outbox.Validate())
 	}
+	c.validateSecurity(add)
 	if c.RetentionBatchSize < 1 || c.RetentionBatchSize > 100000 {
 		add("TASKMASTER_RETENTION_BATCH_SIZE", errors.New("must be between 1 and 100000"))
 	}
@@ -299,6 +309,9 @@ func settings() []setting {
 		{"TASKMASTER_EVENTS_HEARTBEAT_SECONDS", "events-heartbeat-seconds", "keep-alive interval of GET /events/v1 streams",
 			secondsSetter(func(c *Config, d time.Duration) { c.HTTP.EventsHeartbeat = d }),
 			func(c *Config) string { return seconds(c.HTTP.EventsHeartbeat) }},
+		{"TASKMASTER_EVENTS_MAX_STREAMS", "events-max-streams", "GET /events/v1 streams one instance serves at once (503 beyond)",
+			intSetter(func(c *Config, n int) { c.Outbox.MaxStreams = n }),
+			func(c *Config) string { return strconv.Itoa(c.Outbox.MaxStreams) }},
 		{"TASKMASTER_PPROF_ADDR", "pprof-addr", "serve /debug/pprof/ on this address (empty: off)",
 			func(c *Config, v string) error { c.PprofAddr = v; return nil },
 			func(c *Config) string { return c.PprofAddr }},
@@ -317,7 +330,7 @@ func settings() []setting {
 func LoadConfig(name string, args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
 	cfg := DefaultConfig()
 	var errs []error
-	all := settings()
+	all := append(settings(), securitySettings()...)
 	for _, s := range all {
 		if v := getenv(s.env); v != "" {
 			if err := s.set(&cfg, v); err != nil {

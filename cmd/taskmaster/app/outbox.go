@@ -1,7 +1,16 @@
 package app
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
 	"net/http"
+	"strconv"
+	"text/tabwriter"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 	"go.uber.org/fx"
@@ -10,19 +19,22 @@ import (
 	httpadapter "github.com/taskmaster/taskmaster/adapters/http"
 	"github.com/taskmaster/taskmaster/adapters/metrics"
 	"github.com/taskmaster/taskmaster/adapters/outbox"
+	"github.com/taskmaster/taskmaster/adapters/postgres"
+	"github.com/taskmaster/taskmaster/domain/apikey"
 	"github.com/taskmaster/taskmaster/ports"
 )
 
-// outboxOptions wire the outbox consumers (the Watermill router with the
-// queue statistics and metrics projectors), the outbox janitor, the event
-// feed of GET /events/v1, and the Prometheus registry served at GET /metrics
-// and GET /actuator/prometheus.
+// outboxOptions wire the outbox consumers (the Watermill router of the
+// queue statistics and metrics projections), the outbox janitor, the event
+// streams of GET /events/v1, and the Prometheus registry served at GET
+// /metrics and GET /actuator/prometheus.
 func outboxOptions() fx.Option {
 	return fx.Options(
 		fx.Provide(
 			newOutboxRouter,
 			newOutboxJanitor,
-			fx.Annotate(newEventFeed, fx.As(new(ports.EventFeed))),
+			newEventStreams,
+			func(s *outbox.Streams) ports.EventStreams { return s },
 			newMetricsRegistry,
 			func(reg *metrics.Registry) httpadapter.ObserveFunc { return reg.ObserveHTTP },
 			fx.Annotate(metricsRoutes, fx.ResultTags(`group:"routes,flatten"`)),
@@ -32,8 +44,7 @@ func outboxOptions() fx.Option {
 }
 
 func newOutboxRouter(lc fx.Lifecycle, db *sqlx.DB, cfg Config, logger *zap.Logger) (*outbox.Router, error) {
-	r, err := outbox.NewRouter(db.DB, cfg.Outbox, logger.Named("outbox"),
-		outbox.NewQueueStatsProjector(), outbox.NewMetricsProjector())
+	r, err := outbox.NewRouter(db.DB, cfg.Outbox, logger.Named("outbox"))
 	if err != nil {
 		return nil, err
 	}
@@ -52,15 +63,24 @@ func newOutboxJanitor(lc fx.Lifecycle, db *sqlx.DB, cfg Config, logger *zap.Logg
 	return j, nil
 }
 
-func newEventFeed(db *sqlx.DB, cfg Config, logger *zap.Logger) *outbox.Feed {
-	return outbox.NewFeed(db.DB, cfg.Outbox.PollInterval, logger.Named("events"))
+// newEventStreams runs the one outbox reader of the instance's event
+// streams. It starts before the HTTP server (which depends on it) and stops
+// after it.
+func newEventStreams(lc fx.Lifecycle, db *sqlx.DB, cfg Config, logger *zap.Logger) (*outbox.Streams, error) {
+	s, err := outbox.NewStreams(outbox.NewFeed(db.DB, cfg.Outbox.StreamReadBytes, logger.Named("events")), cfg.Outbox, logger.Named("events"))
+	if err != nil {
+		return nil, err
+	}
+	lc.Append(fx.Hook{OnStart: s.Start, OnStop: s.Stop})
+	return s, nil
 }
 
-func newMetricsRegistry(db *sqlx.DB, logger *zap.Logger) *metrics.Registry {
+func newMetricsRegistry(db *sqlx.DB, streams *outbox.Streams, logger *zap.Logger) *metrics.Registry {
 	return metrics.NewRegistry(metrics.Params{
-		Source: outbox.NewMetricsSource(db),
-		DB:     db.DB,
-		Logger: logger,
+		Source:  outbox.NewMetricsSource(db),
+		DB:      db.DB,
+		Logger:  logger,
+		Streams: streams.Stats,
 	})
 }
 
@@ -68,8 +88,121 @@ func newMetricsRegistry(db *sqlx.DB, logger *zap.Logger) *metrics.Registry {
 // written for the seed's Java Taskmaster, at /actuator/prometheus.
 func metricsRoutes(reg *metrics.Registry) []httpadapter.Route {
 	h := reg.Handler()
+	read := httpadapter.Requires(apikey.ScopeRead)
 	return []httpadapter.Route{
-		{Path: "/metrics", Methods: []string{http.MethodGet}, Handler: h},
-		{Path: "/actuator/prometheus", Methods: []string{http.MethodGet}, Handler: h},
+		{Path: "/metrics", Methods: []string{http.MethodGet}, Handler: h, Access: read},
+		{Path: "/actuator/prometheus", Methods: []string{http.MethodGet}, Handler: h, Access: read},
 	}
+}
+
+// ErrUsage marks a command-line mistake of the commands of this package;
+// the binary exits with code 2.
+var ErrUsage = errors.New("usage error")
+
+const outboxUsage = `usage: taskmaster outbox poison list [--json]
+       taskmaster outbox poison replay ID | --all
+       taskmaster outbox poison discard ID
+Works on the database (TASKMASTER_DATABASE_URL or --database-url), with or without a running service.`
+
+// OutboxCommand is `taskmaster outbox poison ...`: it lists the outbox
+// messages the projections set aside, replays them once the cause is fixed
+// (each applied once, however many replays run), or discards one no fix can
+// make applicable.
+func OutboxCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	usage := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s\n%s", ErrUsage, fmt.Sprintf(format, a...), outboxUsage)
+	}
+	if len(args) < 2 || args[0] != "poison" {
+		return usage("expected: outbox poison list|replay|discard")
+	}
+	verb := args[1]
+	fs := flag.NewFlagSet("outbox poison "+verb, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dbURL := fs.String("database-url", getenv("TASKMASTER_DATABASE_URL"), "PostgreSQL URL (env TASKMASTER_DATABASE_URL)")
+	asJSON := fs.Bool("json", false, "list as JSON")
+	all := fs.Bool("all", false, "replay every set-aside message")
+	if err := fs.Parse(args[2:]); err != nil {
+		return usage("%v", err)
+	}
+	if *dbURL == "" {
+		return usage("set TASKMASTER_DATABASE_URL or --database-url")
+	}
+	var id int64
+	switch {
+	case verb == "list" && fs.NArg() == 0:
+	case verb == "replay" && *all && fs.NArg() == 0:
+	case (verb == "replay" || verb == "discard") && !*all && fs.NArg() == 1:
+		var err error
+		if id, err = strconv.ParseInt(fs.Arg(0), 10, 64); err != nil {
+			return usage("%q is not a set-aside message id", fs.Arg(0))
+		}
+	default:
+		return usage("unexpected arguments")
+	}
+	db, err := postgres.Open(ctx, *dbURL, postgres.PoolConfig{MaxOpen: 2, MaxIdle: 2})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	poison := outbox.NewPoison(db.DB)
+	switch {
+	case verb == "list":
+		msgs, err := poison.List(ctx)
+		if err != nil {
+			return err
+		}
+		return printPoison(stdout, msgs, *asJSON)
+	case verb == "replay" && *all:
+		n, err := poison.ReplayAll(ctx)
+		fmt.Fprintf(stdout, "replayed %d set-aside messages\n", n)
+		return err
+	case verb == "replay":
+		if err := poison.Replay(ctx, id); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "replayed set-aside message %d\n", id)
+		return nil
+	default:
+		if err := poison.Discard(ctx, id); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "discarded set-aside message %d\n", id)
+		return nil
+	}
+}
+
+// poisonJSON is one set-aside message in `outbox poison list --json`.
+type poisonJSON struct {
+	ID            int64     `json:"id"`
+	Projection    string    `json:"projection"`
+	TransactionID uint64    `json:"transaction_id"`
+	Offset        int64     `json:"offset"`
+	Events        int       `json:"events"`
+	Attempts      int       `json:"attempts"`
+	SetAsideAt    time.Time `json:"set_aside_at"`
+	Error         string    `json:"error"`
+}
+
+func printPoison(w io.Writer, msgs []outbox.PoisonMessage, asJSON bool) error {
+	if asJSON {
+		out := make([]poisonJSON, len(msgs))
+		for i, m := range msgs {
+			out[i] = poisonJSON{ID: m.ID, Projection: m.Projection, TransactionID: m.Position.TransactionID,
+				Offset: m.Position.Offset, Events: m.Events, Attempts: m.Attempts, SetAsideAt: m.SetAsideAt.UTC(), Error: m.Error}
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tPROJECTION\tPOSITION\tEVENTS\tATTEMPTS\tSET ASIDE\tERROR")
+	for _, m := range msgs {
+		events := strconv.Itoa(m.Events)
+		if m.Events < 0 {
+			events = "undecodable"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d/%d\t%s\t%d\t%s\t%s\n", m.ID, m.Projection, m.Position.TransactionID, m.Position.Offset,
+			events, m.Attempts, m.SetAsideAt.UTC().Format(time.RFC3339), m.Error)
+	}
+	return tw.Flush()
 }

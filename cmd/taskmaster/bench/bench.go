@@ -44,12 +44,19 @@ type Options struct {
 	// IdleWorkers and IdleQueues size the idle scenario.
 	IdleWorkers int
 	IdleQueues  int
+	// Auth starts the server with API keys on, and drives it with a key of
+	// its own (produce, work and read; rate limits lifted so that they
+	// measure nothing but their own cost). With URL, APIKey is sent.
+	Auth    bool
+	APIKey  string
+	Streams int
 }
 
 // Report is one scenario's result. The JSON field names are a contract
 // for tools that compare runs.
 type Report struct {
 	Scenario              string       `json:"scenario"`
+	Auth                  bool         `json:"auth"`
 	Tasks                 int          `json:"tasks"`
 	Producers             int          `json:"producers"`
 	Workers               int          `json:"workers"`
@@ -65,8 +72,21 @@ type Report struct {
 	ServerCPUSeconds      float64      `json:"server_cpu_seconds"`
 	ServerPeakRSSBytes    int64        `json:"server_peak_rss_bytes"`
 	DatabaseSizeBytes     int64        `json:"database_size_bytes"`
-	ProjectionLagMaxMS    float64      `json:"projection_lag_max_ms"`
-	ProjectionGroups      int          `json:"projection_consumer_groups"`
+	// ProjectionLagMS are the percentiles of the projection lag sampled
+	// every 100 ms during the scenario (the age of the oldest outbox message
+	// a consumer group has not consumed yet); ProjectionLagMaxMS repeats
+	// their max.
+	ProjectionLagMS    Percentiles `json:"projection_lag_ms"`
+	ProjectionLagMaxMS float64     `json:"projection_lag_max_ms"`
+	ProjectionGroups   int         `json:"projection_consumer_groups"`
+	// OutboxRows and OutboxBytes are the outbox's row count and size (with
+	// index and TOAST) at the end of the scenario.
+	OutboxRows  int64 `json:"outbox_rows"`
+	OutboxBytes int64 `json:"outbox_bytes"`
+	// Drains are the projection scenario's backlog drains.
+	Drains []Drain `json:"drains,omitempty"`
+	// Streams is the streams scenario's event stream figures.
+	Streams *StreamFigures `json:"streams,omitempty"`
 	// The memory scenario's: payload size, 503 overloaded answers, and the
 	// server's RSS high-water mark during the scenario (VmHWM).
 	PayloadBytes       int   `json:"payload_bytes,omitempty"`
@@ -85,7 +105,7 @@ type Report struct {
 }
 
 // Scenarios are the scenario names, in the order "all" runs them.
-var Scenarios = []string{"batch", "single", "backlog", "latency", "memory"}
+var Scenarios = []string{"batch", "single", "backlog", "latency", "memory", "projection", "streams"}
 
 // Run is the `taskmaster bench` command.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -128,9 +148,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func parseOptions(args []string, stderr io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	scenario := fs.String("scenario", "batch", "batch, single, backlog, latency, memory, or all (comma-separated list allowed)")
+	scenario := fs.String("scenario", "batch", "batch, single, backlog, latency, memory, projection, streams, or all (comma-separated list allowed)")
 	o := Options{}
-	fs.IntVar(&o.Tasks, "tasks", 0, "tasks per scenario (defaults: batch 200000, single 20000, backlog 1000000 backlog rows, latency rate x duration)")
+	fs.IntVar(&o.Tasks, "tasks", 0, "tasks per scenario (defaults: batch 200000, single 20000, backlog 1000000 backlog rows, latency rate x duration, projection 200000 single-event messages, streams 100000)")
+	fs.IntVar(&o.Streams, "streams", 500, "concurrent event streams in the streams scenario")
 	fs.IntVar(&o.Producers, "producers", 4, "concurrent producers")
 	fs.IntVar(&o.Workers, "workers", 8, "concurrent HTTP workers (single uses 16)")
 	fs.IntVar(&o.BatchSize, "batch-size", 500, "tasks per submit batch")
@@ -149,6 +170,8 @@ func parseOptions(args []string, stderr io.Writer) (Options, error) {
 	fs.BoolVar(&o.WaitEvents, "wait-events", false, "sample the database sessions' wait events every 10 ms and print them per scenario")
 	fs.IntVar(&o.IdleWorkers, "idle-workers", 1000, "long-polling workers in the idle scenario")
 	fs.IntVar(&o.IdleQueues, "idle-queues", 10, "queues the idle scenario's workers wait on")
+	fs.BoolVar(&o.Auth, "auth", false, "serve with API keys on (TASKMASTER_AUTH=on); the benchmark makes and sends its own key")
+	fs.StringVar(&o.APIKey, "api-key", os.Getenv("TASKMASTER_API_KEY"), "with --url: the API key to send (needs produce, work and read)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -195,6 +218,10 @@ func runScenario(ctx context.Context, env *environment, name string, opts Option
 		r, err = runLatency(ctx, env, opts, mon, log)
 	case "memory":
 		r, err = runMemory(ctx, env, opts, mon, log)
+	case "projection":
+		r, err = runProjection(ctx, env, opts, mon, log)
+	case "streams":
+		r, err = runStreams(ctx, env, opts, mon, log)
 	default:
 		r, err = extraScenarios[name](ctx, env, opts, mon, log)
 	}
@@ -204,11 +231,14 @@ func runScenario(ctx context.Context, env *environment, name string, opts Option
 		return r, err
 	}
 	r.Scenario = name
+	r.Auth = opts.Auth || opts.APIKey != ""
 	r.ServerCPUSeconds = round3(end.cpuSeconds - start.cpuSeconds)
 	r.ServerPeakRSSBytes = peak
-	r.ProjectionLagMaxMS = ms(lag)
+	r.ProjectionLagMS = lag
+	r.ProjectionLagMaxMS = lag.Max
 	r.ProjectionGroups = groups
 	r.DatabaseSizeBytes = dbSize(ctx, env.db)
+	r.OutboxRows, r.OutboxBytes = outboxSize(ctx, env.db)
 	return r, nil
 }
 
@@ -324,6 +354,26 @@ func drain(ctx context.Context, a *api, queue string, n int64, workers, limit in
 	return <-errs
 }
 
+// produceAndDrain runs the batch workload on queue: producers submit n
+// tasks in batches while workers claim opts.ClaimLimit at a time and
+// complete them in batches. It returns when all are completed, and when the
+// last submit was accepted.
+func produceAndDrain(ctx context.Context, env *environment, opts Options, queue string, n int,
+	claims *recorder, submitted, completed *atomic.Int64) (time.Time, error) {
+	var submitDone time.Time
+	var perr error
+	var pwg sync.WaitGroup
+	pwg.Add(1)
+	go func() {
+		defer pwg.Done()
+		perr = produce(ctx, env.api, queue, n, opts.Producers, opts.BatchSize, submitted)
+		submitDone = time.Now()
+	}()
+	werr := drain(ctx, env.api, queue, int64(n), opts.Workers, opts.ClaimLimit, false, claims, nil, completed)
+	pwg.Wait()
+	return submitDone, errors.Join(perr, werr)
+}
+
 func runBatch(ctx context.Context, env *environment, opts Options, mon *monitor, log io.Writer) (Report, error) {
 	n := opts.Tasks
 	if n == 0 {
@@ -339,18 +389,8 @@ func runBatch(ctx context.Context, env *environment, opts Options, mon *monitor,
 		return fmt.Sprintf("submitted %d/%d completed %d/%d (%.0f tasks/s)", submitted.Load(), n, completed.Load(), n, float64(completed.Load())/el)
 	})
 	defer close(stop)
-	var submitDone time.Time
-	var perr error
-	var pwg sync.WaitGroup
-	pwg.Add(1)
-	go func() {
-		defer pwg.Done()
-		perr = produce(ctx, env.api, queue, n, opts.Producers, opts.BatchSize, &submitted)
-		submitDone = time.Now()
-	}()
-	werr := drain(ctx, env.api, queue, int64(n), opts.Workers, opts.ClaimLimit, false, claims, nil, &completed)
-	pwg.Wait()
-	if err := errors.Join(perr, werr); err != nil {
+	submitDone, err := produceAndDrain(ctx, env, opts, queue, n, claims, &submitted, &completed)
+	if err != nil {
 		return Report{}, err
 	}
 	end := time.Now()
@@ -568,7 +608,11 @@ func runLatency(ctx context.Context, env *environment, opts Options, mon *monito
 }
 
 func printReport(w io.Writer, r Report) {
-	fmt.Fprintf(w, "\nscenario %s: %d tasks, %d producers, %d workers, %.1f s\n", r.Scenario, r.Tasks, r.Producers, r.Workers, r.DurationSeconds)
+	auth := "off"
+	if r.Auth {
+		auth = "on"
+	}
+	fmt.Fprintf(w, "\nscenario %s: %d tasks, %d producers, %d workers, %.1f s, auth %s\n", r.Scenario, r.Tasks, r.Producers, r.Workers, r.DurationSeconds, auth)
 	if r.SubmitTasksPerSec > 0 {
 		fmt.Fprintf(w, "  submit:           %10.0f tasks/s\n", r.SubmitTasksPerSec)
 	}
@@ -587,8 +631,19 @@ func printReport(w io.Writer, r Report) {
 	}
 	printExtras(w, r)
 	pr("submit to claim", r.SubmitToClaimMS)
-	fmt.Fprintf(w, "  server CPU %.1f s, peak RSS %.1f MiB, database %.1f MiB, projection lag max %.0f ms (%d consumer groups)\n",
-		r.ServerCPUSeconds, float64(r.ServerPeakRSSBytes)/(1<<20), float64(r.DatabaseSizeBytes)/(1<<20), r.ProjectionLagMaxMS, r.ProjectionGroups)
+	for _, d := range r.Drains {
+		fmt.Fprintf(w, "  drain %-13s %d messages, %d events in %.2f s: %.0f messages/s, %.0f events/s\n",
+			d.Backlog+":", d.Messages, d.Events, d.Seconds, d.MessagesPerSec, d.EventsPerSec)
+	}
+	if s := r.Streams; s != nil {
+		fmt.Fprintf(w, "  streams:          %d open, %d events delivered, %d dropped, %d refused\n", s.Opened, s.Delivered, s.Dropped, s.Refused)
+		pr("delivery lag", &s.DeliveryLagMS)
+	}
+	fmt.Fprintf(w, "  projection lag:   p50 %7.0f ms  p99 %7.0f ms  max %7.0f ms  (%d consumer groups, %d samples)\n",
+		r.ProjectionLagMS.P50, r.ProjectionLagMS.P99, r.ProjectionLagMS.Max, r.ProjectionGroups, r.ProjectionLagMS.N)
+	fmt.Fprintf(w, "  outbox at end:    %d rows, %.1f MiB\n", r.OutboxRows, float64(r.OutboxBytes)/(1<<20))
+	fmt.Fprintf(w, "  server CPU %.1f s, peak RSS %.1f MiB, database %.1f MiB\n",
+		r.ServerCPUSeconds, float64(r.ServerPeakRSSBytes)/(1<<20), float64(r.DatabaseSizeBytes)/(1<<20))
 	if r.ServerRSSHighWater > 0 {
 		fmt.Fprintf(w, "  payloads %d bytes: server RSS high-water mark %.1f MiB, %d answers 503 overloaded\n",
 			r.PayloadBytes, float64(r.ServerRSSHighWater)/(1<<20), r.OverloadedAnswers)

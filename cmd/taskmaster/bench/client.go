@@ -22,6 +22,8 @@ type api struct {
 	hc   *http.Client
 	// refused counts the 503 answers that were waited out.
 	refused atomic.Int64
+	// key, when set, is sent as the bearer token of every request.
+	key string
 }
 
 func newAPI(base string, conns int) *api {
@@ -72,6 +74,7 @@ func (a *api) postOnce(ctx context.Context, path string, b []byte, out any) (int
 		return 0, 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	a.authorize(req)
 	resp, err := a.hc.Do(req)
 	if err != nil {
 		return 0, 0, err
@@ -97,6 +100,7 @@ func (a *api) get(ctx context.Context, path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.authorize(req)
 	resp, err := a.hc.Do(req)
 	if err != nil {
 		return nil, err
@@ -159,4 +163,10 @@ func (a *api) completeBatch(ctx context.Context, worker string, tasks []claimedT
 func (a *api) complete(ctx context.Context, worker string, t claimedTask) error {
 	_, err := a.post(ctx, "/tasks/v1/"+t.ID+"/complete", map[string]any{"worker_id": worker, "lease_id": t.LeaseID}, nil)
 	return err
+}
+
+func (a *api) authorize(req *http.Request) {
+	if a.key != "" {
+		req.Header.Set("Authorization", "Bearer "+a.key)
+	}
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +43,7 @@ const benchDatabase = "taskmaster"
 func startEnvironment(ctx context.Context, opts Options, log io.Writer) (*environment, error) {
 	if opts.URL != "" {
 		env := &environment{api: newAPI(strings.TrimRight(opts.URL, "/"), opts.Workers+opts.Producers), stop: func() {}}
+		env.api.key = opts.APIKey
 		if opts.DatabaseURL != "" {
 			db, err := sqlx.Open("postgres", opts.DatabaseURL)
 			if err != nil {
@@ -93,12 +95,17 @@ func startEnvironment(ctx context.Context, opts Options, log io.Writer) (*enviro
 		return nil, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	key, authEnv, err := benchKey(ctx, self, dbURL, opts.Auth)
+	if err != nil {
+		cleanup()
+		return nil, err
+	}
 	cmd := exec.Command(self, "serve")
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(append(os.Environ(),
 		"TASKMASTER_DATABASE_URL="+dbURL,
 		"TASKMASTER_HTTP_ADDR="+addr,
 		"TASKMASTER_LOG_LEVEL=warn",
-	)
+	), authEnv...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -118,6 +125,7 @@ func startEnvironment(ctx context.Context, opts Options, log io.Writer) (*enviro
 	}
 	env := &environment{api: newAPI("http://"+addr, opts.Workers+opts.Producers), serverPID: cmd.Process.Pid,
 		postmasterPID: postmasterPID(pg.DataDir())}
+	env.api.key = key
 	db, err := sqlx.Open("postgres", dbURL)
 	if err != nil {
 		stopServer()
@@ -167,15 +175,19 @@ type sample struct {
 	lag        time.Duration
 }
 
-// monitor samples the server process (CPU, RSS) and the projection lag
-// while a scenario runs.
+// lagSampleInterval is how often the monitor reads the projection lag: often
+// enough that its percentiles describe a run of a few seconds.
+const lagSampleInterval = 100 * time.Millisecond
+
+// monitor samples the server process (CPU, RSS, every 500 ms) and the
+// projection lag (every lagSampleInterval) while a scenario runs.
 type monitor struct {
 	env *environment
 
 	mu      sync.Mutex
 	last    sample
 	peakRSS int64
-	maxLag  time.Duration
+	lags    recorder
 	groups  int
 	stop    chan struct{}
 	done    chan struct{}
@@ -183,60 +195,69 @@ type monitor struct {
 
 func newMonitor(env *environment) *monitor {
 	m := &monitor{env: env, stop: make(chan struct{}), done: make(chan struct{})}
-	m.read()
+	m.readProcess()
+	m.readLag()
 	go m.loop()
 	return m
 }
 
 func (m *monitor) loop() {
 	defer close(m.done)
-	t := time.NewTicker(500 * time.Millisecond)
-	defer t.Stop()
+	proc := time.NewTicker(500 * time.Millisecond)
+	defer proc.Stop()
+	lag := time.NewTicker(lagSampleInterval)
+	defer lag.Stop()
 	for {
 		select {
 		case <-m.stop:
-			m.read()
+			m.readProcess()
+			m.readLag()
 			return
-		case <-t.C:
-			m.read()
+		case <-proc.C:
+			m.readProcess()
+		case <-lag.C:
+			m.readLag()
 		}
 	}
 }
 
-func (m *monitor) read() {
-	s := sample{}
-	if m.env.serverPID != 0 {
-		s.cpuSeconds, _ = processCPU(m.env.serverPID)
-		s.rssBytes, s.peakRSS, _ = processRSS(m.env.serverPID)
+func (m *monitor) readProcess() {
+	if m.env.serverPID == 0 {
+		return
 	}
-	var groups int
-	if m.env.db != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		s.lag, groups = projectionLag(ctx, m.env.db)
-		cancel()
-	}
+	cpu, _ := processCPU(m.env.serverPID)
+	rss, peak, _ := processRSS(m.env.serverPID)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.last = s
-	if s.rssBytes > m.peakRSS {
-		m.peakRSS = s.rssBytes
+	m.last.cpuSeconds, m.last.rssBytes, m.last.peakRSS = cpu, rss, peak
+	m.peakRSS = max(m.peakRSS, rss)
+}
+
+func (m *monitor) readLag() {
+	if m.env.db == nil {
+		return
 	}
-	if s.lag > m.maxLag {
-		m.maxLag = s.lag
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	lag, groups, err := projectionLag(ctx, m.env.db)
+	cancel()
+	if err != nil {
+		return
 	}
-	if groups > m.groups {
-		m.groups = groups
-	}
+	m.lags.add(lag)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.last.lag = lag
+	m.groups = max(m.groups, groups)
 }
 
 // finish stops sampling and returns the last sample, the peak RSS, the
-// largest lag seen and how many consumer groups were seen.
-func (m *monitor) finish() (sample, int64, time.Duration, int) {
+// percentiles of the lag samples and how many consumer groups were seen.
+func (m *monitor) finish() (sample, int64, Percentiles, int) {
 	close(m.stop)
 	<-m.done
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.last, m.peakRSS, m.maxLag, m.groups
+	return m.last, m.peakRSS, m.lags.percentiles(), m.groups
 }
 
 func (m *monitor) current() sample {
@@ -245,26 +266,32 @@ func (m *monitor) current() sample {
 	return m.last
 }
 
+// projectionLagSQL is, per consumer group, the age of the first outbox
+// message after its position (0 when it is caught up); it returns the
+// largest and the number of groups. created_at may be timestamptz or (before
+// migration 0006) a timestamp in the session's zone: both subtract right from
+// clock_timestamp().
+const projectionLagSQL = `
+SELECT coalesce(max(lag), 0) AS lag, count(*) AS groups FROM (
+	SELECT coalesce((
+		SELECT extract(epoch FROM clock_timestamp() - e.created_at)
+		FROM watermill_taskmaster_events e
+		WHERE (e.transaction_id, e."offset") > (o.last_processed_transaction_id, coalesce(o.offset_acked, 0))
+		ORDER BY e.transaction_id, e."offset"
+		LIMIT 1), 0) AS lag
+	FROM watermill_offsets_taskmaster_events o) x`
+
 // projectionLag is the age of the oldest outbox event some consumer group
 // has not consumed yet (0 when all are caught up), and the number of groups.
-func projectionLag(ctx context.Context, db *sqlx.DB) (time.Duration, int) {
+func projectionLag(ctx context.Context, db *sqlx.DB) (time.Duration, int, error) {
 	var row struct {
 		Lag    float64 `db:"lag"`
 		Groups int     `db:"groups"`
 	}
-	err := db.GetContext(ctx, &row, `
-		SELECT coalesce(max(lag), 0) AS lag, count(*) AS groups FROM (
-			SELECT coalesce((
-				SELECT extract(epoch FROM clock_timestamp()::timestamp - e.created_at)
-				FROM watermill_taskmaster_events e
-				WHERE (e.transaction_id, e."offset") > (o.last_processed_transaction_id, coalesce(o.offset_acked, 0))
-				ORDER BY e.transaction_id, e."offset"
-				LIMIT 1), 0) AS lag
-			FROM watermill_offsets_taskmaster_events o) x`)
-	if err != nil {
-		return 0, 0
+	if err := db.GetContext(ctx, &row, projectionLagSQL); err != nil {
+		return 0, 0, err
 	}
-	return time.Duration(row.Lag * float64(time.Second)), row.Groups
+	return time.Duration(max(row.Lag, 0) * float64(time.Second)), row.Groups, nil
 }
 
 // processCPU is the user+system CPU seconds of pid (from /proc).
@@ -314,6 +341,22 @@ func processRSS(pid int) (cur, peak int64, err error) {
 	return cur, peak, sc.Err()
 }
 
+// outboxSize is the number of rows in the outbox and its size on disk with
+// its index and TOAST data.
+func outboxSize(ctx context.Context, db *sqlx.DB) (rows, bytes int64) {
+	if db == nil {
+		return 0, 0
+	}
+	var out struct {
+		Rows  int64 `db:"rows"`
+		Bytes int64 `db:"bytes"`
+	}
+	_ = db.GetContext(ctx, &out, `
+		SELECT (SELECT count(*) FROM watermill_taskmaster_events) AS rows,
+			pg_total_relation_size('watermill_taskmaster_events') AS bytes`)
+	return out.Rows, out.Bytes
+}
+
 func dbSize(ctx context.Context, db *sqlx.DB) int64 {
 	if db == nil {
 		return 0
@@ -321,4 +364,32 @@ func dbSize(ctx context.Context, db *sqlx.DB) int64 {
 	var n int64
 	_ = db.GetContext(ctx, &n, `SELECT pg_database_size(current_database())`)
 	return n
+}
+
+// benchKey returns the environment of the server for opts.Auth: off, or on
+// with rate limits lifted (they would throttle the benchmark, and their own
+// cost is a mutex and some arithmetic per request), and then a key with
+// the produce, work and read scopes made on the database with `taskmaster
+// keys create`, before the server starts.
+func benchKey(ctx context.Context, self, dbURL string, auth bool) (key string, env []string, err error) {
+	if !auth {
+		return "", []string{"TASKMASTER_AUTH=off"}, nil
+	}
+	env = []string{"TASKMASTER_AUTH=on"}
+	for _, scope := range []string{"ADMIN", "PRODUCE", "WORK", "READ"} {
+		env = append(env, "TASKMASTER_RATE_LIMIT_"+scope+"=off")
+	}
+	cmd := exec.CommandContext(ctx, self, "keys", "create", "--name", "bench", "--scope", "produce,work,read", "--json")
+	cmd.Env = append(os.Environ(), "TASKMASTER_DATABASE_URL="+dbURL)
+	out, err := cmd.Output()
+	if err != nil {
+		return "", nil, fmt.Errorf("create the benchmark's API key: %w", err)
+	}
+	var created struct {
+		Key string `json:"key"`
+	}
+	if err := json.Unmarshal(out, &created); err != nil || created.Key == "" {
+		return "", nil, fmt.Errorf("create the benchmark's API key: unexpected output %q", out)
+	}
+	return created.Key, env, nil
 }

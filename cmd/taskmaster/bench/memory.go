@@ -32,6 +32,7 @@ func runMemory(ctx context.Context, env *environment, opts Options, mon *monitor
 	perBatch := max(1, min(memoryBatchBodyBytes/(opts.PayloadBytes+256), 1000))
 	resetPeakRSS(env.serverPID)
 	a := newAPI(env.api.base, opts.Claimers+opts.Producers)
+	a.key = env.api.key
 	queue := fmt.Sprintf("memory-%d", time.Now().UnixNano())
 	payload, err := json.Marshal(map[string]string{"blob": strings.Repeat("x", max(opts.PayloadBytes-12, 0))})
 	if err != nil {

@@ -7,8 +7,11 @@
 //	taskmaster workers | queues
 //	taskmaster worker --queue Q --exec 'cmd args' [--concurrency N] ...
 //
+//	taskmaster keys create|list|revoke ...   (see keys.go)
+//
 // Every command takes --url (default $TASKMASTER_URL, else
-// http://127.0.0.1:8080) and prints a table, or JSON with --json.
+// http://127.0.0.1:8080), sends the API key in $TASKMASTER_API_KEY, and
+// prints a table, or JSON with --json.
 package cli
 
 import (
@@ -66,6 +69,7 @@ func commands() []command {
 		{name: "drain", args: "WORKER", summary: "ask a worker to stop claiming (it finishes what it holds)", nargs: 1, run: runDrain},
 		{name: "queues", summary: "show queue statistics", run: runQueues},
 		{name: "worker", summary: "run a shell command once per task (a generic worker)", flags: workerFlags, run: runWorker},
+		{name: "keys", args: "create|list|revoke", summary: "manage API keys (on the database with TASKMASTER_DATABASE_URL, else on the server)"},
 	}
 }
 
@@ -108,6 +112,9 @@ func Run(ctx context.Context, args []string, io IO) error {
 	if io.Getenv == nil {
 		io.Getenv = func(string) string { return "" }
 	}
+	if cmd.name == "keys" {
+		return runKeys(ctx, args[1:], io)
+	}
 	e := &env{IO: io, command: cmd.name}
 	fs := flag.NewFlagSet("taskmaster "+cmd.name, flag.ContinueOnError)
 	fs.SetOutput(io.Stderr)
@@ -140,7 +147,7 @@ func Run(ctx context.Context, args []string, io IO) error {
 		}
 		return usagef("usage: taskmaster %s [flags] %s", cmd.name, cmd.args)
 	}
-	c, err := client.New(e.url, client.WithUserAgent("taskmaster-cli/1"))
+	c, err := client.New(e.url, client.WithUserAgent("taskmaster-cli/1"), client.WithAPIKey(io.Getenv(client.EnvAPIKey)))
 	if err != nil {
 		return &usageError{msg: err.Error()}
 	}

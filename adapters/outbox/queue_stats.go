@@ -1,4 +1,4 @@
-package postgres
+package outbox
 
 import (
 	"context"
@@ -8,13 +8,115 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/taskmaster/taskmaster/adapters/metrics"
+	"github.com/taskmaster/taskmaster/adapters/postgres"
+	"github.com/taskmaster/taskmaster/domain/event"
 	"github.com/taskmaster/taskmaster/ports"
 )
 
-// StatsReader implements ports.StatsReader over the tables the queue
-// statistics projector (adapters/outbox, consumer group queue_stats) keeps:
-// queue_status_counts, queue_totals and queue_rate_buckets. Only the active
-// workers and the oldest pending task are read live, each with an index.
+// The queue statistics projection (QueueStatsProjection) maintains:
+//
+//   - queue_status_counts: tasks per queue and status; each task event
+//     subtracts one from its From status and adds one to its To status (a
+//     submission has no From, a cleaned task no To);
+//   - queue_totals: cumulative counts per queue of submitted, claimed,
+//     completed, failed, dead-lettered (by reason), requeued (by reason) and
+//     cleaned tasks, under the metric counter kinds (metrics.CounterKind);
+//   - queue_rate_buckets: per-minute counts of enqueued, claimed, completed
+//     and dead-lettered tasks, by the minute of the event's database time
+//     (the janitor prunes old minutes);
+//   - worker_status_counts: workers per status, from worker events.
+//
+// StatsReader, below, reads them back for GET /queues/v1.
+
+type statusKey struct{ queue, status string }
+
+type rateKey struct {
+	queue  string
+	minute time.Time
+	kind   string
+}
+
+// writeQueueStats adds to st the statement parts that apply sum to the queue
+// statistics, each writing only if guard returns a row.
+func writeQueueStats(sum *summary, st *statement, guard string) {
+	var (
+		statuses deltas[statusKey, int64]
+		totals   deltas[counterKey, int64]
+		rates    deltas[rateKey, int64]
+		workers  deltas[string, int64]
+	)
+	sum.each(func(e event.Event, n int64) {
+		switch {
+		case isTaskEvent(e):
+			if e.From != "" {
+				statuses.add(statusKey{e.Queue, e.From}, -n)
+			}
+			if e.To != "" {
+				statuses.add(statusKey{e.Queue, e.To}, n)
+			}
+			for _, c := range countersOf(e) {
+				totals.add(c, n)
+			}
+			for _, kind := range rateKindsOf(e) {
+				rates.add(rateKey{e.Queue, minuteOf(e.OccurredAt), kind}, n)
+			}
+		case isWorkerEvent(e):
+			if e.From != "" {
+				workers.add(e.From, -n)
+			}
+			if e.To != "" {
+				workers.add(e.To, n)
+			}
+		}
+	})
+	{
+		var queues, names []string
+		var counts []int64
+		n := statuses.each(func(k statusKey, v int64) {
+			queues, names, counts = append(queues, k.queue), append(names, k.status), append(counts, v)
+		})
+		st.insert(`INSERT INTO queue_status_counts AS t (queue, status, count)`,
+			`ON CONFLICT (queue, status) DO UPDATE SET count = t.count + excluded.count`,
+			guard, n, texts(queues), texts(names), bigints(counts))
+	}
+	{
+		var queues, kinds, reasons []string
+		var counts []int64
+		n := totals.each(func(k counterKey, v int64) {
+			queues, kinds, reasons = append(queues, k.queue), append(kinds, string(k.kind)), append(reasons, k.reason)
+			counts = append(counts, v)
+		})
+		st.insert(`INSERT INTO queue_totals AS t (queue, kind, reason, count)`,
+			`ON CONFLICT (queue, kind, reason) DO UPDATE SET count = t.count + excluded.count`,
+			guard, n, texts(queues), texts(kinds), texts(reasons), bigints(counts))
+	}
+	{
+		var queues, kinds []string
+		var minutes []time.Time
+		var counts []int64
+		n := rates.each(func(k rateKey, v int64) {
+			queues, minutes, kinds = append(queues, k.queue), append(minutes, k.minute), append(kinds, k.kind)
+			counts = append(counts, v)
+		})
+		st.insert(`INSERT INTO queue_rate_buckets AS t (queue, minute, kind, count)`,
+			`ON CONFLICT (queue, minute, kind) DO UPDATE SET count = t.count + excluded.count`,
+			guard, n, texts(queues), timestamps(minutes), texts(kinds), bigints(counts))
+	}
+	{
+		var names []string
+		var counts []int64
+		n := workers.each(func(k string, v int64) { names, counts = append(names, k), append(counts, v) })
+		st.insert(`INSERT INTO worker_status_counts AS t (status, count)`,
+			`ON CONFLICT (status) DO UPDATE SET count = t.count + excluded.count`,
+			guard, n, texts(names), bigints(counts))
+	}
+}
+
+// StatsReader implements ports.StatsReader over the tables of the queue
+// statistics projection: queue_status_counts, queue_totals and
+// queue_rate_buckets. Only the active workers and the oldest pending task are
+// read live, each with an index.
 type StatsReader struct {
 	db *sqlx.DB
 }
@@ -71,7 +173,7 @@ ORDER BY c.queue`
 // Connection failures come back marked with ports.ErrUnavailable.
 func (r *StatsReader) Queues(ctx context.Context) ([]ports.QueueStats, error) {
 	out, err := r.queues(ctx)
-	return out, TranslateError(err)
+	return out, postgres.TranslateError(err)
 }
 
 func (r *StatsReader) queues(ctx context.Context) ([]ports.QueueStats, error) {
@@ -98,7 +200,8 @@ func (r *StatsReader) queues(ctx context.Context) ([]ports.QueueStats, error) {
 		AppliedAt sql.NullTime `db:"applied_at"`
 	}
 	if err := tx.GetContext(ctx, &meta, `
-		SELECT now() AS now, (SELECT applied_at FROM projector_positions WHERE consumer_group = 'queue_stats') AS applied_at`); err != nil {
+		SELECT now() AS now, (SELECT applied_at FROM projector_positions WHERE projection = $1) AS applied_at`,
+		QueueStatsProjection); err != nil {
 		return nil, fmt.Errorf("queue statistics: %w", err)
 	}
 	totals, err := readTotals(ctx, tx)
@@ -127,8 +230,8 @@ func (r *StatsReader) queues(ctx context.Context) ([]ports.QueueStats, error) {
 	return out, nil
 }
 
-// readTotals reads queue_totals. Its kinds are the metric names the
-// projector counts under (adapters/metrics.CounterKind).
+// readTotals reads queue_totals. Its kinds are the metric counter kinds the
+// projection counts under (metrics.CounterKind).
 func readTotals(ctx context.Context, tx *sqlx.Tx) (map[string]ports.QueueTotals, error) {
 	var rows []struct {
 		Queue  string `db:"queue"`
@@ -142,23 +245,23 @@ func readTotals(ctx context.Context, tx *sqlx.Tx) (map[string]ports.QueueTotals,
 	out := map[string]ports.QueueTotals{}
 	for _, r := range rows {
 		t := out[r.Queue]
-		switch r.Kind {
-		case "tasks_submitted":
+		switch metrics.CounterKind(r.Kind) {
+		case metrics.TasksSubmitted:
 			t.Submitted += r.Count
-		case "tasks_claimed":
+		case metrics.TasksClaimed:
 			t.Claimed += r.Count
-		case "tasks_completed":
+		case metrics.TasksCompleted:
 			t.Completed += r.Count
-		case "tasks_failed":
+		case metrics.TasksFailed:
 			t.Failed += r.Count
-		case "tasks_cleaned":
+		case metrics.TasksCleaned:
 			t.Cleaned += r.Count
-		case "tasks_dead_lettered":
+		case metrics.TasksDeadLettered:
 			if t.DeadLettered == nil {
 				t.DeadLettered = map[string]int64{}
 			}
 			t.DeadLettered[r.Reason] += r.Count
-		case "tasks_requeued":
+		case metrics.TasksRequeued:
 			if t.Requeued == nil {
 				t.Requeued = map[string]int64{}
 			}
@@ -224,13 +327,13 @@ func rateWindows(buckets []rateBucket, now time.Time) []ports.QueueRate {
 			}
 			v := float64(b.Count) * share / w.Minutes()
 			switch b.Kind {
-			case "enqueued":
+			case rateEnqueued:
 				r.Enqueued += v
-			case "claimed":
+			case rateClaimed:
 				r.Claimed += v
-			case "completed":
+			case rateCompleted:
 				r.Completed += v
-			case "dead_lettered":
+			case rateDeadLettered:
 				r.DeadLettered += v
 			}
 		}
@@ -244,4 +347,11 @@ func maxTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+func timePtr(t sql.NullTime) *time.Time {
+	if !t.Valid {
+		return nil
+	}
+	return &t.Time
 }

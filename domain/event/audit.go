@@ -1,0 +1,30 @@
+package event
+
+import "time"
+
+// Audit event types: an operator's action, recorded in the outbox in the
+// transaction of the action itself, with the API key that performed it
+// (KeyID). They carry no From or To: the lifecycle events of the same
+// transaction (task.retried, worker.draining, ...) describe the change, and
+// projections that count transitions ignore them.
+const (
+	// AuditKeyCreated: an API key was created (TargetKeyID).
+	AuditKeyCreated Type = "audit.key_created"
+	// AuditKeyRevoked: an API key was revoked (TargetKeyID).
+	AuditKeyRevoked Type = "audit.key_revoked"
+	// AuditTaskRetried: an operator retried a DEAD task (TaskID, Queue).
+	AuditTaskRetried Type = "audit.task_retried"
+	// AuditTaskCancelled: an operator cancelled a task, or asked its worker
+	// to stop it (TaskID, Queue).
+	AuditTaskCancelled Type = "audit.task_cancelled"
+	// AuditWorkerDrained: an operator asked a worker to stop claiming
+	// (WorkerID, Queues).
+	AuditWorkerDrained Type = "audit.worker_drained"
+)
+
+// Audit returns an audit event of type t performed by keyID ("" when no key
+// did) at the database time at. The caller names what it concerns (TaskID
+// and Queue, WorkerID and Queues, or TargetKeyID).
+func Audit(t Type, keyID string, at time.Time) Event {
+	return Event{Version: Version, Type: t, KeyID: keyID, OccurredAt: at}
+}
