@@ -148,7 +148,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func parseOptions(args []string, stderr io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	scenario := fs.String("scenario", "batch", "batch, single, backlog, latency, memory, projection, streams, or all (comma-separated list allowed)")
+	scenario := fs.String("scenario", "batch", strings.Join(Scenarios, ", ")+", or all (comma-separated list allowed)")
 	o := Options{}
 	fs.IntVar(&o.Tasks, "tasks", 0, "tasks per scenario (defaults: batch 200000, single 20000, backlog 1000000 backlog rows, latency rate x duration, projection 200000 single-event messages, streams 100000)")
 	fs.IntVar(&o.Streams, "streams", 500, "concurrent event streams in the streams scenario")
