@@ -26,7 +26,7 @@ func (s *TaskService) Fail(ctx context.Context, cmd ports.FailCommand) (*task.Ta
 	}
 	out, err := s.updateReported(ctx, cmd.TaskID, cmd.WorkerID, nil, func(t *task.Task, now time.Time) ([]event.Event, error) {
 		e, err := t.Fail(task.FailParams{
-			WorkerID: cmd.WorkerID, LeaseID: *cmd.LeaseID, Error: cmd.Error, Retryable: cmd.Retryable,
+			WorkerID: cmd.WorkerID, LeaseID: *cmd.LeaseID, Error: cmd.Error, Retryable: cmd.Retryable, Rand: s.rand,
 		}, s.cfg.Backoff, now)
 		return []event.Event{e}, err
 	})

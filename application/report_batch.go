@@ -73,7 +73,7 @@ func (s *TaskService) FailBatch(ctx context.Context, workerID string, items []po
 	}
 	out, err := s.reportBatch(ctx, workerID, ids, nil, func(i int, t *task.Task, now time.Time) ([]event.Event, error) {
 		it := items[i]
-		e, err := t.Fail(task.FailParams{WorkerID: workerID, LeaseID: *it.LeaseID, Error: it.Error, Retryable: it.Retryable}, s.cfg.Backoff, now)
+		e, err := t.Fail(task.FailParams{WorkerID: workerID, LeaseID: *it.LeaseID, Error: it.Error, Retryable: it.Retryable, Rand: s.rand}, s.cfg.Backoff, now)
 		return []event.Event{e}, err
 	})
 	if err != nil {

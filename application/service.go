@@ -7,6 +7,7 @@ package application
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/taskmaster/taskmaster/domain/backoff"
@@ -128,6 +129,8 @@ type TaskService struct {
 	// of holders, in shared transactions.
 	claims  *combiner[claim, claimAnswer]
 	reports *combiner[report, []ports.TaskResult]
+	// rand jitters retry delays (math/rand/v2's, safe for concurrent use).
+	rand backoff.Source
 }
 
 var _ ports.TaskService = (*TaskService)(nil)
@@ -143,7 +146,7 @@ func WithNotifier(n ports.TaskNotifier) TaskServiceOption {
 
 // NewTaskService returns the task use cases over tx.
 func NewTaskService(tx ports.TxRunner, cfg Config, opts ...TaskServiceOption) *TaskService {
-	s := &TaskService{tx: tx, cfg: cfg}
+	s := &TaskService{tx: tx, cfg: cfg, rand: rand.Float64}
 	for _, o := range opts {
 		o(s)
 	}

@@ -83,6 +83,7 @@ func (p SubmitParams) request() (submitRequest, error) {
 	req := submitRequest{
 		Queue: p.Queue, Priority: p.Priority, MaxAttempts: p.MaxAttempts, Tags: p.Tags,
 		Deadline: p.Deadline, RunAt: p.RunAt, IdempotencyKey: p.IdempotencyKey,
+		UniqueKey: p.UniqueKey, Retry: p.Retry,
 	}
 	raw, err := marshalValue(p.Payload)
 	if err != nil {

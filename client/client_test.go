@@ -28,7 +28,8 @@ var fastRetries = client.RetryPolicy{MaxAttempts: 4, BaseDelay: time.Millisecond
 const taskJSON = `{"id":"8f0e3a4e-4f5e-4a51-9e0e-2b1b8c1d9a11","queue":"q","status":"PENDING","priority":0,"payload":{"n":1},` +
 	`"tags":[],"attempts":0,"max_attempts":3,"worker_id":null,"lease_id":null,"last_error":null,"dead_reason":null,` +
 	`"result":null,"deadline":null,"run_at":"2026-01-01T00:00:00Z","idempotency_key":null,"created_at":"2026-01-01T00:00:00Z",` +
-	`"claimed_at":null,"finished_at":null,"updated_at":"2026-01-01T00:00:00Z","lease_expires_at":null,"cancel_requested_at":null}`
+	`"claimed_at":null,"finished_at":null,"updated_at":"2026-01-01T00:00:00Z","lease_expires_at":null,"cancel_requested_at":null,` +
+	`"unique_key":null,"retry":null,"snoozes":0}`
 
 // flaky answers the first `failures` requests with status, then with ok.
 type flaky struct {
@@ -322,11 +323,18 @@ func TestDefaultWorkerID(t *testing.T) {
 
 func TestTaskMarshalsNullsLikeTheServer(t *testing.T) {
 	t.Parallel()
+	withPolicy := strings.Replace(taskJSON, `"unique_key":null,"retry":null,"snoozes":0`,
+		`"unique_key":"u","retry":{"base_seconds":0.5,"max_seconds":600,"jitter":"full"},"snoozes":2`, 1)
+	require.NotEqual(t, taskJSON, withPolicy)
+	for _, in := range []string{taskJSON, withPolicy} {
+		var task client.Task
+		require.NoError(t, json.Unmarshal([]byte(in), &task))
+		out, err := json.Marshal(task)
+		require.NoError(t, err)
+		require.JSONEq(t, in, string(out))
+	}
 	var task client.Task
 	require.NoError(t, json.Unmarshal([]byte(taskJSON), &task))
-	out, err := json.Marshal(task)
-	require.NoError(t, err)
-	require.JSONEq(t, taskJSON, string(out))
 	var payload struct{ N int }
 	require.NoError(t, task.DecodePayload(&payload))
 	require.Equal(t, 1, payload.N)

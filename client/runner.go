@@ -15,7 +15,8 @@ import (
 
 // HandlerFunc processes one task. Its result, which encoding/json must be
 // able to marshal, completes the task; an error fails it (retried after
-// backoff while attempts remain, unless wrapped with NonRetryable). ctx is
+// backoff while attempts remain, unless wrapped with NonRetryable), and
+// Snooze(d) as the error puts it back for d without spending an attempt. ctx is
 // cancelled when the runner stops waiting for the handler; context.Cause(ctx)
 // says why: ErrShutdown, ErrTaskLost, ErrTaskCancelled or ErrTaskTimeout.
 type HandlerFunc func(ctx context.Context, t Task) (result any, err error)
@@ -761,7 +762,25 @@ func (r *Runner) report(ctx context.Context, j *job, o outcome) {
 		r.fail(t, "worker shut down: "+o.err.Error(), false)
 		return
 	}
+	if d, ok := SnoozeDelay(o.err); ok {
+		r.snooze(t, d)
+		return
+	}
 	r.fail(t, o.err.Error(), IsNonRetryable(o.err))
+}
+
+// snooze puts t back for d, without spending its attempt. A snooze the
+// server refuses as invalid (a delay out of range) fails the task,
+// retryable, so that it is not lost.
+func (r *Runner) snooze(t Task, d time.Duration) {
+	rctx, cancel := r.reportContext()
+	defer cancel()
+	_, err := r.client.Snooze(rctx, t.ID, SnoozeParams{WorkerID: r.cfg.WorkerID, LeaseID: t.LeaseID, Delay: d})
+	if IsValidation(err) {
+		r.fail(t, "the server refused the handler's snooze: "+err.Error(), false)
+		return
+	}
+	r.reported(t, "snooze", err)
 }
 
 func (r *Runner) fail(t Task, msg string, nonRetryable bool) {

@@ -76,7 +76,69 @@ type Task struct {
 	// CancelRequestedAt is when an operator asked to cancel the running
 	// task (nil unless RUNNING with a cancel pending).
 	CancelRequestedAt *time.Time `json:"cancel_requested_at"`
+	// UniqueKey is the task's active-unique key ("" when none).
+	UniqueKey string `json:"unique_key"`
+	// Retry is the task's own retry policy (nil: the server's).
+	Retry *Backoff `json:"retry"`
+	// Snoozes counts the times the holder snoozed the task (each gave its
+	// attempt back).
+	Snoozes int `json:"snoozes"`
 }
+
+// Jitter says how a retry delay is randomised.
+type Jitter string
+
+// Jitters.
+const (
+	// JitterNone waits exactly the delay.
+	JitterNone Jitter = "none"
+	// JitterFull waits a uniformly random time between zero and the delay.
+	JitterFull Jitter = "full"
+)
+
+// Backoff is a task's own retry policy (the API's "retry"): a retryable
+// failure with attempts left waits min(2^attempts x Base, Max), jittered as
+// asked. (RetryPolicy is the client's own retrying of requests.)
+type Backoff struct {
+	// Base is the delay unit: 100 ms to 1 h (required).
+	Base time.Duration
+	// Max caps the delay: at least Base, at most 7 days (0: the server's
+	// default, max(5 min, Base)).
+	Max time.Duration
+	// Jitter: JitterNone (the default) or JitterFull.
+	Jitter Jitter
+}
+
+type retryJSON struct {
+	BaseSeconds float64  `json:"base_seconds"`
+	MaxSeconds  *float64 `json:"max_seconds,omitempty"`
+	Jitter      Jitter   `json:"jitter,omitempty"`
+}
+
+// MarshalJSON writes the policy as the API takes it (seconds).
+func (p Backoff) MarshalJSON() ([]byte, error) {
+	out := retryJSON{BaseSeconds: p.Base.Seconds(), Jitter: p.Jitter}
+	if p.Max > 0 {
+		m := p.Max.Seconds()
+		out.MaxSeconds = &m
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalJSON reads the policy as the API shows it.
+func (p *Backoff) UnmarshalJSON(b []byte) error {
+	var in retryJSON
+	if err := json.Unmarshal(b, &in); err != nil {
+		return err
+	}
+	*p = Backoff{Base: seconds(in.BaseSeconds), Jitter: in.Jitter}
+	if in.MaxSeconds != nil {
+		p.Max = seconds(*in.MaxSeconds)
+	}
+	return nil
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s*1e6+0.5) * time.Microsecond }
 
 // DecodePayload unmarshals the task's payload into v.
 func (t Task) DecodePayload(v any) error { return json.Unmarshal(t.Payload, v) }
@@ -91,12 +153,14 @@ func (t Task) MarshalJSON() ([]byte, error) {
 		LastError      *string         `json:"last_error"`
 		DeadReason     *string         `json:"dead_reason"`
 		IdempotencyKey *string         `json:"idempotency_key"`
+		UniqueKey      *string         `json:"unique_key"`
 		Payload        json.RawMessage `json:"payload"`
 		Result         json.RawMessage `json:"result"`
 	}{
 		plain: plain(t), WorkerID: nullable(t.WorkerID), LeaseID: nullable(t.LeaseID),
 		LastError: nullable(t.LastError), DeadReason: nullable(string(t.DeadReason)),
-		IdempotencyKey: nullable(t.IdempotencyKey), Payload: rawOrNull(t.Payload), Result: rawOrNull(t.Result),
+		IdempotencyKey: nullable(t.IdempotencyKey), UniqueKey: nullable(t.UniqueKey),
+		Payload: rawOrNull(t.Payload), Result: rawOrNull(t.Result),
 	})
 }
 
@@ -266,6 +330,14 @@ type SubmitParams struct {
 	// queue returns the first task. Setting it also lets the client retry a
 	// submission safely after any transport error.
 	IdempotencyKey string
+	// UniqueKey: while a task of the queue with this key is unfinished
+	// (PENDING or RUNNING), a submission returns it instead of creating
+	// another; once it is DONE or DEAD a new one is created. 1-255 bytes of
+	// printable UTF-8. With both keys, the idempotency key decides first.
+	UniqueKey string
+	// Retry overrides the server's backoff for this task (nil: the
+	// server's).
+	Retry *Backoff
 }
 
 type submitRequest struct {
@@ -277,6 +349,8 @@ type submitRequest struct {
 	Deadline       *time.Time      `json:"deadline,omitempty"`
 	RunAt          *time.Time      `json:"run_at,omitempty"`
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	UniqueKey      string          `json:"unique_key,omitempty"`
+	Retry          *Backoff        `json:"retry,omitempty"`
 }
 
 // ListParams filter a task listing.

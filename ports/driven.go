@@ -39,6 +39,8 @@ type Stores struct {
 	Reaper ReaperStore
 	// Keys stores API keys.
 	Keys KeyStore
+	// Schedules stores recurring schedules.
+	Schedules ScheduleStore
 }
 
 // Outbox collects the lifecycle events of one transaction.

@@ -168,6 +168,9 @@ type TaskService interface {
 	Cancel(ctx context.Context, id uuid.UUID) (*task.Task, error)
 	// Extend sets a held task's lease to run out LeaseSeconds from now.
 	Extend(ctx context.Context, cmd ExtendCommand) (*task.Task, error)
+	// Snooze puts a held task back to PENDING, claimable DelaySeconds from
+	// now, without spending an attempt.
+	Snooze(ctx context.Context, cmd SnoozeCommand) (*task.Task, error)
 }
 
 // WorkerService is what workers and operators can do with workers.

@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/taskmaster/taskmaster/adapters/cron"
 	httpadapter "github.com/taskmaster/taskmaster/adapters/http"
 	"github.com/taskmaster/taskmaster/adapters/outbox"
 	"github.com/taskmaster/taskmaster/adapters/postgres"
@@ -18,6 +20,8 @@ import (
 	"github.com/taskmaster/taskmaster/application"
 	"github.com/taskmaster/taskmaster/application/lifecycle"
 	"github.com/taskmaster/taskmaster/domain/apikey"
+	"github.com/taskmaster/taskmaster/domain/schedule"
+	"github.com/taskmaster/taskmaster/domain/task"
 )
 
 // runningService is a service under the stress test, with a way to tell
@@ -60,6 +64,11 @@ func everyService(t *testing.T) []runningService {
 		Cycle: application.Cycle(application.NewLeaseReaper(tx, 0).Reap),
 	})
 	keys := application.NewKeyService(tx, application.KeyConfig{UsageInterval: 5 * time.Millisecond}, logger)
+	schedules := application.NewScheduleService(tx, cron.Parse)
+	scheduler := application.NewBackgroundService(application.BackgroundParams{
+		Name: "stress-scheduler", Interval: 10 * time.Millisecond, Elector: postgres.NewElector(db, "stress", time.Second), Logger: logger,
+		Cycle: application.Cycle(application.NewScheduler(tx, cron.Parse, 0).Run),
+	})
 	return []runningService{
 		{name: "http server", svc: srv, works: func(t *testing.T) {
 			resp, err := http.Get("http://" + srv.Addr() + "/healthz")
@@ -97,6 +106,16 @@ func everyService(t *testing.T) []runningService {
 		}},
 		{name: "background service", svc: reaper, works: func(t *testing.T) {
 			awaitTrue(t, reaper.Leading, "the restarted job leads")
+		}},
+		{name: "scheduler", svc: scheduler, works: func(t *testing.T) {
+			name := "stress-" + uuid.NewString()[:8]
+			_, err := schedules.Create(t.Context(), schedule.CreateParams{Name: name, Cron: "@every 1s", Task: task.SubmitParams{Queue: name}})
+			require.NoError(t, err)
+			awaitTrue(t, func() bool {
+				var n int
+				require.NoError(t, db.GetContext(t.Context(), &n, `SELECT count(*) FROM tasks WHERE queue = $1`, name))
+				return n > 0
+			}, "the restarted scheduler runs a tick")
 		}},
 		{name: "key usage", svc: keys, works: func(t *testing.T) {
 			k, token, err := keys.Create(t.Context(), apikey.CreateParams{Name: "stress", Scopes: []apikey.Scope{apikey.ScopeRead}})

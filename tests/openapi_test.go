@@ -425,6 +425,8 @@ func TestOpenAPIResponsesMatchSpec(t *testing.T) {
 	problem(404, "key-not-found", "DELETE", "/admin/v1/keys/"+uuid.NewString(), "")
 	problem(404, "key-not-found", "DELETE", "/admin/v1/keys/not-a-uuid", "")
 
+	exerciseSchedulesAndSnooze(t, specCalls{expect: expect, problem: problem})
+
 	// The router's own problems.
 	problem(404, "not-found", "GET", "/nowhere", "")
 	problem(405, "method-not-allowed", "DELETE", "/tasks/v1", "")

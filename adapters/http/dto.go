@@ -40,6 +40,12 @@ type TaskJSON struct {
 	// CancelRequestedAt is when an operator asked to cancel the running task
 	// (null unless RUNNING with such a request pending).
 	CancelRequestedAt *time.Time `json:"cancel_requested_at"`
+	// UniqueKey is the task's active-unique key (null: none).
+	UniqueKey *string `json:"unique_key"`
+	// Retry is the task's own retry policy (null: the server's).
+	Retry *retryJSON `json:"retry"`
+	// Snoozes counts the times the holder snoozed the task.
+	Snoozes int `json:"snoozes"`
 }
 
 func taskJSON(t *task.Task) TaskJSON {
@@ -57,6 +63,7 @@ func taskJSON(t *task.Task) TaskJSON {
 		CreatedAt: s.CreatedAt.UTC(), ClaimedAt: optTime(s.ClaimedAt), FinishedAt: optTime(s.FinishedAt),
 		UpdatedAt: s.UpdatedAt.UTC(), LeaseExpiresAt: optTime(s.LeaseExpiresAt),
 		CancelRequestedAt: optTime(s.CancelRequestedAt),
+		UniqueKey:         optString(s.UniqueKey), Retry: retryJSONOf(s.Retry), Snoozes: s.Snoozes,
 	}
 	if s.LeaseID != uuid.Nil {
 		out.LeaseID = optString(s.LeaseID.String())

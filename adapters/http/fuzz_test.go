@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/taskmaster/taskmaster/adapters/cron"
 	httpadapter "github.com/taskmaster/taskmaster/adapters/http"
 	"github.com/taskmaster/taskmaster/adapters/outbox"
 	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
@@ -38,12 +39,13 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 func chain(events ports.EventStreams) http.Handler {
 	cfg := application.Config{Backoff: backoff.DefaultPolicy(), Liveness: worker.DefaultLivenessConfig(), ClaimPollInterval: time.Millisecond}
 	return httpadapter.NewServer(httpadapter.DefaultServerConfig(), httpadapter.Deps{
-		Tasks:   application.NewTaskService(fuzzports.TxRunner{}, cfg),
-		Workers: application.NewWorkerService(fuzzports.TxRunner{}, cfg),
-		Queues:  application.NewQueueService(fuzzports.Stats{}),
-		Health:  fuzzports.Health{},
-		Logger:  zap.NewNop(),
-		Events:  events,
+		Tasks:     application.NewTaskService(fuzzports.TxRunner{}, cfg),
+		Workers:   application.NewWorkerService(fuzzports.TxRunner{}, cfg),
+		Queues:    application.NewQueueService(fuzzports.Stats{}),
+		Health:    fuzzports.Health{},
+		Logger:    zap.NewNop(),
+		Events:    events,
+		Schedules: application.NewScheduleService(fuzzports.TxRunner{}, cron.Parse),
 	}).Handler()
 }
 
@@ -119,7 +121,11 @@ func FuzzSubmitTask(f *testing.F) {
 		`{"queue":"q","run_at":"2026-01-01T00:00:00Z","deadline":"2025-01-01T00:00:00Z"}`,
 		`{"queue":"q","run_at":"9999-12-31T23:59:59Z"}`, `{"queue":"q","deadline":"0001-01-01T00:00:00Z"}`,
 		`{"queue":"q","run_at":"9999-12-31T23:59:59-23:59"}`, `{"queue":"q","deadline":"0000-01-01T00:00:00+00:01"}`,
-		`{"queue":"q","tags":["a","a",""]}`, `{"queue":"q","idempotency_key":"k\u0000"}`, `{"queue":"q"} {}`)
+		`{"queue":"q","tags":["a","a",""]}`, `{"queue":"q","idempotency_key":"k\u0000"}`, `{"queue":"q"} {}`,
+		`{"queue":"q","unique_key":""}`, `{"queue":"q","unique_key":"k\u0001"}`, `{"queue":"q","unique_key":"`+strings.Repeat("k", 256)+`"}`,
+		`{"queue":"q","retry":{}}`, `{"queue":"q","retry":{"base_seconds":1e308,"max_seconds":-1e308}}`,
+		`{"queue":"q","retry":{"base_seconds":0.1,"max_seconds":604800,"jitter":"full"}}`, `{"queue":"q","retry":{"base_seconds":1,"jitter":null}}`,
+		`{"queue":"q","retry":null,"unique_key":null}`)
 	for _, v := range jsonEdges {
 		f.Add([]byte(`{"queue":"q","payload":` + v + `}`))
 	}
@@ -307,5 +313,39 @@ func FuzzEvents(f *testing.F) {
 			t.Skip("not a header value")
 		}
 		serve(t, h, http.MethodGet, req, nil, http.Header{"Last-Event-Id": {lastEventID}})
+	})
+}
+
+func FuzzSnoozeTask(f *testing.F) {
+	addReports(f, `{}`, `{"worker_id":"w","lease_id":"`+lease()+`","delay_seconds":60}`,
+		`{"worker_id":"w","lease_id":"`+lease()+`","delay_seconds":0}`, `{"worker_id":"w","lease_id":"`+lease()+`","delay_seconds":2592001}`,
+		`{"worker_id":"w","lease_id":"`+lease()+`","delay_seconds":9223372036854775807}`, `{"worker_id":"w","lease_id":"`+lease()+`"}`,
+		`{"worker_id":"w","delay_seconds":5}`, `{"worker_id":"w","lease_id":"`+lease()+`","delay_seconds":1.5}`)
+	f.Fuzz(func(t *testing.T, id string, body []byte) {
+		serve(t, fuzzChain, http.MethodPost, "/tasks/v1/"+url.PathEscape(id)+"/snooze", body, nil)
+	})
+}
+
+func FuzzCreateSchedule(f *testing.F) {
+	addBodies(f, ``, `{}`, `null`, `{"name":"n","cron":"@daily","task":{"queue":"q"}}`,
+		`{"name":"n","cron":"30 2 * * *","timezone":"Europe/Paris","task":{"queue":"q","payload":{"a":1},"retry":{"base_seconds":2}},"overlap":"allow","paused":true}`,
+		`{"name":"n","cron":"@every 1s","task":{"queue":"q"}}`, `{"name":"n","cron":"@every 9223372036854775807ns","task":{"queue":"q"}}`,
+		`{"name":"n","cron":"@every 2562047h","task":{"queue":"q"}}`, `{"name":"n","cron":"0 0 30 2 *","task":{"queue":"q"}}`,
+		`{"name":"n","cron":"TZ=UTC * * * * *","task":{"queue":"q"}}`, `{"name":"n","cron":"* * * * *","timezone":"../../etc/passwd","task":{"queue":"q"}}`,
+		`{"name":"n","cron":"* * * * *","timezone":"Local","task":{"queue":"q"}}`, `{"name":"a/b","cron":"","task":{}}`,
+		`{"name":"n","cron":"* * * * *","task":{"queue":"q","run_at":"2030-01-01T00:00:00Z","idempotency_key":"k"}}`,
+		`{"name":"n","cron":"* * * * *","task":null}`, `{"name":"n","cron":"`+strings.Repeat("*", 300)+`","task":{"queue":"q"}}`)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		serve(t, fuzzChain, http.MethodPost, "/schedules/v1", body, nil)
+	})
+}
+
+func FuzzUpdateSchedule(f *testing.F) {
+	for _, b := range []string{`{}`, `{"paused":true}`, `{"paused":false,"cron":"@every 5m"}`, `{"name":"other"}`,
+		`{"timezone":""}`, `{"timezone":"Nowhere"}`, `{"task":{"queue":""}}`, `{"overlap":"both"}`, `{"cron":null}`} {
+		f.Add("n", []byte(b))
+	}
+	f.Fuzz(func(t *testing.T, name string, body []byte) {
+		serve(t, fuzzChain, http.MethodPatch, "/schedules/v1/"+url.PathEscape(name), body, nil)
 	})
 }

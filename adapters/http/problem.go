@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/taskmaster/taskmaster/domain/apikey"
+	"github.com/taskmaster/taskmaster/domain/schedule"
 	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/domain/validation"
 	"github.com/taskmaster/taskmaster/domain/worker"
@@ -75,6 +76,9 @@ var (
 	kindForbidden    = problemKind{"forbidden", "Forbidden", http.StatusForbidden}
 	kindRateLimited  = problemKind{"rate-limited", "Too many requests", http.StatusTooManyRequests}
 	kindKeyNotFound  = problemKind{"key-not-found", "API key not found", http.StatusNotFound}
+	kindScheduleNF   = problemKind{"schedule-not-found", "Schedule not found", http.StatusNotFound}
+	kindScheduleDup  = problemKind{"schedule-exists", "Schedule exists", http.StatusConflict}
+	kindUniqueKey    = problemKind{"unique-key-taken", "Unique key taken", http.StatusConflict}
 	kindStreamsFull  = problemKind{"too-many-streams", "Too many event streams", http.StatusServiceUnavailable}
 	kindInternal     = problemKind{"internal-error", "Internal server error", http.StatusInternalServerError}
 )
@@ -110,6 +114,7 @@ func problemFor(err error) Problem {
 		leaseErr  *task.LeaseError
 		transErr  *task.TransitionError
 		forbidden *apikey.ForbiddenError
+		keyErr    *task.UniqueKeyError
 	)
 	switch {
 	case errors.As(err, &reqErr):
@@ -139,6 +144,12 @@ func problemFor(err error) Problem {
 		})
 	case errors.Is(err, apikey.ErrNotFound):
 		return newProblem(kindKeyNotFound, "no API key has this id", nil)
+	case errors.Is(err, schedule.ErrNotFound):
+		return newProblem(kindScheduleNF, "no schedule has this name", nil)
+	case errors.Is(err, schedule.ErrExists):
+		return newProblem(kindScheduleDup, "a schedule with this name exists; change it with PATCH, or delete it first", nil)
+	case errors.As(err, &keyErr):
+		return newProblem(kindUniqueKey, "another unfinished task of the queue holds the task's unique_key; retry it once that one has finished", nil)
 	case errors.Is(err, ports.ErrTooManyStreams):
 		return newProblem(kindStreamsFull, "this instance serves as many event streams as it may; try again after Retry-After seconds", nil)
 	case errors.Is(err, ports.ErrStreamsStopped):

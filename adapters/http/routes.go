@@ -31,7 +31,7 @@ func (s *Server) routes(r *mux.Router) {
 		// key's queue limits).
 		readTasks = Requires(apikey.ScopeRead, apikey.ScopeProduce)
 	)
-	get, post, del := http.MethodGet, http.MethodPost, http.MethodDelete
+	get, post, del, patch := http.MethodGet, http.MethodPost, http.MethodDelete, http.MethodPatch
 
 	s.route(r, post, "/tasks/v1", produce, s.handleSubmitTask)
 	s.route(r, get, "/tasks/v1", readTasks, s.handleListTasks)
@@ -45,6 +45,7 @@ func (s *Server) routes(r *mux.Router) {
 	s.route(r, post, "/tasks/v1/{id}/retry", admin, s.handleRetryTask)
 	s.route(r, post, "/tasks/v1/{id}/cancel", admin, s.handleCancelTask)
 	s.route(r, post, "/tasks/v1/{id}/extend", work, s.handleExtendLease)
+	s.route(r, post, "/tasks/v1/{id}/snooze", work, s.handleSnoozeTask)
 
 	s.route(r, post, "/workers/v1/register", work, s.handleRegisterWorker)
 	s.route(r, post, "/workers/v1/{id}/heartbeat", work, s.handleHeartbeat)
@@ -54,6 +55,15 @@ func (s *Server) routes(r *mux.Router) {
 	s.route(r, get, "/queues/v1", read, s.handleListQueues)
 	if s.events != nil {
 		s.route(r, get, "/events/v1", read, s.handleEvents)
+	}
+
+	if s.schedules != nil {
+		// Schedules create tasks on their own, forever: operators' business.
+		s.route(r, post, "/schedules/v1", admin, s.handleCreateSchedule)
+		s.route(r, get, "/schedules/v1", read, s.handleListSchedules)
+		s.route(r, get, "/schedules/v1/{name}", read, s.handleGetSchedule)
+		s.route(r, patch, "/schedules/v1/{name}", admin, s.handlePatchSchedule)
+		s.route(r, del, "/schedules/v1/{name}", admin, s.handleDeleteSchedule)
 	}
 
 	s.route(r, post, "/admin/v1/keys", admin, s.handleCreateKey)

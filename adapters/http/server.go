@@ -132,6 +132,8 @@ type Deps struct {
 	// Keys authenticates requests (required when authentication is on)
 	// and serves the admin API of keys.
 	Keys ports.KeyService
+	// Schedules serves the recurring schedules.
+	Schedules ports.ScheduleService
 	// Observe, when set, receives every finished request.
 	Observe ObserveFunc
 	// Routes are extra routes to mount.
@@ -156,6 +158,7 @@ type Server struct {
 	handler     http.Handler
 	admission   *admission
 	keys        ports.KeyService
+	schedules   ports.ScheduleService
 	// auth says requests must carry a key; access holds each route's
 	// requirement, limiter each key's rate limit.
 	auth    bool
@@ -179,7 +182,7 @@ func NewServer(cfg ServerConfig, d Deps) *Server {
 	s := &Server{
 		cfg: cfg, tasks: d.Tasks, workers: d.Workers, queues: d.Queues, health: d.Health,
 		events: d.Events, logger: d.Logger, extraRoutes: d.Routes, onShutdown: d.OnShutdown,
-		keys: d.Keys, auth: cfg.AuthEnabled(), access: map[*mux.Route]Access{}, limiter: newLimiter(cfg.RateLimits),
+		keys: d.Keys, schedules: d.Schedules, auth: cfg.AuthEnabled(), access: map[*mux.Route]Access{}, limiter: newLimiter(cfg.RateLimits),
 	}
 	if s.logger == nil {
 		s.logger = zap.NewNop()

@@ -25,12 +25,15 @@ type submitRequest struct {
 	Deadline       *timeValue      `json:"deadline"`
 	RunAt          *timeValue      `json:"run_at"`
 	IdempotencyKey string          `json:"idempotency_key"`
+	UniqueKey      *string         `json:"unique_key"`
+	Retry          *retryJSON      `json:"retry"`
 }
 
 func (q submitRequest) params() task.SubmitParams {
 	return task.SubmitParams{
 		Queue: q.Queue, Payload: q.Payload, Priority: q.Priority, MaxAttempts: q.MaxAttempts,
 		Tags: q.Tags, Deadline: q.Deadline.get(), RunAt: q.RunAt.get(), IdempotencyKey: q.IdempotencyKey,
+		UniqueKey: q.UniqueKey, Retry: q.Retry.params(),
 	}
 }
 

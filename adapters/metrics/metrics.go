@@ -59,6 +59,10 @@ const (
 	WorkersDied CounterKind = "workers_died"
 	// WorkersCleaned counts dead workers deleted by retention (no labels).
 	WorkersCleaned CounterKind = "workers_cleaned"
+	// ScheduleTicksSkipped counts due ticks of recurring schedules that
+	// created no task {queue, schedule} (stored with the schedule's name as
+	// the reason).
+	ScheduleTicksSkipped CounterKind = "schedule_ticks_skipped"
 )
 
 // AnyQueue is the queue label of a worker registered for every queue.
@@ -321,6 +325,8 @@ var counterLabels = map[CounterKind][]string{
 	WorkersRegistered: {"queue"},
 	WorkersDied:       nil,
 	WorkersCleaned:    nil,
+	// Schedules are few and named by operators: a bounded label.
+	ScheduleTicksSkipped: {"queue", "schedule"},
 }
 
 var counterHelp = map[CounterKind]string{
@@ -334,6 +340,8 @@ var counterHelp = map[CounterKind]string{
 	WorkersRegistered: "Worker registrations, per registered queue (* = any queue).",
 	WorkersDied:       "Workers declared dead.",
 	WorkersCleaned:    "Dead workers deleted by retention.",
+	ScheduleTicksSkipped: "Due ticks of recurring schedules that created no task (overlap skip: the previous task was unfinished; " +
+		"or an unfinished task held the template's unique key).",
 }
 
 // queueCounters are emitted, at zero if need be, for every queue that has
@@ -440,7 +448,7 @@ func (c *snapshotCollector) collectCounters(ch chan<- prometheus.Metric, counter
 			switch l {
 			case "queue":
 				lv = append(lv, queue)
-			case "reason":
+			case "reason", "schedule":
 				lv = append(lv, reason)
 			}
 		}

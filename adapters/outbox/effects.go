@@ -59,6 +59,8 @@ func countersOf(e event.Event) []counterKey {
 		add(metrics.WorkersDied, "", "")
 	case event.WorkerCleaned:
 		add(metrics.WorkersCleaned, "", "")
+	case event.ScheduleTickSkipped:
+		add(metrics.ScheduleTicksSkipped, e.Queue, e.Schedule)
 	}
 	if isTaskEvent(e) {
 		switch {

@@ -16,7 +16,7 @@ import (
 )
 
 // The projections read a few fields of each event (type, queue, queues,
-// from, to, reason, occurred_at and the durations), at up to hundreds of
+// from, to, reason, schedule, occurred_at and the durations), at up to hundreds of
 // thousands of events a second. encoding/json decodes an event in several
 // microseconds (it validates and reflects); this scanner reads the outbox's
 // JSON in one pass, skips the fields no projection reads, and interns the
@@ -58,6 +58,7 @@ const (
 	fieldTo
 	fieldReason
 	fieldQueues
+	fieldSchedule
 	numStringFields
 )
 
@@ -344,18 +345,28 @@ func (s *scanner) skipField(key []byte) (bool, error) {
 			return true, errScan
 		}
 		return true, nil
+	case reflect.Float64:
+		raw, err := s.number()
+		if err != nil {
+			return true, err
+		}
+		if _, err := strconv.ParseFloat(string(raw), 64); err != nil {
+			return true, errScan // out of range: encoding/json fails too
+		}
+		return true, nil
 	}
 	return true, errScan
 }
 
 // readFields are the JSON names of the event fields the scanner reads.
-var readFields = []string{"type", "queue", "queues", "from", "to", "reason", "occurred_at",
+var readFields = []string{"type", "queue", "queues", "from", "to", "reason", "schedule", "occurred_at",
 	"queue_wait_seconds", "execution_seconds", "end_to_end_seconds"}
 
 // eventFields are the JSON names of every field of event.Event, and
 // skippedFields the kinds of those the scanner does not read. They come
 // from the type itself, so that a field added to events is checked as
-// encoding/json would check it.
+// encoding/json would check it. A pointer field has its element's kind (the
+// scanner accepts null for any field, as encoding/json does for a pointer).
 var eventFields, skippedFields = func() ([]string, map[string]reflect.Kind) {
 	var names []string
 	skipped := map[string]reflect.Kind{}
@@ -368,7 +379,11 @@ var eventFields, skippedFields = func() ([]string, map[string]reflect.Kind) {
 		}
 		names = append(names, name)
 		if !slices.Contains(readFields, name) {
-			skipped[name] = f.Type.Kind()
+			ft := f.Type
+			if ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			skipped[name] = ft.Kind()
 		}
 	}
 	return names, skipped
@@ -388,11 +403,11 @@ func foldsToField(key []byte) bool {
 
 // scannedEvent holds what the scanner keeps of an event.
 type scannedEvent struct {
-	typ, queue, from, to, reason string
-	queues                       []string
-	minute                       int64
-	has                          uint8
-	durations                    [3]float64
+	typ, queue, from, to, reason, schedule string
+	queues                                 []string
+	minute                                 int64
+	has                                    uint8
+	durations                              [3]float64
 }
 
 // event reads one event object.
@@ -409,6 +424,8 @@ func (s *scanner) event(e *scannedEvent) error {
 			return s.optString(fieldTo, &e.to)
 		case "reason":
 			return s.optString(fieldReason, &e.reason)
+		case "schedule":
+			return s.optString(fieldSchedule, &e.schedule)
 		case "queues":
 			if s.literal("null") {
 				e.queues = nil

@@ -11,7 +11,8 @@ import (
 
 // Events of one class change the same rows of every projection: a class is
 // an event's type, queue, worker queues, statuses, reason and minute, all
-// that the projections read but its durations. A batch of thousands of
+// that the projections read but its durations (and, for schedule events,
+// its schedule). A batch of thousands of
 // events has a handful of classes, so the projections count events per
 // class (an array increment per event) and interpret each class once.
 
@@ -21,6 +22,7 @@ type eventClass struct {
 	queue            string
 	queues           string // the worker's queues, each length-prefixed
 	from, to, reason string
+	schedule         string
 	minute           int64 // unix time of the start of the minute
 }
 
@@ -67,9 +69,10 @@ func (t *classTable) intern(key eventClass, rep func() event.Event) int32 {
 func (t *classTable) compact(e event.Event) compactEvent {
 	minute := minuteOf(e.OccurredAt)
 	key := eventClass{typ: e.Type, queue: e.Queue, queues: joinQueues(e.Queues), from: e.From, to: e.To,
-		reason: e.Reason, minute: minute.Unix()}
+		reason: e.Reason, schedule: e.Schedule, minute: minute.Unix()}
 	ce := compactEvent{class: t.intern(key, func() event.Event {
-		return event.Event{Type: e.Type, Queue: e.Queue, Queues: e.Queues, From: e.From, To: e.To, Reason: e.Reason, OccurredAt: minute}
+		return event.Event{Type: e.Type, Queue: e.Queue, Queues: e.Queues, From: e.From, To: e.To, Reason: e.Reason,
+			Schedule: e.Schedule, OccurredAt: minute}
 	})}
 	for i, d := range durationsOf(e) {
 		if d != nil {
@@ -83,11 +86,11 @@ func (t *classTable) compact(e event.Event) compactEvent {
 // compactScanned reduces a scanned event to its class and durations.
 func (t *classTable) compactScanned(e *scannedEvent) compactEvent {
 	key := eventClass{typ: event.Type(e.typ), queue: e.queue, queues: joinQueues(e.queues), from: e.from, to: e.to,
-		reason: e.reason, minute: e.minute}
+		reason: e.reason, schedule: e.schedule, minute: e.minute}
 	return compactEvent{
 		class: t.intern(key, func() event.Event {
 			return event.Event{Type: key.typ, Queue: e.queue, Queues: e.queues, From: e.from, To: e.to, Reason: e.reason,
-				OccurredAt: time.Unix(e.minute, 0).UTC()}
+				Schedule: e.schedule, OccurredAt: time.Unix(e.minute, 0).UTC()}
 		}),
 		has:       e.has,
 		durations: e.durations,

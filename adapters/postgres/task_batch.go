@@ -18,15 +18,22 @@ import (
 // insertManySQL inserts a batch from parallel arrays in one statement.
 // Per-row arrays (tags) and nullable values travel as text and are cast per
 // row; lib/pq has no array-of-arrays or nullable-array encoding otherwise.
+// ON CONFLICT has no target: an item gives way to the idempotency index and
+// to the active-unique index alike, including to an earlier item of the same
+// batch.
 const insertManySQL = `
 	INSERT INTO tasks (id, queue, status, priority, payload, tags, attempts, max_attempts,
-		deadline, run_at, idempotency_key, created_at, updated_at, payload_bytes)
+		deadline, run_at, idempotency_key, created_at, updated_at, payload_bytes,
+		unique_key, retry_base_seconds, retry_max_seconds, retry_jitter)
 	SELECT u.id, u.queue, 'PENDING', u.priority, u.payload::jsonb, u.tags::text[], 0, u.max_attempts,
-		u.deadline::timestamptz, u.run_at::timestamptz, u.idempotency_key, $10, $10, u.payload_bytes
+		u.deadline::timestamptz, u.run_at::timestamptz, u.idempotency_key, $10, $10, u.payload_bytes,
+		u.unique_key, u.retry_base, u.retry_max, u.retry_jitter
 	FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::int[],
-		$7::text[], $8::text[], $9::text[], $11::int[])
-		AS u(id, queue, priority, payload, tags, max_attempts, deadline, run_at, idempotency_key, payload_bytes)
-	ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+		$7::text[], $8::text[], $9::text[], $11::int[], $12::text[], $13::float8[], $14::float8[], $15::text[])
+		WITH ORDINALITY AS u(id, queue, priority, payload, tags, max_attempts, deadline, run_at, idempotency_key, payload_bytes,
+			unique_key, retry_base, retry_max, retry_jitter, n)
+	ORDER BY u.n
+	ON CONFLICT DO NOTHING
 	RETURNING ` + taskColumns
 
 // CreateMany implements ports.TaskStore.
@@ -39,7 +46,59 @@ func (s *TaskStore) CreateMany(ctx context.Context, fn ports.TaskCreateManyFunc)
 	if err != nil {
 		return nil, nil, err
 	}
-	n := len(ts)
+	out := make([]*task.Task, len(ts))
+	created := make([]bool, len(ts))
+	var recorded []event.Event
+	todo := make([]int, len(ts)) // the items neither inserted nor found yet
+	for i := range todo {
+		todo[i] = i
+	}
+	for range maxKeyRaces {
+		inserted, err := s.insertMany(ctx, ts, todo, now)
+		if err != nil {
+			return nil, nil, err
+		}
+		var missing, left []int
+		for _, i := range todo {
+			if r, ok := inserted[ts[i].ID()]; ok {
+				out[i], created[i] = r.toDomain(), true
+				recorded = append(recorded, events[i])
+				s.st.notify(r.Queue)
+				continue
+			}
+			missing = append(missing, i)
+		}
+		if len(missing) > 0 {
+			pick := make([]*task.Task, len(missing))
+			for j, i := range missing {
+				pick[j] = ts[i]
+			}
+			found, err := s.existing(ctx, pick)
+			if err != nil {
+				return nil, nil, err
+			}
+			for j, i := range missing {
+				if found[j] == nil {
+					// Its unique key's holder finished in between: try again.
+					left = append(left, i)
+					continue
+				}
+				out[i] = found[j]
+			}
+		}
+		if todo = left; len(todo) == 0 {
+			s.st.Record(recorded...)
+			return out, created, nil
+		}
+	}
+	return nil, nil, fmt.Errorf("insert tasks: the unique keys' holders kept changing")
+}
+
+// insertMany inserts the items idx of ts with one statement (insertManySQL)
+// and returns the inserted rows by id; an item that gave way to an
+// idempotency or unique key is missing.
+func (s *TaskStore) insertMany(ctx context.Context, ts []*task.Task, idx []int, now time.Time) (map[uuid.UUID]*taskRow, error) {
+	n := len(idx)
 	var (
 		ids        = make(pq.StringArray, n)
 		queues     = make(pq.StringArray, n)
@@ -51,19 +110,27 @@ func (s *TaskStore) CreateMany(ctx context.Context, fn ports.TaskCreateManyFunc)
 		runAts     = make(pq.StringArray, n)
 		keys       = make([]sql.NullString, n)
 		sizes      = make([]sql.NullInt64, n)
+		ukeys      = make([]sql.NullString, n)
+		bases      = make([]sql.NullFloat64, n)
+		maxes      = make([]sql.NullFloat64, n)
+		jitters    = make([]sql.NullString, n)
+		err        error
 	)
-	for i, t := range ts {
-		v := t.Snapshot()
+	for i, item := range idx {
+		v := ts[item].Snapshot()
+		ukeys[i] = nullString(v.UniqueKey)
+		retry := retryColumnsOf(v.Retry)
+		bases[i], maxes[i], jitters[i] = retry.Base, retry.Max, retry.Jitter
 		ids[i], queues[i], priorities[i], maxAtt[i], runAts[i] = v.ID.String(), v.Queue, int64(v.Priority), int64(v.MaxAttempts), timeText(v.RunAt)
 		if len(v.Payload) > 0 {
 			payloads[i] = sql.NullString{String: string(v.Payload), Valid: true}
 		}
 		if sizes[i], err = jsonBytes(v.Payload); err != nil {
-			return nil, nil, fmt.Errorf("insert tasks: tasks[%d].payload: %w", i, err)
+			return nil, fmt.Errorf("insert tasks: tasks[%d].payload: %w", item, err)
 		}
 		lit, err := pq.StringArray(v.Tags).Value()
 		if err != nil {
-			return nil, nil, fmt.Errorf("encode tags: %w", err)
+			return nil, fmt.Errorf("encode tags: %w", err)
 		}
 		tags[i] = lit.(string)
 		if v.Deadline != nil {
@@ -74,67 +141,16 @@ func (s *TaskStore) CreateMany(ctx context.Context, fn ports.TaskCreateManyFunc)
 	var rows []taskRow
 	err = s.st.tx.SelectContext(ctx, &rows, insertManySQL,
 		ids, queues, priorities, pq.Array(payloads), tags, maxAtt,
-		pq.Array(deadlines), runAts, pq.Array(keys), now, pq.Array(sizes))
+		pq.Array(deadlines), runAts, pq.Array(keys), now, pq.Array(sizes),
+		pq.Array(ukeys), pq.Array(bases), pq.Array(maxes), pq.Array(jitters))
 	if err != nil {
-		return nil, nil, fmt.Errorf("insert tasks: %w", err)
+		return nil, fmt.Errorf("insert tasks: %w", err)
 	}
 	inserted := make(map[uuid.UUID]*taskRow, len(rows))
 	for i := range rows {
 		inserted[rows[i].ID] = &rows[i]
 	}
-	out := make([]*task.Task, n)
-	created := make([]bool, n)
-	var recorded []event.Event
-	var missing []int
-	for i, t := range ts {
-		if r, ok := inserted[t.ID()]; ok {
-			out[i], created[i] = r.toDomain(), true
-			recorded = append(recorded, events[i])
-			s.st.notify(r.Queue)
-			continue
-		}
-		missing = append(missing, i)
-	}
-	if err := s.loadExisting(ctx, ts, missing, out); err != nil {
-		return nil, nil, err
-	}
-	s.st.Record(recorded...)
-	return out, created, nil
-}
-
-// loadExisting fills out[i] for the items whose idempotency key already
-// existed (in the table, or earlier in the same batch).
-func (s *TaskStore) loadExisting(ctx context.Context, ts []*task.Task, missing []int, out []*task.Task) error {
-	if len(missing) == 0 {
-		return nil
-	}
-	queues := make(pq.StringArray, len(missing))
-	keys := make(pq.StringArray, len(missing))
-	for j, i := range missing {
-		v := ts[i].Snapshot()
-		queues[j], keys[j] = v.Queue, v.IdempotencyKey
-	}
-	var rows []taskRow
-	err := s.st.tx.SelectContext(ctx, &rows, `
-		SELECT `+prefixed("t.", taskColumns)+` FROM tasks t
-		JOIN unnest($1::text[], $2::text[]) AS k(queue, key) ON t.queue = k.queue AND t.idempotency_key = k.key`,
-		queues, keys)
-	if err != nil {
-		return fmt.Errorf("load tasks by idempotency key: %w", err)
-	}
-	byKey := make(map[[2]string]*taskRow, len(rows))
-	for i := range rows {
-		byKey[[2]string{rows[i].Queue, rows[i].IdempotencyKey.String}] = &rows[i]
-	}
-	for _, i := range missing {
-		v := ts[i].Snapshot()
-		r, ok := byKey[[2]string{v.Queue, v.IdempotencyKey}]
-		if !ok {
-			return fmt.Errorf("task %s was neither inserted nor found by its idempotency key", v.ID)
-		}
-		out[i] = r.toDomain()
-	}
-	return nil
+	return inserted, nil
 }
 
 // UpdateEach implements ports.TaskStore.

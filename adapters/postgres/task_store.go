@@ -21,14 +21,16 @@ import (
 const taskColumns = `id, seq, queue, status, priority, payload, tags, attempts, max_attempts,
 	worker_id, lease_id, last_error, dead_reason, result, deadline, run_at,
 	idempotency_key, created_at, claimed_at, finished_at, updated_at,
-	lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id`
+	lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id,
+	unique_key, snoozes, retry_base_seconds, retry_max_seconds, retry_jitter`
 
 // heldTaskColumns are taskColumns but the payload: what the lease protocol
 // reads of a worker's tasks (saving a task never writes its payload).
 const heldTaskColumns = `id, seq, queue, status, priority, tags, attempts, max_attempts,
 	worker_id, lease_id, last_error, dead_reason, result, deadline, run_at,
 	idempotency_key, created_at, claimed_at, finished_at, updated_at,
-	lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id`
+	lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id,
+	unique_key, snoozes, retry_base_seconds, retry_max_seconds, retry_jitter`
 
 // taskRow is one row of tasks.
 type taskRow struct {
@@ -57,6 +59,9 @@ type taskRow struct {
 	LeaseExpiresAt sql.NullTime   `db:"lease_expires_at"`
 	CancelReqAt    sql.NullTime   `db:"cancel_requested_at"`
 	ClaimRequestID sql.NullString `db:"claim_request_id"`
+	UniqueKey      sql.NullString `db:"unique_key"`
+	Snoozes        int            `db:"snoozes"`
+	retryColumns
 }
 
 // taskRowNow is a task row with the transaction's now().
@@ -92,6 +97,10 @@ func (r *taskRow) toDomain() *task.Task {
 		LeaseExpiresAt:    timePtr(r.LeaseExpiresAt),
 		CancelRequestedAt: timePtr(r.CancelReqAt),
 		ClaimRequestID:    r.ClaimRequestID.String,
+
+		UniqueKey: r.UniqueKey.String,
+		Snoozes:   r.Snoozes,
+		Retry:     r.retryColumns.policy(),
 	})
 }
 
@@ -117,32 +126,49 @@ func (s *TaskStore) Create(ctx context.Context, fn ports.TaskCreateFunc) (*task.
 	if err != nil {
 		return nil, false, fmt.Errorf("insert task: payload: %w", err)
 	}
-	var row taskRow
-	err = s.st.tx.GetContext(ctx, &row, `
-		INSERT INTO tasks (id, queue, status, priority, payload, tags, attempts, max_attempts,
-			deadline, run_at, idempotency_key, created_at, updated_at, payload_bytes)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, $13)
-		ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-		RETURNING `+taskColumns,
-		v.ID, v.Queue, string(v.Status), v.Priority, nullJSON(v.Payload), pq.StringArray(v.Tags),
-		v.Attempts, v.MaxAttempts, v.Deadline, v.RunAt, nullString(v.IdempotencyKey), v.CreatedAt, payloadBytes)
-	if err == nil {
-		s.st.Record(e)
-		s.st.notify(v.Queue)
-		return row.toDomain(), true, nil
+	retry := retryColumnsOf(v.Retry)
+	for range maxKeyRaces {
+		var row taskRow
+		// No conflict target: the statement gives way to the idempotency
+		// index and to the active-unique index (tasks_unique_active) alike.
+		err = s.st.tx.GetContext(ctx, &row, `
+			INSERT INTO tasks (id, queue, status, priority, payload, tags, attempts, max_attempts,
+				deadline, run_at, idempotency_key, created_at, updated_at, payload_bytes,
+				unique_key, retry_base_seconds, retry_max_seconds, retry_jitter)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, $13, $14, $15, $16, $17)
+			ON CONFLICT DO NOTHING
+			RETURNING `+taskColumns,
+			v.ID, v.Queue, string(v.Status), v.Priority, nullJSON(v.Payload), pq.StringArray(v.Tags),
+			v.Attempts, v.MaxAttempts, v.Deadline, v.RunAt, nullString(v.IdempotencyKey), v.CreatedAt, payloadBytes,
+			nullString(v.UniqueKey), retry.Base, retry.Max, retry.Jitter)
+		if err == nil {
+			s.st.Record(e)
+			s.st.notify(v.Queue)
+			return row.toDomain(), true, nil
+		}
+		if err != sql.ErrNoRows {
+			return nil, false, fmt.Errorf("insert task: %w", err)
+		}
+		// The queue already holds this idempotency key, or an unfinished
+		// task with this unique key (perhaps committed by a concurrent
+		// submission this statement waited for).
+		existing, err := s.existing(ctx, []*task.Task{t})
+		if err != nil {
+			return nil, false, err
+		}
+		if existing[0] != nil {
+			return existing[0], false, nil
+		}
+		// The unique key's holder finished between the conflict and the
+		// look-up: the key is free, try again.
 	}
-	if err != sql.ErrNoRows {
-		return nil, false, fmt.Errorf("insert task: %w", err)
-	}
-	// The queue already holds this idempotency key (perhaps committed by a
-	// concurrent submission this statement waited for).
-	err = s.st.tx.GetContext(ctx, &row, `SELECT `+taskColumns+` FROM tasks WHERE queue = $1 AND idempotency_key = $2`,
-		v.Queue, v.IdempotencyKey)
-	if err != nil {
-		return nil, false, fmt.Errorf("load task by idempotency key: %w", err)
-	}
-	return row.toDomain(), false, nil
+	return nil, false, fmt.Errorf("insert task: unique key %q of queue %q: the holder kept changing", v.UniqueKey, v.Queue)
 }
+
+// maxKeyRaces bounds the tries of a submission whose unique key's holder
+// finishes in the instant between the insert's conflict and the look-up of
+// the holder (each try needs that to happen anew).
+const maxKeyRaces = 5
 
 // Get implements ports.TaskStore.
 func (s *TaskStore) Get(ctx context.Context, id uuid.UUID) (*task.Task, error) {
@@ -177,7 +203,9 @@ func (s *TaskStore) Update(ctx context.Context, id uuid.UUID, fn ports.TaskUpdat
 	return t, nil
 }
 
-// save writes every mutable column of t.
+// save writes every mutable column of t. A task moving back into an
+// unfinished status (an operator's retry) whose unique key another
+// unfinished task holds is refused with a *task.UniqueKeyError.
 func (s *TaskStore) save(ctx context.Context, t *task.Task) error {
 	v := t.Snapshot()
 	resultBytes, err := jsonBytes(v.Result)
@@ -188,13 +216,13 @@ func (s *TaskStore) save(ctx context.Context, t *task.Task) error {
 		UPDATE tasks SET status = $2, attempts = $3, worker_id = $4, lease_id = $5, last_error = $6,
 			dead_reason = $7, result = $8, run_at = $9, claimed_at = $10, finished_at = $11, updated_at = $12,
 			lease_seconds = $13, lease_expires_at = $14, cancel_requested_at = $15, claim_request_id = $16,
-			result_bytes = $17
+			result_bytes = $17, snoozes = $18
 		WHERE id = $1`,
 		v.ID, string(v.Status), v.Attempts, nullString(v.WorkerID), nullUUID(v.LeaseID), nullString(v.LastError),
 		nullString(string(v.DeadReason)), nullJSON(v.Result), v.RunAt, v.ClaimedAt, v.FinishedAt, v.UpdatedAt,
-		nullInt(v.LeaseSeconds), v.LeaseExpiresAt, v.CancelRequestedAt, nullString(v.ClaimRequestID), resultBytes)
+		nullInt(v.LeaseSeconds), v.LeaseExpiresAt, v.CancelRequestedAt, nullString(v.ClaimRequestID), resultBytes, v.Snoozes)
 	if err != nil {
-		return fmt.Errorf("save task: %w", err)
+		return uniqueKeyConflict(err, v)
 	}
 	return nil
 }

@@ -7,6 +7,26 @@ import (
 	"time"
 )
 
+// Jitter says how a delay is randomised.
+type Jitter string
+
+const (
+	// JitterNone waits exactly the delay.
+	JitterNone Jitter = "none"
+	// JitterFull waits a uniformly random time between zero and the delay
+	// ("full jitter"), which spreads the retries of tasks that failed
+	// together.
+	JitterFull Jitter = "full"
+)
+
+// Valid reports whether j is one of the jitters.
+func (j Jitter) Valid() bool { return j == JitterNone || j == JitterFull }
+
+// Source returns uniformly random numbers in [0, 1). The domain draws no
+// randomness of its own: whoever applies a policy with jitter passes one in
+// (a fixed one in tests). It must be safe for concurrent use.
+type Source func() float64
+
 // DefaultBase is the delay unit when none is configured.
 const DefaultBase = time.Second
 
@@ -21,6 +41,8 @@ type Policy struct {
 	Base time.Duration
 	// Cap bounds the delay. Must be at least Base.
 	Cap time.Duration
+	// Jitter randomises the delay (empty: JitterNone).
+	Jitter Jitter
 }
 
 // DefaultPolicy returns the policy with DefaultBase and DefaultCap.
@@ -34,7 +56,26 @@ func (p Policy) Validate() error {
 	if p.Cap < p.Base {
 		return errors.New("backoff cap must be at least the base")
 	}
+	if p.Jitter != "" && !p.Jitter.Valid() {
+		return errors.New("backoff jitter must be none or full")
+	}
 	return nil
+}
+
+// Wait returns how long to wait after the given number of attempts:
+// Delay(attempts), or with JitterFull a uniformly random duration between
+// zero and it drawn from rnd. Without a source, full jitter waits the
+// whole delay (the longest it may).
+func (p Policy) Wait(attempts int, rnd Source) time.Duration {
+	d := p.Delay(attempts)
+	if p.Jitter != JitterFull || rnd == nil {
+		return d
+	}
+	f := rnd()
+	if f < 0 || f >= 1 { // a broken source must not break the bounds
+		return d
+	}
+	return time.Duration(f * float64(d))
 }
 
 // Delay returns how long to wait after the given number of attempts.

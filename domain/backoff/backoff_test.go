@@ -40,3 +40,15 @@ func TestValidate(t *testing.T) {
 	require.Error(t, backoff.Policy{Base: 0, Cap: time.Second}.Validate())
 	require.Error(t, backoff.Policy{Base: 2 * time.Second, Cap: time.Second}.Validate())
 }
+
+func TestWait(t *testing.T) {
+	t.Parallel()
+	none := backoff.Policy{Base: time.Second, Cap: time.Minute}
+	require.Equal(t, 4*time.Second, none.Wait(2, func() float64 { return 0.5 }), "no jitter: the delay, whatever the source")
+	full := backoff.Policy{Base: time.Second, Cap: time.Minute, Jitter: backoff.JitterFull}
+	require.Equal(t, 2*time.Second, full.Wait(2, func() float64 { return 0.5 }))
+	require.Equal(t, time.Duration(0), full.Wait(2, func() float64 { return 0 }))
+	require.Equal(t, 4*time.Second, full.Wait(2, nil), "no source: the longest wait")
+	require.Equal(t, 4*time.Second, full.Wait(2, func() float64 { return 1 }), "a source out of [0,1) does not break the bounds")
+	require.Error(t, backoff.Policy{Base: time.Second, Cap: time.Second, Jitter: "half"}.Validate())
+}

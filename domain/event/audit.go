@@ -20,6 +20,20 @@ const (
 	// AuditWorkerDrained: an operator asked a worker to stop claiming
 	// (WorkerID, Queues).
 	AuditWorkerDrained Type = "audit.worker_drained"
+	// AuditScheduleCreated: an operator created a recurring schedule
+	// (Schedule, Queue).
+	AuditScheduleCreated Type = "audit.schedule_created"
+	// AuditScheduleUpdated: an operator changed a schedule's expression,
+	// time zone, task or overlap (Schedule, Queue).
+	AuditScheduleUpdated Type = "audit.schedule_updated"
+	// AuditSchedulePaused: an operator paused a schedule (Schedule, Queue).
+	AuditSchedulePaused Type = "audit.schedule_paused"
+	// AuditScheduleResumed: an operator resumed a paused schedule
+	// (Schedule, Queue).
+	AuditScheduleResumed Type = "audit.schedule_resumed"
+	// AuditScheduleDeleted: an operator deleted a schedule (Schedule,
+	// Queue).
+	AuditScheduleDeleted Type = "audit.schedule_deleted"
 )
 
 // Audit returns an audit event of type t performed by keyID ("" when no key

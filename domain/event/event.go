@@ -39,6 +39,21 @@ const (
 	TaskRetried Type = "task.retried"
 	// TaskCleaned: retention deleted a finished task.
 	TaskCleaned Type = "task.cleaned"
+	// TaskSnoozed: the holder put a RUNNING task back to PENDING for later
+	// (Reason snoozed, DelaySeconds) without spending an attempt: Attempt
+	// is the count after the claim's attempt was given back.
+	TaskSnoozed Type = "task.snoozed"
+)
+
+// Schedule event types. They carry the schedule's name (Schedule) and the
+// queue of its tasks (Queue), and no From or To: a tick that creates a task
+// is that task's task.submitted.
+const (
+	// ScheduleTickSkipped: a due tick created no task (Reason overlap: the
+	// previous task was unfinished and the schedule's overlap is skip;
+	// unique_key: an unfinished task already held the template's unique
+	// key).
+	ScheduleTickSkipped Type = "schedule.tick_skipped"
 )
 
 // Worker event types.
@@ -91,6 +106,11 @@ type Event struct {
 	// TargetKeyID is the API key an audited key action concerns (the key
 	// created or revoked).
 	TargetKeyID string `json:"target_key_id,omitempty"`
+	// Schedule is the recurring schedule concerned (schedule events, and
+	// audit events of schedules).
+	Schedule string `json:"schedule,omitempty"`
+	// DelaySeconds is how long a snoozed task waits (task.snoozed).
+	DelaySeconds *float64 `json:"delay_seconds,omitempty"`
 	// QueueWaitSeconds is claimed_at - created_at, on claims.
 	QueueWaitSeconds *float64 `json:"queue_wait_seconds,omitempty"`
 	// ExecutionSeconds is finished - claimed_at, when a running attempt ends.

@@ -63,3 +63,18 @@ func (e *LeaseError) Error() string {
 
 // Is makes errors.Is(err, ErrLeaseLost) true.
 func (e *LeaseError) Is(target error) bool { return target == ErrLeaseLost }
+
+// UniqueKeyError: the change would give the task an unfinished status while
+// another unfinished task of its queue holds its unique key (an operator's
+// retry of a DEAD task whose key was taken meanwhile).
+type UniqueKeyError struct {
+	// ID is the task.
+	ID uuid.UUID
+	// Queue and Key are the unique key that is taken.
+	Queue, Key string
+}
+
+// Error implements error.
+func (e *UniqueKeyError) Error() string {
+	return fmt.Sprintf("task %s: another unfinished task of queue %s holds unique key %q", e.ID, e.Queue, e.Key)
+}

@@ -51,6 +51,16 @@ func (s Status) Valid() bool {
 	return false
 }
 
+// UnfinishedStatuses are the statuses of a task that has not finished yet:
+// the one place that lists them. A unique key is held while its task is in
+// one of them (the partial index tasks_unique_active encodes this list, and
+// a test compares the two), and a schedule with overlap skip creates nothing
+// while its previous task is in one of them.
+var UnfinishedStatuses = []Status{StatusPending, StatusRunning}
+
+// Unfinished reports whether s is one of UnfinishedStatuses.
+func (s Status) Unfinished() bool { return slices.Contains(UnfinishedStatuses, s) }
+
 // DeadReason says why a task is DEAD.
 type DeadReason string
 
@@ -93,11 +103,14 @@ const (
 	RequeueLeaseExpired RequeueReason = "lease_expired"
 	// RequeueOrphaned: the holder's heartbeat did not list the task.
 	RequeueOrphaned RequeueReason = "orphaned"
+	// RequeueSnoozed: the holder put the task back for later without
+	// spending an attempt.
+	RequeueSnoozed RequeueReason = "snoozed"
 )
 
 // RequeueReasons lists every requeue reason.
 var RequeueReasons = []RequeueReason{
-	RequeueFailed, RequeueWorkerDead, RequeueLeaseExpired, RequeueOrphaned, RequeueRetried,
+	RequeueFailed, RequeueWorkerDead, RequeueLeaseExpired, RequeueOrphaned, RequeueRetried, RequeueSnoozed,
 }
 
 // Limits on submitted values.
@@ -116,6 +129,8 @@ const (
 	MaxErrorLength = 64 << 10
 	// MaxIdempotencyKeyLength is the longest idempotency key.
 	MaxIdempotencyKeyLength = 255
+	// MaxUniqueKeyLength is the longest unique key, in bytes.
+	MaxUniqueKeyLength = 255
 	// MinLeaseSeconds is the shortest lease a claim or extension may ask.
 	MinLeaseSeconds = 1
 	// MaxLeaseSeconds is the longest lease (12 h).
@@ -162,6 +177,14 @@ type Snapshot struct {
 	// RUNNING (see ClaimedUnder); empty when the claim sent none, and
 	// unless RUNNING.
 	ClaimRequestID string
+	// UniqueKey, when not empty, is held by the task while it is
+	// unfinished: no other unfinished task of its queue has it.
+	UniqueKey string
+	// Retry is the task's own retry policy (nil: the server's).
+	Retry *backoff.Policy
+	// Snoozes counts the times the holder snoozed the task (each gave its
+	// attempt back).
+	Snoozes int
 }
 
 // Task is a unit of work in a queue. Its fields are reachable only through
@@ -173,6 +196,7 @@ type Task struct {
 // Restore rebuilds a task from stored state.
 func Restore(s Snapshot) *Task {
 	s.Tags = slices.Clone(s.Tags)
+	s.Retry = clonePolicy(s.Retry)
 	return &Task{s: s}
 }
 
@@ -180,7 +204,16 @@ func Restore(s Snapshot) *Task {
 func (t *Task) Snapshot() Snapshot {
 	s := t.s
 	s.Tags = slices.Clone(t.s.Tags)
+	s.Retry = clonePolicy(t.s.Retry)
 	return s
+}
+
+func clonePolicy(p *backoff.Policy) *backoff.Policy {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	return &c
 }
 
 // ID returns the task id.
@@ -205,6 +238,12 @@ type SubmitParams struct {
 	Deadline       *time.Time
 	RunAt          *time.Time // nil means now
 	IdempotencyKey string
+	// UniqueKey, when not nil, is the task's active-unique key (1 to
+	// MaxUniqueKeyLength printable bytes): while an unfinished task of the
+	// queue holds it, a submission returns that task instead.
+	UniqueKey *string
+	// Retry, when not nil, overrides the server's backoff for this task.
+	Retry *RetryParams
 }
 
 // Submit creates a PENDING task at time now.
@@ -234,7 +273,11 @@ func Submit(p SubmitParams, now time.Time) (*Task, event.Event, error) {
 		IdempotencyKey: p.IdempotencyKey,
 		CreatedAt:      now,
 		UpdatedAt:      now,
+		Retry:          p.Retry.policy(),
 	}}
+	if p.UniqueKey != nil {
+		t.s.UniqueKey = *p.UniqueKey
+	}
 	return t, t.event(event.TaskSubmitted, "", "", now), nil
 }
 
@@ -339,13 +382,18 @@ type FailParams struct {
 	LeaseID   uuid.UUID
 	Error     string
 	Retryable bool
+	// Rand is the randomness of a jittered retry delay (nil: a jittered
+	// delay is its longest).
+	Rand backoff.Source
 }
 
 // Fail records a failed attempt of a RUNNING task held by the worker. With
 // attempts left and a retryable error the task goes back to PENDING, claimable
-// after policy.Delay(attempts); otherwise it goes to DEAD (exhausted or
-// non_retryable). A task an operator asked to cancel goes to DEAD cancelled,
-// whatever the error: the cancellation is what the holder reports.
+// after the wait of its retry policy (the task's own, else policy, the
+// server's) for its attempts: Delay(attempts), jittered with p.Rand when the
+// policy asks; otherwise it goes to DEAD (exhausted or non_retryable). A task
+// an operator asked to cancel goes to DEAD cancelled, whatever the error: the
+// cancellation is what the holder reports.
 func (t *Task) Fail(p FailParams, policy backoff.Policy, now time.Time) (event.Event, error) {
 	if err := t.fence(p.WorkerID, p.LeaseID, ""); err != nil {
 		return event.Event{}, err
@@ -359,7 +407,10 @@ func (t *Task) Fail(p FailParams, policy backoff.Policy, now time.Time) (event.E
 	case t.s.Attempts >= t.s.MaxAttempts:
 		return t.die(event.TaskFailed, DeadExhausted, now), nil
 	default:
-		return t.requeue(event.TaskFailed, RequeueFailed, now.Add(policy.Delay(t.s.Attempts)), now), nil
+		if t.s.Retry != nil {
+			policy = *t.s.Retry
+		}
+		return t.requeue(event.TaskFailed, RequeueFailed, now.Add(policy.Wait(t.s.Attempts, p.Rand)), now), nil
 	}
 }
 

@@ -636,6 +636,9 @@ var operations = []operation{
 	{"Retry", only(task.StatusDead), task.StatusPending, func(tk *task.Task) (event.Event, error) {
 		return tk.Retry(at(time.Hour))
 	}, nil},
+	{"Snooze", only(task.StatusRunning), task.StatusPending, func(tk *task.Task) (event.Event, error) {
+		return tk.Snooze(task.SnoozeParams{WorkerID: holder, LeaseID: leaseID, DelaySeconds: 30}, at(time.Hour))
+	}, only(task.StatusPending)},
 }
 
 func only(s task.Status) []task.Status { return []task.Status{s} }

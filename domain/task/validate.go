@@ -71,6 +71,10 @@ func validateSubmit(p *SubmitParams, v *validation.Errors) {
 	if len(p.IdempotencyKey) > MaxIdempotencyKeyLength || !validText(p.IdempotencyKey) {
 		v.Add("idempotency_key", fmt.Sprintf("must be at most %d printable bytes", MaxIdempotencyKeyLength))
 	}
+	if k := p.UniqueKey; k != nil && (len(*k) < 1 || len(*k) > MaxUniqueKeyLength || !validText(*k)) {
+		v.Add("unique_key", fmt.Sprintf("must be 1 to %d bytes of printable UTF-8 (no control characters)", MaxUniqueKeyLength))
+	}
+	checkRetry(v, p.Retry)
 	checkTime(v, "run_at", p.RunAt)
 	checkTime(v, "deadline", p.Deadline)
 	if p.Deadline != nil && p.RunAt != nil && !p.Deadline.After(*p.RunAt) {

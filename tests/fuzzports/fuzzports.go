@@ -22,6 +22,7 @@ import (
 
 	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/domain/event"
+	"github.com/taskmaster/taskmaster/domain/schedule"
 	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/domain/worker"
 	"github.com/taskmaster/taskmaster/ports"
@@ -44,7 +45,7 @@ var _ ports.TxRunner = TxRunner{}
 
 // Run implements ports.TxRunner: fn runs on stores over the fixed world.
 func (TxRunner) Run(ctx context.Context, fn func(ctx context.Context, st ports.Stores) error) error {
-	return fn(ctx, ports.Stores{Tasks: tasks{}, Workers: workers{}, Outbox: discard{}})
+	return fn(ctx, ports.Stores{Tasks: tasks{}, Workers: workers{}, Outbox: discard{}, Schedules: schedules{}})
 }
 
 type discard struct{}
@@ -224,3 +225,47 @@ type Health struct{}
 
 // Ready implements ports.HealthChecker.
 func (Health) Ready(context.Context) error { return nil }
+
+// schedules is the fixed world's schedule store: a creation runs its
+// function (every rule of a new schedule) and keeps nothing; every name
+// names a schedule of queue "q" ticking every hour, which updates and
+// deletions hand to their functions.
+type schedules struct{}
+
+var _ ports.ScheduleStore = schedules{}
+
+// existing returns the schedule every name names.
+func existing(name string) *schedule.Schedule {
+	next := Now.Add(time.Hour)
+	return schedule.Restore(schedule.Snapshot{Name: name, Cron: "@every 1h", Timezone: "UTC",
+		Task: task.SubmitParams{Queue: "q"}, Overlap: schedule.OverlapSkip, NextRunAt: &next, CreatedAt: Now, UpdatedAt: Now})
+}
+
+func (schedules) Create(_ context.Context, fn ports.ScheduleCreateFunc) (*schedule.Schedule, error) {
+	s, _, err := fn(Now)
+	return s, err
+}
+
+func (schedules) Get(_ context.Context, name string) (*schedule.Schedule, error) {
+	return existing(name), nil
+}
+
+func (schedules) List(context.Context, []string) ([]*schedule.Schedule, error) {
+	return []*schedule.Schedule{}, nil
+}
+
+func (schedules) Update(_ context.Context, name string, fn ports.ScheduleUpdateFunc) (*schedule.Schedule, error) {
+	s := existing(name)
+	_, err := fn(s, Now)
+	return s, err
+}
+
+func (schedules) Delete(_ context.Context, name string, fn ports.ScheduleUpdateFunc) (*schedule.Schedule, error) {
+	s := existing(name)
+	_, err := fn(s, Now)
+	return s, err
+}
+
+func (schedules) UpdateDue(context.Context, int, ports.ScheduleTickFunc) ([]*schedule.Schedule, error) {
+	return nil, nil
+}

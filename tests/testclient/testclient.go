@@ -49,6 +49,19 @@ type Task struct {
 	LeaseExpiresAt *time.Time `json:"lease_expires_at"`
 	// CancelRequestedAt is when an operator asked to cancel the running task.
 	CancelRequestedAt *time.Time `json:"cancel_requested_at"`
+	// UniqueKey is the task's active-unique key.
+	UniqueKey *string `json:"unique_key"`
+	// Retry is the task's own retry policy (nil: the server's).
+	Retry *RetryPolicy `json:"retry"`
+	// Snoozes counts the times the holder snoozed the task.
+	Snoozes int `json:"snoozes"`
+}
+
+// RetryPolicy is a task's own retry policy.
+type RetryPolicy struct {
+	BaseSeconds float64 `json:"base_seconds"`
+	MaxSeconds  float64 `json:"max_seconds"`
+	Jitter      string  `json:"jitter"`
 }
 
 // Lease returns the task's lease id, or "" when it has none.

@@ -40,6 +40,7 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 			newTaskService,
 			fx.Annotate(application.NewWorkerService, fx.As(new(ports.WorkerService))),
 			fx.Annotate(application.NewQueueService, fx.As(new(ports.QueueService))),
+			newScheduleService,
 			newHTTPServer,
 		),
 		outboxOptions(),
@@ -48,6 +49,7 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 		fx.Invoke(observeInFlight),
 		fx.Invoke(newPprofServer),
 		reapersModule(),
+		schedulerModule(),
 		fx.StartTimeout(60 * time.Second),
 		fx.StopTimeout(60 * time.Second),
 	}
@@ -97,12 +99,13 @@ type httpParams struct {
 	Notifier  *postgres.Notifier
 	Events    ports.EventStreams `optional:"true"`
 	Keys      ports.KeyService
+	Schedules ports.ScheduleService
 }
 
 func newHTTPServer(p httpParams) *httpadapter.Server {
 	srv := httpadapter.NewServer(p.Config, httpadapter.Deps{
 		Tasks: p.Tasks, Workers: p.Workers, Queues: p.Queues, Health: p.Health,
-		Logger: p.Logger, Observe: p.Observe, Routes: p.Routes, Events: p.Events, Keys: p.Keys,
+		Logger: p.Logger, Observe: p.Observe, Routes: p.Routes, Events: p.Events, Keys: p.Keys, Schedules: p.Schedules,
 		// A stopping server answers waiting long-poll claims at once.
 		OnShutdown: []func(){p.Notifier.CloseWaits},
 	})

@@ -42,6 +42,9 @@ type Config struct {
 	RetentionInterval time.Duration
 	// RetentionBatchSize is how many rows one retention statement deletes.
 	RetentionBatchSize int
+	// SchedulerInterval is the scheduler's period: how often the leading
+	// instance runs the due ticks of the recurring schedules.
+	SchedulerInterval time.Duration
 	// LeaderLeaseTTL is how long a background job's leadership lease lasts
 	// unrenewed: a leader that stops renewing (frozen, gone) is replaced
 	// within it plus one tick.
@@ -83,6 +86,7 @@ func DefaultConfig() Config {
 		RetentionTTL:           7 * 24 * time.Hour,
 		RetentionInterval:      10 * time.Minute,
 		RetentionBatchSize:     500,
+		SchedulerInterval:      time.Second,
 		LeaderLeaseTTL:         15 * time.Second,
 		Outbox:                 outbox.DefaultConfig(),
 		LogLevel:               "info",
@@ -129,6 +133,7 @@ func (c Config) Validate() error {
 		"TASKMASTER_DEADLINE_REAPER_INTERVAL_MS": c.DeadlineReaperInterval,
 		"TASKMASTER_LEASE_REAPER_INTERVAL_MS":    c.LeaseReaperInterval,
 		"TASKMASTER_RETENTION_INTERVAL_MS":       c.RetentionInterval,
+		"TASKMASTER_SCHEDULER_INTERVAL_MS":       c.SchedulerInterval,
 		"TASKMASTER_OUTBOX_POLL_INTERVAL_MS":     c.Outbox.PollInterval,
 		"TASKMASTER_OUTBOX_JANITOR_INTERVAL_MS":  c.Outbox.JanitorInterval,
 		"TASKMASTER_EVENTS_HEARTBEAT_SECONDS":    c.HTTP.EventsHeartbeat,
@@ -297,6 +302,9 @@ func settings() []setting {
 		{"TASKMASTER_RETENTION_BATCH_SIZE", "retention-batch-size", "rows deleted per retention statement",
 			intSetter(func(c *Config, n int) { c.RetentionBatchSize = n }),
 			func(c *Config) string { return strconv.Itoa(c.RetentionBatchSize) }},
+		{"TASKMASTER_SCHEDULER_INTERVAL_MS", "scheduler-interval-ms", "how often the scheduler runs the due ticks of recurring schedules (a tick runs up to this late)",
+			millisSetter(func(c *Config, d time.Duration) { c.SchedulerInterval = d }),
+			func(c *Config) string { return millis(c.SchedulerInterval) }},
 		{"TASKMASTER_OUTBOX_POLL_INTERVAL_MS", "outbox-poll-interval-ms", "how often caught-up outbox consumers and event streams look for new events",
 			millisSetter(func(c *Config, d time.Duration) { c.Outbox.PollInterval = d }),
 			func(c *Config) string { return millis(c.Outbox.PollInterval) }},

@@ -8,6 +8,7 @@
 //	taskmaster worker --queue Q --exec 'cmd args' [--concurrency N] ...
 //
 //	taskmaster keys create|list|revoke ...   (see keys.go)
+//	taskmaster schedule create|list|get|pause|resume|delete ...   (see schedules.go)
 //
 // Every command takes --url (default $TASKMASTER_URL, else
 // http://127.0.0.1:8080), sends the API key in $TASKMASTER_API_KEY, and
@@ -70,6 +71,7 @@ func commands() []command {
 		{name: "queues", summary: "show queue statistics", run: runQueues},
 		{name: "worker", summary: "run a shell command once per task (a generic worker)", flags: workerFlags, run: runWorker},
 		{name: "keys", args: "create|list|revoke", summary: "manage API keys (on the database with TASKMASTER_DATABASE_URL, else on the server)"},
+		{name: "schedule", args: "...", summary: "manage recurring schedules: create|list|get|pause|resume|delete"},
 	}
 }
 
@@ -112,8 +114,11 @@ func Run(ctx context.Context, args []string, io IO) error {
 	if io.Getenv == nil {
 		io.Getenv = func(string) string { return "" }
 	}
-	if cmd.name == "keys" {
+	switch cmd.name {
+	case "keys":
 		return runKeys(ctx, args[1:], io)
+	case "schedule":
+		return runSchedule(ctx, args[1:], io)
 	}
 	e := &env{IO: io, command: cmd.name}
 	fs := flag.NewFlagSet("taskmaster "+cmd.name, flag.ContinueOnError)

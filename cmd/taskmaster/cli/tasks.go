@@ -16,11 +16,7 @@ import (
 )
 
 type submitState struct {
-	queue          string
-	payload        string
-	priority       int
-	maxAttempts    int
-	tags           multiFlag
+	task           taskFlags
 	deadline       string
 	runAt          string
 	idempotencyKey string
@@ -29,11 +25,7 @@ type submitState struct {
 func submitFlags(fs *flag.FlagSet, e *env) {
 	s := &submitState{}
 	e.state = s
-	fs.StringVar(&s.queue, "queue", "", "queue name (required)")
-	fs.StringVar(&s.payload, "payload", "", "payload: JSON text, @FILE, or @- for standard input")
-	fs.IntVar(&s.priority, "priority", 0, "priority; higher is claimed first")
-	fs.IntVar(&s.maxAttempts, "max-attempts", 0, "attempts before the task is DEAD, 1-100 (default: the server's, 3)")
-	fs.Var(&s.tags, "tag", "a tag the claiming worker must have (repeatable)")
+	s.task.register(fs)
 	fs.StringVar(&s.deadline, "deadline", "", "DEAD if still PENDING at this time: RFC 3339, or a duration from now (1h)")
 	fs.StringVar(&s.runAt, "run-at", "", "earliest claim: RFC 3339, or a delay from now (30s)")
 	fs.StringVar(&s.idempotencyKey, "idempotency-key", "", "a resubmission with this key returns the same task")
@@ -41,18 +33,22 @@ func submitFlags(fs *flag.FlagSet, e *env) {
 
 func runSubmit(ctx context.Context, e *env, _ []string) error {
 	s := e.state.(*submitState)
-	if s.queue == "" {
+	if s.task.queue == "" {
 		return usagef("submit: --queue is required")
 	}
-	p := client.SubmitParams{Queue: s.queue, Priority: s.priority, MaxAttempts: s.maxAttempts, Tags: s.tags, IdempotencyKey: s.idempotencyKey}
-	if s.payload != "" {
-		raw, err := readPayload(s.payload, e.Stdin)
+	retry, err := s.task.retry()
+	if err != nil {
+		return err
+	}
+	p := client.SubmitParams{Queue: s.task.queue, Priority: s.task.priority, MaxAttempts: s.task.maxAttempts, Tags: s.task.tags,
+		IdempotencyKey: s.idempotencyKey, UniqueKey: s.task.uniqueKey, Retry: retry}
+	if s.task.payload != "" {
+		raw, err := readPayload(s.task.payload, e.Stdin)
 		if err != nil {
 			return err
 		}
 		p.Payload = raw
 	}
-	var err error
 	if p.Deadline, err = parseWhen("--deadline", s.deadline); err != nil {
 		return err
 	}
@@ -209,6 +205,13 @@ func printTask(e *env, t *client.Task) error {
 	row("Worker", orDash(t.WorkerID))
 	row("Lease", orDash(t.LeaseID))
 	row("Idempotency key", orDash(t.IdempotencyKey))
+	row("Unique key", orDash(t.UniqueKey))
+	if t.Retry != nil {
+		row("Retry", fmt.Sprintf("base %s, max %s, jitter %s", t.Retry.Base, t.Retry.Max, t.Retry.Jitter))
+	}
+	if t.Snoozes > 0 {
+		row("Snoozes", fmt.Sprint(t.Snoozes))
+	}
 	row("Created", when(&t.CreatedAt))
 	row("Run at", when(&t.RunAt))
 	row("Deadline", when(t.Deadline))

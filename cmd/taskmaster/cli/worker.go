@@ -22,6 +22,12 @@ import (
 // unless listed with --non-retryable-exit.
 const ExitTempFail = 75
 
+// ExitSnooze is the default exit code (--snooze-exit) by which a command
+// asks for its task to be snoozed: put back for the number of seconds it
+// printed on standard output, without spending an attempt. It lies outside
+// the sysexits range (64-78) and the shells' own codes (126, 127, 128+n).
+const ExitSnooze = 99
+
 // Limits on what a command's output may hold.
 const (
 	// maxStdout is the most standard output kept as a result; the server
@@ -43,6 +49,7 @@ type workerState struct {
 	nonRetryable intsFlag
 	drainTimeout time.Duration
 	taskTimeout  time.Duration
+	snoozeExit   int
 }
 
 func workerFlags(fs *flag.FlagSet, e *env) {
@@ -52,6 +59,7 @@ func workerFlags(fs *flag.FlagSet, e *env) {
 	fs.StringVar(&s.exec, "exec", "", "command run through /bin/sh -c once per task, payload JSON on stdin (required)")
 	fs.IntVar(&s.concurrency, "concurrency", 1, "tasks run at once")
 	fs.Var(&s.nonRetryable, "non-retryable-exit", "exit code that fails the task for good (repeatable)")
+	fs.IntVar(&s.snoozeExit, "snooze-exit", ExitSnooze, "exit code that snoozes the task for the whole number of seconds the command printed on stdout, without spending an attempt (0: off)")
 	fs.DurationVar(&s.drainTimeout, "drain-timeout", client.DefaultDrainTimeout, "on SIGINT/SIGTERM, how long running commands may finish before they are stopped and their tasks requeued")
 	fs.DurationVar(&s.taskTimeout, "task-timeout", 0, "stop a command after this long and fail its task as retryable (0: no limit)")
 	fs.StringVar(&s.id, "id", "", "worker id (default hostname-pid)")
@@ -60,9 +68,10 @@ func workerFlags(fs *flag.FlagSet, e *env) {
 
 // runWorker is a generic worker: it runs the --exec command once per task.
 // Exit 0 completes the task with the command's standard output (as JSON
-// when it parses, else as a JSON string; empty output is null); any other
-// exit fails it with the end of standard error. Exit 75 and codes not
-// listed in --non-retryable-exit are retryable.
+// when it parses, else as a JSON string; empty output is null); exit
+// --snooze-exit (99) with a number of seconds on standard output snoozes
+// it; any other exit fails it with the end of standard error. Exit 75 and
+// codes not listed in --non-retryable-exit are retryable.
 func runWorker(ctx context.Context, e *env, _ []string) error {
 	s := e.state.(*workerState)
 	if s.exec == "" {
@@ -74,11 +83,14 @@ func runWorker(ctx context.Context, e *env, _ []string) error {
 	if s.drainTimeout < 0 || s.taskTimeout < 0 {
 		return usagef("worker: durations must not be negative")
 	}
+	if s.snoozeExit != 0 && (s.snoozeExit < 1 || s.snoozeExit > 255 || s.snoozeExit == ExitTempFail || slices.Contains(s.nonRetryable, s.snoozeExit)) {
+		return usagef("worker: --snooze-exit must be 1-255 (0: off), and neither 75 (retry) nor a --non-retryable-exit code")
+	}
 	if s.drainTimeout == 0 {
 		s.drainTimeout = time.Nanosecond // zero means the default to the runner
 	}
 	logger := slog.New(slog.NewTextHandler(e.Stderr, nil))
-	h := &execHandler{command: s.exec, nonRetryable: s.nonRetryable, timeout: s.taskTimeout}
+	h := &execHandler{command: s.exec, nonRetryable: s.nonRetryable, timeout: s.taskTimeout, snoozeExit: s.snoozeExit}
 	r, err := client.NewRunner(e.client, client.RunnerConfig{
 		WorkerID:     s.id,
 		Queues:       s.queues,
@@ -100,6 +112,8 @@ type execHandler struct {
 	command      string
 	nonRetryable []int
 	timeout      time.Duration
+	// snoozeExit is the exit code that asks for a snooze (0: none).
+	snoozeExit int
 }
 
 // errTaskTimeout is the cause of a command stopped by --task-timeout.
@@ -146,6 +160,8 @@ func (h *execHandler) handle(ctx context.Context, t client.Task) (any, error) {
 		return nil, client.NonRetryable(fmt.Errorf("command output exceeds %d bytes", maxStdout))
 	case err == nil:
 		return result(stdout.Bytes()), nil
+	case errors.As(err, &exitErr) && h.snoozeExit != 0 && exitErr.ExitCode() == h.snoozeExit:
+		return nil, snoozeOf(stdout.Bytes(), h.snoozeExit)
 	case errors.As(err, &exitErr) && exitErr.ExitCode() >= 0:
 		code := exitErr.ExitCode()
 		failure := fmt.Errorf("exit status %d%s", code, stderr.suffix())
@@ -156,6 +172,19 @@ func (h *execHandler) handle(ctx context.Context, t client.Task) (any, error) {
 	default: // killed by a signal, or could not start
 		return nil, fmt.Errorf("command failed: %v%s", err, stderr.suffix())
 	}
+}
+
+// snoozeOf is the snooze a command asked for by exiting with code: the
+// whole number of seconds on its standard output (1 to 30 days), or a
+// retryable failure saying what was wrong with the output.
+func snoozeOf(out []byte, code int) error {
+	text := string(bytes.TrimSpace(out))
+	secs, err := strconv.Atoi(text)
+	if err != nil || secs < 1 || time.Duration(secs)*time.Second > client.MaxSnooze {
+		return fmt.Errorf("exit status %d asks for a snooze, but standard output %q is not a whole number of seconds between 1 and %d",
+			code, oneLine(text, 80), int(client.MaxSnooze/time.Second))
+	}
+	return client.Snooze(time.Duration(secs) * time.Second)
 }
 
 // result is the task's result from the command's output: JSON when it

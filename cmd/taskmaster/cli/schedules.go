@@ -1,0 +1,205 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/taskmaster/taskmaster/client"
+)
+
+// `taskmaster schedule create|list|get|pause|resume|delete` manages the
+// recurring schedules of a server (--url, $TASKMASTER_URL) with the API key
+// in $TASKMASTER_API_KEY (admin to change them, read to list them).
+
+const scheduleUsage = `usage:
+  taskmaster schedule create --name N --cron EXPR --queue Q [--timezone TZ] [--payload JSON|@FILE|@-]
+                             [--priority N] [--max-attempts N] [--tag T] [--unique-key K]
+                             [--retry-base 2s --retry-max 5m --retry-jitter none|full]
+                             [--overlap skip|allow] [--paused] [--json]
+  taskmaster schedule list [--json]
+  taskmaster schedule get NAME [--json]
+  taskmaster schedule pause NAME [--json]
+  taskmaster schedule resume NAME [--json]
+  taskmaster schedule delete NAME [--json]
+
+EXPR is five fields ("0 9 * * MON-FRI"), a descriptor (@daily) or
+"@every <duration>" (whole seconds). Each due tick creates one task; with
+--overlap skip (the default) a tick whose previous task is unfinished
+creates nothing. Missed ticks (an outage) collapse into the latest.`
+
+type scheduleFlags struct {
+	url      string
+	json     bool
+	name     string
+	cron     string
+	timezone string
+	overlap  string
+	paused   bool
+	task     taskFlags
+}
+
+// taskFlags are the flags of a task's submission, shared by submit and
+// schedule create.
+type taskFlags struct {
+	queue       string
+	payload     string
+	priority    int
+	maxAttempts int
+	tags        multiFlag
+	uniqueKey   string
+	retryBase   time.Duration
+	retryMax    time.Duration
+	retryJitter string
+}
+
+func (f *taskFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.queue, "queue", "", "queue name (required)")
+	fs.StringVar(&f.payload, "payload", "", "payload: JSON text, @FILE, or @- for standard input")
+	fs.IntVar(&f.priority, "priority", 0, "priority; higher is claimed first")
+	fs.IntVar(&f.maxAttempts, "max-attempts", 0, "attempts before the task is DEAD, 1-100 (default: the server's, 3)")
+	fs.Var(&f.tags, "tag", "a tag the claiming worker must have (repeatable)")
+	fs.StringVar(&f.uniqueKey, "unique-key", "", "while an unfinished task of the queue has this key, submitting returns it instead of a new one")
+	fs.DurationVar(&f.retryBase, "retry-base", 0, "the task's own backoff base, 100ms-1h: retries wait min(2^attempts x base, --retry-max)")
+	fs.DurationVar(&f.retryMax, "retry-max", 0, "the task's own backoff cap, up to 7 days (default max(5m, --retry-base))")
+	fs.StringVar(&f.retryJitter, "retry-jitter", "", "none (default) or full: wait a random time up to the delay")
+}
+
+// retry is the backoff the flags ask for (nil: the server's).
+func (f *taskFlags) retry() (*client.Backoff, error) {
+	if f.retryBase == 0 {
+		if f.retryMax != 0 || f.retryJitter != "" {
+			return nil, usagef("--retry-max and --retry-jitter need --retry-base")
+		}
+		return nil, nil
+	}
+	return &client.Backoff{Base: f.retryBase, Max: f.retryMax, Jitter: client.Jitter(f.retryJitter)}, nil
+}
+
+// runSchedule runs `taskmaster schedule SUBCOMMAND ...`.
+func runSchedule(ctx context.Context, args []string, io IO) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		if len(args) == 0 {
+			return usagef("%s", scheduleUsage)
+		}
+		fmt.Fprintln(io.Stdout, scheduleUsage)
+		return nil
+	}
+	sub := args[0]
+	var f scheduleFlags
+	fs := flag.NewFlagSet("taskmaster schedule "+sub, flag.ContinueOnError)
+	fs.SetOutput(io.Stderr)
+	fs.Usage = func() { fmt.Fprintln(io.Stderr, scheduleUsage) }
+	defaultURL := io.Getenv("TASKMASTER_URL")
+	if defaultURL == "" {
+		defaultURL = client.DefaultURL
+	}
+	fs.StringVar(&f.url, "url", defaultURL, "Taskmaster base URL (env TASKMASTER_URL)")
+	fs.BoolVar(&f.json, "json", false, "print JSON instead of a table")
+	nargs := 1
+	switch sub {
+	case "create":
+		nargs = 0
+		fs.StringVar(&f.name, "name", "", "the schedule's name, 1-128 of [A-Za-z0-9._:-] (required)")
+		fs.StringVar(&f.cron, "cron", "", `five fields, a descriptor (@daily) or "@every 30s" (required)`)
+		fs.StringVar(&f.timezone, "timezone", "", "IANA time zone the expression is read in (default UTC)")
+		fs.StringVar(&f.overlap, "overlap", "", "skip (default): no new task while the previous one is unfinished; allow: always")
+		fs.BoolVar(&f.paused, "paused", false, "create it paused")
+		f.task.register(fs)
+	case "list":
+		nargs = 0
+	case "get", "pause", "resume", "delete":
+	default:
+		return usagef("unknown schedule command %q\n%s", sub, scheduleUsage)
+	}
+	positional, err := parseInterspersed(fs, args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return &usageError{msg: err.Error()}
+	}
+	if len(positional) != nargs {
+		return usagef("%s", scheduleUsage)
+	}
+	c, err := client.New(f.url, client.WithUserAgent("taskmaster-cli/1"), client.WithAPIKey(io.Getenv(client.EnvAPIKey)))
+	if err != nil {
+		return &usageError{msg: err.Error()}
+	}
+	var scs []client.Schedule
+	switch sub {
+	case "create":
+		var sc *client.Schedule
+		if sc, err = scheduleCreate(ctx, c, f, io); sc != nil {
+			scs = []client.Schedule{*sc}
+		}
+	case "list":
+		scs, err = c.Schedules(ctx)
+		if err == nil && f.json {
+			return printJSON(io.Stdout, map[string]any{"schedules": nonNil(scs)})
+		}
+	default:
+		var sc *client.Schedule
+		switch sub {
+		case "get":
+			sc, err = c.Schedule(ctx, positional[0])
+		case "pause":
+			sc, err = c.PauseSchedule(ctx, positional[0])
+		case "resume":
+			sc, err = c.ResumeSchedule(ctx, positional[0])
+		case "delete":
+			sc, err = c.DeleteSchedule(ctx, positional[0])
+		}
+		if sc != nil {
+			scs = []client.Schedule{*sc}
+		}
+	}
+	if err != nil {
+		return &plainError{err: err}
+	}
+	if f.json {
+		return printJSON(io.Stdout, scs[0])
+	}
+	if sub == "delete" {
+		_, err := fmt.Fprintf(io.Stdout, "deleted schedule %s (the tasks it created stay)\n", scs[0].Name)
+		return err
+	}
+	return printSchedules(io, scs)
+}
+
+func scheduleCreate(ctx context.Context, c *client.Client, f scheduleFlags, io IO) (*client.Schedule, error) {
+	if f.name == "" || f.cron == "" || f.task.queue == "" {
+		return nil, usagef("schedule create: --name, --cron and --queue are required\n%s", scheduleUsage)
+	}
+	retry, err := f.task.retry()
+	if err != nil {
+		return nil, err
+	}
+	t := client.ScheduleTask{Queue: f.task.queue, Priority: f.task.priority, MaxAttempts: f.task.maxAttempts,
+		Tags: f.task.tags, UniqueKey: f.task.uniqueKey, Retry: retry}
+	if f.task.payload != "" {
+		raw, err := readPayload(f.task.payload, io.Stdin)
+		if err != nil {
+			return nil, err
+		}
+		t.Payload = raw
+	}
+	return c.CreateSchedule(ctx, client.ScheduleParams{Name: f.name, Cron: f.cron, Timezone: f.timezone,
+		Task: t, Overlap: client.Overlap(f.overlap), Paused: f.paused})
+}
+
+func printSchedules(io IO, scs []client.Schedule) error {
+	tw := table(io.Stdout)
+	fmt.Fprintln(tw, "NAME\tCRON\tTIMEZONE\tQUEUE\tOVERLAP\tSTATE\tNEXT RUN\tLAST TICK\tLAST TASK\tSKIPPED")
+	for _, s := range scs {
+		state := "active"
+		if s.Paused {
+			state = "paused"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", s.Name, s.Cron, s.Timezone, s.Task.Queue, s.Overlap, state,
+			when(s.NextRunAt), when(s.LastTickAt), orDash(s.LastTaskID), s.SkippedTicks)
+	}
+	return tw.Flush()
+}
