@@ -274,9 +274,12 @@ var claimedUnderEachSQL = `
 func (s *TaskStore) ClaimedUnderEach(ctx context.Context, refs []ports.ClaimRef) ([][]*task.Task, error) {
 	out := make([][]*task.Task, len(refs))
 	var workers, requests pq.StringArray
+	asked := make(map[ports.ClaimRef]bool, len(refs))
 	for i, r := range refs {
 		out[i] = []*task.Task{}
-		if r.RequestID != "" && storableText(r.WorkerID) && storableText(r.RequestID) {
+		// Each pair once: a repeated pair would join every task twice.
+		if r.RequestID != "" && storableText(r.WorkerID) && storableText(r.RequestID) && !asked[r] {
+			asked[r] = true
 			workers, requests = append(workers, r.WorkerID), append(requests, r.RequestID)
 		}
 	}

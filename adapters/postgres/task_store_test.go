@@ -517,6 +517,36 @@ func TestTaskStoreClaimedUnderMatchesTheDomainRule(t *testing.T) {
 			require.ElementsMatch(t, want, taskIDs(got), "%s %s", worker, rid)
 		}
 	}
+	// ClaimedUnderEach answers every pair at once, a pair repeated or
+	// without a request id included.
+	var (
+		refs []ports.ClaimRef
+		want [][]uuid.UUID
+	)
+	for _, worker := range []string{"w1", "w2", "w3", "w1"} {
+		for _, rid := range []string{"r1", "r2", "", "r3"} {
+			refs = append(refs, ports.ClaimRef{WorkerID: worker, RequestID: rid})
+			var ids []uuid.UUID
+			for _, tk := range all {
+				if rid != "" && tk.ClaimedUnder(worker, rid) {
+					ids = append(ids, tk.ID())
+				}
+			}
+			want = append(want, ids)
+		}
+	}
+	var each [][]*task.Task
+	f.run(func(ctx context.Context, st ports.Stores) error {
+		var err error
+		each, err = st.Tasks.ClaimedUnderEach(ctx, refs)
+		return err
+	})
+	require.Len(t, each, len(refs))
+	for i, r := range refs {
+		require.NotNil(t, each[i])
+		require.ElementsMatch(t, want[i], taskIDs(each[i]), "%s %s", r.WorkerID, r.RequestID)
+	}
+
 	var got []*task.Task
 	f.run(func(ctx context.Context, st ports.Stores) error {
 		var err error
