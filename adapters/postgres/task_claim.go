@@ -165,12 +165,17 @@ func claimSQL(s claimShape) string {
 // claimPlanSettings pin the claim statement's plan for the transaction:
 // a generic plan (planned once per connection; for a custom plan PostgreSQL
 // spends about as long planning the statement as running it), built with
-// bitmap and sequential scans off. A queue that filled up since the last
-// ANALYZE is undercounted, and the planner then prefers to sort every
-// pending row of the queue (1.7 s per claim on a fresh 1M backlog instead of
-// a few ms) over walking the claim index.
+// bitmap and sequential scans off, run without JIT compilation. A queue that
+// filled up since the last ANALYZE is undercounted, and the planner then
+// prefers to sort every pending row of the queue (1.7 s per claim on a fresh
+// 1M backlog instead of a few ms) over walking the claim index. The generic
+// plan does not know the limit ($6) and costs the statement as if it read a
+// tenth of the table: on a large backlog that passes jit_above_cost and the
+// optimize and inline thresholds, and compiling the plan, at every
+// execution, took ~3 s per claim of one task on a 1M backlog.
 const claimPlanSettings = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
-	set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)`
+	set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true),
+	set_config('jit', 'off', true)`
 
 // claimQueuesSQL lists the queues that have PENDING tasks, with the claim
 // order of their first: a loose index scan of tasks_claim, one descent per

@@ -13,6 +13,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/ports"
 )
@@ -194,4 +195,29 @@ func TestClaimGroupDealsRowsRoundRobinWithinEachCap(t *testing.T) {
 	require.Equal(t, 90, f.get(ids[2]).LeaseSeconds)
 	require.Equal(t, task.StatusPending, f.get(ids[5]).Status, "left unclaimed")
 	require.Equal(t, []uuid.UUID{ids[5], ids[6]}, taskIDs(f.claim(ports.ClaimParams{Queues: []string{"g"}, Limit: 2})))
+}
+
+// The claim runs without JIT compilation, whatever the session allows: its
+// generic plan is costed as if it read a tenth of the table, which on a
+// large backlog passes every JIT threshold, and compiling the plan at every
+// execution cost ~1-3 s per claim of one task on a 1M backlog.
+func TestClaimRunsWithoutJIT(t *testing.T) {
+	t.Parallel()
+	f := newStoreFixture(t)
+	f.submit(task.SubmitParams{Queue: "q"})
+	var jit string
+	f.run(func(ctx context.Context, st ports.Stores) error {
+		tx := postgres.TxOf(st)
+		// A session that would compile every plan.
+		if _, err := tx.ExecContext(ctx, `SELECT set_config('jit', 'on', true), set_config('jit_above_cost', '0', true)`); err != nil {
+			return err
+		}
+		got, _, err := st.Tasks.Claim(ctx, claimDefaults(ports.ClaimParams{WorkerID: "w", Queues: []string{"q"}}))
+		if err != nil {
+			return err
+		}
+		require.Len(t, got, 1)
+		return tx.GetContext(ctx, &jit, `SELECT current_setting('jit')`)
+	})
+	require.Equal(t, "off", jit)
 }
