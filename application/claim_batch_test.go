@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,30 +18,34 @@ import (
 	"github.com/taskmaster/taskmaster/ports"
 )
 
-// gatedTx counts transactions and holds the first one open before its
-// commit until released.
+// gatedTx counts transactions and holds the first `hold` of them open
+// before their commits (each sends on paused) until release is closed.
 type gatedTx struct {
 	inner   ports.TxRunner
+	hold    int64
 	runs    atomic.Int64
-	once    sync.Once
 	paused  chan struct{}
 	release chan struct{}
 }
 
-func newGatedTx(inner ports.TxRunner) *gatedTx {
-	return &gatedTx{inner: inner, paused: make(chan struct{}), release: make(chan struct{})}
+// newGatedTx holds the first transaction.
+func newGatedTx(inner ports.TxRunner) *gatedTx { return newHeldTx(inner, 1) }
+
+// newHeldTx holds the first n transactions.
+func newHeldTx(inner ports.TxRunner, n int) *gatedTx {
+	return &gatedTx{inner: inner, hold: int64(n), paused: make(chan struct{}, n), release: make(chan struct{})}
 }
 
 func (g *gatedTx) Run(ctx context.Context, fn func(ctx context.Context, st ports.Stores) error) error {
-	g.runs.Add(1)
+	n := g.runs.Add(1)
 	return g.inner.Run(ctx, func(ctx context.Context, st ports.Stores) error {
 		if err := fn(ctx, st); err != nil {
 			return err
 		}
-		g.once.Do(func() {
-			close(g.paused)
+		if n <= g.hold {
+			g.paused <- struct{}{}
 			<-g.release
-		})
+		}
 		return nil
 	})
 }

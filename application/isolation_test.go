@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -229,7 +228,7 @@ func TestSharedTransactionsCheckEachRequestsPrincipal(t *testing.T) {
 	require.NoError(t, s.db.Get(&beatBefore, `UPDATE workers SET last_heartbeat_at = now() - $1::interval
 		WHERE id = 'wa' RETURNING last_heartbeat_at`, fmt.Sprintf("%d milliseconds", 2*worker.RefreshInterval.Milliseconds())))
 
-	g := &heldTx{inner: s.tx, hold: 2, paused: make(chan struct{}, 2), release: make(chan struct{})}
+	g := newHeldTx(s.tx, 2)
 	tasks := gatedTasksOver(g)
 	type answer struct {
 		name string
@@ -292,28 +291,4 @@ func TestSharedTransactionsCheckEachRequestsPrincipal(t *testing.T) {
 	var beatAfter time.Time
 	require.NoError(t, s.db.Get(&beatAfter, `SELECT last_heartbeat_at FROM workers WHERE id = 'wa'`))
 	require.Equal(t, beatBefore, beatAfter, "the foreign requests refreshed a worker that is not theirs")
-}
-
-// heldTx holds the first `hold` transactions open before their commits
-// (each signals paused) until release is closed, and counts transactions.
-type heldTx struct {
-	inner   ports.TxRunner
-	hold    int64
-	runs    atomic.Int64
-	paused  chan struct{}
-	release chan struct{}
-}
-
-func (h *heldTx) Run(ctx context.Context, fn func(ctx context.Context, st ports.Stores) error) error {
-	n := h.runs.Add(1)
-	return h.inner.Run(ctx, func(ctx context.Context, st ports.Stores) error {
-		if err := fn(ctx, st); err != nil {
-			return err
-		}
-		if n <= h.hold {
-			h.paused <- struct{}{}
-			<-h.release
-		}
-		return nil
-	})
 }
