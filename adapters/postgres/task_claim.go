@@ -30,9 +30,11 @@ import (
 // UPDATE SKIP LOCKED). The candidates of one queue come in claim order from
 // the claim index tasks_claim (queue, priority DESC, seq) WHERE status =
 // 'PENDING'; those of several queues from a Merge Append of one index scan
-// per queue, each read only as far as the merge needs it, so a claim of 5
-// from 50 queues reads about 55 index entries and locks 5 rows (the former
-// statement locked up to the limit in every queue before cutting: 250).
+// per queue, each read only as far as the merge needs it, each candidate
+// then locked by a primary-key probe (Limit -> Nested Loop -> (Merge Append,
+// LockRows per candidate)), so a claim of 5 from 50 queues reads about 55
+// index entries and locks 5 rows (the former statement locked up to the
+// limit in every queue before cutting: 250).
 //
 // The statement's text depends on the number of queues (one branch each)
 // and on whether the workers have tags; it is prepared once per connection
@@ -80,17 +82,25 @@ const claimLockOne = `, locked AS (
 
 // claimLockMany locks, of several queues ($8, $9, ...), up to $6 claimable
 // rows in claim order across them: %[2]s holds one ordered branch per queue
-// (claimBranch), merged in claim order; the rows are locked through the
-// join (the eligibility is checked again on t, the locked row, so that a
-// row claimed since the branch read it is rechecked and skipped).
+// (claimBranch), merged in claim order; each candidate the limit asks for
+// is looked up by its id and locked there (FOR UPDATE SKIP LOCKED in the
+// lateral subquery; the eligibility is checked again on t, the locked row,
+// so that a row claimed since the branch read it is rechecked and
+// skipped). The lateral lookup (OFFSET 0 keeps it from being flattened into
+// a join) pins the plan to one primary-key probe per candidate: as a plain
+// join, a table the statistics undercount (a bulk load not yet analyzed)
+// made the planner scan every pending row per claim.
 const claimLockMany = `, locked AS (
-		SELECT t.id, c.priority, c.seq, ` + taskBytesSQL + ` AS bytes
+		SELECT l.id, c.priority, c.seq, l.bytes
 		FROM (%[2]s) c
-		JOIN tasks t ON t.id = c.id
-		WHERE %[1]s
+		CROSS JOIN LATERAL (
+			SELECT t.id, ` + taskBytesSQL + ` AS bytes FROM tasks t
+			WHERE t.id = c.id AND %[1]s
+			OFFSET 0
+			FOR UPDATE SKIP LOCKED
+		) l
 		ORDER BY c.priority DESC, c.seq
 		LIMIT $6
-		FOR UPDATE OF t SKIP LOCKED
 	)`
 
 // claimBranch is one queue's candidates, in claim order, unlocked.
