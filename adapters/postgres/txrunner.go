@@ -128,6 +128,8 @@ type txState struct {
 	events []event.Event
 	// wake holds the queues that got claimable tasks in this transaction.
 	wake []string
+	// claimPlanPinned is set once claimPlanSettings apply.
+	claimPlanPinned bool
 }
 
 // notify asks for a wake-up of the claims waiting on queue when the
