@@ -2,7 +2,6 @@ package application
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/google/uuid"
@@ -23,9 +22,10 @@ import (
 //   - a worker belongs to the key that registered it: only that key (or
 //     admin) may heartbeat, claim or report as it. The check rides on reads
 //     the use case makes anyway: the worker row a claim or heartbeat loads,
-//     the sign of life a report saves. Only a refused report, which loads no
-//     worker, costs one more query, so that a foreign worker is a 403 whatever
-//     the task's state;
+//     the sign of life a report gives (refused reports too, so that a
+//     foreign worker is a 403 whatever the task's state). In a transaction
+//     shared by several requests each is checked against its own principal
+//     (signOfLifeFor);
 //   - lease ids (fencing tokens) are shown only to the key that owns the
 //     holding worker, and to admin (hideLeases).
 
@@ -51,28 +51,6 @@ func visibleTaskFunc[F ~func(*task.Task, time.Time) ([]event.Event, error)](ctx 
 		}
 		return fn(t, now)
 	}
-}
-
-// checkRefusedReporter runs when a report was refused (the task is missing,
-// held elsewhere, finished): a worker that belongs to another key gets 403
-// rather than the refusal, which would tell the task's state.
-func checkRefusedReporter(ctx context.Context, st ports.Stores, workerID string, refusal error) error {
-	var (
-		leaseErr *task.LeaseError
-		transErr *task.TransitionError
-	)
-	p := ports.Principal(ctx)
-	if p.SeesLeaseOf("") || !(errors.Is(refusal, task.ErrNotFound) || errors.As(refusal, &leaseErr) || errors.As(refusal, &transErr)) {
-		return refusal
-	}
-	owners, err := st.Workers.Owners(ctx, []string{workerID})
-	if err != nil {
-		return err
-	}
-	if err := p.CheckActAs(workerID, owners[workerID]); err != nil {
-		return err
-	}
-	return refusal
 }
 
 // hideLease is hideLeases for one task: it returns t, or a copy of it
@@ -114,4 +92,35 @@ func hideLeases(ctx context.Context, st ports.Stores, ts []*task.Task) error {
 		}
 	}
 	return nil
+}
+
+// signOfLifeFor is the sign of life that a batch of requests gives their
+// workers, each request checked on this read of its worker: allowed says
+// whether the request may act as the worker; a request it refuses gets its
+// error in denied. A worker that no request of the batch may act as is
+// refused (with the first refusal) and not touched, so a request that may
+// not act as a worker never refreshes it.
+func signOfLifeFor[Req, Res any](batch []*pending[Req, Res], workerOf func(*pending[Req, Res]) string,
+	allowed func(*pending[Req, Res], *worker.Worker) error, denied map[*pending[Req, Res]]error) ports.WorkerTouchFunc {
+	return func(w *worker.Worker, now time.Time) ([]event.Event, bool, error) {
+		var refusal error
+		some := false
+		for _, p := range batch {
+			if workerOf(p) != w.ID() {
+				continue
+			}
+			if err := allowed(p, w); err != nil {
+				denied[p] = err
+				if refusal == nil {
+					refusal = err
+				}
+				continue
+			}
+			some = true
+		}
+		if !some && refusal != nil {
+			return nil, false, refusal
+		}
+		return signOfLife(w, now)
+	}
 }

@@ -3,6 +3,7 @@ package application
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/taskmaster/taskmaster/domain/event"
@@ -54,12 +55,13 @@ type claim struct {
 	wait         time.Duration
 	leaseSeconds int
 	requestID    string
+	maxBytes     int64
 }
 
 // claimOf validates cmd: every field it names is checked, absent ones get
 // their defaults.
 func (s *TaskService) claimOf(cmd ports.ClaimCommand) (claim, error) {
-	c := claim{workerID: cmd.WorkerID, queue: cmd.Queue, leaseSeconds: s.cfg.leaseSeconds()}
+	c := claim{workerID: cmd.WorkerID, queue: cmd.Queue, leaseSeconds: s.cfg.leaseSeconds(), maxBytes: s.cfg.maxResponseBytes()}
 	var v validation.Errors
 	if cmd.WorkerID == "" {
 		v.Add("worker_id", "is required")
@@ -128,56 +130,145 @@ func (s *TaskService) claimWaiting(ctx context.Context, cmd claim) (ports.ClaimR
 	}
 }
 
-// claimOnce claims in one transaction and reports the queues it looked in
-// (empty: any queue).
+// claimAnswer is a claim's answer from its batch, and the queues it looked
+// in (empty: any queue).
+type claimAnswer struct {
+	result ports.ClaimResult
+	queues []string
+}
+
+// claimOnce claims in one transaction, which concurrent claims share
+// (s.claims: one transaction, and one claim statement per set of queues and
+// tags, for every claim that arrived while the previous batch ran), and
+// reports the queues it looked in (empty: any queue).
 func (s *TaskService) claimOnce(ctx context.Context, cmd claim) (ports.ClaimResult, []string, error) {
-	var (
-		out    ports.ClaimResult
-		queues []string
-	)
-	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
-		// Under the worker's liveness lock: a worker the heartbeat reaper
-		// is declaring DEAD claims nothing. Only the worker's key may claim
-		// as it (checked on this read of the worker).
-		w, err := st.Workers.TouchLive(ctx, cmd.workerID, actAsFunc(ctx, signOfLife))
-		if err != nil {
-			return err
-		}
-		queues = w.Queues()
-		if cmd.queue != "" {
-			queues = []string{cmd.queue}
-		}
-		if err := ports.Principal(ctx).CheckQueues(queues); err != nil {
-			return err
-		}
-		if cmd.requestID != "" {
-			// A repeat of a claim whose answer was lost: the tasks it holds
-			// from that claim, not new ones (they would be orphaned later,
-			// each burning an attempt). Draining does not stop it: the
-			// tasks were claimed before.
-			if out.Tasks, err = st.Tasks.ClaimedUnder(ctx, w.ID(), cmd.requestID); err != nil || len(out.Tasks) > 0 {
-				return err
-			}
-		}
-		if w.Draining() {
-			out.Tasks = []*task.Task{}
-			return nil
-		}
-		out.Tasks, out.Truncated, err = st.Tasks.Claim(ctx, ports.ClaimParams{
-			WorkerID:     w.ID(),
-			WorkerTags:   w.Tags(),
-			Queues:       queues,
-			Limit:        cmd.limit,
-			LeaseSeconds: cmd.leaseSeconds,
-			RequestID:    cmd.requestID,
-			MaxBytes:     s.cfg.maxResponseBytes(),
-		})
-		return err
-	})
+	out, err := s.claims.do(ctx, cmd)
 	if err != nil {
 		return ports.ClaimResult{}, nil, fmt.Errorf("claim tasks: %w", err)
 	}
-	return out, queues, nil
+	return out.result, out.queues, nil
+}
+
+// claimBatch serves a batch of claims in one transaction.
+func (s *TaskService) claimBatch(ctx context.Context, batch []*pending[claim, claimAnswer]) error {
+	return inOneTransaction(ctx, s.tx, batch, claimInTx)
+}
+
+// claimInTx answers each claim of the batch: under their workers' liveness
+// locks (a worker the heartbeat reaper is declaring DEAD claims nothing),
+// the tasks a repeated request id still holds, nothing for a draining
+// worker, else new tasks, with one statement per set of queues and tags.
+func claimInTx(ctx context.Context, st ports.Stores, batch []*pending[claim, claimAnswer]) error {
+	ids := make([]string, 0, len(batch))
+	seen := make(map[string]bool, len(batch))
+	for _, p := range batch {
+		p.res, p.err = claimAnswer{}, nil
+		if !seen[p.req.workerID] {
+			seen[p.req.workerID] = true
+			ids = append(ids, p.req.workerID)
+		}
+	}
+	// The claim counts as the worker's sign of life, given only for a
+	// worker that a request may claim as (each request's principal must
+	// own the worker and may use the queues the claim looks in; checked on
+	// this read of the worker).
+	denied := map[*pending[claim, claimAnswer]]error{}
+	touch := signOfLifeFor(batch, func(p *pending[claim, claimAnswer]) string { return p.req.workerID },
+		func(p *pending[claim, claimAnswer], w *worker.Worker) error {
+			pr := ports.Principal(p.ctx)
+			if err := pr.CheckActAs(w.ID(), w.Owner()); err != nil {
+				return err
+			}
+			return pr.CheckQueues(claimQueues(p.req, w))
+		}, denied)
+	ws, err := st.Workers.TouchLiveEach(ctx, ids, touch)
+	if err != nil {
+		return err
+	}
+	workers := make(map[string]ports.WorkerResult, len(ws))
+	for _, w := range ws {
+		workers[w.ID] = w
+	}
+	var (
+		open   []*pending[claim, claimAnswer] // still to be answered
+		refs   []ports.ClaimRef
+		repeat []*pending[claim, claimAnswer]
+	)
+	for _, p := range batch {
+		w := workers[p.req.workerID]
+		if err := denied[p]; err != nil {
+			p.err = err
+			continue
+		}
+		if w.Err != nil {
+			p.err = w.Err
+			continue
+		}
+		p.res.queues = claimQueues(p.req, w.Worker)
+		p.res.result.Tasks = []*task.Task{}
+		if p.req.requestID != "" {
+			refs = append(refs, ports.ClaimRef{WorkerID: p.req.workerID, RequestID: p.req.requestID})
+			repeat = append(repeat, p)
+		}
+		open = append(open, p)
+	}
+	if len(refs) > 0 {
+		// A repeat of a claim whose answer was lost: the tasks it holds from
+		// that claim, not new ones (they would be orphaned later, each
+		// burning an attempt). Draining does not stop it: the tasks were
+		// claimed before.
+		held, err := st.Tasks.ClaimedUnderEach(ctx, refs)
+		if err != nil {
+			return err
+		}
+		for i, p := range repeat {
+			p.res.result.Tasks = held[i]
+		}
+	}
+	type group struct {
+		params  ports.ClaimGroupParams
+		members []*pending[claim, claimAnswer]
+	}
+	var (
+		groups []*group
+		byKey  = map[string]*group{}
+	)
+	for _, p := range open {
+		w := workers[p.req.workerID].Worker
+		if len(p.res.result.Tasks) > 0 || w.Draining() {
+			continue
+		}
+		key := strings.Join(p.res.queues, "\x00") + "\x01" + strings.Join(w.Tags(), "\x00")
+		g := byKey[key]
+		if g == nil {
+			g = &group{params: ports.ClaimGroupParams{Queues: p.res.queues, WorkerTags: w.Tags()}}
+			byKey[key] = g
+			groups = append(groups, g)
+		}
+		g.params.Requests = append(g.params.Requests, ports.ClaimRequest{
+			WorkerID: w.ID(), Limit: p.req.limit, LeaseSeconds: p.req.leaseSeconds, RequestID: p.req.requestID,
+			MaxBytes: p.req.maxBytes, CorrelationID: ports.CorrelationID(p.ctx),
+		})
+		g.members = append(g.members, p)
+	}
+	for _, g := range groups {
+		outs, err := st.Tasks.ClaimGroup(ctx, g.params)
+		if err != nil {
+			return err
+		}
+		for i, p := range g.members {
+			p.res.result = ports.ClaimResult{Tasks: outs[i].Tasks, Truncated: outs[i].Truncated}
+		}
+	}
+	return nil
+}
+
+// claimQueues are the queues claim c of worker w looks in.
+func claimQueues(c claim, w *worker.Worker) []string {
+	if c.queue != "" {
+		return []string{c.queue}
+	}
+	return w.Queues()
 }
 
 func signOfLife(w *worker.Worker, now time.Time) ([]event.Event, bool, error) {

@@ -146,6 +146,14 @@ func (q enqueue) create(ctx context.Context, st ports.Stores) ([]*task.Task, err
 	if len(q.tasks) == 0 {
 		return []*task.Task{}, nil
 	}
+	// A shared report transaction has no correlation id of its own: the
+	// events carry their request's.
+	cid := ports.CorrelationID(ctx)
+	for k := range q.events {
+		if q.events[k].CorrelationID == "" {
+			q.events[k].CorrelationID = cid
+		}
+	}
 	out, _, err := st.Tasks.CreateMany(ctx, func(time.Time) ([]*task.Task, []event.Event, error) {
 		return q.tasks, q.events, nil
 	})

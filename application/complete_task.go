@@ -2,7 +2,6 @@ package application
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 	"github.com/taskmaster/taskmaster/domain/event"
 	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/domain/validation"
-	"github.com/taskmaster/taskmaster/domain/worker"
 	"github.com/taskmaster/taskmaster/ports"
 )
 
@@ -49,49 +47,39 @@ func completeFunc(cmd ports.CompleteCommand) ports.TaskUpdateFunc {
 }
 
 // updateReported applies a holder's report to its task (fn fences it) and
-// counts the report as the worker's sign of life, in one transaction. check,
-// when not nil, refuses what storage cannot hold before anything is loaded;
-// then, when not nil, runs in the transaction after the report was applied.
+// counts the report as the worker's sign of life, in a transaction shared
+// with concurrent reports (see report). check, when not nil, refuses what
+// storage cannot hold before anything is loaded; then, when not nil, runs
+// in that transaction once the report was applied (not when it was
+// refused).
 func (s *TaskService) updateReported(ctx context.Context, id uuid.UUID, workerID string, check func(ports.Stores) error,
 	fn ports.TaskUpdateFunc, then func(context.Context, ports.Stores) error) (*task.Task, error) {
 	if err := ports.Principal(ctx).CheckWorkerID(workerID); err != nil {
 		return nil, err
 	}
-	var out *task.Task
-	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
-		if check != nil {
-			if err := check(st); err != nil {
-				return err
-			}
-		}
-		var err error
-		if out, err = st.Tasks.Update(ctx, id, visibleTaskFunc(ctx, fn)); err != nil {
-			return checkRefusedReporter(ctx, st, workerID, err)
-		}
-		if then != nil {
-			if err := then(ctx, st); err != nil {
-				return err
-			}
-		}
-		return touchReporter(ctx, st, workerID)
-	})
-	return out, err
-}
-
-// touchReporter counts a task report as its worker's sign of life, and
-// checks on that read of the worker that the principal owns it (else the
-// report rolls back). The report was already fenced, so a worker that died
-// since does not undo it; one that vanished belongs to no key, which only
-// the unrestricted principal and admin may report for.
-func touchReporter(ctx context.Context, st ports.Stores, workerID string) error {
-	_, err := st.Workers.Touch(ctx, workerID, actAsFunc(ctx, signOfLife))
-	switch {
-	case errors.Is(err, worker.ErrNotFound):
-		return ports.Principal(ctx).CheckActAs(workerID, "")
-	case errors.Is(err, worker.ErrDead):
-		return nil
+	decide := visibleTaskFunc(ctx, fn)
+	r := report{workerID: workerID, ids: []uuid.UUID{id}, decide: func(_ int, t *task.Task, now time.Time) ([]event.Event, error) {
+		return decide(t, now)
+	}}
+	if check != nil {
+		r.refuse = func(st ports.Stores) []error { return []error{check(st)} }
 	}
-	return err
+	if then != nil {
+		r.then = func(ctx context.Context, st ports.Stores, res []ports.TaskResult) error {
+			if res[0].Err != nil {
+				return nil // refused: nothing follows
+			}
+			return then(ctx, st)
+		}
+	}
+	out, err := s.reports.do(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	if out[0].Err != nil {
+		return nil, out[0].Err
+	}
+	return out[0].Task, nil
 }
 
 // checkReporter adds to v when a holder's report names no worker.

@@ -11,6 +11,7 @@ import (
 	"github.com/taskmaster/taskmaster/domain/event"
 	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/domain/validation"
+	"github.com/taskmaster/taskmaster/domain/worker"
 	"github.com/taskmaster/taskmaster/ports"
 )
 
@@ -155,12 +156,12 @@ func (s *TaskService) FailBatch(ctx context.Context, workerID string, items []po
 	return out, nil
 }
 
-// reportBatch applies a batch report's items in one transaction. refuse,
-// when not nil, returns an error for each item that must fail on its own
-// before its task is loaded (nil for the others); fn decides the rest; then,
-// when not nil, runs in the transaction once every item is settled. An
-// item whose task lies in a queue the principal may not see fails as if the
-// task were missing.
+// reportBatch applies a batch report's items. refuse, when not nil, returns
+// an error for each item that must fail on its own before its task is
+// loaded (nil for the others); fn decides the rest; then, when not nil, runs
+// in the (shared) transaction once the request's items are settled, with
+// the request's principal and correlation id. An item whose task lies in a
+// queue the principal may not see fails as if the task were missing.
 func (s *TaskService) reportBatch(ctx context.Context, workerID string, ids []uuid.UUID,
 	refuse func(ports.Stores) []error, fn ports.TaskUpdateEachFunc,
 	then func(context.Context, ports.Stores, []ports.TaskResult) error) ([]ports.TaskResult, error) {
@@ -168,66 +169,188 @@ func (s *TaskService) reportBatch(ctx context.Context, workerID string, ids []uu
 	if err := p.CheckWorkerID(workerID); err != nil {
 		return nil, err
 	}
-	var out []ports.TaskResult
-	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
-		refused := make([]error, len(ids))
-		if refuse != nil {
-			refused = refuse(st)
+	return s.reports.do(ctx, report{workerID: workerID, ids: ids, refuse: refuse, then: then, decide: func(i int, t *task.Task, now time.Time) ([]event.Event, error) {
+		if !p.QueueAllowed(t.Queue()) {
+			return nil, task.ErrNotFound
 		}
-		var (
-			kept []uuid.UUID
-			at   []int // at[j] is the item index of kept[j]
-		)
-		for i, id := range ids {
+		return fn(i, t, now)
+	}})
+}
+
+// report is one request of a holder that changes its tasks: a complete, a
+// fail or an extend (one item), or a batch report (many). Concurrent
+// reports share transactions (s.reports): one that locks every task of the
+// batch (in id order), lets the domain decide each item (each fenced by its
+// own lease), saves the changes with one statement, touches the reporting
+// workers with one more, and appends one outbox message. Each request is
+// answered only after that transaction committed, with its own items'
+// outcomes.
+type report struct {
+	workerID string
+	ids      []uuid.UUID
+	refuse   func(ports.Stores) []error
+	decide   ports.TaskUpdateEachFunc
+	// then, when not nil, runs after the request's items were applied and
+	// its worker touched, in the same transaction (see reportBatch).
+	then func(ctx context.Context, st ports.Stores, res []ports.TaskResult) error
+}
+
+// reportsOverlap reports whether p names a task that a request in batch
+// names too: those go to a later batch (one transaction changes a task
+// once).
+func reportsOverlap(batch []*pending[report, []ports.TaskResult], p *pending[report, []ports.TaskResult]) bool {
+	for _, q := range batch {
+		for _, a := range q.req.ids {
+			for _, b := range p.req.ids {
+				if a == b {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// reportsBatch serves a batch of reports in one transaction.
+func (s *TaskService) reportsBatch(ctx context.Context, batch []*pending[report, []ports.TaskResult]) error {
+	return inOneTransaction(ctx, s.tx, batch, reportInTx)
+}
+
+// errReportRefused fails a shared transaction in which a request changed
+// tasks but may not report as its worker: the batch runs again one request
+// at a time, and that request's changes roll back alone.
+var errReportRefused = errors.New("a report of the batch may not act as its worker")
+
+func reportInTx(ctx context.Context, st ports.Stores, batch []*pending[report, []ports.TaskResult]) error {
+	type ref struct {
+		p *pending[report, []ports.TaskResult]
+		i int // the item's index in its request
+	}
+	var (
+		kept    []uuid.UUID
+		at      []ref
+		workers []string
+		seen    = map[string]bool{}
+	)
+	for _, p := range batch {
+		p.err = nil
+		p.res = make([]ports.TaskResult, len(p.req.ids))
+		refused := make([]error, len(p.req.ids))
+		if p.req.refuse != nil {
+			refused = p.req.refuse(st)
+		}
+		for i, id := range p.req.ids {
+			p.res[i] = ports.TaskResult{ID: id, Err: refused[i]}
 			if refused[i] == nil {
 				kept = append(kept, id)
-				at = append(at, i)
+				at = append(at, ref{p: p, i: i})
 			}
 		}
-		applied, err := st.Tasks.UpdateEach(ctx, kept, func(j int, t *task.Task, now time.Time) ([]event.Event, error) {
-			if !p.QueueAllowed(t.Queue()) {
-				return nil, task.ErrNotFound
-			}
-			return fn(at[j], t, now)
-		})
-		if err != nil {
-			return err
+		if !seen[p.req.workerID] {
+			seen[p.req.workerID] = true
+			workers = append(workers, p.req.workerID)
 		}
-		out = make([]ports.TaskResult, len(ids))
-		for i, id := range ids {
-			out[i] = ports.TaskResult{ID: id, Err: refused[i]}
+	}
+	applied, err := st.Tasks.UpdateEach(ctx, kept, func(j int, t *task.Task, now time.Time) ([]event.Event, error) {
+		r := at[j]
+		events, err := r.p.req.decide(r.i, t, now)
+		cid := ports.CorrelationID(r.p.ctx)
+		for k := range events {
+			events[k].CorrelationID = cid
 		}
-		for j, res := range applied {
-			out[at[j]] = res
-		}
-		if then != nil {
-			if err := then(ctx, st, out); err != nil {
-				return err
-			}
-		}
-		// Every item is settled: the worker must be the principal's, or
-		// the whole batch rolls back.
-		if err := touchReporter(ctx, st, workerID); err != nil {
-			return err
-		}
-		shown := make([]*task.Task, len(out))
-		for i := range out {
-			if errors.Is(out[i].Err, task.ErrNotFound) {
-				out[i].Task = nil // in a queue the key may not see: as if missing
-			}
-			shown[i] = out[i].Task
-		}
-		// A refused item shows the task as it is, perhaps held by another
-		// worker under a lease that is not the caller's to see.
-		if err := hideLeases(ctx, st, shown); err != nil {
-			return err
-		}
-		for i := range out {
-			out[i].Task = shown[i]
-		}
-		return nil
+		return events, err
 	})
-	return out, err
+	if err != nil {
+		return err
+	}
+	changed := map[*pending[report, []ports.TaskResult]]bool{}
+	for j, res := range applied {
+		at[j].p.res[at[j].i] = res
+		if res.Err == nil {
+			changed[at[j].p] = true
+		}
+	}
+	// The reports count as their workers' signs of life. They were fenced
+	// already, so a worker that died since does not undo them. On that read
+	// of each worker, its request's principal must own it (one that
+	// vanished belongs to no key, which only the unrestricted principal and
+	// admin may report for): a worker of another key gets 403 whatever its
+	// tasks' state, and its report saves nothing.
+	denied := map[*pending[report, []ports.TaskResult]]error{}
+	actAs := func(p *pending[report, []ports.TaskResult], w *worker.Worker) error {
+		return ports.Principal(p.ctx).CheckActAs(w.ID(), w.Owner())
+	}
+	touched, err := st.Workers.TouchEach(ctx, workers, signOfLifeFor(batch, func(p *pending[report, []ports.TaskResult]) string { return p.req.workerID }, actAs, denied))
+	if err != nil {
+		return err
+	}
+	for _, w := range touched {
+		if errors.Is(w.Err, worker.ErrNotFound) {
+			for _, p := range batch {
+				if p.req.workerID == w.ID {
+					if err := ports.Principal(p.ctx).CheckActAs(w.ID, ""); err != nil {
+						denied[p] = err
+					}
+				}
+			}
+		}
+	}
+	for _, p := range batch {
+		err := denied[p]
+		if err == nil {
+			continue
+		}
+		if changed[p] {
+			if len(batch) == 1 {
+				return err // its changes roll back
+			}
+			return errReportRefused
+		}
+		p.res, p.err = nil, err
+	}
+	// What the requests do after their items (complete-and-enqueue: the
+	// next stage's tasks), each as its own principal. A failure fails the
+	// shared transaction, which then runs one request at a time.
+	for _, p := range batch {
+		if p.err != nil || p.req.then == nil {
+			continue
+		}
+		pctx := ports.WithCorrelationID(ports.WithPrincipal(ctx, ports.Principal(p.ctx)), ports.CorrelationID(p.ctx))
+		if err := p.req.then(pctx, st, p.res); err != nil {
+			return err
+		}
+	}
+	// A refused item shows the task as it is, perhaps held by another
+	// worker under a lease that is not the caller's to see. (An applied
+	// item's task is the reporter's own.)
+	for _, p := range batch {
+		if p.err != nil {
+			continue
+		}
+		var (
+			shown []*task.Task
+			idx   []int
+		)
+		for i := range p.res {
+			if errors.Is(p.res[i].Err, task.ErrNotFound) {
+				p.res[i].Task = nil // in a queue the key may not see: as if missing
+			}
+			if p.res[i].Err != nil && p.res[i].Task != nil {
+				shown = append(shown, p.res[i].Task)
+				idx = append(idx, i)
+			}
+		}
+		if len(shown) == 0 {
+			continue
+		}
+		if err := hideLeases(ports.WithPrincipal(ctx, ports.Principal(p.ctx)), st, shown); err != nil {
+			return err
+		}
+		for k, i := range idx {
+			p.res[i].Task = shown[k]
+		}
+	}
+	return nil
 }
 
 func validateBatch(workerID string, ids []uuid.UUID, more func(*validation.Errors)) error {

@@ -49,6 +49,38 @@ type Config struct {
 	// listing answers with (0: DefaultMaxResponseBytes); at least one task
 	// is always handed out.
 	MaxResponseBytes int64
+	// BatchRequests is the most requests (claims; completions and
+	// failures) one shared transaction serves (0: DefaultBatchRequests; 1:
+	// every request in a transaction of its own).
+	BatchRequests int
+	// ConcurrentBatches is how many shared transactions of one kind run at
+	// once (0: DefaultConcurrentBatches).
+	ConcurrentBatches int
+}
+
+// Defaults of the request batching.
+const (
+	// DefaultBatchRequests is Config.BatchRequests unless configured.
+	DefaultBatchRequests = 64
+	// DefaultConcurrentBatches is Config.ConcurrentBatches unless
+	// configured.
+	DefaultConcurrentBatches = 2
+	// MaxBatchRequests bounds Config.BatchRequests.
+	MaxBatchRequests = 1000
+)
+
+func (c Config) batchRequests() int {
+	if c.BatchRequests <= 0 {
+		return DefaultBatchRequests
+	}
+	return c.BatchRequests
+}
+
+func (c Config) concurrentBatches() int {
+	if c.ConcurrentBatches <= 0 {
+		return DefaultConcurrentBatches
+	}
+	return c.ConcurrentBatches
 }
 
 // Bounds of Config.MaxResponseBytes.
@@ -93,6 +125,10 @@ type TaskService struct {
 	tx       ports.TxRunner
 	cfg      Config
 	notifier ports.TaskNotifier
+	// claims and reports serve concurrent claims, and concurrent reports
+	// of holders, in shared transactions.
+	claims  *combiner[claim, claimAnswer]
+	reports *combiner[report, []ports.TaskResult]
 	// rand jitters retry delays (math/rand/v2's, safe for concurrent use).
 	rand backoff.Source
 }
@@ -117,6 +153,10 @@ func NewTaskService(tx ports.TxRunner, cfg Config, opts ...TaskServiceOption) *T
 	if s.cfg.ClaimPollInterval <= 0 {
 		s.cfg.ClaimPollInterval = DefaultClaimPollInterval
 	}
+	s.claims = &combiner[claim, claimAnswer]{run: s.claimBatch, size: s.cfg.batchRequests(), running: s.cfg.concurrentBatches()}
+	s.reports = &combiner[report, []ports.TaskResult]{run: s.reportsBatch, fits: func(batch []*pending[report, []ports.TaskResult], p *pending[report, []ports.TaskResult]) bool {
+		return !reportsOverlap(batch, p)
+	}, size: s.cfg.batchRequests(), running: s.cfg.concurrentBatches()}
 	return s
 }
 

@@ -117,6 +117,48 @@ type ClaimParams struct {
 	MaxBytes int64
 }
 
+// ClaimGroupParams are the claims of several workers that claim from the
+// same queues with the same tags, served by one statement.
+type ClaimGroupParams struct {
+	// Queues to claim from; empty means any queue.
+	Queues []string
+	// WorkerTags are the workers' capability tags.
+	WorkerTags []string
+	// Requests are the workers' claims.
+	Requests []ClaimRequest
+}
+
+// ClaimRequest is one worker's claim in a group.
+type ClaimRequest struct {
+	// WorkerID is the claiming worker.
+	WorkerID string
+	// Limit is the most tasks to claim (at least 1).
+	Limit int
+	// LeaseSeconds is each claimed task's lease length.
+	LeaseSeconds int
+	// RequestID is kept with each claimed task (empty: none).
+	RequestID string
+	// MaxBytes caps the estimated response size (as ClaimParams.MaxBytes).
+	MaxBytes int64
+	// CorrelationID, when set, is stamped on the request's events (the
+	// group's transaction serves several requests).
+	CorrelationID string
+}
+
+// ClaimRef names a worker's claim by its request id.
+type ClaimRef struct {
+	WorkerID  string
+	RequestID string
+}
+
+// ClaimOutcome is what one request of a group claimed.
+type ClaimOutcome struct {
+	// Tasks are the claimed tasks, in claim order (never nil).
+	Tasks []*task.Task
+	// Truncated: the byte cap left candidates unclaimed.
+	Truncated bool
+}
+
 // TaskFilter selects tasks for listing. Results are newest first.
 type TaskFilter struct {
 	// Queue, when not empty, restricts to one queue.
@@ -159,16 +201,25 @@ type TaskStore interface {
 	// error.
 	UpdateEach(ctx context.Context, ids []uuid.UUID, fn TaskUpdateEachFunc) ([]TaskResult, error)
 	// Claim assigns up to p.Limit claimable tasks to the worker in one
-	// statement (the rule of task.Task.Claimable, priority DESC then FIFO,
-	// skipping rows other claims hold), each under a fresh lease of
-	// p.LeaseSeconds, and records a claimed event for each. It stops
-	// before p.MaxBytes would be exceeded (truncated: candidates were left
-	// unclaimed), but claims at least one task.
+	// statement (the rule of task.Task.Claimable, priority DESC then FIFO
+	// across p.Queues, skipping rows other claims hold), each under a fresh
+	// lease of p.LeaseSeconds, and records a claimed event for each. It
+	// stops before p.MaxBytes would be exceeded (truncated: candidates were
+	// left unclaimed), but claims at least one task. It locks no row it
+	// does not claim, unless the byte cap cut it.
 	Claim(ctx context.Context, p ClaimParams) (tasks []*task.Task, truncated bool, err error)
+	// ClaimGroup is Claim for several workers at once, with one statement:
+	// the claimable rows, in claim order, are dealt round-robin to the
+	// requests (a request of limit n takes up to n), each keeping what fits
+	// its byte cap. Outcomes are in p.Requests order.
+	ClaimGroup(ctx context.Context, p ClaimGroupParams) ([]ClaimOutcome, error)
 	// ClaimedUnder returns the tasks RUNNING under the worker from the claim
 	// that carried requestID (task.Task.ClaimedUnder), in claim order
 	// (priority DESC then FIFO), with every column.
 	ClaimedUnder(ctx context.Context, workerID, requestID string) ([]*task.Task, error)
+	// ClaimedUnderEach is ClaimedUnder for several claims with one
+	// statement: out[i] holds refs[i]'s tasks (never nil).
+	ClaimedUnderEach(ctx context.Context, refs []ClaimRef) ([][]*task.Task, error)
 	// Held returns the tasks RUNNING under the worker, in id order, without
 	// locking them. The tasks carry every column but their payload.
 	Held(ctx context.Context, workerID string) ([]*task.Task, error)
@@ -275,11 +326,29 @@ type WorkerStore interface {
 	// declared DEAD before the transaction ends. Concurrent claims and
 	// heartbeats of one worker do not wait for each other's locks.
 	TouchLive(ctx context.Context, id string, fn WorkerTouchFunc) (*worker.Worker, error)
+	// TouchEach is Touch for several workers at once (an id may repeat).
+	// Results are in ids order: a worker that does not exist has Err
+	// worker.ErrNotFound, one fn refused fn's error (with the worker as
+	// read).
+	TouchEach(ctx context.Context, ids []string, fn WorkerTouchFunc) ([]WorkerResult, error)
+	// TouchLiveEach is TouchLive for several workers at once, as
+	// TouchEach.
+	TouchLiveEach(ctx context.Context, ids []string, fn WorkerTouchFunc) ([]WorkerResult, error)
 	// List returns every worker, in id order.
 	List(ctx context.Context) ([]*worker.Worker, error)
 	// Owners returns the owner (apikey.Key.OwnerID) of each of these workers
 	// that exists and has one, without locking them.
 	Owners(ctx context.Context, ids []string) (map[string]string, error)
+}
+
+// WorkerResult is the outcome for one worker of a multi-worker operation.
+type WorkerResult struct {
+	// ID is the worker the operation named.
+	ID string
+	// Worker is the worker as the operation left it (nil when not found).
+	Worker *worker.Worker
+	// Err is why the operation refused it, or nil.
+	Err error
 }
 
 // ReaperStore holds the set-based operations of the background jobs, on the

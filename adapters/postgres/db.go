@@ -7,6 +7,7 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"net"
@@ -29,11 +30,17 @@ type PoolConfig struct {
 	MaxLifetime time.Duration
 	// Conn bounds how long a call on one connection can block.
 	Conn ConnConfig
+	// StatementCacheSize is how many prepared statements each connection
+	// keeps (see NewCachingConnector); 0 means
+	// DefaultStatementCacheSize, a negative value none (every statement
+	// unnamed, parsed and planned each time).
+	StatementCacheSize int
 }
 
 // DefaultPoolConfig returns the pool defaults.
 func DefaultPoolConfig() PoolConfig {
-	return PoolConfig{MaxOpen: 20, MaxIdle: 20, MaxLifetime: 30 * time.Minute, Conn: DefaultConnConfig()}
+	return PoolConfig{MaxOpen: 20, MaxIdle: 20, MaxLifetime: 30 * time.Minute, Conn: DefaultConnConfig(),
+		StatementCacheSize: DefaultStatementCacheSize}
 }
 
 // Validate reports whether the pool config can be used.
@@ -182,7 +189,11 @@ func Open(ctx context.Context, databaseURL string, cfg PoolConfig) (*sqlx.DB, er
 		return nil, fmt.Errorf("open database: %w", err)
 	}
 	connector.Dialer(cfg.Conn.Dialer())
-	db := sqlx.NewDb(sql.OpenDB(connector), "postgres")
+	var conns driver.Connector = connector
+	if cfg.StatementCacheSize >= 0 {
+		conns = NewCachingConnector(connector, cfg.StatementCacheSize)
+	}
+	db := sqlx.NewDb(sql.OpenDB(conns), "postgres")
 	db.SetMaxOpenConns(cfg.MaxOpen)
 	if cfg.MaxIdle == 0 {
 		cfg.MaxIdle = cfg.MaxOpen

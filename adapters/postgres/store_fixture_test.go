@@ -70,6 +70,19 @@ func (f *storeFixture) create(p task.SubmitParams) (*task.Task, bool) {
 // claim is TaskStore.Claim in its own transaction.
 func (f *storeFixture) claim(p ports.ClaimParams) []*task.Task {
 	f.t.Helper()
+	p = claimDefaults(p)
+	var out []*task.Task
+	f.run(func(ctx context.Context, st ports.Stores) error {
+		var err error
+		out, _, err = st.Tasks.Claim(ctx, p)
+		return err
+	})
+	return out
+}
+
+// claimDefaults fills what a test's claim leaves out: worker w1, limit
+// 100, the default lease.
+func claimDefaults(p ports.ClaimParams) ports.ClaimParams {
 	if p.WorkerID == "" {
 		p.WorkerID = "w1"
 	}
@@ -79,13 +92,7 @@ func (f *storeFixture) claim(p ports.ClaimParams) []*task.Task {
 	if p.LeaseSeconds == 0 {
 		p.LeaseSeconds = task.DefaultLeaseSeconds
 	}
-	var out []*task.Task
-	f.run(func(ctx context.Context, st ports.Stores) error {
-		var err error
-		out, _, err = st.Tasks.Claim(ctx, p)
-		return err
-	})
-	return out
+	return p
 }
 
 // get is TaskStore.Get in its own transaction.

@@ -259,6 +259,7 @@ func saveTasks(ctx context.Context, st *txState, ts []*task.Task) error {
 		cancelAts   = make([]sql.NullString, n)
 		requestIDs  = make([]sql.NullString, n)
 		resultSizes = make([]sql.NullInt64, n)
+		snoozes     = make(pq.Int64Array, n)
 		err         error
 	)
 	for i, t := range ts {
@@ -282,6 +283,7 @@ func saveTasks(ctx context.Context, st *txState, ts []*task.Task) error {
 		leaseEnds[i] = nullTimeText(v.LeaseExpiresAt)
 		cancelAts[i] = nullTimeText(v.CancelRequestedAt)
 		requestIDs[i] = nullString(v.ClaimRequestID)
+		snoozes[i] = int64(v.Snoozes)
 		if v.Status == task.StatusPending {
 			st.notify(v.Queue)
 		}
@@ -293,18 +295,18 @@ func saveTasks(ctx context.Context, st *txState, ts []*task.Task) error {
 			finished_at = u.finished_at::timestamptz, updated_at = u.updated_at::timestamptz,
 			lease_seconds = u.lease_seconds, lease_expires_at = u.lease_expires_at::timestamptz,
 			cancel_requested_at = u.cancel_requested_at::timestamptz, claim_request_id = u.claim_request_id,
-			result_bytes = u.result_bytes
+			result_bytes = u.result_bytes, snoozes = u.snoozes
 		FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[],
 			$8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::int[], $14::text[], $15::text[], $16::text[],
-			$17::int[])
+			$17::int[], $18::int[])
 			AS u(id, status, attempts, worker_id, lease_id, last_error, dead_reason, result, run_at,
 				claimed_at, finished_at, updated_at, lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id,
-				result_bytes)
+				result_bytes, snoozes)
 		WHERE t.id = u.id`,
 		ids, statuses, attempts, pq.Array(workers), pq.Array(leases), pq.Array(lastErrors),
 		pq.Array(deadReasons), pq.Array(results), runAts, pq.Array(claimedAts),
 		pq.Array(finishedAts), updatedAts, pq.Array(leaseSecs), pq.Array(leaseEnds), pq.Array(cancelAts), pq.Array(requestIDs),
-		pq.Array(resultSizes))
+		pq.Array(resultSizes), snoozes)
 	if err != nil {
 		return fmt.Errorf("save tasks: %w", err)
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/lib/pq"
 
-	"github.com/taskmaster/taskmaster/domain/event"
 	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/ports"
 )
@@ -235,81 +234,6 @@ func (s *TaskStore) save(ctx context.Context, t *task.Task) error {
 	return s.st.saved(ctx, t)
 }
 
-// claimCandidates selects, per queue, the claimable rows in claim order and
-// locks them, skipping rows other transactions hold. The WHERE clause is
-// task.Task.Claimable: PENDING, run_at reached, deadline not passed, tags a
-// subset of the worker's ($2). %s is the tag condition: for a worker without
-// tags it is the equivalent "tags = '{}'", which the planner estimates from
-// column statistics; "<@" gets a fixed, tiny selectivity estimate that makes
-// the planner sort every pending row of the queue instead of walking the
-// claim index (measured: 37 ms instead of under 1 ms per claim of 100 on a
-// 100k backlog).
-const claimCandidates = `
-	CROSS JOIN LATERAL (
-		SELECT t.id, t.priority, t.seq, ` + taskBytesSQL + ` AS bytes FROM tasks t
-		WHERE t.status = 'PENDING' AND t.queue = q.name AND t.run_at <= now()
-			AND (t.deadline IS NULL OR t.deadline > now())
-			AND %s
-		ORDER BY t.priority DESC, t.seq
-		LIMIT $3
-		FOR UPDATE SKIP LOCKED
-	) c
-	ORDER BY c.priority DESC, c.seq
-	LIMIT $3`
-
-// claimCapped keeps, of the locked candidates in claim order, those whose
-// running sum of estimated response bytes stays within $6, and always the
-// first: the others are not claimed (they stay PENDING, claimable as soon
-// as this transaction ends).
-const claimCapped = `
-	, cand AS (
-		SELECT s.id FROM (
-			SELECT l.id, sum(l.bytes) OVER w AS upto, row_number() OVER w AS n
-			FROM locked l
-			WINDOW w AS (ORDER BY l.priority DESC, l.seq ROWS UNBOUNDED PRECEDING)
-		) s
-		WHERE s.n = 1 OR s.upto <= $6
-	)`
-
-// claimAssign marks the candidates RUNNING under the worker ($1) with fresh
-// leases of $4 seconds, keeping the claim's request id ($5, NULL for none)
-// (task.Task.Claim). Each row carries how many candidates were locked, to
-// tell a claim the byte cap cut short.
-var claimAssign = `
-	UPDATE tasks t SET status = 'RUNNING', attempts = t.attempts + 1, worker_id = $1,
-		lease_id = gen_random_uuid(), claimed_at = now(), updated_at = now(),
-		lease_seconds = $4::int, lease_expires_at = now() + $4::int * interval '1 second', cancel_requested_at = NULL,
-		claim_request_id = $5::text
-	FROM cand WHERE t.id = cand.id
-	RETURNING ` + prefixed("t.", taskColumns) + `, (SELECT count(*) FROM locked) AS candidates`
-
-// claimQueues claims from the listed queues ($7).
-const claimQueues = `
-	WITH locked AS (
-		SELECT c.id, c.priority, c.seq, c.bytes FROM unnest($7::text[]) AS q(name)` + claimCandidates + `
-	)`
-
-// claimAny claims from every queue that has pending tasks; the recursive
-// part walks the claim index's distinct queues (a loose index scan).
-const claimAny = `
-	WITH RECURSIVE q(name) AS (
-		SELECT min(queue) FROM tasks WHERE status = 'PENDING'
-		UNION ALL
-		SELECT (SELECT min(queue) FROM tasks WHERE status = 'PENDING' AND queue > q.name)
-		FROM q WHERE q.name IS NOT NULL
-	), locked AS (
-		SELECT c.id, c.priority, c.seq, c.bytes FROM q` + claimCandidates + `
-	)`
-
-// claimSQL holds the four claim statements: [any queue][worker has tags].
-var claimSQL = func() (out [2][2]string) {
-	for i, head := range []string{claimQueues, claimAny} {
-		out[i][0] = fmt.Sprintf(head, "t.tags = '{}' AND cardinality($2::text[]) = 0") + claimCapped + claimAssign
-		out[i][1] = fmt.Sprintf(head, "t.tags <@ $2::text[]") + claimCapped + claimAssign
-	}
-	return out
-}()
-
 // taskBytesSQL estimates, for a row t of tasks, the bytes its task takes in
 // a response: its payload's and result's JSON texts (payload_bytes and
 // result_bytes, written with them; rendered for rows older than migration
@@ -330,89 +254,57 @@ type countedRow struct {
 	Candidates int `db:"candidates"`
 }
 
-// Claim implements ports.TaskStore with one statement.
-func (s *TaskStore) Claim(ctx context.Context, p ports.ClaimParams) ([]*task.Task, bool, error) {
-	tags := pq.StringArray(p.WorkerTags)
-	if tags == nil {
-		tags = pq.StringArray{}
-	}
-	if err := task.ValidateLeaseSeconds("lease_seconds", p.LeaseSeconds); err != nil {
-		return nil, false, err
-	}
-	var claimed []countedRow
-	var err error
-	hasTags := 0
-	if len(tags) > 0 {
-		hasTags = 1
-	}
-	// The claim must walk the claim index in order. The planner prefers a
-	// bitmap scan that sorts every pending row of the queue whenever its
-	// statistics undercount the queue (a queue that filled up since the last
-	// ANALYZE): 1.7 s per claim on a fresh 1M backlog instead of a few ms.
-	// Pin the plan for this transaction only.
-	if _, err := s.st.tx.ExecContext(ctx, `SET LOCAL enable_bitmapscan = off; SET LOCAL enable_seqscan = off`); err != nil {
-		return nil, false, fmt.Errorf("claim: plan settings: %w", err)
-	}
-	requestID := nullString(p.RequestID)
-	maxBytes := p.MaxBytes
-	if maxBytes <= 0 {
-		maxBytes = math.MaxInt64
-	}
-	if len(p.Queues) == 0 {
-		err = s.st.tx.SelectContext(ctx, &claimed, claimSQL[1][hasTags], p.WorkerID, tags, p.Limit, p.LeaseSeconds, requestID, maxBytes)
-	} else {
-		err = s.st.tx.SelectContext(ctx, &claimed, claimSQL[0][hasTags], p.WorkerID, tags, p.Limit, p.LeaseSeconds, requestID, maxBytes, pq.StringArray(p.Queues))
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("claim: %w", err)
-	}
-	rows := make([]taskRow, len(claimed))
-	truncated := false
-	for i, c := range claimed {
-		rows[i] = c.taskRow
-		truncated = c.Candidates > len(claimed)
-	}
-	inClaimOrder(rows)
-	out := make([]*task.Task, len(rows))
-	events := make([]event.Event, len(rows))
-	for i := range rows {
-		out[i] = rows[i].toDomain()
-		events[i] = task.Claimed(out[i])
-	}
-	s.st.Record(events...)
-	return out, truncated, nil
-}
-
 // inClaimOrder sorts rows as claims hand them out: priority DESC, then FIFO.
 func inClaimOrder(rows []taskRow) {
-	sort.Slice(rows, func(i, j int) bool {
-		if rows[i].Priority != rows[j].Priority {
-			return rows[i].Priority > rows[j].Priority
-		}
-		return rows[i].Seq < rows[j].Seq
-	})
+	sort.Slice(rows, func(i, j int) bool { return claimsBefore(&rows[i], &rows[j]) })
 }
-
-// claimedUnderSQL selects the tasks RUNNING under a worker ($1) from the
-// claim with request id $2 (task.Task.ClaimedUnder). It walks
-// tasks_running_by_claim (0007).
-const claimedUnderSQL = `
-	SELECT ` + taskColumns + ` FROM tasks
-	WHERE status = 'RUNNING' AND worker_id = $1 AND claim_request_id = $2`
 
 // ClaimedUnder implements ports.TaskStore.
 func (s *TaskStore) ClaimedUnder(ctx context.Context, workerID, requestID string) ([]*task.Task, error) {
-	if requestID == "" || !storableText(workerID) || !storableText(requestID) {
-		return []*task.Task{}, nil // no claim carried such an id
+	out, err := s.ClaimedUnderEach(ctx, []ports.ClaimRef{{WorkerID: workerID, RequestID: requestID}})
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
+}
+
+// claimedUnderEachSQL selects the tasks RUNNING under a worker from the
+// claim with a request id, for several (worker, request id) pairs ($1, $2)
+// (task.Task.ClaimedUnder). It walks tasks_running_by_claim (0007).
+var claimedUnderEachSQL = `
+	SELECT ` + prefixed("t.", taskColumns) + ` FROM tasks t
+	JOIN unnest($1::text[], $2::text[]) AS r(worker_id, request_id)
+		ON t.worker_id = r.worker_id AND t.claim_request_id = r.request_id
+	WHERE t.status = 'RUNNING'`
+
+// ClaimedUnderEach implements ports.TaskStore.
+func (s *TaskStore) ClaimedUnderEach(ctx context.Context, refs []ports.ClaimRef) ([][]*task.Task, error) {
+	out := make([][]*task.Task, len(refs))
+	var workers, requests pq.StringArray
+	asked := make(map[ports.ClaimRef]bool, len(refs))
+	for i, r := range refs {
+		out[i] = []*task.Task{}
+		// Each pair once: a repeated pair would join every task twice.
+		if r.RequestID != "" && storableText(r.WorkerID) && storableText(r.RequestID) && !asked[r] {
+			asked[r] = true
+			workers, requests = append(workers, r.WorkerID), append(requests, r.RequestID)
+		}
+	}
+	if len(workers) == 0 {
+		return out, nil // no claim carried such an id
 	}
 	var rows []taskRow
-	if err := s.st.tx.SelectContext(ctx, &rows, claimedUnderSQL, workerID, requestID); err != nil {
-		return nil, fmt.Errorf("select tasks of claim %q: %w", requestID, err)
+	if err := s.st.tx.SelectContext(ctx, &rows, claimedUnderEachSQL, workers, requests); err != nil {
+		return nil, fmt.Errorf("select tasks of claims: %w", err)
 	}
 	inClaimOrder(rows)
-	out := make([]*task.Task, len(rows))
 	for i := range rows {
-		out[i] = rows[i].toDomain()
+		t := rows[i].toDomain()
+		for j, r := range refs {
+			if t.ClaimedUnder(r.WorkerID, r.RequestID) {
+				out[j] = append(out[j], t)
+			}
+		}
 	}
 	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -517,6 +518,36 @@ func TestTaskStoreClaimedUnderMatchesTheDomainRule(t *testing.T) {
 			require.ElementsMatch(t, want, taskIDs(got), "%s %s", worker, rid)
 		}
 	}
+	// ClaimedUnderEach answers every pair at once, a pair repeated or
+	// without a request id included.
+	var (
+		refs []ports.ClaimRef
+		want [][]uuid.UUID
+	)
+	for _, worker := range []string{"w1", "w2", "w3", "w1"} {
+		for _, rid := range []string{"r1", "r2", "", "r3"} {
+			refs = append(refs, ports.ClaimRef{WorkerID: worker, RequestID: rid})
+			var ids []uuid.UUID
+			for _, tk := range all {
+				if rid != "" && tk.ClaimedUnder(worker, rid) {
+					ids = append(ids, tk.ID())
+				}
+			}
+			want = append(want, ids)
+		}
+	}
+	var each [][]*task.Task
+	f.run(func(ctx context.Context, st ports.Stores) error {
+		var err error
+		each, err = st.Tasks.ClaimedUnderEach(ctx, refs)
+		return err
+	})
+	require.Len(t, each, len(refs))
+	for i, r := range refs {
+		require.NotNil(t, each[i])
+		require.ElementsMatch(t, want[i], taskIDs(each[i]), "%s %s", r.WorkerID, r.RequestID)
+	}
+
 	var got []*task.Task
 	f.run(func(ctx context.Context, st ports.Stores) error {
 		var err error
@@ -583,5 +614,61 @@ func TestTaskStoreKeepsTheRenderedSizesOfPayloadsAndResults(t *testing.T) {
 	for _, r := range rows {
 		require.Equal(t, r.PayloadText, r.PayloadBytes)
 		require.Equal(t, r.ResultText, r.ResultBytes)
+	}
+}
+
+// UpdateEach saves every column a holder's report changes: after each kind
+// of report, the task read back is the task the domain decided (reports
+// of single requests go through UpdateEach too, in shared transactions).
+func TestTaskStoreUpdateEachSavesWhatTheDomainDecided(t *testing.T) {
+	t.Parallel()
+	f := newStoreFixture(t)
+	reports := []func(t *task.Task, now time.Time) ([]event.Event, error){
+		func(t *task.Task, now time.Time) ([]event.Event, error) {
+			v := t.Snapshot()
+			e, err := t.Complete(task.CompleteParams{WorkerID: v.WorkerID, LeaseID: v.LeaseID, Result: json.RawMessage(`{"ok":true}`)}, now)
+			return []event.Event{e}, err
+		},
+		func(t *task.Task, now time.Time) ([]event.Event, error) {
+			v := t.Snapshot()
+			e, err := t.Fail(task.FailParams{WorkerID: v.WorkerID, LeaseID: v.LeaseID, Error: "boom", Retryable: true}, backoff.DefaultPolicy(), now)
+			return []event.Event{e}, err
+		},
+		func(t *task.Task, now time.Time) ([]event.Event, error) {
+			v := t.Snapshot()
+			e, err := t.Snooze(task.SnoozeParams{WorkerID: v.WorkerID, LeaseID: v.LeaseID, DelaySeconds: 5}, now)
+			return []event.Event{e}, err
+		},
+	}
+	var ids []uuid.UUID
+	for i := range reports {
+		f.submit(task.SubmitParams{Queue: fmt.Sprintf("q%d", i), Payload: json.RawMessage(`{}`)})
+		got := f.claim(ports.ClaimParams{WorkerID: "w", Queues: []string{fmt.Sprintf("q%d", i)}})
+		require.Len(t, got, 1)
+		ids = append(ids, got[0].ID())
+	}
+	var decided []ports.TaskResult
+	f.run(func(ctx context.Context, st ports.Stores) error {
+		var err error
+		decided, err = st.Tasks.UpdateEach(ctx, ids, func(i int, t *task.Task, now time.Time) ([]event.Event, error) {
+			for j, id := range ids {
+				if id == t.ID() {
+					return reports[j](t, now)
+				}
+			}
+			return nil, task.ErrNotFound
+		})
+		return err
+	})
+	for _, r := range decided {
+		require.NoError(t, r.Err)
+		want := r.Task.Snapshot()
+		got := f.get(r.ID)
+		want.Payload, got.Payload = nil, nil
+		if want.Result != nil {
+			require.JSONEq(t, string(want.Result), string(got.Result))
+		}
+		want.Result, got.Result = nil, nil
+		require.Equal(t, want, got)
 	}
 }

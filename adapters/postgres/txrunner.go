@@ -139,6 +139,8 @@ type txState struct {
 	// DONE or DEAD and that have dependants, until settleDependants passes
 	// their ends on.
 	finished []*task.Task
+	// claimPlanPinned is set once claimPlanSettings apply.
+	claimPlanPinned bool
 }
 
 // notify asks for a wake-up of the claims waiting on queue when the

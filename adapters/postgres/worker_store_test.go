@@ -174,6 +174,64 @@ func TestWorkerStoreTouchYieldsToAConcurrentChange(t *testing.T) {
 	require.Len(t, f.outbox(), 1, "no revival was recorded")
 }
 
+// TouchEach and TouchLiveEach are Touch for several workers: results in
+// the order of the ids (which may repeat), a missing worker ErrNotFound, a
+// DEAD one ErrDead and untouched, a STALE one revived with its event, an
+// ACTIVE one refreshed; a worker another transaction changed between the
+// read and the write keeps that change and gets no event.
+func TestWorkerStoreTouchEachIsTouchForEveryWorker(t *testing.T) {
+	t.Parallel()
+	for _, live := range []bool{false, true} {
+		f := newStoreFixture(t)
+		for _, id := range []string{"active", "stale", "dead", "raced"} {
+			f.register(worker.RegisterParams{ID: id})
+		}
+		f.exec(`UPDATE workers SET last_heartbeat_at = now() - interval '2 seconds' WHERE id = 'active'`)
+		f.exec(`UPDATE workers SET status = 'STALE', last_heartbeat_at = now() - interval '40 seconds' WHERE id IN ('stale', 'raced')`)
+		f.exec(`UPDATE workers SET status = 'DEAD', last_heartbeat_at = now() - interval '1 hour' WHERE id = 'dead'`)
+		dead := f.workerState("dead")
+		ids := []string{"stale", "active", "nobody", "dead", "active", "raced"}
+		var out []ports.WorkerResult
+		f.run(func(ctx context.Context, st ports.Stores) error {
+			touch := st.Workers.TouchEach
+			if live {
+				touch = st.Workers.TouchLiveEach
+			}
+			var err error
+			out, err = touch(ctx, ids, func(w *worker.Worker, now time.Time) ([]event.Event, bool, error) {
+				if w.ID() == "raced" {
+					// Another transaction (the reaper, say) commits first.
+					f.exec(`UPDATE workers SET status = 'DEAD' WHERE id = 'raced'`)
+				}
+				return w.SignOfLife(now)
+			})
+			return err
+		})
+		require.Len(t, out, len(ids))
+		for i, id := range ids {
+			require.Equal(t, id, out[i].ID)
+		}
+		require.NoError(t, out[0].Err)
+		require.Equal(t, worker.StatusActive, out[0].Worker.Status())
+		require.NoError(t, out[1].Err)
+		require.NoError(t, out[4].Err)
+		require.ErrorIs(t, out[2].Err, worker.ErrNotFound)
+		require.Nil(t, out[2].Worker)
+		require.ErrorIs(t, out[3].Err, worker.ErrDead)
+
+		require.Equal(t, "ACTIVE", f.workerState("stale").Status)
+		require.True(t, f.workerState("stale").LastHeartbeat.Equal(out[0].Worker.Snapshot().LastHeartbeatAt))
+		require.True(t, f.workerState("active").LastHeartbeat.Equal(out[1].Worker.Snapshot().LastHeartbeatAt), "refreshed")
+		require.Equal(t, dead, f.workerState("dead"), "nothing changed")
+		require.Equal(t, "DEAD", f.workerState("raced").Status, "the concurrent change stands")
+		msgs := f.outbox()
+		last := msgs[len(msgs)-1].Events
+		require.Len(t, last, 1, "one revival: stale's; raced's was not saved")
+		require.Equal(t, event.WorkerRevived, last[0].Type)
+		require.Equal(t, "stale", last[0].WorkerID)
+	}
+}
+
 func TestWorkerStoreListIsInIDOrder(t *testing.T) {
 	t.Parallel()
 	f := newStoreFixture(t)

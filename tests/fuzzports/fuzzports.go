@@ -120,6 +120,27 @@ func (tasks) Claim(_ context.Context, p ports.ClaimParams) ([]*task.Task, bool, 
 	return []*task.Task{t}, false, nil
 }
 
+func (s tasks) ClaimGroup(ctx context.Context, p ports.ClaimGroupParams) ([]ports.ClaimOutcome, error) {
+	out := make([]ports.ClaimOutcome, len(p.Requests))
+	for i, r := range p.Requests {
+		ts, truncated, err := s.Claim(ctx, ports.ClaimParams{WorkerID: r.WorkerID, WorkerTags: p.WorkerTags, Queues: p.Queues,
+			Limit: r.Limit, LeaseSeconds: r.LeaseSeconds, RequestID: r.RequestID, MaxBytes: r.MaxBytes})
+		if err != nil {
+			return nil, err
+		}
+		out[i] = ports.ClaimOutcome{Tasks: ts, Truncated: truncated}
+	}
+	return out, nil
+}
+
+func (tasks) ClaimedUnderEach(_ context.Context, refs []ports.ClaimRef) ([][]*task.Task, error) {
+	out := make([][]*task.Task, len(refs))
+	for i := range out {
+		out[i] = []*task.Task{}
+	}
+	return out, nil
+}
+
 func (tasks) ClaimedUnder(context.Context, string, string) ([]*task.Task, error) {
 	return []*task.Task{}, nil
 }
@@ -172,6 +193,19 @@ func (workers) Touch(_ context.Context, id string, fn ports.WorkerTouchFunc) (*w
 
 func (w workers) TouchLive(ctx context.Context, id string, fn ports.WorkerTouchFunc) (*worker.Worker, error) {
 	return w.Touch(ctx, id, fn)
+}
+
+func (s workers) TouchEach(ctx context.Context, ids []string, fn ports.WorkerTouchFunc) ([]ports.WorkerResult, error) {
+	out := make([]ports.WorkerResult, len(ids))
+	for i, id := range ids {
+		w, err := s.Touch(ctx, id, fn)
+		out[i] = ports.WorkerResult{ID: id, Worker: w, Err: err}
+	}
+	return out, nil
+}
+
+func (s workers) TouchLiveEach(ctx context.Context, ids []string, fn ports.WorkerTouchFunc) ([]ports.WorkerResult, error) {
+	return s.TouchEach(ctx, ids, fn)
 }
 
 func (workers) Owners(context.Context, []string) (map[string]string, error) {

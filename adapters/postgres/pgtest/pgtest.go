@@ -125,10 +125,14 @@ func NewEmptyDatabase(t testing.TB) string {
 }
 
 // NewDB is NewDatabase plus an open *sqlx.DB (driver "postgres"), closed when the test ends.
+// Its connections keep prepared statements as the service's do
+// (postgres.NewCachingConnector), so every storage test runs them that way.
 func NewDB(t testing.TB) *sqlx.DB {
 	t.Helper()
-	db, err := sqlx.Connect("postgres", NewDatabase(t))
-	require.NoError(t, err, "pgtest: connect")
+	connector, err := pq.NewConnector(NewDatabase(t))
+	require.NoError(t, err, "pgtest: connector")
+	db := sqlx.NewDb(sql.OpenDB(postgres.NewCachingConnector(connector, 0)), "postgres")
+	require.NoError(t, db.Ping(), "pgtest: connect")
 	t.Cleanup(func() { require.NoError(t, db.Close(), "pgtest: close") })
 	return db
 }

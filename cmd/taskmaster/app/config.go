@@ -77,6 +77,8 @@ func DefaultConfig() Config {
 			ClaimPollInterval:   application.DefaultClaimPollInterval,
 			DefaultLeaseSeconds: task.DefaultLeaseSeconds,
 			MaxResponseBytes:    application.DefaultMaxResponseBytes,
+			BatchRequests:       application.DefaultBatchRequests,
+			ConcurrentBatches:   application.DefaultConcurrentBatches,
 		},
 		ReaperInterval:         15 * time.Second,
 		DeadlineReaperInterval: 30 * time.Second,
@@ -112,6 +114,12 @@ func (c Config) Validate() error {
 	add("TASKMASTER_MAX_INFLIGHT_CLAIMS", claims)
 	add("TASKMASTER_MAX_INFLIGHT_BODY_BYTES", bodyBytes)
 	add("TASKMASTER_DB_MAX_CONNS", c.Pool.Validate())
+	if c.App.BatchRequests < 1 || c.App.BatchRequests > application.MaxBatchRequests {
+		add("TASKMASTER_BATCH_REQUESTS", fmt.Errorf("must be between 1 and %d", application.MaxBatchRequests))
+	}
+	if c.App.ConcurrentBatches < 1 || c.App.ConcurrentBatches > c.Pool.MaxOpen {
+		add("TASKMASTER_BATCH_CONCURRENCY", errors.New("must be between 1 and TASKMASTER_DB_MAX_CONNS"))
+	}
 	add("TASKMASTER_RETRY_BASE_DELAY_SECONDS", c.App.Backoff.Validate())
 	add("TASKMASTER_HEARTBEAT_DEAD_THRESHOLD_SECONDS", c.App.Liveness.Validate())
 	if c.App.MaxResponseBytes < application.MinMaxResponseBytes {
@@ -227,6 +235,12 @@ func settings() []setting {
 		{"TASKMASTER_MAX_INFLIGHT_BODY_BYTES", "max-inflight-body-bytes", "request body bytes buffered at once (503 beyond)",
 			intSetter(func(c *Config, n int) { c.HTTP.MaxInFlightBodyBytes = int64(n) }),
 			func(c *Config) string { return strconv.FormatInt(c.HTTP.MaxInFlightBodyBytes, 10) }},
+		{"TASKMASTER_BATCH_REQUESTS", "batch-requests", "most concurrent claims, or concurrent reports (complete, fail, extend), one shared transaction serves (1: each its own)",
+			intSetter(func(c *Config, n int) { c.App.BatchRequests = n }),
+			func(c *Config) string { return strconv.Itoa(c.App.BatchRequests) }},
+		{"TASKMASTER_BATCH_CONCURRENCY", "batch-concurrency", "shared transactions of claims, and of reports, that run at once",
+			intSetter(func(c *Config, n int) { c.App.ConcurrentBatches = n }),
+			func(c *Config) string { return strconv.Itoa(c.App.ConcurrentBatches) }},
 		{"TASKMASTER_CLAIM_POLL_INTERVAL_MS", "claim-poll-interval-ms", "how often a long-poll claim looks again without a notification",
 			millisSetter(func(c *Config, d time.Duration) { c.App.ClaimPollInterval = d }),
 			func(c *Config) string { return millis(c.App.ClaimPollInterval) }},
@@ -242,6 +256,19 @@ func settings() []setting {
 		{"TASKMASTER_DB_TCP_USER_TIMEOUT_MS", "db-tcp-user-timeout-ms", "close a database connection unacknowledged or silent to keepalives this long, on both ends (0: OS defaults)",
 			optionalMillisSetter(func(c *Config, d time.Duration) { c.Pool.Conn.TCPUserTimeout = d }),
 			func(c *Config) string { return millis(c.Pool.Conn.TCPUserTimeout) }},
+		{"TASKMASTER_DB_STATEMENT_CACHE_SIZE", "db-statement-cache-size", "prepared statements each database connection keeps (0: none, every statement parsed and planned each time)",
+			func(c *Config, v string) error {
+				n, err := strconv.Atoi(v)
+				if err != nil || n < 0 {
+					return errors.New("must be a whole number, 0 or more")
+				}
+				c.Pool.StatementCacheSize = n
+				if n == 0 {
+					c.Pool.StatementCacheSize = -1
+				}
+				return nil
+			},
+			func(c *Config) string { return strconv.Itoa(max(c.Pool.StatementCacheSize, 0)) }},
 		{"TASKMASTER_HEARTBEAT_STALE_THRESHOLD_SECONDS", "heartbeat-stale-threshold-seconds", "silence before a worker is STALE",
 			secondsSetter(func(c *Config, d time.Duration) { c.App.Liveness.StaleAfter = d }),
 			func(c *Config) string { return seconds(c.App.Liveness.StaleAfter) }},

@@ -35,6 +35,15 @@ type Options struct {
 	PayloadBytes int // memory scenario
 	Claimers     int // memory scenario
 	MemoryClaim  int // memory scenario: tasks per claim
+	// ServerBin, when set, is the binary whose `serve` is benchmarked.
+	ServerBin string
+	// Statements prints the top statements of pg_stat_statements per
+	// scenario; WaitEvents samples pg_stat_activity's wait events.
+	Statements int
+	WaitEvents bool
+	// IdleWorkers and IdleQueues size the idle scenario.
+	IdleWorkers int
+	IdleQueues  int
 	// Auth starts the server with API keys on, and drives it with a key of
 	// its own (produce, work and read; rate limits lifted so that they
 	// measure nothing but their own cost). With URL, APIKey is sent.
@@ -83,6 +92,16 @@ type Report struct {
 	PayloadBytes       int   `json:"payload_bytes,omitempty"`
 	OverloadedAnswers  int64 `json:"overloaded_answers,omitempty"`
 	ServerRSSHighWater int64 `json:"server_rss_high_water_bytes,omitempty"`
+
+	// CPU is where the scenario's CPU went (server, PostgreSQL, load
+	// generator, the rest of the machine), also per finished task.
+	CPU *CPUBreakdown `json:"cpu,omitempty"`
+	// Finished is how many tasks the scenario finished (CPU.FinishedTasks).
+	Finished int64 `json:"-"`
+	// Idle holds the idle scenario's figures; Storage the database size per
+	// million finished tasks.
+	Idle    *IdleFigures    `json:"idle,omitempty"`
+	Storage *StorageFigures `json:"storage,omitempty"`
 }
 
 // Scenarios are the scenario names, in the order "all" runs them.
@@ -129,7 +148,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func parseOptions(args []string, stderr io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	scenario := fs.String("scenario", "batch", "batch, single, backlog, latency, memory, projection, streams, or all (comma-separated list allowed)")
+	scenario := fs.String("scenario", "batch", strings.Join(Scenarios, ", ")+", or all (comma-separated list allowed)")
 	o := Options{}
 	fs.IntVar(&o.Tasks, "tasks", 0, "tasks per scenario (defaults: batch 200000, single 20000, backlog 1000000 backlog rows, latency rate x duration, projection 200000 single-event messages, streams 100000)")
 	fs.IntVar(&o.Streams, "streams", 500, "concurrent event streams in the streams scenario")
@@ -145,6 +164,12 @@ func parseOptions(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.PayloadBytes, "payload-bytes", 1<<20, "payload size in the memory scenario")
 	fs.IntVar(&o.Claimers, "claimers", 64, "concurrent claiming workers in the memory scenario")
 	fs.IntVar(&o.MemoryClaim, "memory-claim-limit", 8, "tasks per claim in the memory scenario")
+	fs.IntVar(&o.BacklogTasks, "backlog", 0, "pending tasks of the backlog scenario's large queue (default 1000000, or --tasks)")
+	fs.StringVar(&o.ServerBin, "server-bin", "", "benchmark this binary's `serve` instead of this one's (A/B comparisons)")
+	fs.IntVar(&o.Statements, "statements", 0, "print the N statements that took the most time per scenario (loads pg_stat_statements)")
+	fs.BoolVar(&o.WaitEvents, "wait-events", false, "sample the database sessions' wait events every 10 ms and print them per scenario")
+	fs.IntVar(&o.IdleWorkers, "idle-workers", 1000, "long-polling workers in the idle scenario")
+	fs.IntVar(&o.IdleQueues, "idle-queues", 10, "queues the idle scenario's workers wait on")
 	fs.BoolVar(&o.Auth, "auth", false, "serve with API keys on (TASKMASTER_AUTH=on); the benchmark makes and sends its own key")
 	fs.StringVar(&o.APIKey, "api-key", os.Getenv("TASKMASTER_API_KEY"), "with --url: the API key to send (needs produce, work and read)")
 	if err := fs.Parse(args); err != nil {
@@ -177,6 +202,7 @@ func parseOptions(args []string, stderr io.Writer) (Options, error) {
 func runScenario(ctx context.Context, env *environment, name string, opts Options, log io.Writer) (Report, error) {
 	mon := newMonitor(env)
 	start := mon.current()
+	probes := startProbes(ctx, env, opts)
 	var (
 		r   Report
 		err error
@@ -196,7 +222,10 @@ func runScenario(ctx context.Context, env *environment, name string, opts Option
 		r, err = runProjection(ctx, env, opts, mon, log)
 	case "streams":
 		r, err = runStreams(ctx, env, opts, mon, log)
+	default:
+		r, err = extraScenarios[name](ctx, env, opts, mon, log)
 	}
+	probes.finish(ctx, &r, log)
 	end, peak, lag, groups := mon.finish()
 	if err != nil {
 		return r, err
@@ -366,7 +395,7 @@ func runBatch(ctx context.Context, env *environment, opts Options, mon *monitor,
 	}
 	end := time.Now()
 	return Report{
-		Tasks: n, Producers: opts.Producers, Workers: opts.Workers,
+		Tasks: n, Producers: opts.Producers, Workers: opts.Workers, Finished: int64(n),
 		DurationSeconds:     round3(end.Sub(start).Seconds()),
 		SubmitTasksPerSec:   round1(float64(n) / submitDone.Sub(start).Seconds()),
 		EndToEndTasksPerSec: round1(float64(n) / end.Sub(start).Seconds()),
@@ -400,7 +429,7 @@ func runSingle(ctx context.Context, env *environment, opts Options, mon *monitor
 	el := time.Since(start)
 	cp := completes.percentiles()
 	return Report{
-		Tasks: n, Producers: opts.Producers, Workers: workers,
+		Tasks: n, Producers: opts.Producers, Workers: workers, Finished: int64(n),
 		DurationSeconds:     round3(el.Seconds()),
 		SubmitTasksPerSec:   round1(submitRate),
 		EndToEndTasksPerSec: round1(float64(n) / el.Seconds()),
@@ -457,7 +486,7 @@ func runBacklog(ctx context.Context, env *environment, opts Options, mon *monito
 		ratio = round3(full.P99 / empty.P99)
 	}
 	return Report{
-		Tasks: backlog, Producers: opts.Producers, Workers: workers,
+		Tasks: backlog, Producers: opts.Producers, Workers: workers, Finished: done,
 		DurationSeconds:       round3(time.Since(t0).Seconds()),
 		EndToEndTasksPerSec:   round1(float64(done) / opts.Duration.Seconds()),
 		ClaimLatencyMS:        full,
@@ -569,7 +598,7 @@ func runLatency(ctx context.Context, env *environment, opts Options, mon *monito
 	}
 	sc := lat.percentiles()
 	return Report{
-		Tasks: n, Producers: 1, Workers: workers,
+		Tasks: n, Producers: 1, Workers: workers, Finished: int64(n),
 		DurationSeconds:     round3(time.Since(start).Seconds()),
 		SubmitTasksPerSec:   round1(float64(n) / submitEnd.Sub(start).Seconds()),
 		EndToEndTasksPerSec: round1(float64(n) / time.Since(start).Seconds()),
@@ -600,6 +629,7 @@ func printReport(w io.Writer, r Report) {
 	if r.BacklogP99Ratio > 0 {
 		fmt.Fprintf(w, "  backlog p99 / empty p99: %.2fx\n", r.BacklogP99Ratio)
 	}
+	printExtras(w, r)
 	pr("submit to claim", r.SubmitToClaimMS)
 	for _, d := range r.Drains {
 		fmt.Fprintf(w, "  drain %-13s %d messages, %d events in %.2f s: %.0f messages/s, %.0f events/s\n",

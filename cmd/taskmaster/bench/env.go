@@ -30,6 +30,9 @@ type environment struct {
 	db        *sqlx.DB // nil when only --url is known
 	serverPID int      // 0 when the server is not ours
 	stop      func()
+
+	// postmasterPID is the benchmark's PostgreSQL (0 when not ours).
+	postmasterPID int
 }
 
 const benchDatabase = "taskmaster"
@@ -61,7 +64,7 @@ func startEnvironment(ctx context.Context, opts Options, log io.Writer) (*enviro
 	fmt.Fprintf(log, "starting PostgreSQL (durable defaults) in %s ...\n", dir)
 	pg, err := localpg.Start(ctx, localpg.Config{
 		DataDir:       filepath.Join(dir, "pg"),
-		ExtraSettings: map[string]string{"shared_buffers": "512MB", "max_wal_size": "4GB"},
+		ExtraSettings: serverSettings(opts),
 	})
 	if err != nil {
 		_ = os.RemoveAll(dir)
@@ -86,7 +89,7 @@ func startEnvironment(ctx context.Context, opts Options, log io.Writer) (*enviro
 		cleanup()
 		return nil, err
 	}
-	self, err := os.Executable()
+	self, err := serverBinary(opts)
 	if err != nil {
 		cleanup()
 		return nil, err
@@ -120,7 +123,8 @@ func startEnvironment(ctx context.Context, opts Options, log io.Writer) (*enviro
 			<-exited
 		}
 	}
-	env := &environment{api: newAPI("http://"+addr, opts.Workers+opts.Producers), serverPID: cmd.Process.Pid}
+	env := &environment{api: newAPI("http://"+addr, opts.Workers+opts.Producers), serverPID: cmd.Process.Pid,
+		postmasterPID: postmasterPID(pg.DataDir())}
 	env.api.key = key
 	db, err := sqlx.Open("postgres", dbURL)
 	if err != nil {

@@ -72,7 +72,7 @@ func runMemory(ctx context.Context, env *environment, opts Options, mon *monitor
 		n, opts.PayloadBytes, perBatch, opts.Claimers, opts.MemoryClaim, float64(n)*float64(opts.PayloadBytes)/(1<<20),
 		elapsed.Seconds(), float64(hwm)/(1<<20), a.refused.Load())
 	return Report{
-		Tasks: n, Producers: opts.Producers, Workers: opts.Claimers,
+		Tasks: n, Producers: opts.Producers, Workers: opts.Claimers, Finished: int64(n),
 		DurationSeconds:     round3(elapsed.Seconds()),
 		EndToEndTasksPerSec: round1(float64(n) / elapsed.Seconds()),
 		ClaimLatencyMS:      claims.percentiles(),

@@ -1,0 +1,11 @@
+package postgres
+
+import (
+	"github.com/jmoiron/sqlx"
+
+	"github.com/taskmaster/taskmaster/ports"
+)
+
+// TxOf returns the transaction stores work on, for tests that stage rows
+// in it (the same now(), the same snapshot).
+func TxOf(st ports.Stores) *sqlx.Tx { return st.Tasks.(*TaskStore).st.tx }
