@@ -14,8 +14,12 @@ import (
 )
 
 // Complete marks a task DONE. Only the worker holding it, under its current
-// lease, may do so.
+// lease, may do so. A command that enqueues takes CompleteEnqueue's path.
 func (s *TaskService) Complete(ctx context.Context, cmd ports.CompleteCommand) (*task.Task, error) {
+	if cmd.Enqueue != nil {
+		c, err := s.CompleteEnqueue(ctx, cmd)
+		return c.Task, err
+	}
 	var v validation.Errors
 	checkReporter(&v, cmd.WorkerID)
 	checkLease(&v, "lease_id", cmd.LeaseID)
@@ -27,21 +31,29 @@ func (s *TaskService) Complete(ctx context.Context, cmd ports.CompleteCommand) (
 		checkJSON(&v, st, "result", cmd.Result)
 		return v.Err()
 	}
-	out, err := s.updateReported(ctx, cmd.TaskID, cmd.WorkerID, check, func(t *task.Task, now time.Time) ([]event.Event, error) {
-		e, err := t.Complete(task.CompleteParams{WorkerID: cmd.WorkerID, LeaseID: *cmd.LeaseID, Result: cmd.Result}, now)
-		return []event.Event{e}, err
-	})
+	out, err := s.updateReported(ctx, cmd.TaskID, cmd.WorkerID, check, completeFunc(cmd), nil)
 	if err != nil {
 		return nil, fmt.Errorf("complete task: %w", err)
 	}
 	return out, nil
 }
 
+// completeFunc is the domain's decision on a completion.
+func completeFunc(cmd ports.CompleteCommand) ports.TaskUpdateFunc {
+	return func(t *task.Task, now time.Time) ([]event.Event, error) {
+		e, err := t.Complete(task.CompleteParams{WorkerID: cmd.WorkerID, LeaseID: *cmd.LeaseID, Result: cmd.Result}, now)
+		return []event.Event{e}, err
+	}
+}
+
 // updateReported applies a holder's report to its task (fn fences it) and
 // counts the report as the worker's sign of life, in a transaction shared
 // with concurrent reports (see report). check, when not nil, refuses what
-// storage cannot hold before anything is loaded.
-func (s *TaskService) updateReported(ctx context.Context, id uuid.UUID, workerID string, check func(ports.Stores) error, fn ports.TaskUpdateFunc) (*task.Task, error) {
+// storage cannot hold before anything is loaded; then, when not nil, runs
+// in that transaction once the report was applied (not when it was
+// refused).
+func (s *TaskService) updateReported(ctx context.Context, id uuid.UUID, workerID string, check func(ports.Stores) error,
+	fn ports.TaskUpdateFunc, then func(context.Context, ports.Stores) error) (*task.Task, error) {
 	if err := ports.Principal(ctx).CheckWorkerID(workerID); err != nil {
 		return nil, err
 	}
@@ -51,6 +63,14 @@ func (s *TaskService) updateReported(ctx context.Context, id uuid.UUID, workerID
 	}}
 	if check != nil {
 		r.refuse = func(st ports.Stores) []error { return []error{check(st)} }
+	}
+	if then != nil {
+		r.then = func(ctx context.Context, st ports.Stores, res []ports.TaskResult) error {
+			if res[0].Err != nil {
+				return nil // refused: nothing follows
+			}
+			return then(ctx, st)
+		}
 	}
 	out, err := s.reports.do(ctx, r)
 	if err != nil {

@@ -28,7 +28,7 @@ func (s *TaskService) Extend(ctx context.Context, cmd ports.ExtendCommand) (*tas
 	}
 	out, err := s.updateReported(ctx, cmd.TaskID, cmd.WorkerID, nil, func(t *task.Task, now time.Time) ([]event.Event, error) {
 		return nil, t.ExtendLease(task.ExtendParams{WorkerID: cmd.WorkerID, LeaseID: *cmd.LeaseID, LeaseSeconds: cmd.LeaseSeconds}, now)
-	})
+	}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("extend lease: %w", err)
 	}

@@ -29,7 +29,7 @@ func (s *TaskService) Fail(ctx context.Context, cmd ports.FailCommand) (*task.Ta
 			WorkerID: cmd.WorkerID, LeaseID: *cmd.LeaseID, Error: cmd.Error, Retryable: cmd.Retryable, Rand: s.rand,
 		}, s.cfg.Backoff, now)
 		return []event.Event{e}, err
-	})
+	}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("fail task: %w", err)
 	}

@@ -15,14 +15,11 @@ import (
 func (s *TaskService) Get(ctx context.Context, id uuid.UUID) (*task.Task, error) {
 	var out *task.Task
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
-		var err error
-		if out, err = st.Tasks.Get(ctx, id); err != nil {
+		t, err := visibleTask(ctx, st, id)
+		if err != nil {
 			return err
 		}
-		if !ports.Principal(ctx).QueueAllowed(out.Queue()) {
-			return task.ErrNotFound // never tell a key of tasks it may not see
-		}
-		out, err = hideLease(ctx, st, out)
+		out, err = hideLease(ctx, st, t)
 		return err
 	})
 	if err != nil {

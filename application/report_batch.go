@@ -17,40 +17,114 @@ import (
 
 // CompleteBatch reports many successes of one worker in one transaction.
 // Each item is fenced on its own (every item names its lease): a refused
-// item does not stop the others.
+// item does not stop the others. An item may enqueue tasks: they are
+// created with its completion or not at all (see CompleteEnqueue); an item
+// whose enqueue is invalid fails on its own ("items[2].enqueue[0].payload"),
+// and all the items together may enqueue at most MaxEnqueue tasks.
 func (s *TaskService) CompleteBatch(ctx context.Context, workerID string, items []ports.CompleteItem) ([]ports.TaskResult, error) {
 	ids := make([]uuid.UUID, len(items))
+	lists := make([][]task.SubmitParams, len(items))
+	total, enqueues := 0, false
 	for i, it := range items {
-		ids[i] = it.TaskID
+		ids[i], lists[i] = it.TaskID, it.Enqueue
+		total += len(it.Enqueue)
+		enqueues = enqueues || it.Enqueue != nil
 	}
 	err := validateBatch(workerID, ids, func(v *validation.Errors) {
 		for i, it := range items {
 			checkLease(v, fmt.Sprintf("items[%d].lease_id", i), it.LeaseID)
 		}
+		if total > MaxEnqueue {
+			v.Add("items", fmt.Sprintf("may enqueue at most %d tasks in total", MaxEnqueue))
+		}
 	})
 	if err != nil {
 		return nil, err
 	}
-	// An item whose result storage cannot hold fails on its own, with a
-	// validation problem; the others go on.
+	// An item whose enqueue, or whose result, breaks a rule fails on its
+	// own, with a validation problem; the others go on.
+	invalid := make([]*validation.Error, len(items))
+	for i, it := range items {
+		var v validation.Errors
+		if err := prepareEnqueue(fmt.Sprintf("items[%d].enqueue", i), it.Enqueue, &v); err != nil {
+			return nil, err
+		}
+		if err := v.Err(); err != nil {
+			invalid[i] = err.(*validation.Error)
+		}
+	}
+	if err := checkEnqueueAccess(ctx, lists...); err != nil {
+		return nil, err
+	}
 	refuse := func(st ports.Stores) []error {
 		out := make([]error, len(items))
 		for i, it := range items {
 			var v validation.Errors
 			checkJSON(&v, st, fmt.Sprintf("items[%d].result", i), it.Result)
+			if invalid[i] != nil {
+				v.Merge("", invalid[i])
+			} else if err := checkPayloads(st, fmt.Sprintf("items[%d].enqueue", i), it.Enqueue); err != nil {
+				v.Merge("", err.(*validation.Error))
+			}
 			out[i] = v.Err()
 		}
 		return out
 	}
-	out, err := s.reportBatch(ctx, workerID, ids, refuse, func(i int, t *task.Task, now time.Time) ([]event.Event, error) {
+	built := make([]enqueue, len(items))
+	decide := func(i int, t *task.Task, now time.Time) ([]event.Event, error) {
 		it := items[i]
+		var (
+			b   enqueue
+			err error
+		)
+		if b, err = buildEnqueue(it.Enqueue, fmt.Sprintf("items[%d].enqueue", i), now); err != nil {
+			return nil, err
+		}
 		e, err := t.Complete(task.CompleteParams{WorkerID: workerID, LeaseID: *it.LeaseID, Result: it.Result}, now)
-		return []event.Event{e}, err
-	})
+		if err != nil {
+			return nil, err
+		}
+		built[i] = b
+		return []event.Event{e}, nil
+	}
+	var then func(context.Context, ports.Stores, []ports.TaskResult) error
+	if enqueues {
+		then = func(ctx context.Context, st ports.Stores, out []ports.TaskResult) error {
+			return enqueueCompleted(ctx, st, items, built, out)
+		}
+	}
+	out, err := s.reportBatch(ctx, workerID, ids, refuse, decide, then)
 	if err != nil {
 		return nil, fmt.Errorf("complete batch: %w", err)
 	}
 	return out, nil
+}
+
+// enqueueCompleted creates, with one statement, the tasks that the
+// completed items of a batch enqueue, and gives each item its own.
+func enqueueCompleted(ctx context.Context, st ports.Stores, items []ports.CompleteItem, built []enqueue, out []ports.TaskResult) error {
+	var all enqueue
+	for i := range items {
+		if out[i].Err == nil {
+			all.tasks = append(all.tasks, built[i].tasks...)
+			all.events = append(all.events, built[i].events...)
+		}
+	}
+	created, err := all.create(ctx, st)
+	if err != nil {
+		return err
+	}
+	if err := hideLeases(ctx, st, created); err != nil { // existing tasks may be RUNNING
+		return err
+	}
+	for i, it := range items {
+		if it.Enqueue == nil || out[i].Err != nil {
+			continue
+		}
+		n := len(built[i].tasks)
+		out[i].Enqueued, created = created[:n:n], created[n:]
+	}
+	return nil
 }
 
 // FailBatch reports many failures of one worker in one transaction, each
@@ -75,7 +149,7 @@ func (s *TaskService) FailBatch(ctx context.Context, workerID string, items []po
 		it := items[i]
 		e, err := t.Fail(task.FailParams{WorkerID: workerID, LeaseID: *it.LeaseID, Error: it.Error, Retryable: it.Retryable, Rand: s.rand}, s.cfg.Backoff, now)
 		return []event.Event{e}, err
-	})
+	}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("fail batch: %w", err)
 	}
@@ -84,15 +158,18 @@ func (s *TaskService) FailBatch(ctx context.Context, workerID string, items []po
 
 // reportBatch applies a batch report's items. refuse, when not nil, returns
 // an error for each item that must fail on its own before its task is
-// loaded (nil for the others); fn decides the rest. An item whose task lies
-// in a queue the principal may not see fails as if the task were missing.
+// loaded (nil for the others); fn decides the rest; then, when not nil, runs
+// in the (shared) transaction once the request's items are settled, with
+// the request's principal and correlation id. An item whose task lies in a
+// queue the principal may not see fails as if the task were missing.
 func (s *TaskService) reportBatch(ctx context.Context, workerID string, ids []uuid.UUID,
-	refuse func(ports.Stores) []error, fn ports.TaskUpdateEachFunc) ([]ports.TaskResult, error) {
+	refuse func(ports.Stores) []error, fn ports.TaskUpdateEachFunc,
+	then func(context.Context, ports.Stores, []ports.TaskResult) error) ([]ports.TaskResult, error) {
 	p := ports.Principal(ctx)
 	if err := p.CheckWorkerID(workerID); err != nil {
 		return nil, err
 	}
-	return s.reports.do(ctx, report{workerID: workerID, ids: ids, refuse: refuse, decide: func(i int, t *task.Task, now time.Time) ([]event.Event, error) {
+	return s.reports.do(ctx, report{workerID: workerID, ids: ids, refuse: refuse, then: then, decide: func(i int, t *task.Task, now time.Time) ([]event.Event, error) {
 		if !p.QueueAllowed(t.Queue()) {
 			return nil, task.ErrNotFound
 		}
@@ -113,6 +190,9 @@ type report struct {
 	ids      []uuid.UUID
 	refuse   func(ports.Stores) []error
 	decide   ports.TaskUpdateEachFunc
+	// then, when not nil, runs after the request's items were applied and
+	// its worker touched, in the same transaction (see reportBatch).
+	then func(ctx context.Context, st ports.Stores, res []ports.TaskResult) error
 }
 
 // reportsOverlap reports whether p names a task that a request in batch
@@ -227,6 +307,18 @@ func reportInTx(ctx context.Context, st ports.Stores, batch []*pending[report, [
 			return errReportRefused
 		}
 		p.res, p.err = nil, err
+	}
+	// What the requests do after their items (complete-and-enqueue: the
+	// next stage's tasks), each as its own principal. A failure fails the
+	// shared transaction, which then runs one request at a time.
+	for _, p := range batch {
+		if p.err != nil || p.req.then == nil {
+			continue
+		}
+		pctx := ports.WithCorrelationID(ports.WithPrincipal(ctx, ports.Principal(p.ctx)), ports.CorrelationID(p.ctx))
+		if err := p.req.then(pctx, st, p.res); err != nil {
+			return err
+		}
 	}
 	// A refused item shows the task as it is, perhaps held by another
 	// worker under a lease that is not the caller's to see. (An applied

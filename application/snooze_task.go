@@ -31,7 +31,7 @@ func (s *TaskService) Snooze(ctx context.Context, cmd ports.SnoozeCommand) (*tas
 	out, err := s.updateReported(ctx, cmd.TaskID, cmd.WorkerID, nil, func(t *task.Task, now time.Time) ([]event.Event, error) {
 		e, err := t.Snooze(task.SnoozeParams{WorkerID: cmd.WorkerID, LeaseID: *cmd.LeaseID, DelaySeconds: *cmd.DelaySeconds}, now)
 		return []event.Event{e}, err
-	})
+	}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("snooze task: %w", err)
 	}

@@ -19,47 +19,21 @@ import (
 // item, including repeats within the batch.
 func (s *TaskService) SubmitBatch(ctx context.Context, ps []task.SubmitParams) ([]*task.Task, []bool, error) {
 	var v validation.Errors
-	switch {
-	case len(ps) == 0:
-		v.Add("tasks", "must hold at least one task")
-	case len(ps) > MaxBatch:
-		v.Add("tasks", fmt.Sprintf("must hold at most %d tasks", MaxBatch))
+	if err := prepareBatch(ps, &v); err != nil {
+		return nil, nil, err
 	}
 	if err := v.Err(); err != nil {
 		return nil, nil, err
 	}
-	for i := range ps {
-		if err := task.ValidateSubmit(&ps[i]); err != nil {
-			v.Merge(fmt.Sprintf("tasks[%d].", i), err.(*validation.Error))
-			continue
-		}
-		if ps[i].ID == uuid.Nil {
-			id, err := uuid.NewV7()
-			if err != nil {
-				return nil, nil, fmt.Errorf("new task id: %w", err)
-			}
-			ps[i].ID = id
-		}
-	}
-	if err := v.Err(); err != nil {
+	if err := checkBatchQueues(ctx, ps); err != nil {
 		return nil, nil, err
-	}
-	principal := ports.Principal(ctx)
-	for _, p := range ps {
-		if err := principal.CheckQueue(p.Queue); err != nil {
-			return nil, nil, err
-		}
 	}
 	var (
 		out     []*task.Task
 		created []bool
 	)
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
-		var v validation.Errors
-		for i, p := range ps {
-			checkJSON(&v, st, fmt.Sprintf("tasks[%d].payload", i), p.Payload)
-		}
-		if err := v.Err(); err != nil {
+		if err := checkPayloads(st, "tasks", ps); err != nil {
 			return err
 		}
 		var err error
@@ -91,6 +65,55 @@ func (s *TaskService) SubmitBatch(ctx context.Context, ps []task.SubmitParams) (
 		return nil, nil, fmt.Errorf("submit batch: %w", err)
 	}
 	return out, created, nil
+}
+
+// prepareBatch adds to v what is wrong with the batch's size and items
+// ("tasks[i].field"), fills the items' defaults and gives each an id.
+func prepareBatch(ps []task.SubmitParams, v *validation.Errors) error {
+	switch {
+	case len(ps) == 0:
+		v.Add("tasks", "must hold at least one task")
+		return nil
+	case len(ps) > MaxBatch:
+		v.Add("tasks", fmt.Sprintf("must hold at most %d tasks", MaxBatch))
+		return nil
+	}
+	for i := range ps {
+		if err := task.ValidateSubmit(&ps[i]); err != nil {
+			v.Merge(fmt.Sprintf("tasks[%d].", i), err.(*validation.Error))
+			continue
+		}
+		if ps[i].ID == uuid.Nil {
+			id, err := uuid.NewV7()
+			if err != nil {
+				return fmt.Errorf("new task id: %w", err)
+			}
+			ps[i].ID = id
+		}
+	}
+	return nil
+}
+
+// checkPayloads returns a validation error naming every item of ps
+// ("<list>[i].payload") whose payload storage cannot hold.
+func checkPayloads(st ports.Stores, list string, ps []task.SubmitParams) error {
+	var v validation.Errors
+	for i, p := range ps {
+		checkJSON(&v, st, fmt.Sprintf("%s[%d].payload", list, i), p.Payload)
+	}
+	return v.Err()
+}
+
+// checkBatchQueues returns a forbidden error for the first item whose
+// queue the principal may not use.
+func checkBatchQueues(ctx context.Context, ps []task.SubmitParams) error {
+	principal := ports.Principal(ctx)
+	for _, p := range ps {
+		if err := principal.CheckQueue(p.Queue); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func asValidation(err error) *validation.Error {

@@ -21,6 +21,9 @@ import (
 // did not reach the server, so a transport error cannot create a duplicate;
 // with one, every transport error and 5xx is retried.
 func (c *Client) Submit(ctx context.Context, p SubmitParams) (*Task, error) {
+	if p.Ref != "" || len(p.DependsOn) > 0 {
+		return nil, errors.New("taskmaster: Ref and DependsOn need SubmitBatch")
+	}
 	req, err := p.request()
 	if err != nil {
 		return nil, fmt.Errorf("taskmaster: %w", err)
@@ -46,6 +49,12 @@ const MaxBatch = 1000
 // in the same batch), which is returned in its place. Validation is
 // all-or-nothing: a validation *Problem lists every bad item as
 // "tasks[i].field", and nothing is created.
+//
+// Items may depend on earlier items (Ref, DependsOn) and on existing tasks
+// (their ids in DependsOn): such a task is BLOCKED until every parent is
+// DONE. A reference to the item itself or a later one (a cycle), or to
+// nothing the key may see, is a validation problem naming
+// "tasks[i].depends_on[k]".
 //
 // The batch is retried like Submit: after any transport error or 5xx only
 // when every item has an idempotency key, otherwise only when the request
@@ -83,6 +92,7 @@ func (p SubmitParams) request() (submitRequest, error) {
 	req := submitRequest{
 		Queue: p.Queue, Priority: p.Priority, MaxAttempts: p.MaxAttempts, Tags: p.Tags,
 		Deadline: p.Deadline, RunAt: p.RunAt, IdempotencyKey: p.IdempotencyKey,
+		Ref: p.Ref, DependsOn: p.DependsOn,
 		UniqueKey: p.UniqueKey, Retry: p.Retry,
 	}
 	raw, err := marshalValue(p.Payload)
@@ -100,6 +110,30 @@ func (c *Client) Get(ctx context.Context, id string) (*Task, error) {
 		return nil, err
 	}
 	return &t, nil
+}
+
+// Parents returns the tasks the task depends on, with their results, in
+// the order it named them: a worker's input (work or read scope).
+func (c *Client) Parents(ctx context.Context, id string) ([]Task, error) {
+	var out struct {
+		Parents []Task `json:"parents"`
+	}
+	if _, err := c.do(ctx, call{method: http.MethodGet, path: taskPath(id, "parents"), out: &out}); err != nil {
+		return nil, err
+	}
+	return out.Parents, nil
+}
+
+// Attempts returns every attempt of the task, oldest first, the running
+// one (Outcome "") last.
+func (c *Client) Attempts(ctx context.Context, id string) ([]Attempt, error) {
+	var out struct {
+		Attempts []Attempt `json:"attempts"`
+	}
+	if _, err := c.do(ctx, call{method: http.MethodGet, path: taskPath(id, "attempts"), out: &out}); err != nil {
+		return nil, err
+	}
+	return out.Attempts, nil
 }
 
 // List returns a page of tasks, newest first.
@@ -321,8 +355,14 @@ func roundMillis(d time.Duration) int64 {
 // Complete reports a held task done with p.Result. A *Problem with
 // IsLeaseLost (or IsInvalidTransition) means the worker no longer holds the
 // task: drop it, do not retry.
+//
+// With p.Enqueue, the tasks are created in the transaction that completes
+// the task, or not at all (a refused or invalid report creates none), and
+// come back in Task.Enqueued. A retry after a lost answer is as safe as
+// without: if the first try committed, the retry is refused
+// (invalid-transition) and enqueues nothing.
 func (c *Client) Complete(ctx context.Context, taskID string, p CompleteParams) (*Task, error) {
-	item, err := CompleteItem{LeaseID: p.LeaseID, Result: p.Result}.request()
+	item, err := CompleteItem{LeaseID: p.LeaseID, Result: p.Result, Enqueue: p.Enqueue}.request()
 	if err != nil {
 		return nil, fmt.Errorf("taskmaster: %w", err)
 	}
@@ -418,6 +458,7 @@ type completeRequest struct {
 	ID      string          `json:"id,omitempty"`
 	LeaseID string          `json:"lease_id,omitempty"`
 	Result  json.RawMessage `json:"result,omitempty"`
+	Enqueue []submitRequest `json:"enqueue,omitempty"`
 }
 
 func (it CompleteItem) request() (completeRequest, error) {
@@ -425,7 +466,18 @@ func (it CompleteItem) request() (completeRequest, error) {
 	if err != nil {
 		return completeRequest{}, fmt.Errorf("encode result: %w", err)
 	}
-	return completeRequest{ID: it.ID, LeaseID: it.LeaseID, Result: raw}, nil
+	out := completeRequest{ID: it.ID, LeaseID: it.LeaseID, Result: raw}
+	for j, p := range it.Enqueue {
+		if p.Ref != "" || len(p.DependsOn) > 0 {
+			return completeRequest{}, fmt.Errorf("enqueue[%d]: Ref and DependsOn need SubmitBatch", j)
+		}
+		req, err := p.request()
+		if err != nil {
+			return completeRequest{}, fmt.Errorf("enqueue[%d]: %w", j, err)
+		}
+		out.Enqueue = append(out.Enqueue, req)
+	}
+	return out, nil
 }
 
 // failRequest is a fail body's task part, or a batch item.

@@ -538,14 +538,14 @@ func TestRunnerBacksOffWhenTheServerDoesNotWait(t *testing.T) {
 // what was served (the CLI's --json prints it).
 func TestQueuesCarryEveryServedField(t *testing.T) {
 	t.Parallel()
-	const queue = `{"queue":"emails","pending":2,"running":1,"done":5,"dead":1,"active_workers":3,` +
+	const queue = `{"queue":"emails","pending":2,"running":1,"done":5,"dead":1,"blocked":4,"active_workers":3,` +
 		`"oldest_pending_age_seconds":90.5,` +
 		`"rates":{"last_1m":{"enqueued":2,"claimed":1,"completed":1,"dead_lettered":0},` +
 		`"last_5m":{"enqueued":0.4,"claimed":0.2,"completed":0.2,"dead_lettered":0.2},` +
 		`"last_15m":{"enqueued":0.6,"claimed":0.4,"completed":0.33,"dead_lettered":0.07}},` +
 		`"totals":{"submitted":9,"claimed":7,"completed":5,"failed":2,"dead_lettered":{"exhausted":1},"requeued":{"failed":1},"cleaned":0},` +
 		`"stats_as_of":"2026-01-01T00:00:00.5Z"}`
-	const idle = `{"queue":"idle","pending":0,"running":0,"done":1,"dead":0,"active_workers":0,"oldest_pending_age_seconds":null,` +
+	const idle = `{"queue":"idle","pending":0,"running":0,"done":1,"dead":0,"blocked":0,"active_workers":0,"oldest_pending_age_seconds":null,` +
 		`"rates":{"last_1m":{"enqueued":0,"claimed":0,"completed":0,"dead_lettered":0},` +
 		`"last_5m":{"enqueued":0,"claimed":0,"completed":0,"dead_lettered":0},` +
 		`"last_15m":{"enqueued":0,"claimed":0,"completed":0,"dead_lettered":0}},` +
@@ -563,6 +563,7 @@ func TestQueuesCarryEveryServedField(t *testing.T) {
 	require.Equal(t, 0.2, q.Rates[client.RateLast5m].Completed)
 	require.Equal(t, int64(1), q.Totals.DeadLettered[client.DeadExhausted])
 	require.Equal(t, time.Date(2026, 1, 1, 0, 0, 0, 5e8, time.UTC), q.StatsAsOf.UTC())
+	require.Equal(t, int64(4), q.Blocked)
 	_, ok = qs[1].OldestPendingAge()
 	require.False(t, ok)
 	require.Nil(t, qs[1].StatsAsOf)

@@ -14,12 +14,25 @@ import (
 )
 
 // HandlerFunc processes one task. Its result, which encoding/json must be
-// able to marshal, completes the task; an error fails it (retried after
-// backoff while attempts remain, unless wrapped with NonRetryable), and
-// Snooze(d) as the error puts it back for d without spending an attempt. ctx is
+// able to marshal, completes the task (a Next also enqueues the next
+// stage's tasks); an error fails it (retried after backoff while attempts
+// remain, unless wrapped with NonRetryable), and Snooze(d) as the error puts
+// it back for d without spending an attempt. ctx is
 // cancelled when the runner stops waiting for the handler; context.Cause(ctx)
 // says why: ErrShutdown, ErrTaskLost, ErrTaskCancelled or ErrTaskTimeout.
 type HandlerFunc func(ctx context.Context, t Task) (result any, err error)
+
+// Next is a handler result that completes the task with Result and
+// creates Enqueue in the same transaction, or neither: the step to the next
+// stage of a pipeline (see CompleteParams.Enqueue). An enqueue the server
+// refuses (invalid, or a key without the produce scope) fails the task as
+// non-retryable, like a result it refuses.
+type Next struct {
+	// Result is the task's result, as a handler would return it.
+	Result any
+	// Enqueue are the tasks to create.
+	Enqueue []SubmitParams
+}
 
 var (
 	// ErrShutdown is the cause of a handler context cancelled because the
@@ -739,17 +752,31 @@ func (r *Runner) report(ctx context.Context, j *job, o outcome) {
 		return
 	}
 	if o.err == nil {
+		var enqueue []SubmitParams
+		switch n := o.result.(type) {
+		case Next:
+			o.result, enqueue = n.Result, n.Enqueue
+		case *Next:
+			if n != nil {
+				o.result, enqueue = n.Result, n.Enqueue
+			}
+		}
 		result, err := marshalValue(o.result)
 		if err != nil {
 			r.fail(t, "handler result cannot be encoded as JSON: "+err.Error(), true)
 			return
 		}
+		if _, err := (CompleteItem{Enqueue: enqueue}).request(); err != nil {
+			r.fail(t, "the handler's enqueue cannot be sent: "+err.Error(), true)
+			return
+		}
 		rctx, cancel := r.reportContext()
 		defer cancel()
-		_, err = r.client.Complete(rctx, t.ID, CompleteParams{WorkerID: r.cfg.WorkerID, LeaseID: t.LeaseID, Result: result})
+		_, err = r.client.Complete(rctx, t.ID, CompleteParams{WorkerID: r.cfg.WorkerID, LeaseID: t.LeaseID, Result: result, Enqueue: enqueue})
 		if p, ok := AsProblem(err); ok && p.Status < 500 && !heldElsewhere(err) {
-			// The server refused the result itself (too large, say); it would
-			// refuse it again, so the task cannot succeed this way.
+			// The server refused the result itself (too large, say) or the
+			// enqueue; it would refuse it again, so the task cannot succeed
+			// this way.
 			r.fail(t, "the server rejected the handler's result: "+err.Error(), true)
 			return
 		}

@@ -18,6 +18,10 @@ const (
 	StatusDone Status = "DONE"
 	// StatusDead: will not run again unless an operator retries it.
 	StatusDead Status = "DEAD"
+	// StatusBlocked: waiting for the tasks it depends on (DependsOn) to be
+	// DONE; never claimed. It becomes PENDING when the last of them
+	// completes, or DEAD (DeadDependencyFailed) when one ends DEAD.
+	StatusBlocked Status = "BLOCKED"
 )
 
 // DeadReason says why a task is DEAD.
@@ -35,6 +39,8 @@ const (
 	// DeadOrphaned: the holder's heartbeats stopped listing the task on its
 	// last attempt.
 	DeadOrphaned DeadReason = "orphaned"
+	// DeadDependencyFailed: a task it depends on ended DEAD.
+	DeadDependencyFailed DeadReason = "dependency_failed"
 )
 
 // WorkerStatus is a worker's liveness.
@@ -76,6 +82,14 @@ type Task struct {
 	// CancelRequestedAt is when an operator asked to cancel the running
 	// task (nil unless RUNNING with a cancel pending).
 	CancelRequestedAt *time.Time `json:"cancel_requested_at"`
+	// DependsOn are the ids of the tasks this one depends on, in the order
+	// it named them, and BlockedBy those not DONE yet: Get only (nil
+	// elsewhere).
+	DependsOn []string `json:"depends_on,omitempty"`
+	BlockedBy []string `json:"blocked_by,omitempty"`
+	// Enqueued are the tasks a Complete with Enqueue created (or found, for
+	// repeated idempotency keys), in order: its answer only.
+	Enqueued []Task `json:"enqueued,omitempty"`
 	// UniqueKey is the task's active-unique key ("" when none).
 	UniqueKey string `json:"unique_key"`
 	// Retry is the task's own retry policy (nil: the server's).
@@ -249,6 +263,8 @@ type Queue struct {
 	Running int64  `json:"running"`
 	Done    int64  `json:"done"`
 	Dead    int64  `json:"dead"`
+	// Blocked are the tasks waiting for the tasks they depend on.
+	Blocked int64 `json:"blocked"`
 	// ActiveWorkers are the ACTIVE workers registered for the queue, or for
 	// every queue.
 	ActiveWorkers int64 `json:"active_workers"`
@@ -330,6 +346,13 @@ type SubmitParams struct {
 	// queue returns the first task. Setting it also lets the client retry a
 	// submission safely after any transport error.
 	IdempotencyKey string
+	// Ref names the task for later items' DependsOn (SubmitBatch only):
+	// unique in the batch, not a UUID.
+	Ref string
+	// DependsOn are refs of earlier items of the batch and ids of existing
+	// tasks (SubmitBatch only): the task is BLOCKED until they are all DONE,
+	// and DEAD (DeadDependencyFailed) if one ends DEAD.
+	DependsOn []string
 	// UniqueKey: while a task of the queue with this key is unfinished
 	// (PENDING or RUNNING), a submission returns it instead of creating
 	// another; once it is DONE or DEAD a new one is created. 1-255 bytes of
@@ -349,6 +372,8 @@ type submitRequest struct {
 	Deadline       *time.Time      `json:"deadline,omitempty"`
 	RunAt          *time.Time      `json:"run_at,omitempty"`
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	Ref            string          `json:"ref,omitempty"`
+	DependsOn      []string        `json:"depends_on,omitempty"`
 	UniqueKey      string          `json:"unique_key,omitempty"`
 	Retry          *Backoff        `json:"retry,omitempty"`
 }
@@ -434,6 +459,11 @@ type CompleteParams struct {
 	LeaseID string
 	// Result is any value encoding/json can marshal; nil sends none.
 	Result any
+	// Enqueue are tasks to create in the transaction that completes this
+	// one, or not at all (at most 1,000; no Ref or DependsOn): the next
+	// stage of a pipeline. The key needs the produce scope as well as work.
+	// The answer lists them in Task.Enqueued.
+	Enqueue []SubmitParams
 }
 
 // FailParams report a held task failed.
@@ -460,6 +490,9 @@ type CompleteItem struct {
 	LeaseID string
 	// Result is any value encoding/json can marshal; nil sends none.
 	Result any
+	// Enqueue are tasks to create with this item's completion, or not at
+	// all, as for CompleteParams (at most 1,000 across the items).
+	Enqueue []SubmitParams
 }
 
 // FailItem is one task of a FailBatch.
@@ -503,6 +536,9 @@ type ItemOutcome struct {
 	// holds the task (drop it, do not report it again), task-not-found
 	// that there is no such task.
 	Problem *Problem `json:"problem"`
+	// Enqueued are the tasks a completed item's Enqueue created (or found,
+	// for repeated idempotency keys), in order.
+	Enqueued []Task `json:"enqueued"`
 }
 
 // Err returns the item's problem as an error, or nil when the item was
@@ -512,4 +548,35 @@ func (o ItemOutcome) Err() error {
 		return nil
 	}
 	return o.Problem
+}
+
+// AttemptOutcome says how an attempt ended.
+type AttemptOutcome string
+
+// Attempt outcomes.
+const (
+	AttemptCompleted AttemptOutcome = "completed"
+	// AttemptFailed: the holder failed it (retried or not).
+	AttemptFailed       AttemptOutcome = "failed"
+	AttemptLeaseExpired AttemptOutcome = "lease_expired"
+	AttemptOrphaned     AttemptOutcome = "orphaned"
+	AttemptWorkerDead   AttemptOutcome = "worker_dead"
+	// AttemptCancelled: an operator had asked to cancel the running task.
+	AttemptCancelled AttemptOutcome = "cancelled"
+	// AttemptSnoozed: the holder gave the task back for later.
+	AttemptSnoozed AttemptOutcome = "snoozed"
+)
+
+// Attempt is one claim of a task and how it ended.
+type Attempt struct {
+	// Attempt is the task's attempt count at the claim (from 1; it starts
+	// again at 1 after an operator's retry).
+	Attempt    int        `json:"attempt"`
+	WorkerID   string     `json:"worker_id"`
+	ClaimedAt  time.Time  `json:"claimed_at"`
+	FinishedAt *time.Time `json:"finished_at"`
+	// Outcome is "" while the attempt runs.
+	Outcome AttemptOutcome `json:"outcome"`
+	// Error is the holder's failure message, if any.
+	Error string `json:"error"`
 }

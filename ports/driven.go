@@ -81,6 +81,10 @@ type TaskResult struct {
 	Task *task.Task
 	// Err is why the item's change was refused, or nil.
 	Err error
+	// Enqueued are the tasks a completion created with the task's
+	// completion, or the existing ones their idempotency keys named (nil
+	// unless the item asked to enqueue).
+	Enqueued []*task.Task
 }
 
 // TaskNotifier tells waiting claims that tasks may have become claimable.
@@ -235,7 +239,64 @@ type TaskStore interface {
 	// surrogate, a number out of range) must be refused before a statement
 	// fails on it.
 	CheckJSON(raw json.RawMessage) error
+	// Attempts returns the task's ended attempts, oldest first (the
+	// running one is the task itself: task.Task.RunningAttempt).
+	Attempts(ctx context.Context, id uuid.UUID) ([]task.Attempt, error)
+	// DependsOn returns the task's parents in depends_on order, with their
+	// statuses now, without locking them. Parents that retention deleted
+	// are gone from it.
+	DependsOn(ctx context.Context, id uuid.UUID) ([]Parent, error)
+	// Parents returns the task's parents in depends_on order, with every
+	// column, without locking them.
+	Parents(ctx context.Context, id uuid.UUID) ([]*task.Task, error)
+	// LockTasks locks, in id order, the tasks with these ids and those
+	// that hold these idempotency keys, and returns them (missing ones are
+	// absent), with every column.
+	LockTasks(ctx context.Context, ids []uuid.UUID, keys []IdempotencyKey) ([]*task.Task, error)
+	// CreateGraph inserts the new tasks, dependencies and dependants that
+	// fn builds at the database time now, with a statement each, and
+	// records fn's events. Every task must be new: when a concurrent
+	// transaction took one's idempotency key since LockTasks looked, the
+	// whole transaction is run again. It returns the tasks as stored, in
+	// order.
+	CreateGraph(ctx context.Context, fn TaskGraphFunc) ([]*task.Task, error)
 }
+
+// Parent is one parent of a task and its status.
+type Parent struct {
+	ID     uuid.UUID
+	Status task.Status
+}
+
+// IdempotencyKey names the task of a queue that holds an idempotency key.
+type IdempotencyKey struct {
+	Queue string
+	Key   string
+}
+
+// Dependency says that Child depends on Parent, Parent being the
+// Position-th (from 0) of Child's depends_on.
+type Dependency struct {
+	Parent   uuid.UUID
+	Child    uuid.UUID
+	Position int
+}
+
+// TaskGraph is what a batch with dependencies adds.
+type TaskGraph struct {
+	// Tasks are the new tasks, in batch order.
+	Tasks []*task.Task
+	// Events are the new tasks' events.
+	Events []event.Event
+	// Dependencies are the edges from the new tasks to their parents.
+	Dependencies []Dependency
+	// Dependants are existing tasks that gained dependants
+	// (task.Task.AddDependant returned true).
+	Dependants []uuid.UUID
+}
+
+// TaskGraphFunc builds a TaskGraph at the database time now.
+type TaskGraphFunc func(now time.Time) (TaskGraph, error)
 
 // WorkerUpdateFunc decides a change to a loaded worker at the database time.
 type WorkerUpdateFunc func(w *worker.Worker, now time.Time) ([]event.Event, error)
@@ -334,6 +395,7 @@ type QueueStats struct {
 	Running       int64
 	Done          int64
 	Dead          int64
+	Blocked       int64
 	ActiveWorkers int64
 	// Totals are the queue's cumulative transition counts.
 	Totals QueueTotals

@@ -76,6 +76,9 @@ type CompleteItem struct {
 	TaskID  uuid.UUID
 	LeaseID *uuid.UUID
 	Result  json.RawMessage
+	// Enqueue, when not nil, are tasks to create in the transaction that
+	// completes the task, or not at all (see CompleteCommand.Enqueue).
+	Enqueue []task.SubmitParams
 }
 
 // FailItem is one failure report of a batch.
@@ -92,6 +95,29 @@ type CompleteCommand struct {
 	WorkerID string
 	LeaseID  *uuid.UUID
 	Result   json.RawMessage
+	// Enqueue, when not nil, are tasks to create in the transaction that
+	// completes the task, or not at all: the next stage of a pipeline. A
+	// refused completion (a stale holder) creates none. Each is a
+	// submission (idempotency keys included: a repeated key names the
+	// existing task).
+	Enqueue []task.SubmitParams
+}
+
+// Completion is a completed task and the tasks its completion enqueued (or
+// the existing ones their idempotency keys named), in request order.
+type Completion struct {
+	Task     *task.Task
+	Enqueued []*task.Task
+}
+
+// TaskDetail is a task and its place among its dependencies.
+type TaskDetail struct {
+	Task *task.Task
+	// DependsOn are the task's parents, in the order it named them (those
+	// retention deleted are gone).
+	DependsOn []uuid.UUID
+	// BlockedBy are the parents not DONE yet.
+	BlockedBy []uuid.UUID
 }
 
 // FailCommand reports a task's failure.
@@ -149,13 +175,28 @@ type TaskService interface {
 	List(ctx context.Context, q ListQuery) (TaskPage, error)
 	// Claim hands claimable tasks to a worker.
 	Claim(ctx context.Context, cmd ClaimCommand) (ClaimResult, error)
-	// Complete marks a held task DONE.
+	// Complete marks a held task DONE (with cmd.Enqueue, see
+	// CompleteEnqueue).
 	Complete(ctx context.Context, cmd CompleteCommand) (*task.Task, error)
+	// CompleteEnqueue marks a held task DONE and creates cmd.Enqueue in the
+	// same transaction.
+	CompleteEnqueue(ctx context.Context, cmd CompleteCommand) (Completion, error)
 	// Fail records a held task's failure (retry after backoff, or DEAD).
 	Fail(ctx context.Context, cmd FailCommand) (*task.Task, error)
 	// SubmitBatch creates up to MaxBatch tasks in one transaction,
 	// all-or-nothing; created[i] is false for an existing idempotency key.
 	SubmitBatch(ctx context.Context, ps []task.SubmitParams) (tasks []*task.Task, created []bool, err error)
+	// SubmitGraph is SubmitBatch with dependencies: specs[i] is item i's
+	// ref and depends_on (earlier items' refs, existing tasks' ids).
+	SubmitGraph(ctx context.Context, ps []task.SubmitParams, specs []task.DependencySpec) (tasks []*task.Task, created []bool, err error)
+	// Describe returns one task with its dependencies.
+	Describe(ctx context.Context, id uuid.UUID) (TaskDetail, error)
+	// Parents returns a task's parents, with their results, in the order
+	// it named them.
+	Parents(ctx context.Context, id uuid.UUID) ([]*task.Task, error)
+	// Attempts returns a task's attempts, oldest first, the running one
+	// last.
+	Attempts(ctx context.Context, id uuid.UUID) ([]task.Attempt, error)
 	// CompleteBatch reports many successes of one worker; each item is fenced
 	// on its own and has its own result.
 	CompleteBatch(ctx context.Context, workerID string, items []CompleteItem) ([]TaskResult, error)

@@ -27,7 +27,7 @@ var (
 		"lease_expires_at", "cancel_requested_at", "unique_key", "retry", "snoozes",
 	}
 	workerFields = []string{"id", "queues", "tags", "status", "registered_at", "last_heartbeat_at", "draining"}
-	queueFields  = []string{"queue", "pending", "running", "done", "dead", "active_workers",
+	queueFields  = []string{"queue", "pending", "running", "done", "dead", "blocked", "active_workers",
 		"oldest_pending_age_seconds", "rates", "totals", "stats_as_of"}
 	rateWindows = []string{"last_1m", "last_5m", "last_15m"}
 	rateFields  = []string{"enqueued", "claimed", "completed", "dead_lettered"}
@@ -91,6 +91,12 @@ func TestAPIObjectsCarryTheContractFieldNames(t *testing.T) {
 
 	r = c.Do(http.MethodGet, "/tasks/v1", nil).Expect(t, http.StatusOK, nil)
 	requireKeys(t, r.Body, []string{"tasks", "next_cursor", "truncated"})
+
+	// One task read alone shows its dependencies too.
+	var listed struct{ Tasks []struct{ ID string } }
+	require.NoError(t, json.Unmarshal(r.Body, &listed))
+	r = c.Do(http.MethodGet, "/tasks/v1/"+listed.Tasks[0].ID, nil).Expect(t, http.StatusOK, nil)
+	requireKeys(t, r.Body, append(slices.Clone(taskFields), "depends_on", "blocked_by"))
 }
 
 func TestAPISubmitCreatesAPendingTaskWithDefaults(t *testing.T) {

@@ -173,7 +173,7 @@ func TestCLIWorkerExec(t *testing.T) {
 	require.Equal(t, wantQueues, queueCounts(queues.Queues))
 	require.Equal(t, int64(8), queues.Queues[0].Totals.Submitted, "--json prints every field")
 	out = mustCLI(t, url, "queues")
-	require.Regexp(t, `cli\s+0\s+0\s+6\s+2\s+1\s+-\s+\d+\.\d`, out)
+	require.Regexp(t, `cli\s+0\s+0\s+6\s+2\s+0\s+1\s+-\s+\d+\.\d`, out)
 	require.Regexp(t, `(?m)^statistics as of \d{4}-\d\d-\d\dT`, out)
 	out = mustCLI(t, url, "workers")
 	require.Regexp(t, `cli-worker\s+ACTIVE\s+cli`, out)

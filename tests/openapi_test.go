@@ -329,6 +329,34 @@ func TestOpenAPIResponsesMatchSpec(t *testing.T) {
 	problem(422, "validation-error", "POST", "/tasks/v1/complete", `{"worker_id":"spec-w3","items":[]}`)
 	problem(422, "validation-error", "POST", "/tasks/v1/claim", `{"worker_id":"spec-w3","wait_ms":30001}`)
 
+	// Pipelines: dependencies, complete-and-enqueue, attempts.
+	graph := expect(201, "POST", "/tasks/v1/batch", `{"tasks":[{"queue":"spec-p","ref":"a"},`+
+		`{"queue":"spec-p","ref":"b","depends_on":["a","`+id0+`"]},{"queue":"spec-p2","depends_on":["b"]}]}`)
+	parent, child := graph["tasks"].([]any)[0].(map[string]any), graph["tasks"].([]any)[1].(map[string]any)
+	require.Equal(t, "BLOCKED", child["status"])
+	detail := expect(200, "GET", "/tasks/v1/"+child["id"].(string), "")
+	require.Equal(t, []any{parent["id"], id0}, detail["depends_on"])
+	require.Equal(t, []any{parent["id"]}, detail["blocked_by"])
+	problem(422, "validation-error", "POST", "/tasks/v1/batch", `{"tasks":[{"queue":"spec-p","ref":"x","depends_on":["x"]}]}`)
+	expect(201, "POST", "/workers/v1/register", `{"id":"spec-w6","queues":["spec-p"]}`)
+	pa := expect(200, "POST", "/tasks/v1/claim", `{"worker_id":"spec-w6","limit":5}`)["tasks"].([]any)[0].(map[string]any)
+	expect(200, "GET", "/tasks/v1/"+pa["id"].(string)+"/attempts", "")
+	withEnqueue := expect(200, "POST", "/tasks/v1/"+pa["id"].(string)+"/complete", `{"worker_id":"spec-w6","lease_id":"`+
+		pa["lease_id"].(string)+`","result":"a","enqueue":[{"queue":"spec-p3","payload":1,"idempotency_key":"n1"}]}`)
+	require.Len(t, withEnqueue["enqueued"], 1)
+	problem(422, "validation-error", "POST", "/tasks/v1/"+pa["id"].(string)+"/complete", `{"worker_id":"spec-w6","lease_id":"`+
+		pa["lease_id"].(string)+`","enqueue":[{"queue":""}]}`)
+	parents := expect(200, "GET", "/tasks/v1/"+child["id"].(string)+"/parents", "")
+	require.Len(t, parents["parents"], 2)
+	problem(404, "task-not-found", "GET", "/tasks/v1/"+uuid.NewString()+"/parents", "")
+	pb := expect(200, "POST", "/tasks/v1/claim", `{"worker_id":"spec-w6"}`)["tasks"].([]any)[0].(map[string]any)
+	batchEnqueued := expect(200, "POST", "/tasks/v1/complete", `{"worker_id":"spec-w6","items":[{"id":"`+pb["id"].(string)+
+		`","lease_id":"`+pb["lease_id"].(string)+`","enqueue":[{"queue":"spec-p3","idempotency_key":"n1"}]}]}`)
+	require.Len(t, batchEnqueued["items"].([]any)[0].(map[string]any)["enqueued"], 1)
+	attempts := expect(200, "GET", "/tasks/v1/"+pb["id"].(string)+"/attempts", "")
+	require.Equal(t, "completed", attempts["attempts"].([]any)[0].(map[string]any)["outcome"])
+	problem(404, "task-not-found", "GET", "/tasks/v1/"+uuid.NewString()+"/attempts", "")
+
 	// Leases and the heartbeat protocol.
 	id3, lease3 := held(3)
 	extended := expect(200, "POST", "/tasks/v1/"+id3+"/extend", `{"worker_id":"spec-w1","lease_id":"`+lease3+`","lease_seconds":600}`)

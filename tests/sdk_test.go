@@ -160,7 +160,7 @@ func sdkQueuesEventually(t *testing.T, c *client.Client, done func([]client.Queu
 func queueCounts(qs []client.Queue) []client.Queue {
 	out := make([]client.Queue, len(qs))
 	for i, q := range qs {
-		out[i] = client.Queue{Queue: q.Queue, Pending: q.Pending, Running: q.Running, Done: q.Done, Dead: q.Dead, ActiveWorkers: q.ActiveWorkers}
+		out[i] = client.Queue{Queue: q.Queue, Pending: q.Pending, Running: q.Running, Done: q.Done, Dead: q.Dead, Blocked: q.Blocked, ActiveWorkers: q.ActiveWorkers}
 	}
 	return out
 }

@@ -10,8 +10,18 @@ import (
 	"github.com/taskmaster/taskmaster/ports"
 )
 
+// batchSubmitItem is a submission in a batch: it may have a place in a
+// graph of dependencies.
+type batchSubmitItem struct {
+	submitRequest
+	// Ref names the item for later items' depends_on.
+	Ref string `json:"ref"`
+	// DependsOn lists refs of earlier items and ids of existing tasks.
+	DependsOn []string `json:"depends_on"`
+}
+
 type submitBatchRequest struct {
-	Tasks []submitRequest `json:"tasks"`
+	Tasks []batchSubmitItem `json:"tasks"`
 }
 
 // BatchSubmitResponse lists the batch's tasks in request order; created[i]
@@ -28,10 +38,23 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ps := make([]task.SubmitParams, len(req.Tasks))
+	specs := make([]task.DependencySpec, len(req.Tasks))
+	graph := false
 	for i, t := range req.Tasks {
 		ps[i] = t.params()
+		specs[i] = task.DependencySpec{Ref: t.Ref, DependsOn: t.DependsOn}
+		graph = graph || t.Ref != "" || len(t.DependsOn) > 0
 	}
-	ts, created, err := s.tasks.SubmitBatch(r.Context(), ps)
+	var (
+		ts      []*task.Task
+		created []bool
+		err     error
+	)
+	if graph {
+		ts, created, err = s.tasks.SubmitGraph(r.Context(), ps, specs)
+	} else {
+		ts, created, err = s.tasks.SubmitBatch(r.Context(), ps)
+	}
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -45,6 +68,7 @@ type batchItem struct {
 	Result    json.RawMessage `json:"result"`
 	Error     *string         `json:"error"`
 	Retryable *bool           `json:"retryable"`
+	Enqueue   []submitRequest `json:"enqueue"`
 }
 
 type batchReportRequest struct {
@@ -53,12 +77,14 @@ type batchReportRequest struct {
 }
 
 // ItemOutcome is one item's result in a batch report: outcome is "done",
-// "requeued", "dead", or "error" with the item's problem.
+// "requeued", "dead", or "error" with the item's problem. A completed item
+// that carried enqueue lists the tasks it created (enqueued).
 type ItemOutcome struct {
-	ID      string    `json:"id"`
-	Outcome string    `json:"outcome"`
-	Task    *TaskJSON `json:"task,omitempty"`
-	Problem *Problem  `json:"problem,omitempty"`
+	ID       string      `json:"id"`
+	Outcome  string      `json:"outcome"`
+	Task     *TaskJSON   `json:"task,omitempty"`
+	Problem  *Problem    `json:"problem,omitempty"`
+	Enqueued *[]TaskJSON `json:"enqueued,omitempty"`
 }
 
 // BatchReportResponse lists the outcomes in request order.
@@ -84,6 +110,9 @@ func decodeBatchReport(r *http.Request, failing bool) (batchReportRequest, error
 		if !failing && (it.Error != nil || it.Retryable != nil) {
 			v.Add(fmt.Sprintf("items[%d].error", i), "is not accepted when completing")
 		}
+		if failing && it.Enqueue != nil {
+			v.Add(fmt.Sprintf("items[%d].enqueue", i), "is not accepted when failing")
+		}
 	}
 	return req, v.Err()
 }
@@ -96,7 +125,7 @@ func (s *Server) handleCompleteBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	items := make([]ports.CompleteItem, len(req.Items))
 	for i, it := range req.Items {
-		items[i] = ports.CompleteItem{TaskID: *it.ID.get(), LeaseID: it.LeaseID.get(), Result: it.Result}
+		items[i] = ports.CompleteItem{TaskID: *it.ID.get(), LeaseID: it.LeaseID.get(), Result: it.Result, Enqueue: submitParams(it.Enqueue)}
 	}
 	results, err := s.tasks.CompleteBatch(r.Context(), req.WorkerID, items)
 	if err != nil {
@@ -137,6 +166,10 @@ func outcomes(r *http.Request, results []ports.TaskResult) []ItemOutcome {
 		if res.Task != nil {
 			tj := taskJSON(res.Task)
 			out[i].Task = &tj
+		}
+		if res.Enqueued != nil {
+			enqueued := tasksJSON(res.Enqueued)
+			out[i].Enqueued = &enqueued
 		}
 		if res.Err != nil {
 			p := problemFor(res.Err)

@@ -71,6 +71,50 @@ func taskJSON(t *task.Task) TaskJSON {
 	return out
 }
 
+// TaskDetailJSON is the task object of GET /tasks/v1/{id}: the task and
+// its dependencies.
+type TaskDetailJSON struct {
+	TaskJSON
+	// DependsOn are the task's parents, in the order it named them.
+	DependsOn []string `json:"depends_on"`
+	// BlockedBy are the parents not DONE yet.
+	BlockedBy []string `json:"blocked_by"`
+}
+
+func taskDetailJSON(d ports.TaskDetail) TaskDetailJSON {
+	return TaskDetailJSON{TaskJSON: taskJSON(d.Task), DependsOn: idsJSON(d.DependsOn), BlockedBy: idsJSON(d.BlockedBy)}
+}
+
+func idsJSON(ids []uuid.UUID) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = id.String()
+	}
+	return out
+}
+
+// AttemptJSON is one attempt of a task.
+type AttemptJSON struct {
+	Attempt    int        `json:"attempt"`
+	WorkerID   string     `json:"worker_id"`
+	ClaimedAt  time.Time  `json:"claimed_at"`
+	FinishedAt *time.Time `json:"finished_at"`
+	// Outcome is null while the attempt runs.
+	Outcome *string `json:"outcome"`
+	Error   *string `json:"error"`
+}
+
+func attemptsJSON(as []task.Attempt) []AttemptJSON {
+	out := make([]AttemptJSON, len(as))
+	for i, a := range as {
+		out[i] = AttemptJSON{
+			Attempt: a.Number, WorkerID: a.WorkerID, ClaimedAt: a.ClaimedAt.UTC(), FinishedAt: optTime(a.FinishedAt),
+			Outcome: optString(string(a.Outcome)), Error: optString(a.Error),
+		}
+	}
+	return out
+}
+
 func tasksJSON(ts []*task.Task) []TaskJSON {
 	out := make([]TaskJSON, len(ts))
 	for i, t := range ts {
@@ -143,6 +187,7 @@ type QueueJSON struct {
 	Running                 int64               `json:"running"`
 	Done                    int64               `json:"done"`
 	Dead                    int64               `json:"dead"`
+	Blocked                 int64               `json:"blocked"`
 	ActiveWorkers           int64               `json:"active_workers"`
 	OldestPendingAgeSeconds *float64            `json:"oldest_pending_age_seconds"`
 	Rates                   map[string]RateJSON `json:"rates"`
@@ -171,8 +216,9 @@ type QueueTotalsJSON struct {
 
 func queueJSON(q ports.QueueStats) QueueJSON {
 	out := QueueJSON{
-		Queue: q.Queue, Pending: q.Pending, Running: q.Running, Done: q.Done, Dead: q.Dead, ActiveWorkers: q.ActiveWorkers,
-		Rates: make(map[string]RateJSON, len(q.Rates)),
+		Queue: q.Queue, Pending: q.Pending, Running: q.Running, Done: q.Done, Dead: q.Dead, Blocked: q.Blocked,
+		ActiveWorkers: q.ActiveWorkers,
+		Rates:         make(map[string]RateJSON, len(q.Rates)),
 		Totals: QueueTotalsJSON{
 			Submitted: q.Totals.Submitted, Claimed: q.Totals.Claimed, Completed: q.Totals.Completed,
 			Failed: q.Totals.Failed, Cleaned: q.Totals.Cleaned,

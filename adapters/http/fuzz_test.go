@@ -139,7 +139,11 @@ func FuzzSubmitBatch(f *testing.F) {
 		`{"tasks":[{"queue":"q","idempotency_key":"k"},{"queue":"q","idempotency_key":"k"}]}`,
 		`{"tasks":[{"queue":"q"},{"queue":""},{"queue":"q","max_attempts":0},{"queue":"q","tags":[""]}]}`,
 		`{"tasks":[{"queue":"q","payload":1},{"queue":"q","payload":"\u0000"}]}`,
-		`{"tasks":[{"queue":"q","payload":1e1000000}]}`, `{"tasks":[null]}`, `{"tasks":[1]}`)
+		`{"tasks":[{"queue":"q","payload":1e1000000}]}`, `{"tasks":[null]}`, `{"tasks":[1]}`,
+		`{"tasks":[{"queue":"q","ref":"a"},{"queue":"q","depends_on":["a","`+taskID+`"]}]}`,
+		`{"tasks":[{"queue":"q","ref":"a","depends_on":["a"]}]}`, `{"tasks":[{"queue":"q","ref":"`+taskID+`"}]}`,
+		`{"tasks":[{"queue":"q","ref":"a"},{"queue":"q","ref":"a"}]}`, `{"tasks":[{"queue":"q","depends_on":"a"}]}`,
+		`{"tasks":[{"queue":"q","depends_on":[null,1]}]}`, `{"tasks":[{"queue":"q","ref":""}]}`, `{"tasks":[{"queue":"q","ref":"\u0000"}]}`)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		serve(t, fuzzChain, http.MethodPost, "/tasks/v1/batch", body, nil)
 	})
@@ -168,7 +172,11 @@ func addReports(f *testing.F, bodies ...string) {
 func FuzzCompleteTask(f *testing.F) {
 	addReports(f, `{}`, `{"worker_id":"w"}`, `{"worker_id":"w","lease_id":"`+lease()+`"}`,
 		`{"worker_id":"w","lease_id":"`+lease()+`","result":{"sent":true}}`, `{"worker_id":"x","lease_id":"`+lease()+`"}`,
-		`{"worker_id":"w","lease_id":"nope"}`, `{"worker_id":"w","lease_id":null}`)
+		`{"worker_id":"w","lease_id":"nope"}`, `{"worker_id":"w","lease_id":null}`,
+		`{"worker_id":"w","lease_id":"`+lease()+`","enqueue":[]}`, `{"worker_id":"w","lease_id":"`+lease()+`","enqueue":null}`,
+		`{"worker_id":"w","lease_id":"`+lease()+`","enqueue":[{"queue":"q","payload":1,"idempotency_key":"k"}]}`,
+		`{"worker_id":"w","lease_id":"`+lease()+`","enqueue":[{"queue":""},{"queue":"q","payload":"\u0000"}]}`,
+		`{"worker_id":"w","lease_id":"`+lease()+`","enqueue":{}}`, `{"worker_id":"w","lease_id":"`+lease()+`","enqueue":[null,1]}`)
 	for _, v := range jsonEdges {
 		f.Add(taskID, []byte(`{"worker_id":"w","lease_id":"`+lease()+`","result":`+v+`}`))
 	}
@@ -207,6 +215,8 @@ func batchReportSeeds(result string) []string {
 func FuzzCompleteBatch(f *testing.F) {
 	addBodies(f, batchReportSeeds(`,"result":{"ok":1}`)...)
 	addBodies(f, batchReportSeeds(`,"error":"not here"`)...)
+	addBodies(f, batchReportSeeds(`,"enqueue":[{"queue":"q"},{"queue":"q","payload":1e1000000}]`)...)
+	addBodies(f, batchReportSeeds(`,"enqueue":[{"queue":"","depends_on":["a"]}]`)...)
 	for _, v := range jsonEdges {
 		f.Add([]byte(`{"worker_id":"w","items":[{"id":"` + taskID + `","lease_id":"` + lease() + `","result":` + v + `}]}`))
 	}
@@ -218,6 +228,7 @@ func FuzzCompleteBatch(f *testing.F) {
 func FuzzFailBatch(f *testing.F) {
 	addBodies(f, batchReportSeeds(`,"error":"boom","retryable":false`)...)
 	addBodies(f, batchReportSeeds(`,"result":1`)...)
+	addBodies(f, batchReportSeeds(`,"error":"x","enqueue":[]`)...)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		serve(t, fuzzChain, http.MethodPost, "/tasks/v1/fail", body, nil)
 	})
@@ -258,6 +269,20 @@ func FuzzEmptyBodies(f *testing.F) {
 	f.Fuzz(func(t *testing.T, route uint8, id string, body []byte) {
 		path := []string{"/workers/v1/%s/drain", "/tasks/v1/%s/retry", "/tasks/v1/%s/cancel"}[int(route)%3]
 		serve(t, fuzzChain, http.MethodPost, fmt.Sprintf(path, url.PathEscape(id)), body, nil)
+	})
+}
+
+// FuzzTaskReads covers the reads of one task: the task, its parents and
+// its attempts.
+func FuzzTaskReads(f *testing.F) {
+	for route := range 3 {
+		for _, id := range []string{taskID, "not-a-uuid", "", "%00", "../claim"} {
+			f.Add(uint8(route), id)
+		}
+	}
+	f.Fuzz(func(t *testing.T, route uint8, id string) {
+		path := []string{"/tasks/v1/%s", "/tasks/v1/%s/parents", "/tasks/v1/%s/attempts"}[int(route)%3]
+		serve(t, fuzzChain, http.MethodGet, fmt.Sprintf(path, url.PathEscape(id)), nil, nil)
 	})
 }
 

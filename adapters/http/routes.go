@@ -30,6 +30,8 @@ func (s *Server) routes(r *mux.Router) {
 		// Tasks a producer may see: its own queues' (use cases apply a
 		// key's queue limits).
 		readTasks = Requires(apikey.ScopeRead, apikey.ScopeProduce)
+		// A task's parents are its worker's input.
+		readInput = Requires(apikey.ScopeWork, apikey.ScopeRead)
 	)
 	get, post, del, patch := http.MethodGet, http.MethodPost, http.MethodDelete, http.MethodPatch
 
@@ -40,6 +42,8 @@ func (s *Server) routes(r *mux.Router) {
 	s.route(r, post, "/tasks/v1/complete", work, s.handleCompleteBatch)
 	s.route(r, post, "/tasks/v1/fail", work, s.handleFailBatch)
 	s.route(r, get, "/tasks/v1/{id}", readTasks, s.handleGetTask)
+	s.route(r, get, "/tasks/v1/{id}/parents", readInput, s.handleTaskParents)
+	s.route(r, get, "/tasks/v1/{id}/attempts", readTasks, s.handleTaskAttempts)
 	s.route(r, post, "/tasks/v1/{id}/complete", work, s.handleCompleteTask)
 	s.route(r, post, "/tasks/v1/{id}/fail", work, s.handleFailTask)
 	s.route(r, post, "/tasks/v1/{id}/retry", admin, s.handleRetryTask)

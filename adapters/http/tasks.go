@@ -61,12 +61,12 @@ func (s *Server) handleGetTask(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	t, err := s.tasks.Get(r.Context(), id)
+	d, err := s.tasks.Describe(r.Context(), id)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, taskJSON(t))
+	writeJSON(w, http.StatusOK, taskDetailJSON(d))
 }
 
 type listTasksResponse struct {
@@ -168,6 +168,16 @@ type completeRequest struct {
 	WorkerID string          `json:"worker_id"`
 	LeaseID  *uuidValue      `json:"lease_id"`
 	Result   json.RawMessage `json:"result"`
+	// Enqueue, when present (even empty), takes the path that creates the
+	// tasks with the completion and answers with them (enqueued).
+	Enqueue []submitRequest `json:"enqueue"`
+}
+
+// CompleteResponse is the completed task and, when the complete carried
+// enqueue, the tasks it created (or found, for repeated idempotency keys).
+type CompleteResponse struct {
+	TaskJSON
+	Enqueued []TaskJSON `json:"enqueued"`
 }
 
 func (s *Server) handleCompleteTask(w http.ResponseWriter, r *http.Request) {
@@ -180,12 +190,35 @@ func (s *Server) handleCompleteTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	t, err := s.tasks.Complete(r.Context(), ports.CompleteCommand{TaskID: id, WorkerID: req.WorkerID, LeaseID: req.LeaseID.get(), Result: req.Result})
+	cmd := ports.CompleteCommand{TaskID: id, WorkerID: req.WorkerID, LeaseID: req.LeaseID.get(), Result: req.Result}
+	if req.Enqueue != nil {
+		cmd.Enqueue = submitParams(req.Enqueue)
+		c, err := s.tasks.CompleteEnqueue(r.Context(), cmd)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, CompleteResponse{TaskJSON: taskJSON(c.Task), Enqueued: tasksJSON(c.Enqueued)})
+		return
+	}
+	t, err := s.tasks.Complete(r.Context(), cmd)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, taskJSON(t))
+}
+
+// submitParams are the submissions reqs describe (nil for nil).
+func submitParams(reqs []submitRequest) []task.SubmitParams {
+	if reqs == nil {
+		return nil
+	}
+	out := make([]task.SubmitParams, len(reqs))
+	for i, q := range reqs {
+		out[i] = q.params()
+	}
+	return out
 }
 
 type failRequest struct {

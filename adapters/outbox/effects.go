@@ -23,6 +23,7 @@ type counterKey struct {
 const (
 	statusPending = "PENDING"
 	statusDead    = "DEAD"
+	statusBlocked = "BLOCKED"
 )
 
 // countersOf returns the counters e increments by one each.
@@ -31,7 +32,8 @@ const (
 // dead-lettered with its reason (a failure on the last attempt, a
 // non-retryable failure, a dead worker, a deadline, a cancellation), and
 // every transition of an existing task back to PENDING counts as requeued
-// with its reason (failed, worker_dead, lease_expired, orphaned, retried).
+// with its reason (failed, worker_dead, lease_expired, orphaned, retried),
+// but for BLOCKED -> PENDING: an unblocked task goes forward, not back.
 func countersOf(e event.Event) []counterKey {
 	var out []counterKey
 	add := func(kind metrics.CounterKind, queue, reason string) {
@@ -66,7 +68,7 @@ func countersOf(e event.Event) []counterKey {
 		switch {
 		case e.To == statusDead && e.From != statusDead:
 			add(metrics.TasksDeadLettered, e.Queue, e.Reason)
-		case e.To == statusPending && e.From != "" && e.From != statusPending:
+		case e.To == statusPending && e.From != "" && e.From != statusPending && e.From != statusBlocked:
 			add(metrics.TasksRequeued, e.Queue, e.Reason)
 		}
 	}

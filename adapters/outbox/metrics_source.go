@@ -96,7 +96,7 @@ func (s *MetricsSource) Snapshot(ctx context.Context) (*metrics.Snapshot, error)
 	if err := tx.SelectContext(ctx, &tasks, `
 		SELECT q.queue, s.status, coalesce(c.count, 0) AS count
 		FROM (SELECT DISTINCT queue FROM queue_status_counts) q
-		CROSS JOIN unnest(ARRAY['PENDING', 'RUNNING', 'DONE', 'DEAD']) AS s(status)
+		CROSS JOIN unnest(ARRAY['PENDING', 'RUNNING', 'DONE', 'DEAD', 'BLOCKED']) AS s(status)
 		LEFT JOIN queue_status_counts c ON c.queue = q.queue AND c.status = s.status
 		ORDER BY 1, 2`); err != nil {
 		return nil, fmt.Errorf("metrics snapshot: tasks: %w", err)

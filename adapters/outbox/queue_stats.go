@@ -141,12 +141,13 @@ WITH counts AS (
 		coalesce(sum(count) FILTER (WHERE status = 'PENDING'), 0) AS pending,
 		coalesce(sum(count) FILTER (WHERE status = 'RUNNING'), 0) AS running,
 		coalesce(sum(count) FILTER (WHERE status = 'DONE'), 0) AS done,
-		coalesce(sum(count) FILTER (WHERE status = 'DEAD'), 0) AS dead
+		coalesce(sum(count) FILTER (WHERE status = 'DEAD'), 0) AS dead,
+		coalesce(sum(count) FILTER (WHERE status = 'BLOCKED'), 0) AS blocked
 	FROM queue_status_counts
 	GROUP BY queue
 	HAVING bool_or(count <> 0)
 )
-SELECT c.queue, c.pending, c.running, c.done, c.dead,
+SELECT c.queue, c.pending, c.running, c.done, c.dead, c.blocked,
 	(SELECT count(*) FROM workers w
 	 WHERE w.status = 'ACTIVE' AND (w.queues = '{}' OR c.queue = ANY (w.queues))) AS active_workers,
 	extract(epoch FROM now() - o.oldest)::float8 AS oldest_pending_age
@@ -189,6 +190,7 @@ func (r *StatsReader) queues(ctx context.Context) ([]ports.QueueStats, error) {
 		Running          int64           `db:"running"`
 		Done             int64           `db:"done"`
 		Dead             int64           `db:"dead"`
+		Blocked          int64           `db:"blocked"`
 		ActiveWorkers    int64           `db:"active_workers"`
 		OldestPendingAge sql.NullFloat64 `db:"oldest_pending_age"`
 	}
@@ -215,7 +217,7 @@ func (r *StatsReader) queues(ctx context.Context) ([]ports.QueueStats, error) {
 	out := make([]ports.QueueStats, len(counts))
 	for i, c := range counts {
 		out[i] = ports.QueueStats{
-			Queue: c.Queue, Pending: c.Pending, Running: c.Running, Done: c.Done, Dead: c.Dead,
+			Queue: c.Queue, Pending: c.Pending, Running: c.Running, Done: c.Done, Dead: c.Dead, Blocked: c.Blocked,
 			ActiveWorkers: c.ActiveWorkers, Totals: totals[c.Queue], Rates: rates[c.Queue],
 			StatsAsOf: timePtr(meta.AppliedAt),
 		}

@@ -139,11 +139,12 @@ func (s *ReaperStore) UpdateExpiredLeases(ctx context.Context, limit int, fn por
 	return s.updateTasks(ctx, "lease-expired", expiredLeasesSQL, limit, fn)
 }
 
-// overdueTasksSQL selects PENDING tasks whose deadline has passed: the rule of
-// task.Task.ExpireDeadline. It walks tasks_pending_deadline.
-const overdueTasksSQL = `
+// overdueTasksSQL selects PENDING and BLOCKED tasks whose deadline has
+// passed: the rule of task.Task.ExpireDeadline. It walks
+// tasks_waiting_deadline (0011).
+var overdueTasksSQL = `
 	SELECT ` + taskColumns + `, now() AS db_now FROM tasks
-	WHERE status = 'PENDING' AND deadline IS NOT NULL AND deadline <= now()
+	WHERE status IN ('PENDING', 'BLOCKED') AND deadline IS NOT NULL AND deadline <= now()
 	ORDER BY deadline
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED`
@@ -213,12 +214,18 @@ const cleanedTaskColumns = `id, queue, status, attempts, max_attempts, worker_id
 	run_at, created_at, claimed_at, finished_at, updated_at`
 
 // expiredTasksSQL deletes tasks finished at least the TTL ago ($1 microseconds):
-// the rule of task.Task.Expired. It walks tasks_finished.
+// the rule of task.Task.Expired. It walks tasks_finished. It keeps a task
+// that an unfinished task depends on: that task may still read its result
+// (GET /tasks/v1/{id}/parents). Deleting a task deletes its attempts and
+// dependencies (ON DELETE CASCADE).
 const expiredTasksSQL = `
 	DELETE FROM tasks WHERE id IN (
-		SELECT id FROM tasks
-		WHERE status IN ('DONE', 'DEAD') AND finished_at <= now() - $1 * interval '1 microsecond'
-		ORDER BY finished_at
+		SELECT t.id FROM tasks t
+		WHERE t.status IN ('DONE', 'DEAD') AND t.finished_at <= now() - $1 * interval '1 microsecond'
+			AND NOT (t.has_dependants AND EXISTS (
+				SELECT 1 FROM task_dependencies d JOIN tasks c ON c.id = d.child_id
+				WHERE d.parent_id = t.id AND c.status IN ('PENDING', 'RUNNING', 'BLOCKED')))
+		ORDER BY t.finished_at
 		LIMIT $2
 		FOR UPDATE SKIP LOCKED
 	)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 
 	"github.com/taskmaster/taskmaster/domain/event"
@@ -15,26 +16,104 @@ import (
 	"github.com/taskmaster/taskmaster/ports"
 )
 
-// insertManySQL inserts a batch from parallel arrays in one statement.
-// Per-row arrays (tags) and nullable values travel as text and are cast per
-// row; lib/pq has no array-of-arrays or nullable-array encoding otherwise.
-// ON CONFLICT has no target: an item gives way to the idempotency index and
-// to the active-unique index alike, including to an earlier item of the same
+// insertTasksSQL inserts new tasks, in the status the domain gave them,
+// from parallel arrays in one statement (newTaskArrays): every batch of new
+// tasks, plain, enqueued or with dependencies. Per-row arrays (tags) and
+// nullable values travel as text and are cast per row; lib/pq has no
+// array-of-arrays or nullable-array encoding otherwise. ON CONFLICT has no
+// target: an item gives way to the idempotency index and to the
+// active-unique index alike, including to an earlier item of the same
 // batch.
-const insertManySQL = `
+const insertTasksSQL = `
 	INSERT INTO tasks (id, queue, status, priority, payload, tags, attempts, max_attempts,
 		deadline, run_at, idempotency_key, created_at, updated_at, payload_bytes,
-		unique_key, retry_base_seconds, retry_max_seconds, retry_jitter)
-	SELECT u.id, u.queue, 'PENDING', u.priority, u.payload::jsonb, u.tags::text[], 0, u.max_attempts,
+		unique_key, retry_base_seconds, retry_max_seconds, retry_jitter,
+		blockers, has_dependants, dead_reason, finished_at)
+	SELECT u.id, u.queue, u.status, u.priority, u.payload::jsonb, u.tags::text[], 0, u.max_attempts,
 		u.deadline::timestamptz, u.run_at::timestamptz, u.idempotency_key, $10, $10, u.payload_bytes,
-		u.unique_key, u.retry_base, u.retry_max, u.retry_jitter
+		u.unique_key, u.retry_base, u.retry_max, u.retry_jitter,
+		u.blockers, u.has_dependants, u.dead_reason, u.finished_at::timestamptz
 	FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::int[],
-		$7::text[], $8::text[], $9::text[], $11::int[], $12::text[], $13::float8[], $14::float8[], $15::text[])
+		$7::text[], $8::text[], $9::text[], $11::int[], $12::text[], $13::float8[], $14::float8[], $15::text[],
+		$16::text[], $17::int[], $18::bool[], $19::text[], $20::text[])
 		WITH ORDINALITY AS u(id, queue, priority, payload, tags, max_attempts, deadline, run_at, idempotency_key, payload_bytes,
-			unique_key, retry_base, retry_max, retry_jitter, n)
+			unique_key, retry_base, retry_max, retry_jitter, status, blockers, has_dependants, dead_reason, finished_at, n)
 	ORDER BY u.n
 	ON CONFLICT DO NOTHING
 	RETURNING ` + taskColumns
+
+// newTaskArrays are the columns of new tasks as the parallel arrays of
+// insertTasksSQL.
+type newTaskArrays struct {
+	ids, queues, tags, runAts, statuses pq.StringArray
+	priorities, maxAtt                  pq.Int64Array
+	payloads, deadlines, keys, ukeys    []sql.NullString
+	jitters, deadReasons, finishedAts   []sql.NullString
+	bases, maxes                        []sql.NullFloat64
+	sizes, blockers                     []sql.NullInt64
+	dependants                          pq.BoolArray
+}
+
+func newTaskArraysOf(ts []*task.Task) (newTaskArrays, error) {
+	n := len(ts)
+	a := newTaskArrays{
+		ids: make(pq.StringArray, n), queues: make(pq.StringArray, n), tags: make(pq.StringArray, n),
+		runAts: make(pq.StringArray, n), statuses: make(pq.StringArray, n),
+		priorities: make(pq.Int64Array, n), maxAtt: make(pq.Int64Array, n),
+		payloads: make([]sql.NullString, n), deadlines: make([]sql.NullString, n), keys: make([]sql.NullString, n),
+		ukeys: make([]sql.NullString, n), jitters: make([]sql.NullString, n),
+		deadReasons: make([]sql.NullString, n), finishedAts: make([]sql.NullString, n),
+		bases: make([]sql.NullFloat64, n), maxes: make([]sql.NullFloat64, n),
+		sizes: make([]sql.NullInt64, n), blockers: make([]sql.NullInt64, n), dependants: make(pq.BoolArray, n),
+	}
+	for i, t := range ts {
+		v := t.Snapshot()
+		a.ids[i], a.queues[i], a.priorities[i], a.maxAtt[i], a.runAts[i] = v.ID.String(), v.Queue, int64(v.Priority), int64(v.MaxAttempts), timeText(v.RunAt)
+		if len(v.Payload) > 0 {
+			a.payloads[i] = sql.NullString{String: string(v.Payload), Valid: true}
+		}
+		var err error
+		if a.sizes[i], err = jsonBytes(v.Payload); err != nil {
+			return newTaskArrays{}, fmt.Errorf("insert tasks: task %s: payload: %w", v.ID, err)
+		}
+		lit, err := pq.StringArray(v.Tags).Value()
+		if err != nil {
+			return newTaskArrays{}, fmt.Errorf("encode tags: %w", err)
+		}
+		a.tags[i] = lit.(string)
+		a.deadlines[i] = nullTimeText(v.Deadline)
+		a.keys[i] = nullString(v.IdempotencyKey)
+		a.ukeys[i] = nullString(v.UniqueKey)
+		retry := retryColumnsOf(v.Retry)
+		a.bases[i], a.maxes[i], a.jitters[i] = retry.Base, retry.Max, retry.Jitter
+		a.statuses[i] = string(v.Status)
+		a.blockers[i] = sql.NullInt64{Int64: int64(v.Blockers), Valid: v.HasParents}
+		a.dependants[i] = v.HasDependants
+		a.deadReasons[i] = nullString(string(v.DeadReason))
+		a.finishedAts[i] = nullTimeText(v.FinishedAt)
+	}
+	return a, nil
+}
+
+// insert runs insertTasksSQL at the transaction's time now and returns the
+// rows inserted by id (an item that gave way to an idempotency or unique key
+// is missing).
+func (a newTaskArrays) insert(ctx context.Context, tx sqlx.QueryerContext, now time.Time) (map[uuid.UUID]*taskRow, error) {
+	var rows []taskRow
+	err := sqlx.SelectContext(ctx, tx, &rows, insertTasksSQL,
+		a.ids, a.queues, a.priorities, pq.Array(a.payloads), a.tags, a.maxAtt,
+		pq.Array(a.deadlines), a.runAts, pq.Array(a.keys), now, pq.Array(a.sizes),
+		pq.Array(a.ukeys), pq.Array(a.bases), pq.Array(a.maxes), pq.Array(a.jitters),
+		a.statuses, pq.Array(a.blockers), a.dependants, pq.Array(a.deadReasons), pq.Array(a.finishedAts))
+	if err != nil {
+		return nil, fmt.Errorf("insert tasks: %w", err)
+	}
+	inserted := make(map[uuid.UUID]*taskRow, len(rows))
+	for i := range rows {
+		inserted[rows[i].ID] = &rows[i]
+	}
+	return inserted, nil
+}
 
 // CreateMany implements ports.TaskStore.
 func (s *TaskStore) CreateMany(ctx context.Context, fn ports.TaskCreateManyFunc) ([]*task.Task, []bool, error) {
@@ -94,63 +173,19 @@ func (s *TaskStore) CreateMany(ctx context.Context, fn ports.TaskCreateManyFunc)
 	return nil, nil, fmt.Errorf("insert tasks: the unique keys' holders kept changing")
 }
 
-// insertMany inserts the items idx of ts with one statement (insertManySQL)
+// insertMany inserts the items idx of ts with one statement (insertTasksSQL)
 // and returns the inserted rows by id; an item that gave way to an
 // idempotency or unique key is missing.
 func (s *TaskStore) insertMany(ctx context.Context, ts []*task.Task, idx []int, now time.Time) (map[uuid.UUID]*taskRow, error) {
-	n := len(idx)
-	var (
-		ids        = make(pq.StringArray, n)
-		queues     = make(pq.StringArray, n)
-		priorities = make(pq.Int64Array, n)
-		payloads   = make([]sql.NullString, n)
-		tags       = make(pq.StringArray, n)
-		maxAtt     = make(pq.Int64Array, n)
-		deadlines  = make([]sql.NullString, n)
-		runAts     = make(pq.StringArray, n)
-		keys       = make([]sql.NullString, n)
-		sizes      = make([]sql.NullInt64, n)
-		ukeys      = make([]sql.NullString, n)
-		bases      = make([]sql.NullFloat64, n)
-		maxes      = make([]sql.NullFloat64, n)
-		jitters    = make([]sql.NullString, n)
-		err        error
-	)
+	pick := make([]*task.Task, len(idx))
 	for i, item := range idx {
-		v := ts[item].Snapshot()
-		ukeys[i] = nullString(v.UniqueKey)
-		retry := retryColumnsOf(v.Retry)
-		bases[i], maxes[i], jitters[i] = retry.Base, retry.Max, retry.Jitter
-		ids[i], queues[i], priorities[i], maxAtt[i], runAts[i] = v.ID.String(), v.Queue, int64(v.Priority), int64(v.MaxAttempts), timeText(v.RunAt)
-		if len(v.Payload) > 0 {
-			payloads[i] = sql.NullString{String: string(v.Payload), Valid: true}
-		}
-		if sizes[i], err = jsonBytes(v.Payload); err != nil {
-			return nil, fmt.Errorf("insert tasks: tasks[%d].payload: %w", item, err)
-		}
-		lit, err := pq.StringArray(v.Tags).Value()
-		if err != nil {
-			return nil, fmt.Errorf("encode tags: %w", err)
-		}
-		tags[i] = lit.(string)
-		if v.Deadline != nil {
-			deadlines[i] = nullTimeText(v.Deadline)
-		}
-		keys[i] = nullString(v.IdempotencyKey)
+		pick[i] = ts[item]
 	}
-	var rows []taskRow
-	err = s.st.tx.SelectContext(ctx, &rows, insertManySQL,
-		ids, queues, priorities, pq.Array(payloads), tags, maxAtt,
-		pq.Array(deadlines), runAts, pq.Array(keys), now, pq.Array(sizes),
-		pq.Array(ukeys), pq.Array(bases), pq.Array(maxes), pq.Array(jitters))
+	a, err := newTaskArraysOf(pick)
 	if err != nil {
-		return nil, fmt.Errorf("insert tasks: %w", err)
+		return nil, err
 	}
-	inserted := make(map[uuid.UUID]*taskRow, len(rows))
-	for i := range rows {
-		inserted[rows[i].ID] = &rows[i]
-	}
-	return inserted, nil
+	return a.insert(ctx, s.st.tx, now)
 }
 
 // UpdateEach implements ports.TaskStore.
@@ -275,7 +310,7 @@ func saveTasks(ctx context.Context, st *txState, ts []*task.Task) error {
 	if err != nil {
 		return fmt.Errorf("save tasks: %w", err)
 	}
-	return nil
+	return st.saved(ctx, ts...)
 }
 
 func uuidArray(ids []uuid.UUID) pq.StringArray {

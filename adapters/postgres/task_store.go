@@ -22,7 +22,8 @@ const taskColumns = `id, seq, queue, status, priority, payload, tags, attempts, 
 	worker_id, lease_id, last_error, dead_reason, result, deadline, run_at,
 	idempotency_key, created_at, claimed_at, finished_at, updated_at,
 	lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id,
-	unique_key, snoozes, retry_base_seconds, retry_max_seconds, retry_jitter`
+	unique_key, snoozes, retry_base_seconds, retry_max_seconds, retry_jitter,
+	blockers, has_dependants`
 
 // heldTaskColumns are taskColumns but the payload: what the lease protocol
 // reads of a worker's tasks (saving a task never writes its payload).
@@ -30,7 +31,8 @@ const heldTaskColumns = `id, seq, queue, status, priority, tags, attempts, max_a
 	worker_id, lease_id, last_error, dead_reason, result, deadline, run_at,
 	idempotency_key, created_at, claimed_at, finished_at, updated_at,
 	lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id,
-	unique_key, snoozes, retry_base_seconds, retry_max_seconds, retry_jitter`
+	unique_key, snoozes, retry_base_seconds, retry_max_seconds, retry_jitter,
+	blockers, has_dependants`
 
 // taskRow is one row of tasks.
 type taskRow struct {
@@ -62,6 +64,8 @@ type taskRow struct {
 	UniqueKey      sql.NullString `db:"unique_key"`
 	Snoozes        int            `db:"snoozes"`
 	retryColumns
+	Blockers      sql.NullInt32 `db:"blockers"`
+	HasDependants bool          `db:"has_dependants"`
 }
 
 // taskRowNow is a task row with the transaction's now().
@@ -98,9 +102,12 @@ func (r *taskRow) toDomain() *task.Task {
 		CancelRequestedAt: timePtr(r.CancelReqAt),
 		ClaimRequestID:    r.ClaimRequestID.String,
 
-		UniqueKey: r.UniqueKey.String,
-		Snoozes:   r.Snoozes,
-		Retry:     r.retryColumns.policy(),
+		UniqueKey:     r.UniqueKey.String,
+		Snoozes:       r.Snoozes,
+		Retry:         r.retryColumns.policy(),
+		HasParents:    r.Blockers.Valid,
+		Blockers:      int(r.Blockers.Int32),
+		HasDependants: r.HasDependants,
 	})
 }
 
@@ -224,7 +231,7 @@ func (s *TaskStore) save(ctx context.Context, t *task.Task) error {
 	if err != nil {
 		return uniqueKeyConflict(err, v)
 	}
-	return nil
+	return s.st.saved(ctx, t)
 }
 
 // taskBytesSQL estimates, for a row t of tasks, the bytes its task takes in

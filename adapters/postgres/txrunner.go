@@ -14,6 +14,7 @@ import (
 
 	"github.com/taskmaster/taskmaster/adapters/outbox/envelope"
 	"github.com/taskmaster/taskmaster/domain/event"
+	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/ports"
 )
 
@@ -35,8 +36,11 @@ func NewTxRunner(db *sqlx.DB) *TxRunner {
 	return &TxRunner{db: db, logger: watermill.NopLogger{}}
 }
 
-// Run implements ports.TxRunner. A transaction that fails on a deadlock or a
-// serialization failure is run again (fn must not have effects outside it).
+// Run implements ports.TxRunner. A transaction that fails on a deadlock, a
+// serialization failure or a race a store detected (errRaced) is run again
+// (fn must not have effects outside it). Before it commits, the ends of the
+// tasks it moved into DONE or DEAD are passed on to their dependants
+// (settleDependants).
 // Under a fence (ports.WithFence) the transaction begins by locking and
 // renewing the job's lease row for that term (see fence).
 // So is one whose BEGIN met a pooled connection that the server had closed
@@ -88,6 +92,9 @@ func (r *TxRunner) runOnce(ctx context.Context, fn func(ctx context.Context, st 
 	if err := fn(ctx, state.stores()); err != nil {
 		return err
 	}
+	if err := state.settleDependants(ctx); err != nil {
+		return err
+	}
 	if err := r.publish(ctx, tx, state.events); err != nil {
 		return err
 	}
@@ -128,6 +135,10 @@ type txState struct {
 	events []event.Event
 	// wake holds the queues that got claimable tasks in this transaction.
 	wake []string
+	// finished holds the tasks that a save of this transaction moved into
+	// DONE or DEAD and that have dependants, until settleDependants passes
+	// their ends on.
+	finished []*task.Task
 	// claimPlanPinned is set once claimPlanSettings apply.
 	claimPlanPinned bool
 }
@@ -195,8 +206,12 @@ func (s *txState) setNow(t time.Time) {
 }
 
 // retryable reports whether a transaction that failed with err may simply be
-// run again: it hit a deadlock or a serialization failure (rolled back).
+// run again: it hit a deadlock or a serialization failure (rolled back), or
+// a store found it raced with another transaction (errRaced).
 func retryable(err error) bool {
+	if errors.Is(err, errRaced) {
+		return true
+	}
 	var pqErr *pq.Error
 	if errors.As(err, &pqErr) {
 		switch pqErr.Code {

@@ -15,7 +15,8 @@ type Type string
 // Task event types. From and To carry the task statuses on either side of the
 // transition (From is empty for a submission, To for a cleaned task).
 const (
-	// TaskSubmitted: a new task entered PENDING.
+	// TaskSubmitted: a new task entered PENDING, or BLOCKED when it depends
+	// on tasks not yet DONE.
 	TaskSubmitted Type = "task.submitted"
 	// TaskClaimed: PENDING -> RUNNING under a worker.
 	TaskClaimed Type = "task.claimed"
@@ -29,8 +30,12 @@ const (
 	TaskRequeued Type = "task.requeued"
 	// TaskDeadLettered: the service moved a task to DEAD without a failure
 	// report (Reason worker_dead, lease_expired, orphaned, deadline,
-	// cancelled).
+	// cancelled, or dependency_failed: from BLOCKED, a task it depends on
+	// ended DEAD).
 	TaskDeadLettered Type = "task.dead_lettered"
+	// TaskUnblocked: BLOCKED -> PENDING, in the transaction that completed
+	// the last of the task's parents (Reason dependencies_done).
+	TaskUnblocked Type = "task.unblocked"
 	// TaskCancelRequested: an operator asked to cancel a RUNNING task; it
 	// stays RUNNING (From and To are both RUNNING) until its holder fails it
 	// or the service takes it back, either way into DEAD cancelled.

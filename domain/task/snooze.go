@@ -60,6 +60,9 @@ func (t *Task) Snooze(p SnoozeParams, now time.Time) (event.Event, error) {
 		return t.die(event.TaskDeadLettered, DeadCancelled, now), nil
 	}
 	delay := time.Duration(p.DelaySeconds) * time.Second
+	// End the attempt under the number it was claimed with, before giving
+	// that number back.
+	t.endAttempt(OutcomeSnoozed, "", now)
 	t.s.Attempts--
 	t.s.Snoozes++
 	e := t.requeue(event.TaskSnoozed, RequeueSnoozed, now.Add(delay), now)

@@ -37,6 +37,11 @@ func TestSnoozeDoesNotSpendAnAttempt(t *testing.T) {
 	want.ExecutionSeconds = event.Seconds(15 * time.Second)
 	want.DelaySeconds = event.Seconds(90 * time.Second)
 	require.Equal(t, want, ev)
+	ended, ok := tk.EndedAttempt()
+	require.True(t, ok)
+	require.Equal(t, 3, ended.Number, "the snoozed attempt keeps the number it was claimed with")
+	require.Equal(t, task.OutcomeSnoozed, ended.Outcome)
+	require.Equal(t, now, *ended.FinishedAt)
 
 	require.False(t, tk.Claimable(nil, now.Add(89*time.Second)))
 	require.True(t, tk.Claimable([]string{"eu"}, now.Add(90*time.Second)))

@@ -40,12 +40,22 @@ const (
 	// StatusDead is entered when the task cannot succeed (see DeadReason). It
 	// is left only by an operator retry (PENDING) or retention.
 	StatusDead Status = "DEAD"
+	// StatusBlocked is entered on submission by a task that depends on
+	// tasks not yet DONE (see SubmitAfter). It is never claimable. It is
+	// left for PENDING when its last such parent completes, in that
+	// parent's transaction (task.unblocked), or for DEAD: dependency_failed
+	// when a parent ends DEAD, deadline when its deadline passes, cancelled
+	// by an operator.
+	StatusBlocked Status = "BLOCKED"
 )
 
-// Valid reports whether s is one of the four statuses.
+// Statuses lists every status, in the order the API documents them.
+var Statuses = []Status{StatusPending, StatusRunning, StatusDone, StatusDead, StatusBlocked}
+
+// Valid reports whether s is one of the statuses.
 func (s Status) Valid() bool {
 	switch s {
-	case StatusPending, StatusRunning, StatusDone, StatusDead:
+	case StatusPending, StatusRunning, StatusDone, StatusDead, StatusBlocked:
 		return true
 	}
 	return false
@@ -81,12 +91,15 @@ const (
 	// DeadOrphaned: its worker's heartbeat did not list it (the worker never
 	// learned of the claim, or forgot it) on its last attempt.
 	DeadOrphaned DeadReason = "orphaned"
+	// DeadDependencyFailed: a task it depends on ended DEAD (for any
+	// reason, this one included), so it can never run.
+	DeadDependencyFailed DeadReason = "dependency_failed"
 )
 
 // DeadReasons lists every dead reason, in the order the API documents them.
 var DeadReasons = []DeadReason{
 	DeadExhausted, DeadNonRetryable, DeadWorkerDead, DeadDeadline, DeadCancelled,
-	DeadLeaseExpired, DeadOrphaned,
+	DeadLeaseExpired, DeadOrphaned, DeadDependencyFailed,
 }
 
 // RequeueReason says why a task went back to PENDING.
@@ -177,6 +190,16 @@ type Snapshot struct {
 	// RUNNING (see ClaimedUnder); empty when the claim sent none, and
 	// unless RUNNING.
 	ClaimRequestID string
+	// HasParents is true when the task was submitted depending on other
+	// tasks (see SubmitAfter).
+	HasParents bool
+	// Blockers counts the parents not yet DONE; above 0 only while
+	// BLOCKED.
+	Blockers int
+	// HasDependants is true once a task was submitted depending on this
+	// one while it was unfinished: its end (DONE or DEAD) must be passed
+	// on to them (ParentsFinished).
+	HasDependants bool
 	// UniqueKey, when not empty, is held by the task while it is
 	// unfinished: no other unfinished task of its queue has it.
 	UniqueKey string
@@ -191,6 +214,10 @@ type Snapshot struct {
 // Snapshot; its methods are the only way to change it.
 type Task struct {
 	s Snapshot
+	// ended is the attempt the last transition ended (see EndedAttempt).
+	ended *Attempt
+	// finished is set by a transition into DONE or DEAD (see Finished).
+	finished bool
 }
 
 // Restore rebuilds a task from stored state.
@@ -431,10 +458,12 @@ func (t *Task) ReleaseFromDeadWorker(dead Holder, now time.Time) (event.Event, e
 	return t.takeBack(RequeueWorkerDead, DeadWorkerDead, now), nil
 }
 
-// ExpireDeadline moves a PENDING task whose deadline has passed to DEAD with
-// reason deadline.
+// ExpireDeadline moves a PENDING or BLOCKED task whose deadline has passed
+// to DEAD with reason deadline: a BLOCKED task could only ever be unblocked
+// into a PENDING task that no claim hands out, so it ends now, and its own
+// dependants with it.
 func (t *Task) ExpireDeadline(now time.Time) (event.Event, error) {
-	if t.s.Status != StatusPending {
+	if t.s.Status != StatusPending && t.s.Status != StatusBlocked {
 		return event.Event{}, &TransitionError{ID: t.s.ID, From: t.s.Status, To: StatusDead}
 	}
 	if t.s.Deadline == nil || t.s.Deadline.After(now) {
@@ -443,8 +472,9 @@ func (t *Task) ExpireDeadline(now time.Time) (event.Event, error) {
 	return t.die(event.TaskDeadLettered, DeadDeadline, now), nil
 }
 
-// Cancel is an operator's cancellation. A PENDING task moves to DEAD with
-// reason cancelled. A RUNNING task stays RUNNING with the request recorded
+// Cancel is an operator's cancellation. A PENDING or BLOCKED task moves to
+// DEAD with reason cancelled (a BLOCKED task's dependants end DEAD
+// dependency_failed with it). A RUNNING task stays RUNNING with the request recorded
 // (task.cancel_requested; the first request's time is kept): its holder
 // learns it from its heartbeats and should fail the task, which then ends
 // DEAD cancelled, as it does if the service takes the task back instead
@@ -452,7 +482,7 @@ func (t *Task) ExpireDeadline(now time.Time) (event.Event, error) {
 // TransitionError.
 func (t *Task) Cancel(now time.Time) (event.Event, error) {
 	switch t.s.Status {
-	case StatusPending:
+	case StatusPending, StatusBlocked:
 		return t.die(event.TaskDeadLettered, DeadCancelled, now), nil
 	case StatusRunning:
 		if t.s.CancelRequestedAt == nil {
@@ -533,7 +563,8 @@ func (t *Task) endLease() {
 	t.s.ClaimRequestID = ""
 }
 
-// finishRun ends the running attempt in a terminal status.
+// finishRun moves the task into a terminal status, ending its running
+// attempt if it has one.
 func (t *Task) finishRun(typ event.Type, to Status, reason string, now time.Time) event.Event {
 	from := t.s.Status
 	e := t.event(typ, from, reason, now)
@@ -541,10 +572,12 @@ func (t *Task) finishRun(typ event.Type, to Status, reason string, now time.Time
 		e.ExecutionSeconds = event.Seconds(now.Sub(*t.s.ClaimedAt))
 	}
 	e.EndToEndSeconds = event.Seconds(now.Sub(t.s.CreatedAt))
+	t.leaveRunning(typ, reason, now)
 	t.s.Status = to
 	t.endLease()
 	t.s.FinishedAt = &now
 	t.s.UpdatedAt = now
+	t.finished = true
 	e.To = string(to)
 	return e
 }
@@ -560,6 +593,7 @@ func (t *Task) requeue(typ event.Type, reason RequeueReason, runAt, now time.Tim
 	if from == StatusRunning && t.s.ClaimedAt != nil {
 		e.ExecutionSeconds = event.Seconds(now.Sub(*t.s.ClaimedAt))
 	}
+	t.leaveRunning(typ, string(reason), now)
 	t.s.Status = StatusPending
 	t.endLease()
 	t.s.RunAt = runAt

@@ -99,8 +99,19 @@ func dead() task.Snapshot {
 	return s
 }
 
+// blocked is a task submitted at base waiting for two parents not yet DONE.
+func blocked() task.Snapshot {
+	s := pending()
+	s.Status = task.StatusBlocked
+	s.HasParents = true
+	s.Blockers = 2
+	return s
+}
+
 func snapshotIn(status task.Status) task.Snapshot {
 	switch status {
+	case task.StatusBlocked:
+		return blocked()
 	case task.StatusPending:
 		return pending()
 	case task.StatusRunning:
@@ -113,7 +124,7 @@ func snapshotIn(status task.Status) task.Snapshot {
 	panic("unknown status " + status)
 }
 
-var allStatuses = []task.Status{task.StatusPending, task.StatusRunning, task.StatusDone, task.StatusDead}
+var allStatuses = []task.Status{task.StatusPending, task.StatusRunning, task.StatusDone, task.StatusDead, task.StatusBlocked}
 
 // taskEvent is the event every task transition of the fixture produces, with
 // the fields that vary left to the caller.
@@ -274,6 +285,11 @@ func TestLegalTransitions(t *testing.T) {
 		s.LastError = "timeout"
 		return s
 	}
+	blockedWithDeadline := func(d time.Duration) task.Snapshot {
+		s := blocked()
+		s.Deadline = ptr(at(d))
+		return s
+	}
 	deadCancelled := func() task.Snapshot {
 		s := pending()
 		endRun(&s, task.StatusDead, task.DeadCancelled, at(time.Second))
@@ -318,6 +334,10 @@ func TestLegalTransitions(t *testing.T) {
 		// durations; Version, TaskID, Queue, From (the start status), To (the
 		// new status) and OccurredAt (now) are the same for every case.
 		event event.Event
+		// attempt is the outcome of the attempt the transition ends (empty:
+		// it ends none); the attempt's error is the failure's, its worker
+		// and claim time the start's.
+		attempt task.Outcome
 	}{
 		{
 			name: "PENDING -> RUNNING: claim", start: pending(), now: at(5 * time.Second),
@@ -346,7 +366,8 @@ func TestLegalTransitions(t *testing.T) {
 				endRun(s, task.StatusDone, "", now)
 				s.Result = result
 			},
-			event: event.Event{Type: event.TaskCompleted, Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
+			attempt: task.OutcomeCompleted,
+			event:   event.Event{Type: event.TaskCompleted, Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
 		},
 		{
 			name: "RUNNING -> PENDING: retryable fail after attempt 1 waits 2s", start: running(1), now: at(15 * time.Second),
@@ -355,7 +376,8 @@ func TestLegalTransitions(t *testing.T) {
 				backToPending(s, now.Add(2*time.Second), now)
 				s.LastError = "timeout"
 			},
-			event: event.Event{Type: event.TaskFailed, Reason: "failed", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10)},
+			attempt: task.OutcomeFailed,
+			event:   event.Event{Type: event.TaskFailed, Reason: "failed", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10)},
 		},
 		{
 			name: "RUNNING -> PENDING: retryable fail after attempt 2 waits 4s", start: running(2), now: at(15 * time.Second),
@@ -364,7 +386,8 @@ func TestLegalTransitions(t *testing.T) {
 				backToPending(s, now.Add(4*time.Second), now)
 				s.LastError = "timeout again"
 			},
-			event: event.Event{Type: event.TaskFailed, Reason: "failed", Attempt: 2, WorkerID: holder, ExecutionSeconds: secs(10)},
+			attempt: task.OutcomeFailed,
+			event:   event.Event{Type: event.TaskFailed, Reason: "failed", Attempt: 2, WorkerID: holder, ExecutionSeconds: secs(10)},
 		},
 		{
 			name: "RUNNING -> DEAD: retryable fail on the last attempt is exhausted", start: running(3), now: at(15 * time.Second),
@@ -373,7 +396,8 @@ func TestLegalTransitions(t *testing.T) {
 				endRun(s, task.StatusDead, task.DeadExhausted, now)
 				s.LastError = "timeout"
 			},
-			event: event.Event{Type: event.TaskFailed, Reason: "exhausted", Attempt: 3, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
+			attempt: task.OutcomeFailed,
+			event:   event.Event{Type: event.TaskFailed, Reason: "exhausted", Attempt: 3, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
 		},
 		{
 			name: "RUNNING -> DEAD: non-retryable fail with attempts left", start: running(1), now: at(15 * time.Second),
@@ -382,19 +406,22 @@ func TestLegalTransitions(t *testing.T) {
 				endRun(s, task.StatusDead, task.DeadNonRetryable, now)
 				s.LastError = "bad payload"
 			},
-			event: event.Event{Type: event.TaskFailed, Reason: "non_retryable", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
+			attempt: task.OutcomeFailed,
+			event:   event.Event{Type: event.TaskFailed, Reason: "non_retryable", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
 		},
 		{
 			name: "RUNNING -> PENDING: holder declared dead with attempts left", start: running(1), now: at(125 * time.Second),
-			act:   release,
-			want:  func(s *task.Snapshot, now time.Time) { backToPending(s, now, now) },
-			event: event.Event{Type: event.TaskRequeued, Reason: "worker_dead", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(120)},
+			act:     release,
+			want:    func(s *task.Snapshot, now time.Time) { backToPending(s, now, now) },
+			attempt: task.OutcomeWorkerDead,
+			event:   event.Event{Type: event.TaskRequeued, Reason: "worker_dead", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(120)},
 		},
 		{
 			name: "RUNNING -> DEAD: holder declared dead on the last attempt", start: running(3), now: at(125 * time.Second),
-			act:   release,
-			want:  func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadWorkerDead, now) },
-			event: event.Event{Type: event.TaskDeadLettered, Reason: "worker_dead", Attempt: 3, WorkerID: holder, ExecutionSeconds: secs(120), EndToEndSeconds: secs(125)},
+			act:     release,
+			want:    func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadWorkerDead, now) },
+			attempt: task.OutcomeWorkerDead,
+			event:   event.Event{Type: event.TaskDeadLettered, Reason: "worker_dead", Attempt: 3, WorkerID: holder, ExecutionSeconds: secs(120), EndToEndSeconds: secs(125)},
 		},
 		{
 			name: "RUNNING -> DONE: complete of a task an operator asked to cancel (the work is done)", start: cancelRequested(1), now: at(15 * time.Second),
@@ -403,7 +430,8 @@ func TestLegalTransitions(t *testing.T) {
 				endRun(s, task.StatusDone, "", now)
 				s.Result = result
 			},
-			event: event.Event{Type: event.TaskCompleted, Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
+			attempt: task.OutcomeCompleted,
+			event:   event.Event{Type: event.TaskCompleted, Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
 		},
 		{
 			name: "RUNNING -> DEAD: fail of a task an operator asked to cancel is cancelled, not retried", start: cancelRequested(1), now: at(15 * time.Second),
@@ -412,7 +440,8 @@ func TestLegalTransitions(t *testing.T) {
 				endRun(s, task.StatusDead, task.DeadCancelled, now)
 				s.LastError = "context canceled"
 			},
-			event: event.Event{Type: event.TaskFailed, Reason: "cancelled", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
+			attempt: task.OutcomeCancelled,
+			event:   event.Event{Type: event.TaskFailed, Reason: "cancelled", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
 		},
 		{
 			name: "RUNNING -> DEAD: non-retryable fail of a task an operator asked to cancel is cancelled", start: cancelRequested(1), now: at(15 * time.Second),
@@ -421,7 +450,8 @@ func TestLegalTransitions(t *testing.T) {
 				endRun(s, task.StatusDead, task.DeadCancelled, now)
 				s.LastError = "stopped"
 			},
-			event: event.Event{Type: event.TaskFailed, Reason: "cancelled", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
+			attempt: task.OutcomeCancelled,
+			event:   event.Event{Type: event.TaskFailed, Reason: "cancelled", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(10), EndToEndSeconds: secs(15)},
 		},
 		{
 			name: "RUNNING -> RUNNING: cancel records the request", start: running(1), now: at(20 * time.Second),
@@ -437,57 +467,66 @@ func TestLegalTransitions(t *testing.T) {
 		},
 		{
 			name: "RUNNING -> DEAD: holder declared dead after a cancel request", start: cancelRequested(1), now: at(125 * time.Second),
-			act:   release,
-			want:  func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadCancelled, now) },
-			event: event.Event{Type: event.TaskDeadLettered, Reason: "cancelled", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(120), EndToEndSeconds: secs(125)},
+			act:     release,
+			want:    func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadCancelled, now) },
+			attempt: task.OutcomeCancelled,
+			event:   event.Event{Type: event.TaskDeadLettered, Reason: "cancelled", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(120), EndToEndSeconds: secs(125)},
 		},
 		{
 			name: "RUNNING -> PENDING: lease ran out exactly now, attempts left", start: running(1), now: at(65 * time.Second),
-			act:   expireLease,
-			want:  func(s *task.Snapshot, now time.Time) { backToPending(s, now, now) },
-			event: event.Event{Type: event.TaskRequeued, Reason: "lease_expired", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(60)},
+			act:     expireLease,
+			want:    func(s *task.Snapshot, now time.Time) { backToPending(s, now, now) },
+			attempt: task.OutcomeLeaseExpired,
+			event:   event.Event{Type: event.TaskRequeued, Reason: "lease_expired", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(60)},
 		},
 		{
 			name: "RUNNING -> PENDING: lease ran out a while ago, attempts left", start: running(2), now: at(90 * time.Second),
-			act:   expireLease,
-			want:  func(s *task.Snapshot, now time.Time) { backToPending(s, now, now) },
-			event: event.Event{Type: event.TaskRequeued, Reason: "lease_expired", Attempt: 2, WorkerID: holder, ExecutionSeconds: secs(85)},
+			act:     expireLease,
+			want:    func(s *task.Snapshot, now time.Time) { backToPending(s, now, now) },
+			attempt: task.OutcomeLeaseExpired,
+			event:   event.Event{Type: event.TaskRequeued, Reason: "lease_expired", Attempt: 2, WorkerID: holder, ExecutionSeconds: secs(85)},
 		},
 		{
 			name: "RUNNING -> DEAD: lease ran out on the last attempt", start: running(3), now: at(65 * time.Second),
-			act:   expireLease,
-			want:  func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadLeaseExpired, now) },
-			event: event.Event{Type: event.TaskDeadLettered, Reason: "lease_expired", Attempt: 3, WorkerID: holder, ExecutionSeconds: secs(60), EndToEndSeconds: secs(65)},
+			act:     expireLease,
+			want:    func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadLeaseExpired, now) },
+			attempt: task.OutcomeLeaseExpired,
+			event:   event.Event{Type: event.TaskDeadLettered, Reason: "lease_expired", Attempt: 3, WorkerID: holder, ExecutionSeconds: secs(60), EndToEndSeconds: secs(65)},
 		},
 		{
 			name: "RUNNING -> DEAD: lease ran out after a cancel request the holder ignored", start: cancelRequested(1), now: at(65 * time.Second),
-			act:   expireLease,
-			want:  func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadCancelled, now) },
-			event: event.Event{Type: event.TaskDeadLettered, Reason: "cancelled", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(60), EndToEndSeconds: secs(65)},
+			act:     expireLease,
+			want:    func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadCancelled, now) },
+			attempt: task.OutcomeCancelled,
+			event:   event.Event{Type: event.TaskDeadLettered, Reason: "cancelled", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(60), EndToEndSeconds: secs(65)},
 		},
 		{
 			name: "RUNNING -> PENDING: orphaned by a heartbeat listing nothing", start: running(1), now: at(16 * time.Second),
-			act:   orphan(),
-			want:  func(s *task.Snapshot, now time.Time) { backToPending(s, now, now) },
-			event: event.Event{Type: event.TaskRequeued, Reason: "orphaned", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(11)},
+			act:     orphan(),
+			want:    func(s *task.Snapshot, now time.Time) { backToPending(s, now, now) },
+			attempt: task.OutcomeOrphaned,
+			event:   event.Event{Type: event.TaskRequeued, Reason: "orphaned", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(11)},
 		},
 		{
 			name: "RUNNING -> PENDING: orphaned by a heartbeat listing it under a stale lease", start: running(1), now: at(16 * time.Second),
-			act:   orphan(task.LeaseRef{ID: taskID, LeaseID: staleID}),
-			want:  func(s *task.Snapshot, now time.Time) { backToPending(s, now, now) },
-			event: event.Event{Type: event.TaskRequeued, Reason: "orphaned", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(11)},
+			act:     orphan(task.LeaseRef{ID: taskID, LeaseID: staleID}),
+			want:    func(s *task.Snapshot, now time.Time) { backToPending(s, now, now) },
+			attempt: task.OutcomeOrphaned,
+			event:   event.Event{Type: event.TaskRequeued, Reason: "orphaned", Attempt: 1, WorkerID: holder, ExecutionSeconds: secs(11)},
 		},
 		{
 			name: "RUNNING -> DEAD: orphaned on the last attempt", start: running(3), now: at(16 * time.Second),
-			act:   orphan(),
-			want:  func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadOrphaned, now) },
-			event: event.Event{Type: event.TaskDeadLettered, Reason: "orphaned", Attempt: 3, WorkerID: holder, ExecutionSeconds: secs(11), EndToEndSeconds: secs(16)},
+			act:     orphan(),
+			want:    func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadOrphaned, now) },
+			attempt: task.OutcomeOrphaned,
+			event:   event.Event{Type: event.TaskDeadLettered, Reason: "orphaned", Attempt: 3, WorkerID: holder, ExecutionSeconds: secs(11), EndToEndSeconds: secs(16)},
 		},
 		{
 			name: "RUNNING -> DEAD: orphaned after a cancel request", start: cancelRequested(2), now: at(16 * time.Second),
-			act:   orphan(),
-			want:  func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadCancelled, now) },
-			event: event.Event{Type: event.TaskDeadLettered, Reason: "cancelled", Attempt: 2, WorkerID: holder, ExecutionSeconds: secs(11), EndToEndSeconds: secs(16)},
+			act:     orphan(),
+			want:    func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadCancelled, now) },
+			attempt: task.OutcomeCancelled,
+			event:   event.Event{Type: event.TaskDeadLettered, Reason: "cancelled", Attempt: 2, WorkerID: holder, ExecutionSeconds: secs(11), EndToEndSeconds: secs(16)},
 		},
 		{
 			name: "PENDING -> DEAD: deadline passed", start: withDeadline(10 * time.Second), now: at(11 * time.Second),
@@ -512,6 +551,18 @@ func TestLegalTransitions(t *testing.T) {
 			act:   cancel,
 			want:  func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadCancelled, now) },
 			event: event.Event{Type: event.TaskDeadLettered, Reason: "cancelled", Attempt: 1, EndToEndSeconds: secs(60)},
+		},
+		{
+			name: "BLOCKED -> DEAD: deadline passed while waiting for parents", start: blockedWithDeadline(10 * time.Second), now: at(11 * time.Second),
+			act:   expire,
+			want:  func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadDeadline, now) },
+			event: event.Event{Type: event.TaskDeadLettered, Reason: "deadline", EndToEndSeconds: secs(11)},
+		},
+		{
+			name: "BLOCKED -> DEAD: cancel", start: blocked(), now: at(time.Minute),
+			act:   cancel,
+			want:  func(s *task.Snapshot, now time.Time) { endRun(s, task.StatusDead, task.DeadCancelled, now) },
+			event: event.Event{Type: event.TaskDeadLettered, Reason: "cancelled", EndToEndSeconds: secs(60)},
 		},
 		{
 			name: "DEAD -> PENDING: retry keeps the history in last_error", start: dead(), now: at(time.Hour),
@@ -554,6 +605,21 @@ func TestLegalTransitions(t *testing.T) {
 			wantEvent.To = string(want.Status)
 			wantEvent.OccurredAt = c.now
 			require.Equal(t, wantEvent, ev)
+
+			ended, ok := tk.EndedAttempt()
+			if c.attempt == "" {
+				require.False(t, ok, "no attempt ends: %+v", ended)
+				return
+			}
+			require.True(t, ok, "the running attempt ends")
+			wantAttempt := task.Attempt{
+				TaskID: taskID, Number: c.start.Attempts, WorkerID: c.start.WorkerID,
+				ClaimedAt: *c.start.ClaimedAt, FinishedAt: ptr(c.now), Outcome: c.attempt,
+			}
+			if ev.Type == event.TaskFailed {
+				wantAttempt.Error = want.LastError
+			}
+			require.Equal(t, wantAttempt, ended)
 		})
 	}
 }
@@ -627,10 +693,10 @@ var operations = []operation{
 	{"ReleaseOrphan", only(task.StatusRunning), task.StatusPending, func(tk *task.Task) (event.Event, error) {
 		return tk.ReleaseOrphan(task.NewListing(holder, nil, time.Second), at(time.Hour))
 	}, nil},
-	{"ExpireDeadline", only(task.StatusPending), task.StatusDead, func(tk *task.Task) (event.Event, error) {
+	{"ExpireDeadline", []task.Status{task.StatusPending, task.StatusBlocked}, task.StatusDead, func(tk *task.Task) (event.Event, error) {
 		return tk.ExpireDeadline(at(time.Hour))
 	}, nil},
-	{"Cancel", []task.Status{task.StatusPending, task.StatusRunning}, task.StatusDead, func(tk *task.Task) (event.Event, error) {
+	{"Cancel", []task.Status{task.StatusPending, task.StatusRunning, task.StatusBlocked}, task.StatusDead, func(tk *task.Task) (event.Event, error) {
 		return tk.Cancel(at(time.Hour))
 	}, nil},
 	{"Retry", only(task.StatusDead), task.StatusPending, func(tk *task.Task) (event.Event, error) {

@@ -151,8 +151,10 @@ func (l *ledger) add(m map[string]map[string]bool, task, key string) {
 
 // apiTask is the part of the task object the workers use.
 type apiTask struct {
-	ID      string `json:"id"`
-	LeaseID string `json:"lease_id"`
+	ID      string          `json:"id"`
+	LeaseID string          `json:"lease_id"`
+	Queue   string          `json:"queue"`
+	Payload json.RawMessage `json:"payload"`
 }
 
 type leaseRef struct {
@@ -169,6 +171,9 @@ type worker struct {
 	base string
 	hc   *http.Client
 	l    *ledger
+	// next, when set, gives the tasks to enqueue with the complete of a
+	// task (nil for none).
+	next func(apiTask) []map[string]any
 
 	mu       sync.Mutex
 	inflight map[string]string // task id -> lease id
@@ -306,9 +311,13 @@ func (w *worker) complete(ctx context.Context, tk apiTask) {
 			Type          string `json:"type"`
 			CurrentStatus string `json:"current_status"`
 		}
-		code, err := w.post(ctx, "/tasks/v1/"+tk.ID+"/complete", map[string]any{
-			"worker_id": w.id, "lease_id": tk.LeaseID, "result": map[string]string{"by": key},
-		}, &problem)
+		body := map[string]any{"worker_id": w.id, "lease_id": tk.LeaseID, "result": map[string]string{"by": key}}
+		if w.next != nil {
+			if enqueue := w.next(tk); enqueue != nil {
+				body["enqueue"] = enqueue
+			}
+		}
+		code, err := w.post(ctx, "/tasks/v1/"+tk.ID+"/complete", body, &problem)
 		w.l.mu.Lock()
 		switch {
 		case err != nil:
@@ -368,6 +377,69 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// killDuring kills the server with SIGKILL kills times while the workers
+// bring the DONE tasks to want, each time in the middle of the run,
+// restarting it on the same database, and waits until want tasks are DONE.
+func killDuring(t *testing.T, srv *server, bin, databaseURL, addr string, db *sqlx.DB, want int) {
+	t.Helper()
+	for k := 1; k <= kills; k++ {
+		waitUntil(t, "more tasks done", func() bool { return countDone(t, db) >= k*want/(kills+1) })
+		srv.kill(t)
+		doneAtKill := countDone(t, db)
+		t.Logf("SIGKILL %d with %d of %d tasks done", k, doneAtKill, want)
+		require.Less(t, doneAtKill, want, "the kill came in the middle of the run")
+		srv = serve(t, bin, databaseURL, addr)
+	}
+	waitUntil(t, "every task done", func() bool { return countDone(t, db) == want })
+}
+
+func newLedger() *ledger {
+	return &ledger{claimed: map[string]int{}, acked: map[string][]string{}, unsure: map[string]map[string]bool{}, refused: map[string]map[string]bool{}}
+}
+
+// startWorkers runs the workers against base until the returned stop (also
+// a cleanup), which waits for them.
+func startWorkers(t *testing.T, base string, l *ledger, next func(apiTask) []map[string]any) (stop func()) {
+	t.Helper()
+	ctx, stopWorkers := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range workers {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		t.Cleanup(tr.CloseIdleConnections)
+		w := &worker{
+			id: "crash-w" + strconv.Itoa(i), base: base, l: l, next: next,
+			hc:       &http.Client{Transport: tr, Timeout: 10 * time.Second},
+			inflight: map[string]string{}, lost: map[leaseRef]bool{},
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.run(ctx)
+		}()
+	}
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			stopWorkers()
+			wg.Wait()
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// submit posts tasks as one batch.
+func submit(t *testing.T, base string, batch []map[string]any) {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{"tasks": batch})
+	require.NoError(t, err)
+	resp, err := http.Post(base+"/tasks/v1/batch", "application/json", bytes.NewReader(body))
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+}
+
 func TestSIGKILLMidClaimsLosesNoTaskAndCompletesNoneTwice(t *testing.T) {
 	t.Parallel()
 	bin := binary.Build(t)
@@ -383,51 +455,14 @@ func TestSIGKILLMidClaimsLosesNoTaskAndCompletesNoneTwice(t *testing.T) {
 	for i := range batch {
 		batch[i] = map[string]any{"queue": "crash", "payload": i, "max_attempts": 20}
 	}
-	body, err := json.Marshal(map[string]any{"tasks": batch})
-	require.NoError(t, err)
-	resp, err := http.Post(base+"/tasks/v1/batch", "application/json", bytes.NewReader(body))
-	require.NoError(t, err)
-	_ = resp.Body.Close()
-	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	submit(t, base, batch)
 
-	l := &ledger{claimed: map[string]int{}, acked: map[string][]string{}, unsure: map[string]map[string]bool{}, refused: map[string]map[string]bool{}}
-	ctx, stopWorkers := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for i := range workers {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		t.Cleanup(tr.CloseIdleConnections)
-		w := &worker{
-			id: "crash-w" + strconv.Itoa(i), base: base, l: l,
-			hc:       &http.Client{Transport: tr, Timeout: 10 * time.Second},
-			inflight: map[string]string{}, lost: map[leaseRef]bool{},
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.run(ctx)
-		}()
-	}
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			stopWorkers()
-			wg.Wait()
-		}
-	}
-	t.Cleanup(stop)
+	l := newLedger()
+	stop := startWorkers(t, base, l, nil)
 
 	// Kill the server while the workers are busy claiming and completing,
 	// restart it on the same database, several times.
-	for k := 1; k <= kills; k++ {
-		waitUntil(t, "more tasks done", func() bool { return countDone(t, db) >= k*tasks/(kills+1) })
-		srv.kill(t)
-		doneAtKill := countDone(t, db)
-		t.Logf("SIGKILL %d with %d of %d tasks done", k, doneAtKill, tasks)
-		require.Less(t, doneAtKill, tasks, "the kill came in the middle of the run")
-		srv = serve(t, bin, databaseURL, addr)
-	}
-	waitUntil(t, "every task done", func() bool { return countDone(t, db) == tasks })
+	killDuring(t, srv, bin, databaseURL, addr, db, tasks)
 	stop()
 
 	l.mu.Lock()
@@ -478,4 +513,80 @@ func TestSIGKILLMidClaimsLosesNoTaskAndCompletesNoneTwice(t *testing.T) {
 		SELECT e->>'task_id' FROM watermill_taskmaster_events m, json_array_elements(m.payload->'events') e
 		WHERE e->>'type' = 'task.completed' GROUP BY 1 HAVING count(*) > 1`))
 	require.Empty(t, doubles, "tasks completed twice in the outbox")
+}
+
+// A pipeline of three stages: each stage-1 task's complete enqueues one
+// stage-2 task, whose complete enqueues one stage-3 task, while the server
+// is killed with SIGKILL several times. The completion and the next stage's
+// task commit together or not at all, so when every task is DONE each stage
+// holds exactly one task per task of the stage before: none lost (a
+// completion without its next stage) and none duplicated (a retried
+// complete, or the complete of a holder whose lease was taken back,
+// enqueuing again).
+func TestSIGKILLMidPipelineLosesNoStageAndDuplicatesNone(t *testing.T) {
+	t.Parallel()
+	const perStage = tasks / 3
+	bin := binary.Build(t)
+	databaseURL := pgtest.NewDatabase(t)
+	addr := freeAddr(t)
+	srv := serve(t, bin, databaseURL, addr)
+	db, err := sqlx.Open("postgres", databaseURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+
+	base := "http://" + addr
+	batch := make([]map[string]any, perStage)
+	for i := range batch {
+		batch[i] = map[string]any{"queue": "stage-1", "payload": map[string]any{"n": i}, "max_attempts": 20}
+	}
+	submit(t, base, batch)
+	next := func(tk apiTask) []map[string]any {
+		queue := map[string]string{"stage-1": "stage-2", "stage-2": "stage-3"}[tk.Queue]
+		if queue == "" {
+			return nil
+		}
+		return []map[string]any{{"queue": queue, "payload": map[string]any{"from": tk.ID}, "max_attempts": 20}}
+	}
+	l := newLedger()
+	stop := startWorkers(t, base, l, next)
+
+	const all = 3 * perStage
+	killDuring(t, srv, bin, databaseURL, addr, db, all)
+	stop()
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	require.Empty(t, l.unexpected)
+	require.Positive(t, l.transportErrors, "the workers felt the kill")
+
+	var rows []struct {
+		ID     string `db:"id"`
+		Queue  string `db:"queue"`
+		Status string `db:"status"`
+		From   string `db:"from"`
+	}
+	require.NoError(t, db.Select(&rows, `SELECT id::text, queue, status, coalesce(payload->>'from', '') AS from FROM tasks`))
+	require.Len(t, rows, all, "each stage holds one task per task of the stage before, no more")
+	byID := map[string]string{}
+	for _, r := range rows {
+		byID[r.ID] = r.Queue
+	}
+	children := map[string]int{}
+	perQueue := map[string]int{}
+	for _, r := range rows {
+		require.Equal(t, "DONE", r.Status, "task %s", r.ID)
+		perQueue[r.Queue]++
+		if r.Queue == "stage-1" {
+			continue
+		}
+		want := map[string]string{"stage-2": "stage-1", "stage-3": "stage-2"}[r.Queue]
+		require.Equal(t, want, byID[r.From], "task %s of %s comes from a task of %s", r.ID, r.Queue, want)
+		children[r.From]++
+	}
+	require.Equal(t, map[string]int{"stage-1": perStage, "stage-2": perStage, "stage-3": perStage}, perQueue)
+	for _, r := range rows {
+		if r.Queue != "stage-3" {
+			require.Equal(t, 1, children[r.ID], "task %s of %s enqueued exactly one next task", r.ID, r.Queue)
+		}
+	}
 }

@@ -226,6 +226,35 @@ type Health struct{}
 // Ready implements ports.HealthChecker.
 func (Health) Ready(context.Context) error { return nil }
 
+func (tasks) Attempts(context.Context, uuid.UUID) ([]task.Attempt, error) {
+	return []task.Attempt{}, nil
+}
+
+func (tasks) DependsOn(context.Context, uuid.UUID) ([]ports.Parent, error) {
+	return []ports.Parent{}, nil
+}
+
+func (tasks) Parents(context.Context, uuid.UUID) ([]*task.Task, error) {
+	return []*task.Task{}, nil
+}
+
+// LockTasks finds every named id: a task RUNNING like every other.
+func (tasks) LockTasks(_ context.Context, ids []uuid.UUID, _ []ports.IdempotencyKey) ([]*task.Task, error) {
+	out := make([]*task.Task, len(ids))
+	for i, id := range ids {
+		out[i] = Running(id)
+	}
+	return out, nil
+}
+
+func (tasks) CreateGraph(_ context.Context, fn ports.TaskGraphFunc) ([]*task.Task, error) {
+	g, err := fn(Now)
+	if err != nil {
+		return nil, err
+	}
+	return g.Tasks, nil
+}
+
 // schedules is the fixed world's schedule store: a creation runs its
 // function (every rule of a new schedule) and keeps nothing; every name
 // names a schedule of queue "q" ticking every hour, which updates and

@@ -129,7 +129,9 @@ type opStats struct {
 	mu      sync.Mutex
 	ok      map[string]int64
 	unknown map[string]int64
-	total   atomic.Int64
+	// failed counts the answers 500 and above: none is expected.
+	failed map[string]int64
+	total  atomic.Int64
 }
 
 func (s *opStats) record(op string, status int, err error) {
@@ -140,13 +142,17 @@ func (s *opStats) record(op string, status int, err error) {
 		s.unknown[op]++
 	case status >= 200 && status < 300:
 		s.ok[op]++
+	case status >= 500:
+		s.failed[op]++
 	}
 	s.total.Add(1)
 }
 
 // randomWorker drives random transitions as one worker until stop: submit,
-// claim, complete, fail (retryable or not), retry a dead task, cancel a
-// pending one. Requests that find the server down are retried later; refused
+// submit a small graph of dependencies, claim, complete (sometimes
+// enqueuing a task), fail (retryable or not), retry a dead task, cancel a
+// pending or blocked one: so BLOCKED tasks, unblocking and failure
+// cascades are in the mix. Requests that find the server down are retried later; refused
 // transitions (409) are part of the mix.
 func randomWorker(t *testing.T, c *client, id string, seed uint64, stats *opStats, stop <-chan struct{}) {
 	rng := rand.New(rand.NewPCG(seed, seed))
@@ -164,13 +170,34 @@ func randomWorker(t *testing.T, c *client, id string, seed uint64, stats *opStat
 			err    error
 		)
 		switch p := rng.IntN(100); {
-		case p < 30:
+		case p < 22:
 			op = "submit"
 			var tk taskJSON
 			status, err = c.call("POST", "/tasks/v1", map[string]any{
 				"queue": fmt.Sprintf("q%d", rng.IntN(3)), "max_attempts": 1 + rng.IntN(3),
 			}, &tk)
 			if status == http.StatusCreated {
+				submitted = append(submitted, tk.ID)
+			}
+		case p < 30:
+			// A small graph: a root, two tasks after it and one after
+			// both, and maybe after a task submitted earlier (in any
+			// state by now): BLOCKED, unblocked, or dead dependency_failed.
+			op = "graph"
+			after := []string{"a"}
+			if len(submitted) > 0 {
+				after = append(after, submitted[rng.IntN(len(submitted))])
+			}
+			item := func(ref string, deps ...string) map[string]any {
+				return map[string]any{"queue": fmt.Sprintf("q%d", rng.IntN(3)), "max_attempts": 1 + rng.IntN(3), "ref": ref, "depends_on": deps}
+			}
+			var resp struct {
+				Tasks []taskJSON `json:"tasks"`
+			}
+			status, err = c.call("POST", "/tasks/v1/batch", map[string]any{"tasks": []map[string]any{
+				item("a"), item("b", after...), item("c", "a"), item("d", "b", "c"),
+			}}, &resp)
+			for _, tk := range resp.Tasks {
 				submitted = append(submitted, tk.ID)
 			}
 		case p < 50:
@@ -182,7 +209,12 @@ func randomWorker(t *testing.T, c *client, id string, seed uint64, stats *opStat
 			op = "complete"
 			tk := held[0]
 			held = held[1:]
-			status, err = c.call("POST", "/tasks/v1/"+tk.ID+"/complete", map[string]any{"worker_id": id, "lease_id": tk.LeaseID}, nil)
+			body := map[string]any{"worker_id": id, "lease_id": tk.LeaseID}
+			if rng.IntN(3) == 0 {
+				op = "complete+enqueue" // the next stage, in the completion's transaction
+				body["enqueue"] = []map[string]any{{"queue": fmt.Sprintf("q%d", rng.IntN(3))}}
+			}
+			status, err = c.call("POST", "/tasks/v1/"+tk.ID+"/complete", body, nil)
 		case p < 85 && len(held) > 0:
 			op = "fail"
 			tk := held[0]
@@ -225,7 +257,7 @@ func startRandomWorkload(t *testing.T, bases ...func() string) *randomWorkload {
 	t.Helper()
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("workload seed %d", seed)
-	w := &randomWorkload{stats: &opStats{ok: map[string]int64{}, unknown: map[string]int64{}}, stop: make(chan struct{})}
+	w := &randomWorkload{stats: &opStats{ok: map[string]int64{}, unknown: map[string]int64{}, failed: map[string]int64{}}, stop: make(chan struct{})}
 	for i, base := range bases {
 		c := newClient(t, base)
 		id := fmt.Sprintf("w%d", i)
@@ -249,7 +281,8 @@ func (w *randomWorkload) waitOps(t *testing.T, n int64) {
 func (w *randomWorkload) finish(t *testing.T) {
 	close(w.stop)
 	w.wg.Wait()
-	t.Logf("requests: ok %v, unknown outcome %v", w.stats.ok, w.stats.unknown)
+	t.Logf("requests: ok %v, unknown outcome %v, 5xx %v", w.stats.ok, w.stats.unknown, w.stats.failed)
+	require.Empty(t, w.stats.failed, "no request may end in a server error")
 }
 
 // A random mixed workload runs against the service while it is killed with
@@ -297,12 +330,21 @@ func TestProjectionsSurviveKillsMidStream(t *testing.T) {
 	var tasks int64
 	require.NoError(t, db.Get(&tasks, `SELECT count(*) FROM tasks`))
 	require.Equal(t, tasks, perKind["tasks_submitted"])
-	for kind, op := range map[string]string{"tasks_submitted": "submit", "tasks_completed": "complete"} {
-		require.GreaterOrEqual(t, perKind[kind], stats.ok[op], kind)
-		require.LessOrEqual(t, perKind[kind], stats.ok[op]+stats.unknown[op], kind)
+	for kind, ops := range map[string]map[string]int64{
+		"tasks_submitted": {"submit": 1, "graph": 4, "complete+enqueue": 1},
+		"tasks_completed": {"complete": 1, "complete+enqueue": 1},
+	} {
+		var least, most int64
+		for op, n := range ops {
+			least += n * stats.ok[op]
+			most += n * (stats.ok[op] + stats.unknown[op])
+		}
+		require.GreaterOrEqual(t, perKind[kind], least, kind)
+		require.LessOrEqual(t, perKind[kind], most, kind)
 	}
 	require.Positive(t, perKind["tasks_requeued"])
 	require.Positive(t, perKind["tasks_dead_lettered"])
+	require.Positive(t, stats.ok["graph"])
 
 	// The restarted service serves the same through the API.
 	var resp struct {
@@ -311,7 +353,7 @@ func TestProjectionsSurviveKillsMidStream(t *testing.T) {
 	c.mustCall("GET", "/queues/v1", nil, &resp)
 	api := map[string]int64{}
 	for _, q := range resp.Queues {
-		for status, n := range map[string]int64{"PENDING": q.Pending, "RUNNING": q.Running, "DONE": q.Done, "DEAD": q.Dead} {
+		for status, n := range map[string]int64{"PENDING": q.Pending, "RUNNING": q.Running, "DONE": q.Done, "DEAD": q.Dead, "BLOCKED": q.Blocked} {
 			if n != 0 {
 				api[q.Queue+"/"+status] = n
 			}

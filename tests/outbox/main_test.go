@@ -112,6 +112,7 @@ type queueJSON struct {
 	Running                 int64      `json:"running"`
 	Done                    int64      `json:"done"`
 	Dead                    int64      `json:"dead"`
+	Blocked                 int64      `json:"blocked"`
 	ActiveWorkers           int64      `json:"active_workers"`
 	OldestPendingAgeSeconds *float64   `json:"oldest_pending_age_seconds"`
 	StatsAsOf               *time.Time `json:"stats_as_of"`

@@ -84,7 +84,7 @@ func TestQueuesEndpointServesTheProjection(t *testing.T) {
 		counts := map[string]int64{}
 		for _, q := range resp.Queues {
 			got[q.Queue] = q
-			for status, n := range map[string]int64{"PENDING": q.Pending, "RUNNING": q.Running, "DONE": q.Done, "DEAD": q.Dead} {
+			for status, n := range map[string]int64{"PENDING": q.Pending, "RUNNING": q.Running, "DONE": q.Done, "DEAD": q.Dead, "BLOCKED": q.Blocked} {
 				if n != 0 {
 					counts[q.Queue+"/"+status] = n
 				}

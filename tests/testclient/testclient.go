@@ -49,6 +49,9 @@ type Task struct {
 	LeaseExpiresAt *time.Time `json:"lease_expires_at"`
 	// CancelRequestedAt is when an operator asked to cancel the running task.
 	CancelRequestedAt *time.Time `json:"cancel_requested_at"`
+	// Enqueued are the tasks a complete with enqueue created (its answer
+	// only).
+	Enqueued []Task `json:"enqueued"`
 	// UniqueKey is the task's active-unique key.
 	UniqueKey *string `json:"unique_key"`
 	// Retry is the task's own retry policy (nil: the server's).
@@ -111,6 +114,7 @@ type QueueCounts struct {
 	Running       int64  `json:"running"`
 	Done          int64  `json:"done"`
 	Dead          int64  `json:"dead"`
+	Blocked       int64  `json:"blocked"`
 	ActiveWorkers int64  `json:"active_workers"`
 }
 
@@ -323,6 +327,24 @@ func (c *Client) Submit(body any) Task {
 func (c *Client) Get(id string) Task {
 	c.t.Helper()
 	var out Task
+	c.Do(http.MethodGet, "/tasks/v1/"+id, nil).Expect(c.t, http.StatusOK, &out)
+	return out
+}
+
+// TaskDetail is GET /tasks/v1/{id}'s answer: the task and its
+// dependencies.
+type TaskDetail struct {
+	Task
+	// DependsOn and BlockedBy are the task's parents and those not DONE
+	// yet.
+	DependsOn []string `json:"depends_on"`
+	BlockedBy []string `json:"blocked_by"`
+}
+
+// Describe reads one task with its dependencies and requires 200.
+func (c *Client) Describe(id string) TaskDetail {
+	c.t.Helper()
+	var out TaskDetail
 	c.Do(http.MethodGet, "/tasks/v1/"+id, nil).Expect(c.t, http.StatusOK, &out)
 	return out
 }

@@ -63,6 +63,7 @@ func commands() []command {
 	return []command{
 		{name: "submit", summary: "submit a task", flags: submitFlags, run: runSubmit},
 		{name: "get", args: "ID", summary: "show a task", nargs: 1, run: runGet},
+		{name: "attempts", args: "ID", summary: "show a task's attempts and how each ended", nargs: 1, run: runAttempts},
 		{name: "list", summary: "list tasks, newest first", flags: listFlags, run: runList},
 		{name: "retry", args: "ID", summary: "move a DEAD task back to PENDING", nargs: 1, run: runRetry},
 		{name: "cancel", args: "ID", summary: "move a PENDING task to DEAD (cancelled), or ask a RUNNING task's worker to stop it", nargs: 1, run: runCancel},

@@ -20,6 +20,7 @@ type submitState struct {
 	deadline       string
 	runAt          string
 	idempotencyKey string
+	dependsOn      multiFlag
 }
 
 func submitFlags(fs *flag.FlagSet, e *env) {
@@ -29,6 +30,7 @@ func submitFlags(fs *flag.FlagSet, e *env) {
 	fs.StringVar(&s.deadline, "deadline", "", "DEAD if still PENDING at this time: RFC 3339, or a duration from now (1h)")
 	fs.StringVar(&s.runAt, "run-at", "", "earliest claim: RFC 3339, or a delay from now (30s)")
 	fs.StringVar(&s.idempotencyKey, "idempotency-key", "", "a resubmission with this key returns the same task")
+	fs.Var(&s.dependsOn, "depends-on", "the id of a task that must be DONE first (repeatable): BLOCKED until then")
 }
 
 func runSubmit(ctx context.Context, e *env, _ []string) error {
@@ -54,6 +56,15 @@ func runSubmit(ctx context.Context, e *env, _ []string) error {
 	}
 	if p.RunAt, err = parseWhen("--run-at", s.runAt); err != nil {
 		return err
+	}
+	if len(s.dependsOn) > 0 {
+		// Dependencies are a batch's: a batch of one.
+		p.DependsOn = s.dependsOn
+		ts, _, err := e.client.SubmitBatch(ctx, []client.SubmitParams{p})
+		if err != nil {
+			return err
+		}
+		return printTask(e, &ts[0])
 	}
 	t, err := e.client.Submit(ctx, p)
 	if err != nil {
@@ -140,7 +151,7 @@ func listFlags(fs *flag.FlagSet, e *env) {
 	s := &listState{}
 	e.state = s
 	fs.StringVar(&s.queue, "queue", "", "only this queue")
-	fs.StringVar(&s.status, "status", "", "only this status: PENDING, RUNNING, DONE or DEAD")
+	fs.StringVar(&s.status, "status", "", "only this status: PENDING, RUNNING, DONE, DEAD or BLOCKED")
 	fs.IntVar(&s.limit, "limit", 0, "page size, 1-1000 (default: the server's, 100)")
 	fs.StringVar(&s.cursor, "cursor", "", "the next page's cursor, from the previous page")
 }
@@ -218,6 +229,27 @@ func printTask(e *env, t *client.Task) error {
 	row("Claimed", when(t.ClaimedAt))
 	row("Finished", when(t.FinishedAt))
 	row("Updated", when(&t.UpdatedAt))
+	if t.DependsOn != nil {
+		row("Depends on", orDash(strings.Join(t.DependsOn, ", ")))
+		row("Blocked by", orDash(strings.Join(t.BlockedBy, ", ")))
+	}
+	return tw.Flush()
+}
+
+func runAttempts(ctx context.Context, e *env, args []string) error {
+	as, err := e.client.Attempts(ctx, args[0])
+	if err != nil {
+		return err
+	}
+	if e.json {
+		return printJSON(e.Stdout, map[string]any{"attempts": nonNil(as)})
+	}
+	tw := table(e.Stdout)
+	fmt.Fprintln(tw, "ATTEMPT\tWORKER\tCLAIMED\tFINISHED\tOUTCOME\tERROR")
+	for _, a := range as {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, a.WorkerID, when(&a.ClaimedAt), when(a.FinishedAt),
+			orText(string(a.Outcome), "(running)"), orDash(oneLine(a.Error, 60)))
+	}
 	return tw.Flush()
 }
 

@@ -54,14 +54,14 @@ func runQueues(ctx context.Context, e *env, _ []string) error {
 		return printJSON(e.Stdout, map[string]any{"queues": nonNil(qs)})
 	}
 	tw := table(e.Stdout)
-	fmt.Fprintln(tw, "QUEUE\tPENDING\tRUNNING\tDONE\tDEAD\tACTIVE WORKERS\tOLDEST PENDING\tDONE/MIN (5M)")
+	fmt.Fprintln(tw, "QUEUE\tPENDING\tRUNNING\tDONE\tDEAD\tBLOCKED\tACTIVE WORKERS\tOLDEST PENDING\tDONE/MIN (5M)")
 	var asOf *time.Time
 	for _, q := range qs {
 		age := "-"
 		if d, ok := q.OldestPendingAge(); ok {
 			age = d.Round(time.Second).String()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%.1f\n", q.Queue, q.Pending, q.Running, q.Done, q.Dead, q.ActiveWorkers,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%.1f\n", q.Queue, q.Pending, q.Running, q.Done, q.Dead, q.Blocked, q.ActiveWorkers,
 			age, q.Rates[client.RateLast5m].Completed)
 		if q.StatsAsOf != nil && (asOf == nil || q.StatsAsOf.After(*asOf)) {
 			asOf = q.StatsAsOf

@@ -1,0 +1,280 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/lib/pq"
+
+	"github.com/taskmaster/taskmaster/domain/event"
+	"github.com/taskmaster/taskmaster/domain/task"
+	"github.com/taskmaster/taskmaster/ports"
+)
+
+// Dependencies between tasks (migrations/0011_pipelines.sql).
+//
+// Counting. A BLOCKED task's blockers column counts its parents not yet
+// DONE. The transaction that moves a parent into DONE or DEAD (any save:
+// report, batch report, reaper, heartbeat, operator) queues it when it has
+// dependants (txState.saved); before the transaction commits,
+// settleDependants locks those dependants and lets the domain decide each
+// (task.Task.ParentsFinished): count down, unblock at zero, or die
+// dependency_failed. The lock makes concurrent completions of one task's
+// parents take turns on it, each reading the count the previous one left,
+// so exactly one of them sees it reach zero: one task.unblocked, once.
+//
+// Lock order. A report locks the task it reports (RUNNING) before the
+// dependants (BLOCKED), and a batch locks all of its tasks, in id order,
+// before any dependant; the dependants of one round are locked in id order
+// by one statement. RUNNING and BLOCKED tasks are disjoint sets, so
+// completions, single or batched, never wait for each other in a cycle,
+// however many parents of one child they complete. Only deaths cascade
+// further (a dependant that dies passes its end on in the next round, to
+// its own dependants): two cascades through crossing paths of one graph can
+// deadlock; PostgreSQL detects it and TxRunner runs the loser again.
+//
+// A task without dependants pays nothing: has_dependants is read with the
+// row the transition locks anyway, and no statement runs unless it is set.
+
+// settleDependants passes on the ends of the tasks this transaction moved
+// into DONE or DEAD that have dependants, round after round until no
+// dependant dies with dependants of its own.
+func (s *txState) settleDependants(ctx context.Context) error {
+	for len(s.finished) > 0 {
+		parents := s.finished
+		s.finished = nil
+		if err := s.settleRound(ctx, parents); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dependantsSQL locks, in id order, the BLOCKED dependants of the parents
+// $1 (their ends: $2, true for DONE) and counts, for each, how many of them
+// ended DONE and how many DEAD. It walks the primary key of
+// task_dependencies by parent.
+var dependantsSQL = `
+	WITH p(id, done) AS (SELECT * FROM unnest($1::uuid[], $2::bool[])),
+	d AS (
+		SELECT e.child_id, count(*) FILTER (WHERE p.done) AS done, count(*) FILTER (WHERE NOT p.done) AS failed
+		FROM task_dependencies e JOIN p ON e.parent_id = p.id
+		GROUP BY e.child_id
+	)
+	SELECT ` + prefixed("c.", heldTaskColumns) + `, d.done, d.failed, now() AS db_now
+	FROM d JOIN tasks c ON c.id = d.child_id
+	WHERE c.status = 'BLOCKED'
+	ORDER BY c.id
+	FOR UPDATE OF c`
+
+// dependantRow is a locked dependant and what its parents did.
+type dependantRow struct {
+	taskRowNow
+	Done   int `db:"done"`
+	Failed int `db:"failed"`
+}
+
+func (s *txState) settleRound(ctx context.Context, parents []*task.Task) error {
+	ids := make(pq.StringArray, len(parents))
+	done := make(pq.BoolArray, len(parents))
+	for i, p := range parents {
+		ids[i], done[i] = p.ID().String(), p.Status() == task.StatusDone
+	}
+	var rows []dependantRow
+	if err := s.tx.SelectContext(ctx, &rows, dependantsSQL, ids, done); err != nil {
+		return fmt.Errorf("lock dependants: %w", err)
+	}
+	var (
+		changed []*task.Task
+		events  []event.Event
+	)
+	for i := range rows {
+		r := &rows[i]
+		t := r.toDomain()
+		s.setNow(r.Now)
+		es, ok := t.ParentsFinished(r.Done, r.Failed, r.Now)
+		if ok {
+			changed = append(changed, t)
+			events = append(events, es...)
+		}
+	}
+	if err := s.saveDependants(ctx, changed); err != nil {
+		return err
+	}
+	s.Record(events...)
+	return nil
+}
+
+// saveDependantsSQL writes what ParentsFinished changes.
+const saveDependantsSQL = `
+	UPDATE tasks t SET status = u.status, blockers = u.blockers, dead_reason = u.dead_reason,
+		finished_at = u.finished_at::timestamptz, updated_at = u.updated_at::timestamptz
+	FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[])
+		AS u(id, status, blockers, dead_reason, finished_at, updated_at)
+	WHERE t.id = u.id`
+
+func (s *txState) saveDependants(ctx context.Context, ts []*task.Task) error {
+	if len(ts) == 0 {
+		return nil
+	}
+	n := len(ts)
+	var (
+		ids         = make(pq.StringArray, n)
+		statuses    = make(pq.StringArray, n)
+		blockers    = make(pq.Int64Array, n)
+		deadReasons = make([]sql.NullString, n)
+		finishedAts = make([]sql.NullString, n)
+		updatedAts  = make(pq.StringArray, n)
+	)
+	for i, t := range ts {
+		v := t.Snapshot()
+		ids[i], statuses[i], blockers[i], updatedAts[i] = v.ID.String(), string(v.Status), int64(v.Blockers), timeText(v.UpdatedAt)
+		deadReasons[i] = nullString(string(v.DeadReason))
+		finishedAts[i] = nullTimeText(v.FinishedAt)
+		if v.Status == task.StatusPending {
+			s.notify(v.Queue)
+		}
+	}
+	if _, err := s.tx.ExecContext(ctx, saveDependantsSQL, ids, statuses, blockers,
+		pq.Array(deadReasons), pq.Array(finishedAts), updatedAts); err != nil {
+		return fmt.Errorf("save dependants: %w", err)
+	}
+	return s.saved(ctx, ts...)
+}
+
+// errRaced: a statement found that a concurrent transaction changed what
+// an earlier statement of this one had read (an idempotency key taken in
+// between). The transaction is run again (see retryable).
+var errRaced = errors.New("raced with a concurrent transaction")
+
+// lockTasksSQL locks the tasks named by id ($1) or by queue and idempotency
+// key ($2, $3), in id order.
+var lockTasksSQL = `
+	SELECT ` + taskColumns + ` FROM tasks
+	WHERE id = ANY($1::uuid[])
+		OR (queue, idempotency_key) IN (SELECT * FROM unnest($2::text[], $3::text[]))
+	ORDER BY id
+	FOR UPDATE`
+
+// LockTasks implements ports.TaskStore.
+func (s *TaskStore) LockTasks(ctx context.Context, ids []uuid.UUID, keys []ports.IdempotencyKey) ([]*task.Task, error) {
+	if len(ids) == 0 && len(keys) == 0 {
+		return nil, nil
+	}
+	queues := make(pq.StringArray, 0, len(keys))
+	names := make(pq.StringArray, 0, len(keys))
+	for _, k := range keys {
+		if storableText(k.Key) && storableText(k.Queue) {
+			queues, names = append(queues, k.Queue), append(names, k.Key)
+		}
+	}
+	var rows []taskRow
+	if err := s.st.tx.SelectContext(ctx, &rows, lockTasksSQL, uuidArray(ids), queues, names); err != nil {
+		return nil, fmt.Errorf("lock tasks: %w", err)
+	}
+	out := make([]*task.Task, len(rows))
+	for i := range rows {
+		out[i] = rows[i].toDomain()
+	}
+	return out, nil
+}
+
+// CreateGraph implements ports.TaskStore.
+func (s *TaskStore) CreateGraph(ctx context.Context, fn ports.TaskGraphFunc) ([]*task.Task, error) {
+	now, err := s.st.Now(ctx)
+	if err != nil {
+		return nil, err
+	}
+	g, err := fn(now)
+	if err != nil {
+		return nil, err
+	}
+	n := len(g.Tasks)
+	arrays, err := newTaskArraysOf(g.Tasks)
+	if err != nil {
+		return nil, err
+	}
+	rows := map[uuid.UUID]*taskRow{}
+	if n > 0 {
+		if rows, err = arrays.insert(ctx, s.st.tx, now); err != nil {
+			return nil, err
+		}
+	}
+	if len(rows) != n {
+		// An idempotency key LockTasks did not find was taken since.
+		return nil, fmt.Errorf("insert tasks: %d of %d were new: %w", len(rows), n, errRaced)
+	}
+	if err := s.insertDependencies(ctx, g.Dependencies); err != nil {
+		return nil, err
+	}
+	if len(g.Dependants) > 0 {
+		if _, err := s.st.tx.ExecContext(ctx, `UPDATE tasks SET has_dependants = true WHERE id = ANY($1::uuid[])`,
+			uuidArray(g.Dependants)); err != nil {
+			return nil, fmt.Errorf("mark dependants: %w", err)
+		}
+	}
+	out := make([]*task.Task, n)
+	for i, t := range g.Tasks {
+		out[i] = rows[t.ID()].toDomain()
+		if t.Status() == task.StatusPending {
+			s.st.notify(t.Queue())
+		}
+	}
+	s.st.Record(g.Events...)
+	return out, nil
+}
+
+func (s *TaskStore) insertDependencies(ctx context.Context, deps []ports.Dependency) error {
+	if len(deps) == 0 {
+		return nil
+	}
+	parents := make([]uuid.UUID, len(deps))
+	children := make([]uuid.UUID, len(deps))
+	positions := make(pq.Int64Array, len(deps))
+	for i, d := range deps {
+		parents[i], children[i], positions[i] = d.Parent, d.Child, int64(d.Position)
+	}
+	if _, err := s.st.tx.ExecContext(ctx, `
+		INSERT INTO task_dependencies (parent_id, child_id, position)
+		SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[])`,
+		uuidArray(parents), uuidArray(children), positions); err != nil {
+		return fmt.Errorf("insert dependencies: %w", err)
+	}
+	return nil
+}
+
+// DependsOn implements ports.TaskStore. It walks task_dependencies_child.
+func (s *TaskStore) DependsOn(ctx context.Context, id uuid.UUID) ([]ports.Parent, error) {
+	var rows []struct {
+		ID     uuid.UUID `db:"id"`
+		Status string    `db:"status"`
+	}
+	if err := s.st.tx.SelectContext(ctx, &rows, `
+		SELECT p.id, p.status FROM task_dependencies d JOIN tasks p ON p.id = d.parent_id
+		WHERE d.child_id = $1 ORDER BY d.position`, id); err != nil {
+		return nil, fmt.Errorf("select parents: %w", err)
+	}
+	out := make([]ports.Parent, len(rows))
+	for i, r := range rows {
+		out[i] = ports.Parent{ID: r.ID, Status: task.Status(r.Status)}
+	}
+	return out, nil
+}
+
+// Parents implements ports.TaskStore.
+func (s *TaskStore) Parents(ctx context.Context, id uuid.UUID) ([]*task.Task, error) {
+	var rows []taskRow
+	if err := s.st.tx.SelectContext(ctx, &rows, `
+		SELECT `+prefixed("p.", taskColumns)+` FROM task_dependencies d JOIN tasks p ON p.id = d.parent_id
+		WHERE d.child_id = $1 ORDER BY d.position`, id); err != nil {
+		return nil, fmt.Errorf("select parents: %w", err)
+	}
+	out := make([]*task.Task, len(rows))
+	for i := range rows {
+		out[i] = rows[i].toDomain()
+	}
+	return out, nil
+}

@@ -1,0 +1,244 @@
+package application
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/taskmaster/taskmaster/domain/apikey"
+	"github.com/taskmaster/taskmaster/domain/event"
+	"github.com/taskmaster/taskmaster/domain/task"
+	"github.com/taskmaster/taskmaster/domain/validation"
+	"github.com/taskmaster/taskmaster/ports"
+)
+
+// SubmitGraph is SubmitBatch for a batch whose items may depend on earlier
+// items (by ref) and on existing tasks (by id): specs[i] is item i's ref and
+// depends_on. An item with parents starts BLOCKED until they are all DONE
+// (PENDING at once when they already are; DEAD dependency_failed when one is
+// DEAD: task.SubmitAfter). Validation is all-or-nothing, and covers the
+// graph: a reference to the item itself or to a later one (the only way to
+// write a cycle), a ref that names nothing, and an id that names no task the
+// principal may see are 422s naming "tasks[i].depends_on[k]". An item whose
+// idempotency key names an existing task (or an earlier item) is that task,
+// as it is: its depends_on is not applied. Such a batch takes no
+// unique_key (422 naming "tasks[i].unique_key"). Everything commits in one
+// transaction, which first locks the parents it names (in id order), so a
+// parent cannot finish unnoticed while its dependants are being added.
+func (s *TaskService) SubmitGraph(ctx context.Context, ps []task.SubmitParams, specs []task.DependencySpec) ([]*task.Task, []bool, error) {
+	if len(specs) != len(ps) {
+		return nil, nil, fmt.Errorf("submit graph: %d dependency specs for %d tasks", len(specs), len(ps))
+	}
+	var v validation.Errors
+	if err := prepareBatch(ps, &v); err != nil {
+		return nil, nil, err
+	}
+	parents, err := task.ResolveDependencies(specs)
+	if err != nil {
+		v.Merge("", err.(*validation.Error))
+	}
+	for i, p := range ps {
+		// An active-unique key would have to be resolved against the graph
+		// (an item standing for the task holding it) as idempotency keys
+		// are; until it is, a batch with dependencies refuses it.
+		if p.UniqueKey != nil {
+			v.Add(fmt.Sprintf("tasks[%d].unique_key", i), "is not accepted in a batch with dependencies (ref, depends_on)")
+		}
+	}
+	if err := v.Err(); err != nil {
+		return nil, nil, err
+	}
+	if err := checkBatchQueues(ctx, ps); err != nil {
+		return nil, nil, err
+	}
+	var (
+		ids  []uuid.UUID
+		keys []ports.IdempotencyKey
+	)
+	seen := map[uuid.UUID]bool{}
+	for i, p := range ps {
+		for _, ref := range parents[i] {
+			if ref.Item < 0 && !seen[ref.ID] {
+				seen[ref.ID] = true
+				ids = append(ids, ref.ID)
+			}
+		}
+		if p.IdempotencyKey != "" {
+			keys = append(keys, ports.IdempotencyKey{Queue: p.Queue, Key: p.IdempotencyKey})
+		}
+	}
+	var (
+		out     []*task.Task
+		created []bool
+	)
+	err = s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
+		if err := checkPayloads(st, "tasks", ps); err != nil {
+			return err
+		}
+		locked, err := st.Tasks.LockTasks(ctx, ids, keys)
+		if err != nil {
+			return err
+		}
+		g := newGraph(ps, parents, locked)
+		if err := g.checkParents(ports.Principal(ctx)); err != nil {
+			return err
+		}
+		stored, err := st.Tasks.CreateGraph(ctx, g.build)
+		if err != nil {
+			return err
+		}
+		out, created = g.results(stored)
+		return hideLeases(ctx, st, out) // existing tasks may be RUNNING
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("submit batch: %w", err)
+	}
+	return out, created, nil
+}
+
+// graph builds a batch with dependencies.
+type graph struct {
+	ps      []task.SubmitParams
+	parents [][]task.ParentRef
+	byID    map[uuid.UUID]*task.Task
+	byKey   map[ports.IdempotencyKey]*task.Task
+	// items[i] is item i's task once built: new, or the existing one its
+	// idempotency key named; created[i] says which.
+	items   []*task.Task
+	created []bool
+}
+
+func newGraph(ps []task.SubmitParams, parents [][]task.ParentRef, locked []*task.Task) *graph {
+	g := &graph{
+		ps: ps, parents: parents,
+		byID:    make(map[uuid.UUID]*task.Task, len(locked)),
+		byKey:   make(map[ports.IdempotencyKey]*task.Task, len(locked)),
+		items:   make([]*task.Task, len(ps)),
+		created: make([]bool, len(ps)),
+	}
+	for _, t := range locked {
+		g.byID[t.ID()] = t
+		if k := t.Snapshot().IdempotencyKey; k != "" {
+			g.byKey[ports.IdempotencyKey{Queue: t.Queue(), Key: k}] = t
+		}
+	}
+	return g
+}
+
+// checkParents refuses ids that name no task the principal may see.
+func (g *graph) checkParents(p *apikey.Key) error {
+	var v validation.Errors
+	for i := range g.ps {
+		for _, ref := range g.parents[i] {
+			if ref.Item >= 0 {
+				continue
+			}
+			if t, ok := g.byID[ref.ID]; !ok || !p.QueueAllowed(t.Queue()) {
+				v.Add(fmt.Sprintf("tasks[%d].depends_on[%d]", i, ref.Index), "names no task")
+			}
+		}
+	}
+	return v.Err()
+}
+
+// build decides every item at the database time now, in batch order, so
+// that each item's parents are decided before it.
+func (g *graph) build(now time.Time) (ports.TaskGraph, error) {
+	var (
+		out     ports.TaskGraph
+		v       validation.Errors
+		newKeys = map[ports.IdempotencyKey]*task.Task{}
+		marked  = map[uuid.UUID]bool{}
+	)
+	for i, p := range g.ps {
+		if p.IdempotencyKey != "" {
+			k := ports.IdempotencyKey{Queue: p.Queue, Key: p.IdempotencyKey}
+			if t := g.byKey[k]; t != nil {
+				g.items[i] = t
+				continue
+			}
+			if t := newKeys[k]; t != nil {
+				g.items[i] = t
+				continue
+			}
+		}
+		parents := make([]*task.Task, len(g.parents[i]))
+		statuses := make([]task.Status, len(parents))
+		for j, ref := range g.parents[i] {
+			if ref.Item >= 0 {
+				parents[j] = g.items[ref.Item]
+			} else {
+				parents[j] = g.byID[ref.ID]
+			}
+			if parents[j] == nil { // an earlier item that failed validation
+				continue
+			}
+			statuses[j] = parents[j].Status()
+		}
+		var (
+			t      *task.Task
+			events []event.Event
+			err    error
+		)
+		if len(parents) == 0 {
+			var e event.Event
+			t, e, err = task.Submit(p, now)
+			events = []event.Event{e}
+		} else {
+			t, events, err = task.SubmitAfter(p, statuses, now)
+		}
+		if err != nil {
+			// Only rules that need the database time can fail here (a
+			// deadline already past).
+			v.Merge(fmt.Sprintf("tasks[%d].", i), asValidation(err))
+			continue
+		}
+		g.items[i], g.created[i] = t, true
+		if p.IdempotencyKey != "" {
+			newKeys[ports.IdempotencyKey{Queue: p.Queue, Key: p.IdempotencyKey}] = t
+		}
+		out.Tasks = append(out.Tasks, t)
+		out.Events = append(out.Events, events...)
+		for j, ref := range g.parents[i] {
+			parent := parents[j]
+			if parent == nil {
+				continue
+			}
+			out.Dependencies = append(out.Dependencies, ports.Dependency{Parent: parent.ID(), Child: t.ID(), Position: ref.Index})
+			if parent.AddDependant() && !g.isNew(parent) && !marked[parent.ID()] {
+				marked[parent.ID()] = true
+				out.Dependants = append(out.Dependants, parent.ID())
+			}
+		}
+	}
+	if err := v.Err(); err != nil {
+		return ports.TaskGraph{}, err
+	}
+	return out, nil
+}
+
+// isNew reports whether t is one of the batch's new tasks (every existing
+// task it involves was locked, so is in byID).
+func (g *graph) isNew(t *task.Task) bool {
+	_, existing := g.byID[t.ID()]
+	return !existing
+}
+
+// results are the batch's tasks in request order, the new ones as stored.
+func (g *graph) results(stored []*task.Task) ([]*task.Task, []bool) {
+	byID := make(map[uuid.UUID]*task.Task, len(stored))
+	for _, t := range stored {
+		byID[t.ID()] = t
+	}
+	out := make([]*task.Task, len(g.items))
+	for i, t := range g.items {
+		if s, ok := byID[t.ID()]; ok {
+			out[i] = s
+		} else {
+			out[i] = t
+		}
+	}
+	return out, g.created
+}
