@@ -77,7 +77,7 @@ func (s *TaskService) SubmitGraph(ctx context.Context, ps []task.SubmitParams, s
 		if err := checkPayloads(st, "tasks", ps); err != nil {
 			return err
 		}
-		locked, err := st.Tasks.LockTasks(ctx, ids, keys)
+		locked, err := st.Tasks.LockTasks(ctx, ids, keys, nil)
 		if err != nil {
 			return err
 		}
