@@ -23,10 +23,15 @@ import (
 // write a cycle), a ref that names nothing, and an id that names no task the
 // principal may see are 422s naming "tasks[i].depends_on[k]". An item whose
 // idempotency key names an existing task (or an earlier item) is that task,
-// as it is: its depends_on is not applied. Such a batch takes no
-// unique_key (422 naming "tasks[i].unique_key"). Everything commits in one
-// transaction, which first locks the parents it names (in id order), so a
-// parent cannot finish unnoticed while its dependants are being added.
+// as it is: its depends_on is not applied, and its dependants depend on
+// that task. So is, failing that, an item whose unique key an unfinished
+// task of its queue holds (existing, or an earlier item of the batch that
+// was created unfinished), as a plain submission's is. Everything commits
+// in one transaction, which first locks the parents it names and the
+// holders of its keys (in id order), so a parent cannot finish unnoticed
+// while its dependants are being added, nor a holder finish while items
+// are resolved to it; a key a concurrent submission took in between runs
+// the transaction again (CreateGraph), which then finds the new holder.
 func (s *TaskService) SubmitGraph(ctx context.Context, ps []task.SubmitParams, specs []task.DependencySpec) ([]*task.Task, []bool, error) {
 	if len(specs) != len(ps) {
 		return nil, nil, fmt.Errorf("submit graph: %d dependency specs for %d tasks", len(specs), len(ps))
@@ -39,14 +44,6 @@ func (s *TaskService) SubmitGraph(ctx context.Context, ps []task.SubmitParams, s
 	if err != nil {
 		v.Merge("", err.(*validation.Error))
 	}
-	for i, p := range ps {
-		// An active-unique key would have to be resolved against the graph
-		// (an item standing for the task holding it) as idempotency keys
-		// are; until it is, a batch with dependencies refuses it.
-		if p.UniqueKey != nil {
-			v.Add(fmt.Sprintf("tasks[%d].unique_key", i), "is not accepted in a batch with dependencies (ref, depends_on)")
-		}
-	}
 	if err := v.Err(); err != nil {
 		return nil, nil, err
 	}
@@ -54,8 +51,9 @@ func (s *TaskService) SubmitGraph(ctx context.Context, ps []task.SubmitParams, s
 		return nil, nil, err
 	}
 	var (
-		ids  []uuid.UUID
-		keys []ports.IdempotencyKey
+		ids    []uuid.UUID
+		keys   []ports.IdempotencyKey
+		unique []ports.UniqueKey
 	)
 	seen := map[uuid.UUID]bool{}
 	for i, p := range ps {
@@ -68,6 +66,9 @@ func (s *TaskService) SubmitGraph(ctx context.Context, ps []task.SubmitParams, s
 		if p.IdempotencyKey != "" {
 			keys = append(keys, ports.IdempotencyKey{Queue: p.Queue, Key: p.IdempotencyKey})
 		}
+		if p.UniqueKey != nil {
+			unique = append(unique, ports.UniqueKey{Queue: p.Queue, Key: *p.UniqueKey})
+		}
 	}
 	var (
 		out     []*task.Task
@@ -77,7 +78,7 @@ func (s *TaskService) SubmitGraph(ctx context.Context, ps []task.SubmitParams, s
 		if err := checkPayloads(st, "tasks", ps); err != nil {
 			return err
 		}
-		locked, err := st.Tasks.LockTasks(ctx, ids, keys)
+		locked, err := st.Tasks.LockTasks(ctx, ids, keys, unique)
 		if err != nil {
 			return err
 		}
@@ -104,8 +105,10 @@ type graph struct {
 	parents [][]task.ParentRef
 	byID    map[uuid.UUID]*task.Task
 	byKey   map[ports.IdempotencyKey]*task.Task
+	// byUnique: the locked unfinished holders of the batch's unique keys.
+	byUnique map[ports.UniqueKey]*task.Task
 	// items[i] is item i's task once built: new, or the existing one its
-	// idempotency key named; created[i] says which.
+	// idempotency key or unique key named; created[i] says which.
 	items   []*task.Task
 	created []bool
 }
@@ -113,15 +116,19 @@ type graph struct {
 func newGraph(ps []task.SubmitParams, parents [][]task.ParentRef, locked []*task.Task) *graph {
 	g := &graph{
 		ps: ps, parents: parents,
-		byID:    make(map[uuid.UUID]*task.Task, len(locked)),
-		byKey:   make(map[ports.IdempotencyKey]*task.Task, len(locked)),
-		items:   make([]*task.Task, len(ps)),
-		created: make([]bool, len(ps)),
+		byID:     make(map[uuid.UUID]*task.Task, len(locked)),
+		byKey:    make(map[ports.IdempotencyKey]*task.Task, len(locked)),
+		byUnique: make(map[ports.UniqueKey]*task.Task, len(locked)),
+		items:    make([]*task.Task, len(ps)),
+		created:  make([]bool, len(ps)),
 	}
 	for _, t := range locked {
 		g.byID[t.ID()] = t
 		if k := t.Snapshot().IdempotencyKey; k != "" {
 			g.byKey[ports.IdempotencyKey{Queue: t.Queue(), Key: k}] = t
+		}
+		if k := t.Snapshot().UniqueKey; k != "" && t.Status().Unfinished() {
+			g.byUnique[ports.UniqueKey{Queue: t.Queue(), Key: k}] = t
 		}
 	}
 	return g
@@ -147,22 +154,16 @@ func (g *graph) checkParents(p *apikey.Key) error {
 // that each item's parents are decided before it.
 func (g *graph) build(now time.Time) (ports.TaskGraph, error) {
 	var (
-		out     ports.TaskGraph
-		v       validation.Errors
-		newKeys = map[ports.IdempotencyKey]*task.Task{}
-		marked  = map[uuid.UUID]bool{}
+		out       ports.TaskGraph
+		v         validation.Errors
+		newKeys   = map[ports.IdempotencyKey]*task.Task{}
+		newUnique = map[ports.UniqueKey]*task.Task{}
+		marked    = map[uuid.UUID]bool{}
 	)
 	for i, p := range g.ps {
-		if p.IdempotencyKey != "" {
-			k := ports.IdempotencyKey{Queue: p.Queue, Key: p.IdempotencyKey}
-			if t := g.byKey[k]; t != nil {
-				g.items[i] = t
-				continue
-			}
-			if t := newKeys[k]; t != nil {
-				g.items[i] = t
-				continue
-			}
+		if t := g.holder(p, newKeys, newUnique); t != nil {
+			g.items[i] = t
+			continue
 		}
 		parents := make([]*task.Task, len(g.parents[i]))
 		statuses := make([]task.Status, len(parents))
@@ -199,6 +200,9 @@ func (g *graph) build(now time.Time) (ports.TaskGraph, error) {
 		if p.IdempotencyKey != "" {
 			newKeys[ports.IdempotencyKey{Queue: p.Queue, Key: p.IdempotencyKey}] = t
 		}
+		if p.UniqueKey != nil && t.Status().Unfinished() { // born DEAD, it holds nothing
+			newUnique[ports.UniqueKey{Queue: p.Queue, Key: *p.UniqueKey}] = t
+		}
 		out.Tasks = append(out.Tasks, t)
 		out.Events = append(out.Events, events...)
 		for j, ref := range g.parents[i] {
@@ -217,6 +221,32 @@ func (g *graph) build(now time.Time) (ports.TaskGraph, error) {
 		return ports.TaskGraph{}, err
 	}
 	return out, nil
+}
+
+// holder returns the task that item p is, when its keys name one (in the
+// order a plain submission looks them up): the task with its
+// idempotency key, existing or new in this batch, else the unfinished
+// holder of its unique key, existing or new in this batch; else nil.
+func (g *graph) holder(p task.SubmitParams, newKeys map[ports.IdempotencyKey]*task.Task, newUnique map[ports.UniqueKey]*task.Task) *task.Task {
+	if p.IdempotencyKey != "" {
+		k := ports.IdempotencyKey{Queue: p.Queue, Key: p.IdempotencyKey}
+		if t := g.byKey[k]; t != nil {
+			return t
+		}
+		if t := newKeys[k]; t != nil {
+			return t
+		}
+	}
+	if p.UniqueKey != nil {
+		k := ports.UniqueKey{Queue: p.Queue, Key: *p.UniqueKey}
+		if t := g.byUnique[k]; t != nil {
+			return t
+		}
+		if t := newUnique[k]; t != nil {
+			return t
+		}
+	}
+	return nil
 }
 
 // isNew reports whether t is one of the batch's new tasks (every existing

@@ -354,9 +354,10 @@ type SubmitParams struct {
 	// and DEAD (DeadDependencyFailed) if one ends DEAD.
 	DependsOn []string
 	// UniqueKey: while a task of the queue with this key is unfinished
-	// (PENDING or RUNNING), a submission returns it instead of creating
-	// another; once it is DONE or DEAD a new one is created. 1-255 bytes of
-	// printable UTF-8. With both keys, the idempotency key decides first.
+	// (PENDING, RUNNING or BLOCKED), a submission returns it instead of
+	// creating another; once it is DONE or DEAD a new one is created. 1-255
+	// bytes of printable UTF-8. With both keys, the idempotency key decides
+	// first.
 	UniqueKey string
 	// Retry overrides the server's backoff for this task (nil: the
 	// server's).

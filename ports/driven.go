@@ -249,16 +249,20 @@ type TaskStore interface {
 	// Parents returns the task's parents in depends_on order, with every
 	// column, without locking them.
 	Parents(ctx context.Context, id uuid.UUID) ([]*task.Task, error)
-	// LockTasks locks, in id order, the tasks with these ids and those
-	// that hold these idempotency keys, and returns them (missing ones are
-	// absent), with every column.
-	LockTasks(ctx context.Context, ids []uuid.UUID, keys []IdempotencyKey) ([]*task.Task, error)
+	// LockTasks locks, in id order, the tasks with these ids, those that
+	// hold these idempotency keys and the unfinished ones
+	// (task.UnfinishedStatuses) that hold these unique keys, and returns
+	// them (missing ones are absent), with every column. A holder of a
+	// unique key that finished while LockTasks waited for its lock is
+	// returned finished; one returned unfinished stays so until the
+	// transaction ends.
+	LockTasks(ctx context.Context, ids []uuid.UUID, keys []IdempotencyKey, unique []UniqueKey) ([]*task.Task, error)
 	// CreateGraph inserts the new tasks, dependencies and dependants that
 	// fn builds at the database time now, with a statement each, and
 	// records fn's events. Every task must be new: when a concurrent
-	// transaction took one's idempotency key since LockTasks looked, the
-	// whole transaction is run again. It returns the tasks as stored, in
-	// order.
+	// transaction took one's idempotency key or unique key since LockTasks
+	// looked, the whole transaction is run again. It returns the tasks as
+	// stored, in order.
 	CreateGraph(ctx context.Context, fn TaskGraphFunc) ([]*task.Task, error)
 }
 
@@ -270,6 +274,13 @@ type Parent struct {
 
 // IdempotencyKey names the task of a queue that holds an idempotency key.
 type IdempotencyKey struct {
+	Queue string
+	Key   string
+}
+
+// UniqueKey names the unfinished task of a queue that holds an
+// active-unique key.
+type UniqueKey struct {
 	Queue string
 	Key   string
 }

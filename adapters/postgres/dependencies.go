@@ -150,29 +150,36 @@ func (s *txState) saveDependants(ctx context.Context, ts []*task.Task) error {
 // between). The transaction is run again (see retryable).
 var errRaced = errors.New("raced with a concurrent transaction")
 
-// lockTasksSQL locks the tasks named by id ($1) or by queue and idempotency
-// key ($2, $3), in id order.
+// lockTasksSQL locks the tasks named by id ($1), by queue and idempotency
+// key ($2, $3), or by queue and unique key ($4, $5) while unfinished (the
+// predicate of UniqueActiveIndex), in id order. Each kind of name is looked
+// up by its own index (an OR of them in one WHERE would read the whole
+// table). A holder that a concurrent transaction finishes while this one
+// waits for its lock comes back as it is now, finished: the caller must
+// check the status of what it gets for a unique key.
 var lockTasksSQL = `
 	SELECT ` + taskColumns + ` FROM tasks
-	WHERE id = ANY($1::uuid[])
-		OR (queue, idempotency_key) IN (SELECT * FROM unnest($2::text[], $3::text[]))
+	WHERE id IN (
+		SELECT unnest($1::uuid[])
+		UNION ALL
+		SELECT t.id FROM unnest($2::text[], $3::text[]) AS k(queue, key)
+			JOIN tasks t ON t.queue = k.queue AND t.idempotency_key = k.key
+		UNION ALL
+		SELECT t.id FROM unnest($4::text[], $5::text[]) AS k(queue, key)
+			JOIN tasks t ON t.queue = k.queue AND t.unique_key = k.key
+			WHERE t.unique_key IS NOT NULL AND t.status IN ` + unfinishedSQL + `)
 	ORDER BY id
 	FOR UPDATE`
 
 // LockTasks implements ports.TaskStore.
-func (s *TaskStore) LockTasks(ctx context.Context, ids []uuid.UUID, keys []ports.IdempotencyKey) ([]*task.Task, error) {
-	if len(ids) == 0 && len(keys) == 0 {
+func (s *TaskStore) LockTasks(ctx context.Context, ids []uuid.UUID, keys []ports.IdempotencyKey, unique []ports.UniqueKey) ([]*task.Task, error) {
+	if len(ids) == 0 && len(keys) == 0 && len(unique) == 0 {
 		return nil, nil
 	}
-	queues := make(pq.StringArray, 0, len(keys))
-	names := make(pq.StringArray, 0, len(keys))
-	for _, k := range keys {
-		if storableText(k.Key) && storableText(k.Queue) {
-			queues, names = append(queues, k.Queue), append(names, k.Key)
-		}
-	}
+	queues, names := storableKeys(len(keys), func(i int) (string, string) { return keys[i].Queue, keys[i].Key })
+	uqueues, unames := storableKeys(len(unique), func(i int) (string, string) { return unique[i].Queue, unique[i].Key })
 	var rows []taskRow
-	if err := s.st.tx.SelectContext(ctx, &rows, lockTasksSQL, uuidArray(ids), queues, names); err != nil {
+	if err := s.st.tx.SelectContext(ctx, &rows, lockTasksSQL, uuidArray(ids), queues, names, uqueues, unames); err != nil {
 		return nil, fmt.Errorf("lock tasks: %w", err)
 	}
 	out := make([]*task.Task, len(rows))
@@ -180,6 +187,21 @@ func (s *TaskStore) LockTasks(ctx context.Context, ids []uuid.UUID, keys []ports
 		out[i] = rows[i].toDomain()
 	}
 	return out, nil
+}
+
+// storableKeys returns the n keys that key(i) gives (queue, key) as
+// parallel arrays, leaving out those the database cannot hold (no stored
+// task has them).
+func storableKeys(n int, key func(i int) (queue, name string)) (pq.StringArray, pq.StringArray) {
+	queues := make(pq.StringArray, 0, n)
+	names := make(pq.StringArray, 0, n)
+	for i := range n {
+		q, k := key(i)
+		if storableText(k) && storableText(q) {
+			queues, names = append(queues, q), append(names, k)
+		}
+	}
+	return queues, names
 }
 
 // CreateGraph implements ports.TaskStore.
@@ -204,7 +226,8 @@ func (s *TaskStore) CreateGraph(ctx context.Context, fn ports.TaskGraphFunc) ([]
 		}
 	}
 	if len(rows) != n {
-		// An idempotency key LockTasks did not find was taken since.
+		// An idempotency key or unique key LockTasks did not find was
+		// taken since.
 		return nil, fmt.Errorf("insert tasks: %d of %d were new: %w", len(rows), n, errRaced)
 	}
 	if err := s.insertDependencies(ctx, g.Dependencies); err != nil {

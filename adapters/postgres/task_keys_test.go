@@ -3,6 +3,8 @@ package postgres_test
 import (
 	"context"
 	"regexp"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -177,4 +179,33 @@ func TestRetryPolicyAndSnoozesAreStored(t *testing.T) {
 	require.Equal(t, 0, got.Attempts)
 	require.Equal(t, 1, got.Snoozes)
 	require.Equal(t, want, got.Retry)
+}
+
+// LockTasks finds tasks by id, by idempotency key, and by unique key only
+// while the holder is unfinished (BLOCKED included), each kind by its index.
+func TestLockTasksFindsUnfinishedUniqueKeyHolders(t *testing.T) {
+	t.Parallel()
+	f := newStoreFixture(t)
+	byID := f.submit(task.SubmitParams{Queue: "q"})
+	byKey := f.submit(task.SubmitParams{Queue: "q", IdempotencyKey: "i"})
+	pending := f.submit(task.SubmitParams{Queue: "q", UniqueKey: ptr("p")})
+	blocked := f.submit(task.SubmitParams{Queue: "q", UniqueKey: ptr("b")})
+	f.exec(`UPDATE tasks SET status = 'BLOCKED', blockers = 1 WHERE id = $1`, blocked.ID())
+	done := f.submit(task.SubmitParams{Queue: "q", UniqueKey: ptr("d")})
+	f.exec(`UPDATE tasks SET status = 'DONE', finished_at = now() WHERE id = $1`, done.ID())
+	f.submit(task.SubmitParams{Queue: "other", UniqueKey: ptr("o")})
+
+	var got []uuid.UUID
+	f.run(func(ctx context.Context, st ports.Stores) error {
+		locked, err := st.Tasks.LockTasks(ctx, []uuid.UUID{byID.ID()},
+			[]ports.IdempotencyKey{{Queue: "q", Key: "i"}},
+			[]ports.UniqueKey{{Queue: "q", Key: "p"}, {Queue: "q", Key: "b"}, {Queue: "q", Key: "d"}, {Queue: "q", Key: "o"}, {Queue: "q", Key: "\x00"}})
+		for _, tk := range locked {
+			got = append(got, tk.ID())
+		}
+		return err
+	})
+	want := []uuid.UUID{byID.ID(), byKey.ID(), pending.ID(), blocked.ID()}
+	slices.SortFunc(want, func(a, b uuid.UUID) int { return strings.Compare(a.String(), b.String()) })
+	require.Equal(t, want, got, "in id order; not the DONE holder, not another queue's")
 }

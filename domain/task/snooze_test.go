@@ -118,7 +118,7 @@ func TestSnoozeOfACancelRequestedTaskEndsItCancelled(t *testing.T) {
 func TestUnfinishedStatuses(t *testing.T) {
 	t.Parallel()
 	for _, s := range allStatuses {
-		want := s == task.StatusPending || s == task.StatusRunning
+		want := s == task.StatusPending || s == task.StatusRunning || s == task.StatusBlocked
 		require.Equal(t, want, s.Unfinished(), s)
 	}
 	require.False(t, task.Status("").Unfinished())

@@ -63,10 +63,12 @@ func (s Status) Valid() bool {
 
 // UnfinishedStatuses are the statuses of a task that has not finished yet:
 // the one place that lists them. A unique key is held while its task is in
-// one of them (the partial index tasks_unique_active encodes this list, and
-// a test compares the two), and a schedule with overlap skip creates nothing
-// while its previous task is in one of them.
-var UnfinishedStatuses = []Status{StatusPending, StatusRunning}
+// one of them, BLOCKED included (the partial index tasks_unique_active
+// encodes this list, and a test compares the two), and a schedule with
+// overlap skip creates nothing while its previous task is in one of them
+// (a schedule's task has no dependencies, so it is never BLOCKED: one list
+// serves both rules).
+var UnfinishedStatuses = []Status{StatusPending, StatusRunning, StatusBlocked}
 
 // Unfinished reports whether s is one of UnfinishedStatuses.
 func (s Status) Unfinished() bool { return slices.Contains(UnfinishedStatuses, s) }

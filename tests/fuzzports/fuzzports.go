@@ -239,7 +239,7 @@ func (tasks) Parents(context.Context, uuid.UUID) ([]*task.Task, error) {
 }
 
 // LockTasks finds every named id: a task RUNNING like every other.
-func (tasks) LockTasks(_ context.Context, ids []uuid.UUID, _ []ports.IdempotencyKey) ([]*task.Task, error) {
+func (tasks) LockTasks(_ context.Context, ids []uuid.UUID, _ []ports.IdempotencyKey, _ []ports.UniqueKey) ([]*task.Task, error) {
 	out := make([]*task.Task, len(ids))
 	for i, id := range ids {
 		out[i] = Running(id)
