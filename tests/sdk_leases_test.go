@@ -343,7 +343,13 @@ func TestRunnerRetryOfAClaimWhoseAnswerWasLostGetsTheSameTasks(t *testing.T) {
 func TestRunnerRecoversTheTasksOfAClaimWhoseEveryAnswerWasLost(t *testing.T) {
 	t.Parallel()
 	loser := &loseClaimAnswers{tries: client.DefaultRetryPolicy().MaxAttempts}
-	s, _ := runLosingClaimAnswers(t, loser, 300*time.Millisecond, "orphans", func(c *client.Client) []string {
+	// Heartbeats every 400 ms: the grace a claim gets before a heartbeat
+	// that does not list its tasks may orphan them is one interval, counted
+	// from the claim's transaction. At 100 ms, with the race detector and
+	// the suite's parallel tests on two cores, the runner's own later
+	// claim of the orphaned tasks was sometimes answered after its next
+	// heartbeat left without them, which orphaned them once more.
+	s, _ := runLosingClaimAnswers(t, loser, 1200*time.Millisecond, "orphans", func(c *client.Client) []string {
 		ids := make([]string, 5)
 		for i := range ids {
 			tk, err := c.Submit(context.Background(), client.SubmitParams{Queue: "orphans", MaxAttempts: 10})
