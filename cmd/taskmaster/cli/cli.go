@@ -124,11 +124,7 @@ func Run(ctx context.Context, args []string, io IO) error {
 	e := &env{IO: io, command: cmd.name}
 	fs := flag.NewFlagSet("taskmaster "+cmd.name, flag.ContinueOnError)
 	fs.SetOutput(io.Stderr)
-	defaultURL := io.Getenv("TASKMASTER_URL")
-	if defaultURL == "" {
-		defaultURL = client.DefaultURL
-	}
-	fs.StringVar(&e.url, "url", defaultURL, "Taskmaster base URL (env TASKMASTER_URL)")
+	fs.StringVar(&e.url, "url", defaultURL(io), "Taskmaster base URL (env TASKMASTER_URL)")
 	if cmd.name != "worker" {
 		fs.BoolVar(&e.json, "json", false, "print JSON instead of a table")
 	}
@@ -225,4 +221,32 @@ func (m *intsFlag) Set(v string) error {
 		*m = append(*m, n)
 	}
 	return nil
+}
+
+// defaultURL is the server the commands talk to when --url is not given:
+// TASKMASTER_URL, else client.DefaultURL.
+func defaultURL(io IO) string {
+	if u := io.Getenv("TASKMASTER_URL"); u != "" {
+		return u
+	}
+	return client.DefaultURL
+}
+
+// subcommand reads the subcommand of a command group (`taskmaster keys
+// create ...`) and returns it with a flag set for it that prints usage. It
+// answers help itself (done): without arguments as a usage error, asked for
+// (-h, --help, help) on stdout.
+func subcommand(group, usage string, args []string, io IO) (sub string, fs *flag.FlagSet, done bool, err error) {
+	if len(args) == 0 {
+		return "", nil, true, usagef("%s", usage)
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprintln(io.Stdout, usage)
+		return "", nil, true, nil
+	}
+	sub = args[0]
+	fs = flag.NewFlagSet("taskmaster "+group+" "+sub, flag.ContinueOnError)
+	fs.SetOutput(io.Stderr)
+	fs.Usage = func() { fmt.Fprintln(io.Stderr, usage) }
+	return sub, fs, false, nil
 }

@@ -65,23 +65,12 @@ type keysFlags struct {
 
 // runKeys runs `taskmaster keys SUBCOMMAND ...`.
 func runKeys(ctx context.Context, args []string, io IO) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		if len(args) == 0 {
-			return usagef("%s", keysUsage)
-		}
-		fmt.Fprintln(io.Stdout, keysUsage)
-		return nil
+	sub, fs, done, err := subcommand("keys", keysUsage, args, io)
+	if done {
+		return err
 	}
-	sub := args[0]
 	var f keysFlags
-	fs := flag.NewFlagSet("taskmaster keys "+sub, flag.ContinueOnError)
-	fs.SetOutput(io.Stderr)
-	fs.Usage = func() { fmt.Fprintln(io.Stderr, keysUsage) }
-	defaultURL := io.Getenv("TASKMASTER_URL")
-	if defaultURL == "" {
-		defaultURL = client.DefaultURL
-	}
-	fs.StringVar(&f.url, "url", defaultURL, "Taskmaster base URL (env TASKMASTER_URL), when no database URL is given")
+	fs.StringVar(&f.url, "url", defaultURL(io), "Taskmaster base URL (env TASKMASTER_URL), when no database URL is given")
 	fs.StringVar(&f.databaseURL, "database-url", io.Getenv("TASKMASTER_DATABASE_URL"), "work on this database directly (env TASKMASTER_DATABASE_URL)")
 	fs.BoolVar(&f.json, "json", false, "print JSON instead of text")
 	nargs := 0

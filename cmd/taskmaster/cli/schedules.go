@@ -80,23 +80,12 @@ func (f *taskFlags) retry() (*client.Backoff, error) {
 
 // runSchedule runs `taskmaster schedule SUBCOMMAND ...`.
 func runSchedule(ctx context.Context, args []string, io IO) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		if len(args) == 0 {
-			return usagef("%s", scheduleUsage)
-		}
-		fmt.Fprintln(io.Stdout, scheduleUsage)
-		return nil
+	sub, fs, done, err := subcommand("schedule", scheduleUsage, args, io)
+	if done {
+		return err
 	}
-	sub := args[0]
 	var f scheduleFlags
-	fs := flag.NewFlagSet("taskmaster schedule "+sub, flag.ContinueOnError)
-	fs.SetOutput(io.Stderr)
-	fs.Usage = func() { fmt.Fprintln(io.Stderr, scheduleUsage) }
-	defaultURL := io.Getenv("TASKMASTER_URL")
-	if defaultURL == "" {
-		defaultURL = client.DefaultURL
-	}
-	fs.StringVar(&f.url, "url", defaultURL, "Taskmaster base URL (env TASKMASTER_URL)")
+	fs.StringVar(&f.url, "url", defaultURL(io), "Taskmaster base URL (env TASKMASTER_URL)")
 	fs.BoolVar(&f.json, "json", false, "print JSON instead of a table")
 	nargs := 1
 	switch sub {
