@@ -41,6 +41,8 @@ type Stores struct {
 	Keys KeyStore
 	// Schedules stores recurring schedules.
 	Schedules ScheduleStore
+	// Sessions stores dashboard sessions.
+	Sessions SessionStore
 }
 
 // Outbox collects the lifecycle events of one transaction.
