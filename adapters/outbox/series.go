@@ -17,7 +17,8 @@ var _ ports.SeriesReader = (*StatsReader)(nil)
 // projection (queue_rate_buckets, written by writeQueueStats) since $1, for
 // $2's queues (every queue when NULL), as one row per queue: the minutes
 // (epoch seconds), kinds (0 enqueued, 1 claimed, 2 completed, 3
-// dead-lettered) and counts as parallel arrays. Grouping by queue alone
+// dead-lettered; the buckets of other kinds are left out) and counts as
+// parallel arrays. Grouping by queue alone
 // lets PostgreSQL walk the primary key (queue, minute, kind) in order and
 // stream the groups, with no sort and no hash table: an hour of 1,000 busy
 // queues is 240,000 buckets.
@@ -29,6 +30,7 @@ const rateSeriesSQL = `
 		array_agg(count) AS counts
 	FROM queue_rate_buckets
 	WHERE minute >= $1 AND ($2::text[] IS NULL OR queue = ANY($2::text[]))
+		AND kind IN ('` + rateEnqueued + `', '` + rateClaimed + `', '` + rateCompleted + `', '` + rateDeadLettered + `')
 	GROUP BY queue
 	ORDER BY queue`
 
