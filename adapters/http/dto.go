@@ -66,7 +66,7 @@ func taskJSON(t *task.Task) TaskJSON {
 		UpdatedAt: s.UpdatedAt.UTC(), LeaseExpiresAt: optTime(s.LeaseExpiresAt),
 		CancelRequestedAt: optTime(s.CancelRequestedAt),
 		UniqueKey:         optString(s.UniqueKey), Retry: retryJSONOf(s.Retry), Snoozes: s.Snoozes,
-		GroupKey:          optString(s.GroupKey),
+		GroupKey: optString(s.GroupKey),
 	}
 	if s.LeaseID != uuid.Nil {
 		out.LeaseID = optString(s.LeaseID.String())

@@ -228,3 +228,32 @@ func TestClaimCapsEachGroup(t *testing.T) {
 	f.submitMany("tenants", "d", 5)
 	require.Equal(t, []string{"d", "d"}, groupsOf(f.claim(ports.ClaimParams{Queues: []string{"tenants"}, WorkerID: "w3"})))
 }
+
+// A claim of a queue capped per group looks past a window full of capped
+// groups' tasks: here 200 higher-priority tasks of one group, capped at 1,
+// stand before the other group's.
+func TestClaimCappedPerGroupLooksPastCappedGroups(t *testing.T) {
+	t.Parallel()
+	f := newStoreFixture(t)
+	f.run(func(ctx context.Context, st ports.Stores) error {
+		_, _, err := st.Tasks.CreateMany(ctx, func(now time.Time) ([]*task.Task, []event.Event, error) {
+			var ts []*task.Task
+			var es []event.Event
+			for i := range 201 {
+				g, p := "hot", 1
+				if i == 200 {
+					g, p = "cold", 0
+				}
+				tk, e, err := task.Submit(task.SubmitParams{ID: uuid.Must(uuid.NewV7()), Queue: "window", GroupKey: &g, Priority: p}, now)
+				if err != nil {
+					return nil, nil, err
+				}
+				ts, es = append(ts, tk), append(es, e)
+			}
+			return ts, es, nil
+		})
+		return err
+	})
+	f.setQueue("window", "max_running_per_group = 1")
+	require.Equal(t, []string{"hot", "cold"}, groupsOf(f.claim(ports.ClaimParams{Queues: []string{"window"}, Limit: 5})))
+}

@@ -60,18 +60,16 @@ var insertTasksSQL = `
 // instead of jumping ahead of it or waiting behind every other group's
 // backlog. Within a priority, claims take tasks by rank, then submission
 // order (the claim index), so groups take turns: one task of every group
-// that has one at a rank, then the next rank. Two descents of an index;
+// that has one at a rank, then the next rank. Two index descents (the
+// claim index and tasks_group_rank);
 // concurrent submissions may give two tasks of a group the same rank
 // (submission order settles them).
 const fairRankSQL = `greatest(
 		coalesce((SELECT h.grank FROM tasks h WHERE h.queue = %[1]s AND h.status = 'PENDING'
 			ORDER BY h.priority DESC, h.grank, h.seq LIMIT 1), 0),
-		coalesce(CASE WHEN %[2]s IS NULL
-			THEN (SELECT h.grank FROM tasks h WHERE h.queue = %[1]s AND h.group_key IS NULL AND h.status = 'PENDING'
-				ORDER BY h.grank DESC LIMIT 1)
-			ELSE (SELECT h.grank FROM tasks h WHERE h.queue = %[1]s AND h.group_key = %[2]s AND h.status = 'PENDING'
-				ORDER BY h.grank DESC LIMIT 1)
-			END + 1, 0))`
+		coalesce((SELECT h.grank FROM tasks h
+			WHERE h.queue = %[1]s AND coalesce(h.group_key, '') = coalesce(%[2]s, '') AND h.status = 'PENDING'
+			ORDER BY h.grank DESC LIMIT 1) + 1, 0))`
 
 // newTaskArrays are the columns of new tasks as the parallel arrays of
 // insertTasksSQL.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -76,7 +77,8 @@ const claimTakeTokensSQL = `
 // maxGroupScan bounds the candidates a claim reads of a queue capped per
 // group: its first tasks in claim order, round-robin over the groups, so
 // that a group at its cap holds at most one candidate per round; a claim
-// that finds only capped groups' tasks there takes nothing this time.
+// that finds only capped groups' tasks there takes nothing this time (a
+// later claim looks again).
 const maxGroupScan = 2048
 
 // limitedQueue is a limited queue as a claim found it under its lock.
@@ -180,51 +182,80 @@ type candidate struct {
 
 // planClaim chooses, in claim order, at most total tasks of queues within
 // each limited queue's allowance and each group's room.
+//
+// A queue capped per group is read in a window of candidates: first 8 per
+// task asked (at least 64), doubled while groups at their cap leave the
+// claim short and the window came back full, up to maxGroupScan.
 func (s *TaskStore) planClaim(ctx context.Context, l *claimLimits, queues []string, tags pq.StringArray, total int64) ([]uuid.UUID, error) {
 	allow := make(map[string]int, len(queues))
-	names := make(pq.StringArray, 0, len(queues))
-	windows := make(pq.Int64Array, 0, len(queues))
+	window := make(map[string]int, len(queues))
 	for _, name := range queues {
-		a, window := int(total), int(total)
+		a := int(total)
 		if q := l.queues[name]; q != nil {
 			if n := q.state.Allowance(l.now); n >= 0 {
 				a = min(a, n)
 			}
-			window = a
 			if q.state.Settings.MaxRunningPerGroup != nil && a > 0 {
-				window = maxGroupScan
+				window[name] = min(max(8*a, 64), maxGroupScan)
 			}
 		}
-		if a == 0 {
-			continue
+		if a > 0 {
+			allow[name] = a
+			if window[name] == 0 {
+				window[name] = a
+			}
 		}
-		allow[name] = a
-		names, windows = append(names, name), append(windows, int64(window))
 	}
-	if len(names) == 0 {
+	if len(allow) == 0 {
 		return nil, nil
 	}
 	tagCond := claimTagsNone
 	if len(tags) > 0 {
 		tagCond = claimTagsSubset
 	}
-	eligible := strings.ReplaceAll(fmt.Sprintf(claimEligible, "x", fmt.Sprintf(tagCond, "x")), "$7", "$3")
-	var cands []candidate
-	if err := s.st.tx.SelectContext(ctx, &cands, fmt.Sprintf(claimCandidatesSQL, eligible), names, windows, tags); err != nil {
-		return nil, fmt.Errorf("claim: candidates: %w", err)
+	query := fmt.Sprintf(claimCandidatesSQL, strings.ReplaceAll(fmt.Sprintf(claimEligible, "x", fmt.Sprintf(tagCond, "x")), "$7", "$3"))
+	for {
+		names := make(pq.StringArray, 0, len(allow))
+		windows := make(pq.Int64Array, 0, len(allow))
+		for _, name := range queues {
+			if allow[name] > 0 {
+				names, windows = append(names, name), append(windows, int64(window[name]))
+			}
+		}
+		var cands []candidate
+		if err := s.st.tx.SelectContext(ctx, &cands, query, names, windows, tags); err != nil {
+			return nil, fmt.Errorf("claim: candidates: %w", err)
+		}
+		ids, short := l.choose(cands, allow, total)
+		grown := false
+		for name := range short {
+			if w := window[name]; l.queues[name] != nil && l.queues[name].state.Settings.MaxRunningPerGroup != nil &&
+				short[name] == w && w < maxGroupScan {
+				window[name], grown = min(2*w, maxGroupScan), true
+			}
+		}
+		if !grown || int64(len(ids)) == total {
+			return ids, nil
+		}
 	}
+}
+
+// choose picks, of cands, in claim order, at most total within each
+// queue's allowance and each capped group's room. short counts, for each
+// queue whose allowance was not used up, the candidates it was read (a full
+// window: more may wait beyond it).
+func (l *claimLimits) choose(cands []candidate, allow map[string]int, total int64) (ids []uuid.UUID, short map[string]int) {
 	sort.Slice(cands, func(i, j int) bool {
 		a, b := &cands[i], &cands[j]
 		return claimOrder(a.Priority, a.Grank, a.Seq, b.Priority, b.Grank, b.Seq)
 	})
+	left := maps.Clone(allow)
+	read := map[string]int{}
 	taken := map[string]map[string]int{}
-	var ids []uuid.UUID
 	for i := range cands {
 		c := &cands[i]
-		if int64(len(ids)) == total {
-			break
-		}
-		if allow[c.Queue] == 0 {
+		read[c.Queue]++
+		if int64(len(ids)) == total || left[c.Queue] == 0 {
 			continue
 		}
 		if q := l.queues[c.Queue]; q != nil && c.GroupKey.Valid {
@@ -238,10 +269,16 @@ func (s *TaskStore) planClaim(ctx context.Context, l *claimLimits, queues []stri
 			}
 			g[c.GroupKey.String]++
 		}
-		allow[c.Queue]--
+		left[c.Queue]--
 		ids = append(ids, c.ID)
 	}
-	return ids, nil
+	short = map[string]int{}
+	for name, n := range left {
+		if n > 0 {
+			short[name] = read[name]
+		}
+	}
+	return ids, short
 }
 
 // takeTokens charges the rate-limited queues' buckets with the tasks the
