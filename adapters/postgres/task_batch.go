@@ -24,8 +24,9 @@ import (
 // target: an item gives way to the idempotency index and to the
 // active-unique index alike, including to an earlier item of the same
 // batch. The round-robin rank (fairRankSQL) is read once per queue and
-// group of the batch; the batch's tasks of one group take consecutive
-// ranks from there, in batch order.
+// group of the batch (k is materialized: inlined, the planner evaluated
+// the look-ups once per row); the batch's tasks of one group take
+// consecutive ranks from there, in batch order.
 var insertTasksSQL = `
 	WITH u AS (
 		SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::int[],
@@ -34,7 +35,7 @@ var insertTasksSQL = `
 			WITH ORDINALITY AS u(id, queue, priority, payload, tags, max_attempts, deadline, run_at, idempotency_key, payload_bytes,
 				unique_key, retry_base, retry_max, retry_jitter, status, blockers, has_dependants, dead_reason, finished_at,
 				group_key, n)
-	), k AS (
+	), k AS MATERIALIZED (
 		SELECT k.queue, k.group_key, ` + fmt.Sprintf(fairRankSQL, "k.queue", "k.group_key") + ` AS base
 		FROM (SELECT DISTINCT queue, group_key FROM u) k
 	)
@@ -54,22 +55,24 @@ var insertTasksSQL = `
 
 // fairRankSQL is the round-robin rank of a new task of queue %[1]s and
 // group %[2]s (NULL: the tasks without a group, which form one group):
-// right after the group's last PENDING task, and no earlier than the task
-// at the head of the queue (its rank is the round the queue's claims have
-// reached), so a group that had nothing waiting joins the current round
-// instead of jumping ahead of it or waiting behind every other group's
-// backlog. Within a priority, claims take tasks by rank, then submission
-// order (the claim index), so groups take turns: one task of every group
-// that has one at a rank, then the next rank. Two index descents (the
-// claim index and tasks_group_rank);
-// concurrent submissions may give two tasks of a group the same rank
-// (submission order settles them).
-const fairRankSQL = `greatest(
-		coalesce((SELECT h.grank FROM tasks h WHERE h.queue = %[1]s AND h.status = 'PENDING'
-			ORDER BY h.priority DESC, h.grank, h.seq LIMIT 1), 0),
-		coalesce((SELECT h.grank FROM tasks h
+// right after the group's last PENDING task; for a group that has none, the
+// rank of the task at the head of the queue (the round the queue's claims
+// have reached), so that a group that had nothing waiting joins the current
+// round instead of jumping ahead of it or waiting behind every other
+// group's backlog. Within a priority, claims take tasks by rank, then
+// submission order (the claim index), so groups take turns: one task of
+// every group that has one at a rank, then the next rank. One descent of
+// tasks_group_rank, at its high end (which claims do not churn), and of the
+// claim index only for a group with nothing waiting. Concurrent submissions
+// may give two tasks of a group the same rank (submission order settles
+// them).
+const fairRankSQL = `coalesce(
+		(SELECT h.grank + 1 FROM tasks h
 			WHERE h.queue = %[1]s AND coalesce(h.group_key, '') = coalesce(%[2]s, '') AND h.status = 'PENDING'
-			ORDER BY h.grank DESC LIMIT 1) + 1, 0))`
+			ORDER BY h.grank DESC LIMIT 1),
+		(SELECT h.grank FROM tasks h WHERE h.queue = %[1]s AND h.status = 'PENDING'
+			ORDER BY h.priority DESC, h.grank, h.seq LIMIT 1),
+		0)`
 
 // newTaskArrays are the columns of new tasks as the parallel arrays of
 // insertTasksSQL.
