@@ -132,7 +132,7 @@ var RateWindows = []time.Duration{time.Minute, 5 * time.Minute, 15 * time.Minute
 // queueCountsSQL lists the queues that hold tasks, with their projected
 // counts, their ACTIVE workers (those that registered the queue, or none) and
 // the creation time of their oldest PENDING task. The latter walks the claim
-// index (queue, priority DESC, seq) WHERE PENDING: one probe for the first
+// index (queue, priority DESC, grank, seq) WHERE PENDING: one probe for the first
 // row of each distinct priority (a loose index scan), since seq order is
 // submission order within a priority.
 const queueCountsSQL = `
@@ -165,7 +165,7 @@ LEFT JOIN LATERAL (
 	)
 	SELECT min((SELECT t.created_at FROM tasks t
 	            WHERE t.status = 'PENDING' AND t.queue = c.queue AND t.priority = p.priority
-	            ORDER BY t.seq LIMIT 1)) AS oldest
+	            ORDER BY t.grank, t.seq LIMIT 1)) AS oldest
 	FROM prio p WHERE p.priority IS NOT NULL
 ) o ON true
 ORDER BY c.queue`

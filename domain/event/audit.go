@@ -34,6 +34,20 @@ const (
 	// AuditScheduleDeleted: an operator deleted a schedule (Schedule,
 	// Queue).
 	AuditScheduleDeleted Type = "audit.schedule_deleted"
+	// AuditQueueSettingsChanged: an operator changed a queue's settings
+	// (Queue; Settings: all of them after the change).
+	AuditQueueSettingsChanged Type = "audit.queue_settings_changed"
+	// AuditQueuePurged: an operator purged a queue of its tasks of one
+	// status (Queue, Filter: the status; Matched: how many were removed).
+	// Each removed task has its own task.purged event.
+	AuditQueuePurged Type = "audit.queue_purged"
+	// AuditTasksBulkRetried: an operator retried every DEAD task a filter
+	// matched (Filter; Matched: how many it changed). The tasks' own
+	// task.retried events carry the same correlation id.
+	AuditTasksBulkRetried Type = "audit.tasks_bulk_retried"
+	// AuditTasksBulkCancelled: an operator cancelled every PENDING, BLOCKED
+	// or RUNNING task a filter matched (Filter, Matched).
+	AuditTasksBulkCancelled Type = "audit.tasks_bulk_cancelled"
 )
 
 // Audit returns an audit event of type t performed by keyID ("" when no key

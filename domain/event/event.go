@@ -3,7 +3,11 @@
 // same database transaction; projectors and subscribers consume them.
 package event
 
-import "time"
+import (
+	"time"
+
+	"github.com/taskmaster/taskmaster/domain/queue"
+)
 
 // Version is the schema version of Event. It changes only when a field changes
 // meaning or disappears; new optional fields do not bump it.
@@ -44,6 +48,9 @@ const (
 	TaskRetried Type = "task.retried"
 	// TaskCleaned: retention deleted a finished task.
 	TaskCleaned Type = "task.cleaned"
+	// TaskPurged: an operator's purge removed a PENDING or DEAD task (From
+	// its status, To empty: the task is gone).
+	TaskPurged Type = "task.purged"
 	// TaskSnoozed: the holder put a RUNNING task back to PENDING for later
 	// (Reason snoozed, DelaySeconds) without spending an attempt: Attempt
 	// is the count after the claim's attempt was given back.
@@ -114,6 +121,14 @@ type Event struct {
 	// Schedule is the recurring schedule concerned (schedule events, and
 	// audit events of schedules).
 	Schedule string `json:"schedule,omitempty"`
+	// Settings are a queue's settings after an audited change
+	// (audit.queue_settings_changed).
+	Settings *queue.Settings `json:"settings,omitempty"`
+	// Filter is the filter of an audited bulk action or purge, by the API's
+	// field names (queue, status, dead_reason, created_after, ...).
+	Filter map[string]string `json:"filter,omitempty"`
+	// Matched is how many tasks an audited bulk action or purge changed.
+	Matched *int64 `json:"matched,omitempty"`
 	// DelaySeconds is how long a snoozed task waits (task.snoozed).
 	DelaySeconds *float64 `json:"delay_seconds,omitempty"`
 	// QueueWaitSeconds is claimed_at - created_at, on claims.

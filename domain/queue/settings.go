@@ -1,0 +1,188 @@
+// Package queue holds the rules of queue control: the settings an operator
+// steers a queue with (pause, a cap on running tasks, a rate limit, a cap per
+// group) and how a claim honours them. It knows nothing of storage: the
+// adapter reads a queue's settings and its running counts under a lock and
+// asks Allowance how many tasks a claim may take.
+package queue
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/taskmaster/taskmaster/domain/validation"
+)
+
+// Bounds of the settings.
+const (
+	// MaxLimit bounds max_running, max_running_per_group and a rate
+	// limit's burst.
+	MaxLimit = 1_000_000
+	// MaxRatePerSecond bounds a rate limit's per_second.
+	MaxRatePerSecond = 1_000_000
+)
+
+// RateLimit is a token bucket: claims take one token per task; the bucket
+// holds at most Burst tokens and refills at PerSecond tokens a second. Every
+// instance takes from the same bucket (it lives in the database).
+type RateLimit struct {
+	PerSecond float64 `json:"per_second"`
+	Burst     int     `json:"burst"`
+}
+
+// Settings are a queue's settings. The zero value is a queue nobody
+// configured: not paused, no limits.
+type Settings struct {
+	// Paused: claims hand out nothing from the queue; submissions are
+	// accepted and wait.
+	Paused bool `json:"paused"`
+	// MaxRunning, when set, caps the queue's RUNNING tasks across all
+	// workers and instances.
+	MaxRunning *int `json:"max_running"`
+	// RateLimit, when set, caps the claims per second.
+	RateLimit *RateLimit `json:"rate_limit"`
+	// MaxRunningPerGroup, when set, caps the RUNNING tasks of each group
+	// (group_key) of the queue; tasks without a group are not capped.
+	MaxRunningPerGroup *int `json:"max_running_per_group"`
+}
+
+// Limited reports whether claims must count or take tokens under the
+// queue's lock: a cap or a rate limit is set.
+func (s Settings) Limited() bool {
+	return s.MaxRunning != nil || s.RateLimit != nil || s.MaxRunningPerGroup != nil
+}
+
+// Restricts reports whether the settings change what claims do at all.
+func (s Settings) Restricts() bool { return s.Paused || s.Limited() }
+
+// Patch changes some settings and leaves the others. A nil field is left
+// alone; a Set field with a nil value clears that limit.
+type Patch struct {
+	Paused             *bool
+	MaxRunning         Optional[int]
+	RateLimit          Optional[RateLimit]
+	MaxRunningPerGroup Optional[int]
+}
+
+// Optional is a patch of a nullable setting: Set says the patch names it,
+// Value nil clears it.
+type Optional[T any] struct {
+	Set   bool
+	Value *T
+}
+
+// Empty reports whether the patch names no setting.
+func (p Patch) Empty() bool {
+	return p.Paused == nil && !p.MaxRunning.Set && !p.RateLimit.Set && !p.MaxRunningPerGroup.Set
+}
+
+// Validate checks the values the patch sets, by the API's field names.
+func (p Patch) Validate() error {
+	var v validation.Errors
+	if p.Empty() {
+		v.Add("settings", "name at least one of paused, max_running, rate_limit, max_running_per_group")
+	}
+	limit := func(field string, o Optional[int]) {
+		if o.Set && o.Value != nil && (*o.Value < 1 || *o.Value > MaxLimit) {
+			v.Add(field, fmt.Sprintf("must be null or an integer from 1 to %d", MaxLimit))
+		}
+	}
+	limit("max_running", p.MaxRunning)
+	limit("max_running_per_group", p.MaxRunningPerGroup)
+	if r := p.RateLimit.Value; p.RateLimit.Set && r != nil {
+		if math.IsNaN(r.PerSecond) || r.PerSecond <= 0 || r.PerSecond > MaxRatePerSecond {
+			v.Add("rate_limit.per_second", fmt.Sprintf("must be a number above 0 and at most %d", MaxRatePerSecond))
+		}
+		if r.Burst < 1 || r.Burst > MaxLimit {
+			v.Add("rate_limit.burst", fmt.Sprintf("must be an integer from 1 to %d", MaxLimit))
+		}
+	}
+	return v.Err()
+}
+
+// Apply returns s with the patch applied.
+func (p Patch) Apply(s Settings) Settings {
+	if p.Paused != nil {
+		s.Paused = *p.Paused
+	}
+	if p.MaxRunning.Set {
+		s.MaxRunning = clone(p.MaxRunning.Value)
+	}
+	if p.RateLimit.Set {
+		s.RateLimit = clone(p.RateLimit.Value)
+	}
+	if p.MaxRunningPerGroup.Set {
+		s.MaxRunningPerGroup = clone(p.MaxRunningPerGroup.Value)
+	}
+	return s
+}
+
+func clone[T any](v *T) *T {
+	if v == nil {
+		return nil
+	}
+	c := *v
+	return &c
+}
+
+// Bucket is a rate limit's token bucket: Tokens at At. A bucket never used
+// (zero At) is full.
+type Bucket struct {
+	Tokens float64
+	At     time.Time
+}
+
+// Level is how many tokens the bucket holds at now under limit r: refilled
+// at r.PerSecond since At, at most r.Burst. A clock that went back refills
+// nothing.
+func (b Bucket) Level(r RateLimit, now time.Time) float64 {
+	if b.At.IsZero() {
+		return float64(r.Burst)
+	}
+	elapsed := max(now.Sub(b.At).Seconds(), 0)
+	return math.Min(float64(r.Burst), b.Tokens+elapsed*r.PerSecond)
+}
+
+// Take returns the bucket after n tokens were taken at now.
+func (b Bucket) Take(r RateLimit, now time.Time, n int) Bucket {
+	return Bucket{Tokens: b.Level(r, now) - float64(n), At: now}
+}
+
+// State is what a claim reads of a limited queue under its lock.
+type State struct {
+	Settings Settings
+	// Running is the queue's RUNNING tasks.
+	Running int
+	// Bucket is the rate limit's bucket (when RateLimit is set).
+	Bucket Bucket
+}
+
+// Allowance is how many tasks a claim at now may take from the queue:
+// nothing when paused, else the least of the room under max_running and the
+// whole tokens in the bucket; -1 when nothing limits it.
+func (st State) Allowance(now time.Time) int {
+	s := st.Settings
+	if s.Paused {
+		return 0
+	}
+	allow := -1
+	if s.MaxRunning != nil {
+		allow = max(*s.MaxRunning-st.Running, 0)
+	}
+	if s.RateLimit != nil {
+		tokens := int(math.Floor(st.Bucket.Level(*s.RateLimit, now)))
+		if allow < 0 || tokens < allow {
+			allow = max(tokens, 0)
+		}
+	}
+	return allow
+}
+
+// GroupRoom is how many more tasks of a group with running RUNNING tasks a
+// claim may take under the per-group cap; -1 when uncapped.
+func (s Settings) GroupRoom(running int) int {
+	if s.MaxRunningPerGroup == nil {
+		return -1
+	}
+	return max(*s.MaxRunningPerGroup-running, 0)
+}
