@@ -93,7 +93,7 @@ func (p SubmitParams) request() (submitRequest, error) {
 		Queue: p.Queue, Priority: p.Priority, MaxAttempts: p.MaxAttempts, Tags: p.Tags,
 		Deadline: p.Deadline, RunAt: p.RunAt, IdempotencyKey: p.IdempotencyKey,
 		Ref: p.Ref, DependsOn: p.DependsOn,
-		UniqueKey: p.UniqueKey, Retry: p.Retry,
+		UniqueKey: p.UniqueKey, Retry: p.Retry, GroupKey: p.GroupKey,
 	}
 	raw, err := marshalValue(p.Payload)
 	if err != nil {

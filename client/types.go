@@ -97,6 +97,8 @@ type Task struct {
 	// Snoozes counts the times the holder snoozed the task (each gave its
 	// attempt back).
 	Snoozes int `json:"snoozes"`
+	// GroupKey is the task's group in its queue ("" when none).
+	GroupKey string `json:"group_key"`
 }
 
 // Jitter says how a retry delay is randomised.
@@ -168,12 +170,13 @@ func (t Task) MarshalJSON() ([]byte, error) {
 		DeadReason     *string         `json:"dead_reason"`
 		IdempotencyKey *string         `json:"idempotency_key"`
 		UniqueKey      *string         `json:"unique_key"`
+		GroupKey       *string         `json:"group_key"`
 		Payload        json.RawMessage `json:"payload"`
 		Result         json.RawMessage `json:"result"`
 	}{
 		plain: plain(t), WorkerID: nullable(t.WorkerID), LeaseID: nullable(t.LeaseID),
 		LastError: nullable(t.LastError), DeadReason: nullable(string(t.DeadReason)),
-		IdempotencyKey: nullable(t.IdempotencyKey), UniqueKey: nullable(t.UniqueKey),
+		IdempotencyKey: nullable(t.IdempotencyKey), UniqueKey: nullable(t.UniqueKey), GroupKey: nullable(t.GroupKey),
 		Payload: rawOrNull(t.Payload), Result: rawOrNull(t.Result),
 	})
 }
@@ -362,6 +365,10 @@ type SubmitParams struct {
 	// Retry overrides the server's backoff for this task (nil: the
 	// server's).
 	Retry *Backoff
+	// GroupKey puts the task in a group of its queue (a tenant, a
+	// customer; 1-128 characters): claims take turns across a queue's
+	// groups, and the queue's max_running_per_group caps each group.
+	GroupKey string
 }
 
 type submitRequest struct {
@@ -377,6 +384,7 @@ type submitRequest struct {
 	DependsOn      []string        `json:"depends_on,omitempty"`
 	UniqueKey      string          `json:"unique_key,omitempty"`
 	Retry          *Backoff        `json:"retry,omitempty"`
+	GroupKey       string          `json:"group_key,omitempty"`
 }
 
 // ListParams filter a task listing.

@@ -44,8 +44,10 @@ DROP INDEX tasks_claim;
 CREATE INDEX tasks_claim ON tasks (queue, priority DESC, grank, seq) WHERE status = 'PENDING';
 
 -- A group's last PENDING rank, read when its new tasks are ranked (one
--- descent per queue and group of a submission).
-CREATE INDEX tasks_group_rank ON tasks (queue, group_key, grank DESC) WHERE status = 'PENDING';
+-- descent per queue and group of a submission). The tasks without a group
+-- are the group '' (no group_key is empty): an equality, which the planner
+-- can walk in grank order, where "group_key IS NULL" would make it sort.
+CREATE INDEX tasks_group_rank ON tasks (queue, (coalesce(group_key, '')), grank DESC) WHERE status = 'PENDING';
 
 -- RUNNING tasks by queue and group: what a claim of a queue with
 -- max_running or max_running_per_group counts under its settings lock, and

@@ -46,6 +46,8 @@ type TaskJSON struct {
 	Retry *retryJSON `json:"retry"`
 	// Snoozes counts the times the holder snoozed the task.
 	Snoozes int `json:"snoozes"`
+	// GroupKey is the task's group in its queue (null: none).
+	GroupKey *string `json:"group_key"`
 }
 
 func taskJSON(t *task.Task) TaskJSON {
@@ -64,6 +66,7 @@ func taskJSON(t *task.Task) TaskJSON {
 		UpdatedAt: s.UpdatedAt.UTC(), LeaseExpiresAt: optTime(s.LeaseExpiresAt),
 		CancelRequestedAt: optTime(s.CancelRequestedAt),
 		UniqueKey:         optString(s.UniqueKey), Retry: retryJSONOf(s.Retry), Snoozes: s.Snoozes,
+		GroupKey: optString(s.GroupKey),
 	}
 	if s.LeaseID != uuid.Nil {
 		out.LeaseID = optString(s.LeaseID.String())

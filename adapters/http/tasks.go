@@ -27,13 +27,14 @@ type submitRequest struct {
 	IdempotencyKey string          `json:"idempotency_key"`
 	UniqueKey      *string         `json:"unique_key"`
 	Retry          *retryJSON      `json:"retry"`
+	GroupKey       *string         `json:"group_key"`
 }
 
 func (q submitRequest) params() task.SubmitParams {
 	return task.SubmitParams{
 		Queue: q.Queue, Payload: q.Payload, Priority: q.Priority, MaxAttempts: q.MaxAttempts,
 		Tags: q.Tags, Deadline: q.Deadline.get(), RunAt: q.RunAt.get(), IdempotencyKey: q.IdempotencyKey,
-		UniqueKey: q.UniqueKey, Retry: q.Retry.params(),
+		UniqueKey: q.UniqueKey, Retry: q.Retry.params(), GroupKey: q.GroupKey,
 	}
 }
 

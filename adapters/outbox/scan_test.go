@@ -165,7 +165,13 @@ func TestScannerKnowsEveryEventField(t *testing.T) {
 		require.Contains(t, eventFields, f, "the scanner reads a field events do not have")
 	}
 	require.Len(t, eventFields, len(readFields)+len(skippedFields))
+	// Fields only operators' audit events carry (rare next to transitions)
+	// may send their events to encoding/json.
+	auditOnly := map[string]bool{"settings": true, "filter": true}
 	for name, kind := range skippedFields {
+		if auditOnly[name] {
+			continue
+		}
 		require.Contains(t, []reflect.Kind{reflect.String, reflect.Int, reflect.Int64, reflect.Float64}, kind,
 			"field %s: a kind the scanner does not check sends every event to encoding/json", name)
 	}

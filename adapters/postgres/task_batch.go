@@ -23,24 +23,56 @@ import (
 // array-of-arrays or nullable-array encoding otherwise. ON CONFLICT has no
 // target: an item gives way to the idempotency index and to the
 // active-unique index alike, including to an earlier item of the same
-// batch.
-const insertTasksSQL = `
+// batch. The round-robin rank (fairRankSQL) is read once per queue and
+// group of the batch (k is materialized: inlined, the planner evaluated
+// the look-ups once per row); the batch's tasks of one group take
+// consecutive ranks from there, in batch order.
+var insertTasksSQL = `
+	WITH u AS (
+		SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::int[],
+			$7::text[], $8::text[], $9::text[], $11::int[], $12::text[], $13::float8[], $14::float8[], $15::text[],
+			$16::text[], $17::int[], $18::bool[], $19::text[], $20::text[], $21::text[])
+			WITH ORDINALITY AS u(id, queue, priority, payload, tags, max_attempts, deadline, run_at, idempotency_key, payload_bytes,
+				unique_key, retry_base, retry_max, retry_jitter, status, blockers, has_dependants, dead_reason, finished_at,
+				group_key, n)
+	), k AS MATERIALIZED (
+		SELECT k.queue, k.group_key, ` + fmt.Sprintf(fairRankSQL, "k.queue", "k.group_key") + ` AS base
+		FROM (SELECT DISTINCT queue, group_key FROM u) k
+	)
 	INSERT INTO tasks (id, queue, status, priority, payload, tags, attempts, max_attempts,
 		deadline, run_at, idempotency_key, created_at, updated_at, payload_bytes,
 		unique_key, retry_base_seconds, retry_max_seconds, retry_jitter,
-		blockers, has_dependants, dead_reason, finished_at)
+		blockers, has_dependants, dead_reason, finished_at, group_key, grank)
 	SELECT u.id, u.queue, u.status, u.priority, u.payload::jsonb, u.tags::text[], 0, u.max_attempts,
 		u.deadline::timestamptz, u.run_at::timestamptz, u.idempotency_key, $10, $10, u.payload_bytes,
 		u.unique_key, u.retry_base, u.retry_max, u.retry_jitter,
-		u.blockers, u.has_dependants, u.dead_reason, u.finished_at::timestamptz
-	FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::int[],
-		$7::text[], $8::text[], $9::text[], $11::int[], $12::text[], $13::float8[], $14::float8[], $15::text[],
-		$16::text[], $17::int[], $18::bool[], $19::text[], $20::text[])
-		WITH ORDINALITY AS u(id, queue, priority, payload, tags, max_attempts, deadline, run_at, idempotency_key, payload_bytes,
-			unique_key, retry_base, retry_max, retry_jitter, status, blockers, has_dependants, dead_reason, finished_at, n)
+		u.blockers, u.has_dependants, u.dead_reason, u.finished_at::timestamptz, u.group_key,
+		k.base + row_number() OVER (PARTITION BY u.queue, u.group_key ORDER BY u.n) - 1
+	FROM u JOIN k ON k.queue = u.queue AND k.group_key IS NOT DISTINCT FROM u.group_key
 	ORDER BY u.n
 	ON CONFLICT DO NOTHING
 	RETURNING ` + taskColumns
+
+// fairRankSQL is the round-robin rank of a new task of queue %[1]s and
+// group %[2]s (NULL: the tasks without a group, which form one group):
+// right after the group's last PENDING task; for a group that has none, the
+// rank of the task at the head of the queue (the round the queue's claims
+// have reached), so that a group that had nothing waiting joins the current
+// round instead of jumping ahead of it or waiting behind every other
+// group's backlog. Within a priority, claims take tasks by rank, then
+// submission order (the claim index), so groups take turns: one task of
+// every group that has one at a rank, then the next rank. One descent of
+// tasks_group_rank, at its high end (which claims do not churn), and of the
+// claim index only for a group with nothing waiting. Concurrent submissions
+// may give two tasks of a group the same rank (submission order settles
+// them).
+const fairRankSQL = `coalesce(
+		(SELECT h.grank + 1 FROM tasks h
+			WHERE h.queue = %[1]s AND coalesce(h.group_key, '') = coalesce(%[2]s, '') AND h.status = 'PENDING'
+			ORDER BY h.grank DESC LIMIT 1),
+		(SELECT h.grank FROM tasks h WHERE h.queue = %[1]s AND h.status = 'PENDING'
+			ORDER BY h.priority DESC, h.grank, h.seq LIMIT 1),
+		0)`
 
 // newTaskArrays are the columns of new tasks as the parallel arrays of
 // insertTasksSQL.
@@ -49,6 +81,7 @@ type newTaskArrays struct {
 	priorities, maxAtt                  pq.Int64Array
 	payloads, deadlines, keys, ukeys    []sql.NullString
 	jitters, deadReasons, finishedAts   []sql.NullString
+	groups                              []sql.NullString
 	bases, maxes                        []sql.NullFloat64
 	sizes, blockers                     []sql.NullInt64
 	dependants                          pq.BoolArray
@@ -62,7 +95,7 @@ func newTaskArraysOf(ts []*task.Task) (newTaskArrays, error) {
 		priorities: make(pq.Int64Array, n), maxAtt: make(pq.Int64Array, n),
 		payloads: make([]sql.NullString, n), deadlines: make([]sql.NullString, n), keys: make([]sql.NullString, n),
 		ukeys: make([]sql.NullString, n), jitters: make([]sql.NullString, n),
-		deadReasons: make([]sql.NullString, n), finishedAts: make([]sql.NullString, n),
+		deadReasons: make([]sql.NullString, n), finishedAts: make([]sql.NullString, n), groups: make([]sql.NullString, n),
 		bases: make([]sql.NullFloat64, n), maxes: make([]sql.NullFloat64, n),
 		sizes: make([]sql.NullInt64, n), blockers: make([]sql.NullInt64, n), dependants: make(pq.BoolArray, n),
 	}
@@ -91,6 +124,7 @@ func newTaskArraysOf(ts []*task.Task) (newTaskArrays, error) {
 		a.dependants[i] = v.HasDependants
 		a.deadReasons[i] = nullString(string(v.DeadReason))
 		a.finishedAts[i] = nullTimeText(v.FinishedAt)
+		a.groups[i] = nullString(v.GroupKey)
 	}
 	return a, nil
 }
@@ -104,7 +138,7 @@ func (a newTaskArrays) insert(ctx context.Context, tx sqlx.QueryerContext, now t
 		a.ids, a.queues, a.priorities, pq.Array(a.payloads), a.tags, a.maxAtt,
 		pq.Array(a.deadlines), a.runAts, pq.Array(a.keys), now, pq.Array(a.sizes),
 		pq.Array(a.ukeys), pq.Array(a.bases), pq.Array(a.maxes), pq.Array(a.jitters),
-		a.statuses, pq.Array(a.blockers), a.dependants, pq.Array(a.deadReasons), pq.Array(a.finishedAts))
+		a.statuses, pq.Array(a.blockers), a.dependants, pq.Array(a.deadReasons), pq.Array(a.finishedAts), pq.Array(a.groups))
 	if err != nil {
 		return nil, fmt.Errorf("insert tasks: %w", err)
 	}

@@ -28,8 +28,9 @@ import (
 // Limit -> LockRows -> (ordered candidates), so LockRows locks a row only
 // when Limit asks for one more, and skips rows other transactions hold (FOR
 // UPDATE SKIP LOCKED). The candidates of one queue come in claim order from
-// the claim index tasks_claim (queue, priority DESC, seq) WHERE status =
-// 'PENDING'; those of several queues from a Merge Append of one index scan
+// the claim index tasks_claim (queue, priority DESC, grank, seq) WHERE
+// status = 'PENDING' (grank: the round-robin rank over the queue's groups,
+// fairRankSQL); those of several queues from a Merge Append of one index scan
 // per queue, each read only as far as the merge needs it, each candidate
 // then locked by a primary-key probe (Limit -> Nested Loop -> (Merge Append,
 // LockRows per candidate)), so a claim of 5 from 50 queues reads about 55
@@ -73,9 +74,9 @@ const claimRequests = `
 // claimLockOne locks, of one queue ($8), up to $6 claimable rows in claim
 // order.
 const claimLockOne = `, locked AS (
-		SELECT t.id, t.priority, t.seq, ` + taskBytesSQL + ` AS bytes FROM tasks t
+		SELECT t.id, t.priority, t.grank, t.seq, ` + taskBytesSQL + ` AS bytes FROM tasks t
 		WHERE t.queue = $8 AND %[1]s
-		ORDER BY t.priority DESC, t.seq
+		ORDER BY t.priority DESC, t.grank, t.seq
 		LIMIT $6
 		FOR UPDATE SKIP LOCKED
 	)`
@@ -91,7 +92,7 @@ const claimLockOne = `, locked AS (
 // join, a table the statistics undercount (a bulk load not yet analyzed)
 // made the planner scan every pending row per claim.
 const claimLockMany = `, locked AS (
-		SELECT l.id, c.priority, c.seq, l.bytes
+		SELECT l.id, c.priority, c.grank, c.seq, l.bytes
 		FROM (%[2]s) c
 		CROSS JOIN LATERAL (
 			SELECT t.id, ` + taskBytesSQL + ` AS bytes FROM tasks t
@@ -99,12 +100,22 @@ const claimLockMany = `, locked AS (
 			OFFSET 0
 			FOR UPDATE SKIP LOCKED
 		) l
-		ORDER BY c.priority DESC, c.seq
+		ORDER BY c.priority DESC, c.grank, c.seq
 		LIMIT $6
 	)`
 
+// claimLockIDs locks, of the candidates $8 a planned claim chose
+// (claimPlan), up to $6 that are still claimable, in claim order.
+const claimLockIDs = `, locked AS (
+		SELECT t.id, t.priority, t.grank, t.seq, ` + taskBytesSQL + ` AS bytes FROM tasks t
+		WHERE t.id = ANY($8::uuid[]) AND %[1]s
+		ORDER BY t.priority DESC, t.grank, t.seq
+		LIMIT $6
+		FOR UPDATE SKIP LOCKED
+	)`
+
 // claimBranch is one queue's candidates, in claim order, unlocked.
-const claimBranch = `(SELECT x.id, x.priority, x.seq FROM tasks x WHERE x.queue = $%d AND %s ORDER BY x.priority DESC, x.seq)`
+const claimBranch = `(SELECT x.id, x.priority, x.grank, x.seq FROM tasks x WHERE x.queue = $%d AND %s ORDER BY x.priority DESC, x.grank, x.seq)`
 
 // claimAssign numbers the locked rows in claim order, deals them
 // round-robin to the requests' slots, keeps for each request the rows whose
@@ -115,7 +126,7 @@ const claimBranch = `(SELECT x.id, x.priority, x.seq FROM tasks x WHERE x.queue 
 // cap cut short. Rows dealt to no one's cap stay PENDING (and locked until
 // the transaction ends: only when a byte cap cut a claim).
 var claimAssign = `, numbered AS (
-		SELECT l.id, l.bytes, row_number() OVER (ORDER BY l.priority DESC, l.seq) AS n FROM locked l
+		SELECT l.id, l.bytes, row_number() OVER (ORDER BY l.priority DESC, l.grank, l.seq) AS n FROM locked l
 	), slots AS (
 		SELECT row_number() OVER (ORDER BY g.j, q.i) AS n, q.i
 		FROM reqs q CROSS JOIN LATERAL generate_series(1, q.lim) AS g(j)
@@ -136,7 +147,9 @@ var claimAssign = `, numbered AS (
 	WHERE t.id = c.id
 	RETURNING ` + prefixed("t.", taskColumns) + `, c.i AS request, c.offered AS offered`
 
-// claimShape is what a claim statement's text depends on.
+// claimShape is what a claim statement's text depends on: the number of
+// queues it reads (0: it locks the candidates a planned claim chose, $8)
+// and whether the workers have tags.
 type claimShape struct {
 	queues int
 	tagged bool
@@ -158,9 +171,12 @@ func claimSQL(s claimShape) string {
 		return fmt.Sprintf(claimEligible, alias, fmt.Sprintf(tags, alias))
 	}
 	var lock string
-	if s.queues == 1 {
+	switch {
+	case s.queues == 0:
+		lock = fmt.Sprintf(claimLockIDs, eligible("t"))
+	case s.queues == 1:
 		lock = fmt.Sprintf(claimLockOne, eligible("t"))
-	} else {
+	default:
 		branches := make([]string, s.queues)
 		for i := range branches {
 			branches[i] = fmt.Sprintf(claimBranch, 8+i, eligible("x"))
@@ -197,12 +213,13 @@ const claimQueuesSQL = `
 		SELECT (SELECT min(queue) FROM tasks WHERE status = 'PENDING' AND queue > q.name)
 		FROM q WHERE q.name IS NOT NULL
 	)
-	SELECT q.name, h.priority, h.seq FROM q
+	SELECT q.name, h.priority, h.grank, h.seq FROM q
 	CROSS JOIN LATERAL (
-		SELECT t.priority, t.seq FROM tasks t WHERE t.status = 'PENDING' AND t.queue = q.name
-		ORDER BY t.priority DESC, t.seq LIMIT 1
+		SELECT t.priority, t.grank, t.seq FROM tasks t WHERE t.status = 'PENDING' AND t.queue = q.name
+		ORDER BY t.priority DESC, t.grank, t.seq LIMIT 1
 	) h
-	WHERE q.name IS NOT NULL`
+	WHERE q.name IS NOT NULL
+		AND NOT EXISTS (SELECT 1 FROM queue_settings s WHERE s.queue = q.name AND s.paused)`
 
 // maxClaimQueues bounds the queues one claim statement merges
 // (worker.MaxQueues: a registered worker never names more).
@@ -227,8 +244,10 @@ func (s *TaskStore) Claim(ctx context.Context, p ports.ClaimParams) ([]*task.Tas
 	return out[0].Tasks, out[0].Truncated, nil
 }
 
-// ClaimGroup implements ports.TaskStore with one statement (two when the
-// group claims from any queue).
+// ClaimGroup implements ports.TaskStore with one statement after a read of
+// the queues' settings (and of the queues that have claimable tasks, when
+// the group claims from any queue). Paused queues are left out; a claim
+// that reads a queue with a limit is planned (claimPlan).
 func (s *TaskStore) ClaimGroup(ctx context.Context, p ports.ClaimGroupParams) ([]ports.ClaimOutcome, error) {
 	n := len(p.Requests)
 	out := make([]ports.ClaimOutcome, n)
@@ -277,13 +296,36 @@ func (s *TaskStore) ClaimGroup(ctx context.Context, p ports.ClaimGroupParams) ([
 	if tags == nil {
 		tags = pq.StringArray{}
 	}
+	lim, err := s.claimLimits(ctx, queues)
+	if err != nil {
+		return nil, err
+	}
+	if queues = lim.open(queues); len(queues) == 0 {
+		return out, nil
+	}
 	args := []any{workers, limits, secs, pq.Array(requests), caps, total, tags}
-	for _, q := range queues {
-		args = append(args, q)
+	shape := claimShape{queues: len(queues), tagged: len(tags) > 0}
+	if lim.limited() {
+		ids, err := s.planClaim(ctx, lim, queues, tags, total)
+		if err != nil {
+			return nil, err
+		}
+		if len(ids) == 0 {
+			return out, nil
+		}
+		shape.queues = 0
+		args = append(args, pq.Array(ids))
+	} else {
+		for _, q := range queues {
+			args = append(args, q)
+		}
 	}
 	var rows []claimedRow
-	if err := s.st.tx.SelectContext(ctx, &rows, claimSQL(claimShape{queues: len(queues), tagged: len(tags) > 0}), args...); err != nil {
+	if err := s.st.tx.SelectContext(ctx, &rows, claimSQL(shape), args...); err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
+	}
+	if err := s.takeTokens(ctx, lim, rows); err != nil {
+		return nil, err
 	}
 	sort.Slice(rows, func(i, j int) bool { return claimsBefore(&rows[i].taskRow, &rows[j].taskRow) })
 	events := make([]event.Event, 0, len(rows))
@@ -313,16 +355,15 @@ func (s *TaskStore) claimableQueues(ctx context.Context, n int64) ([]string, err
 	var heads []struct {
 		Name     string `db:"name"`
 		Priority int    `db:"priority"`
+		Grank    int64  `db:"grank"`
 		Seq      int64  `db:"seq"`
 	}
 	if err := s.st.tx.SelectContext(ctx, &heads, claimQueuesSQL); err != nil {
 		return nil, fmt.Errorf("claim: list queues: %w", err)
 	}
 	sort.Slice(heads, func(i, j int) bool {
-		if heads[i].Priority != heads[j].Priority {
-			return heads[i].Priority > heads[j].Priority
-		}
-		return heads[i].Seq < heads[j].Seq
+		a, b := heads[i], heads[j]
+		return claimOrder(a.Priority, a.Grank, a.Seq, b.Priority, b.Grank, b.Seq)
 	})
 	heads = heads[:min(len(heads), maxClaimQueues)]
 	out := make([]string, len(heads))
@@ -332,12 +373,22 @@ func (s *TaskStore) claimableQueues(ctx context.Context, n int64) ([]string, err
 	return out, nil
 }
 
-// claimsBefore orders rows as claims hand them out: priority DESC, then FIFO.
+// claimsBefore orders rows as claims hand them out: priority DESC, then
+// round-robin rank, then FIFO.
 func claimsBefore(a, b *taskRow) bool {
-	if a.Priority != b.Priority {
-		return a.Priority > b.Priority
+	return claimOrder(a.Priority, a.Grank, a.Seq, b.Priority, b.Grank, b.Seq)
+}
+
+// claimOrder reports whether a task (priority pa, rank ra, seq sa) comes
+// before another (pb, rb, sb) in claim order.
+func claimOrder(pa int, ra, sa int64, pb int, rb, sb int64) bool {
+	if pa != pb {
+		return pa > pb
 	}
-	return a.Seq < b.Seq
+	if ra != rb {
+		return ra < rb
+	}
+	return sa < sb
 }
 
 // pinClaimPlan applies claimPlanSettings once per transaction.

@@ -114,7 +114,8 @@ func TestConcurrentClaimsAcrossQueuesBothGetFullBatches(t *testing.T) {
 }
 
 // A worker on fifty queues gets tasks from all of them in one claim order:
-// priority first, then submission order, whatever queue they are in.
+// priority first, then the queues take turns (each task's round-robin rank
+// is its place among its queue's waiting tasks), then submission order.
 func TestClaimAcrossFiftyQueuesFollowsPriorityOrder(t *testing.T) {
 	t.Parallel()
 	f := newStoreFixture(t)
@@ -123,15 +124,23 @@ func TestClaimAcrossFiftyQueuesFollowsPriorityOrder(t *testing.T) {
 	type sub struct {
 		id       uuid.UUID
 		priority int
+		place    int // its place in its queue: queues take turns within a priority
 		n        int
 	}
 	var subs []sub
+	places := map[string]int{}
 	for i := range 300 {
-		p := rng.IntN(7) - 3
-		tk := f.submit(task.SubmitParams{Queue: queues[rng.IntN(len(queues))], Priority: p})
-		subs = append(subs, sub{id: tk.ID(), priority: p, n: i})
+		p, q := rng.IntN(7)-3, queues[rng.IntN(len(queues))]
+		tk := f.submit(task.SubmitParams{Queue: q, Priority: p})
+		subs = append(subs, sub{id: tk.ID(), priority: p, place: places[q], n: i})
+		places[q]++
 	}
-	sort.SliceStable(subs, func(i, j int) bool { return subs[i].priority > subs[j].priority })
+	sort.SliceStable(subs, func(i, j int) bool {
+		if subs[i].priority != subs[j].priority {
+			return subs[i].priority > subs[j].priority
+		}
+		return subs[i].place < subs[j].place
+	})
 	var got []uuid.UUID
 	fromQueues := map[string]bool{}
 	for len(got) < len(subs) {

@@ -23,7 +23,7 @@ const taskColumns = `id, seq, queue, status, priority, payload, tags, attempts, 
 	idempotency_key, created_at, claimed_at, finished_at, updated_at,
 	lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id,
 	unique_key, snoozes, retry_base_seconds, retry_max_seconds, retry_jitter,
-	blockers, has_dependants`
+	blockers, has_dependants, group_key, grank`
 
 // heldTaskColumns are taskColumns but the payload: what the lease protocol
 // reads of a worker's tasks (saving a task never writes its payload).
@@ -32,7 +32,7 @@ const heldTaskColumns = `id, seq, queue, status, priority, tags, attempts, max_a
 	idempotency_key, created_at, claimed_at, finished_at, updated_at,
 	lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id,
 	unique_key, snoozes, retry_base_seconds, retry_max_seconds, retry_jitter,
-	blockers, has_dependants`
+	blockers, has_dependants, group_key, grank`
 
 // taskRow is one row of tasks.
 type taskRow struct {
@@ -64,8 +64,11 @@ type taskRow struct {
 	UniqueKey      sql.NullString `db:"unique_key"`
 	Snoozes        int            `db:"snoozes"`
 	retryColumns
-	Blockers      sql.NullInt32 `db:"blockers"`
-	HasDependants bool          `db:"has_dependants"`
+	Blockers      sql.NullInt32  `db:"blockers"`
+	HasDependants bool           `db:"has_dependants"`
+	GroupKey      sql.NullString `db:"group_key"`
+	// Grank is the task's round-robin rank in its queue (fairRankSQL).
+	Grank int64 `db:"grank"`
 }
 
 // taskRowNow is a task row with the transaction's now().
@@ -108,6 +111,7 @@ func (r *taskRow) toDomain() *task.Task {
 		HasParents:    r.Blockers.Valid,
 		Blockers:      int(r.Blockers.Int32),
 		HasDependants: r.HasDependants,
+		GroupKey:      r.GroupKey.String,
 	})
 }
 
@@ -141,13 +145,14 @@ func (s *TaskStore) Create(ctx context.Context, fn ports.TaskCreateFunc) (*task.
 		err = s.st.tx.GetContext(ctx, &row, `
 			INSERT INTO tasks (id, queue, status, priority, payload, tags, attempts, max_attempts,
 				deadline, run_at, idempotency_key, created_at, updated_at, payload_bytes,
-				unique_key, retry_base_seconds, retry_max_seconds, retry_jitter)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, $13, $14, $15, $16, $17)
+				unique_key, retry_base_seconds, retry_max_seconds, retry_jitter, group_key, grank)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, $13, $14, $15, $16, $17, $18,
+				`+fmt.Sprintf(fairRankSQL, "$2::text", "$18::text")+`)
 			ON CONFLICT DO NOTHING
 			RETURNING `+taskColumns,
 			v.ID, v.Queue, string(v.Status), v.Priority, nullJSON(v.Payload), pq.StringArray(v.Tags),
 			v.Attempts, v.MaxAttempts, v.Deadline, v.RunAt, nullString(v.IdempotencyKey), v.CreatedAt, payloadBytes,
-			nullString(v.UniqueKey), retry.Base, retry.Max, retry.Jitter)
+			nullString(v.UniqueKey), retry.Base, retry.Max, retry.Jitter, nullString(v.GroupKey))
 		if err == nil {
 			s.st.Record(e)
 			s.st.notify(v.Queue)

@@ -146,6 +146,8 @@ const (
 	MaxIdempotencyKeyLength = 255
 	// MaxUniqueKeyLength is the longest unique key, in bytes.
 	MaxUniqueKeyLength = 255
+	// MaxGroupKeyLength is the longest group key, in characters.
+	MaxGroupKeyLength = 128
 	// MinLeaseSeconds is the shortest lease a claim or extension may ask.
 	MinLeaseSeconds = 1
 	// MaxLeaseSeconds is the longest lease (12 h).
@@ -210,6 +212,10 @@ type Snapshot struct {
 	// Snoozes counts the times the holder snoozed the task (each gave its
 	// attempt back).
 	Snoozes int
+	// GroupKey, when not empty, is the task's group in its queue (a
+	// tenant, a customer): claims take tasks round-robin across a queue's
+	// groups, and a queue's max_running_per_group caps each group.
+	GroupKey string
 }
 
 // Task is a unit of work in a queue. Its fields are reachable only through
@@ -273,6 +279,9 @@ type SubmitParams struct {
 	UniqueKey *string
 	// Retry, when not nil, overrides the server's backoff for this task.
 	Retry *RetryParams
+	// GroupKey, when not nil, is the task's group (1 to MaxGroupKeyLength
+	// printable characters).
+	GroupKey *string
 }
 
 // Submit creates a PENDING task at time now.
@@ -306,6 +315,9 @@ func Submit(p SubmitParams, now time.Time) (*Task, event.Event, error) {
 	}}
 	if p.UniqueKey != nil {
 		t.s.UniqueKey = *p.UniqueKey
+	}
+	if p.GroupKey != nil {
+		t.s.GroupKey = *p.GroupKey
 	}
 	return t, t.event(event.TaskSubmitted, "", "", now), nil
 }

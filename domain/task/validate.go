@@ -71,6 +71,9 @@ func validateSubmit(p *SubmitParams, v *validation.Errors) {
 	if len(p.IdempotencyKey) > MaxIdempotencyKeyLength || !validText(p.IdempotencyKey) {
 		v.Add("idempotency_key", fmt.Sprintf("must be at most %d printable bytes", MaxIdempotencyKeyLength))
 	}
+	if k := p.GroupKey; k != nil && (utf8.RuneCountInString(*k) < 1 || utf8.RuneCountInString(*k) > MaxGroupKeyLength || !validText(*k)) {
+		v.Add("group_key", fmt.Sprintf("must be 1 to %d printable characters (no control characters)", MaxGroupKeyLength))
+	}
 	if k := p.UniqueKey; k != nil && (len(*k) < 1 || len(*k) > MaxUniqueKeyLength || !validText(*k)) {
 		v.Add("unique_key", fmt.Sprintf("must be 1 to %d bytes of printable UTF-8 (no control characters)", MaxUniqueKeyLength))
 	}

@@ -58,6 +58,8 @@ type Task struct {
 	Retry *RetryPolicy `json:"retry"`
 	// Snoozes counts the times the holder snoozed the task.
 	Snoozes int `json:"snoozes"`
+	// GroupKey is the task's group in its queue.
+	GroupKey *string `json:"group_key"`
 }
 
 // RetryPolicy is a task's own retry policy.

@@ -102,6 +102,8 @@ type Report struct {
 	// million finished tasks.
 	Idle    *IdleFigures    `json:"idle,omitempty"`
 	Storage *StorageFigures `json:"storage,omitempty"`
+	// Fairness holds the fairness scenario's claim costs.
+	Fairness *FairnessFigures `json:"fairness,omitempty"`
 }
 
 // Scenarios are the scenario names, in the order "all" runs them.

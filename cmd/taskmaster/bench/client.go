@@ -43,8 +43,9 @@ type claimedTask struct {
 }
 
 type submitItem struct {
-	Queue   string          `json:"queue"`
-	Payload json.RawMessage `json:"payload,omitempty"`
+	Queue    string          `json:"queue"`
+	Payload  json.RawMessage `json:"payload,omitempty"`
+	GroupKey string          `json:"group_key,omitempty"`
 }
 
 func (a *api) post(ctx context.Context, path string, body any, out any) (int, error) {

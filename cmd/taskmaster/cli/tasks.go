@@ -21,6 +21,7 @@ type submitState struct {
 	runAt          string
 	idempotencyKey string
 	dependsOn      multiFlag
+	group          string
 }
 
 func submitFlags(fs *flag.FlagSet, e *env) {
@@ -31,6 +32,7 @@ func submitFlags(fs *flag.FlagSet, e *env) {
 	fs.StringVar(&s.runAt, "run-at", "", "earliest claim: RFC 3339, or a delay from now (30s)")
 	fs.StringVar(&s.idempotencyKey, "idempotency-key", "", "a resubmission with this key returns the same task")
 	fs.Var(&s.dependsOn, "depends-on", "the id of a task that must be DONE first (repeatable): BLOCKED until then")
+	fs.StringVar(&s.group, "group", "", "the task's group in its queue (a tenant): claims take turns across groups")
 }
 
 func runSubmit(ctx context.Context, e *env, _ []string) error {
@@ -43,7 +45,7 @@ func runSubmit(ctx context.Context, e *env, _ []string) error {
 		return err
 	}
 	p := client.SubmitParams{Queue: s.task.queue, Priority: s.task.priority, MaxAttempts: s.task.maxAttempts, Tags: s.task.tags,
-		IdempotencyKey: s.idempotencyKey, UniqueKey: s.task.uniqueKey, Retry: retry}
+		IdempotencyKey: s.idempotencyKey, UniqueKey: s.task.uniqueKey, Retry: retry, GroupKey: s.group}
 	if s.task.payload != "" {
 		raw, err := readPayload(s.task.payload, e.Stdin)
 		if err != nil {
@@ -217,6 +219,7 @@ func printTask(e *env, t *client.Task) error {
 	row("Lease", orDash(t.LeaseID))
 	row("Idempotency key", orDash(t.IdempotencyKey))
 	row("Unique key", orDash(t.UniqueKey))
+	row("Group", orDash(t.GroupKey))
 	if t.Retry != nil {
 		row("Retry", fmt.Sprintf("base %s, max %s, jitter %s", t.Retry.Base, t.Retry.Max, t.Retry.Jitter))
 	}
