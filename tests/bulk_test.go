@@ -334,3 +334,37 @@ func TestListTasksByFilter(t *testing.T) {
 	require.Len(t, c.List("queue=listed&text=FULL").Tasks, 6, "text searches errors and idempotency keys")
 	require.Empty(t, c.List("queue=listed&created_before="+url.QueryEscape(time.Now().Add(-time.Hour).Format(time.RFC3339))).Tasks)
 }
+
+// Bulk actions and purges need the admin scope (admin keys are never
+// limited to queues; the rule for limited keys is checked in the
+// application's tests); the audit events name the key and reach the event
+// stream.
+func TestBulkActionsNeedAdmin(t *testing.T) {
+	t.Parallel()
+	s := startSecured(t, nil)
+	reader, _ := s.key(t, jsonObj{"scopes": []string{"read", "produce", "work"}})
+	admin, adminID := s.key(t, jsonObj{"scopes": []string{"admin"}})
+	for _, path := range []string{"/tasks/v1/bulk/retry", "/tasks/v1/bulk/cancel", "/queues/v1/emails/purge"} {
+		forbiddenProblem(t, reader.Do(http.MethodPost, path, jsonObj{"queue": "emails", "dry_run": true}))
+		s.anon.Do(http.MethodPost, path, jsonObj{"dry_run": true}).Problem(t, http.StatusUnauthorized, "unauthorized")
+	}
+	forbiddenProblem(t, reader.Do(http.MethodGet, "/queues/v1/emails/purges/"+uuidZero, nil))
+
+	s.admin.Submit(jsonObj{"queue": "emails"})
+	s.admin.Submit(jsonObj{"queue": "sms"})
+	res := postBulk(t, admin, "/tasks/v1/bulk/cancel", jsonObj{"dry_run": true})
+	require.EqualValues(t, 2, res.Matched, "a filter without a queue covers every queue")
+	res = postBulk(t, admin, "/tasks/v1/bulk/cancel", jsonObj{"queue": "emails"})
+	require.EqualValues(t, 1, *res.Changed)
+	audits := auditEvents(t, s.Server, event.AuditTasksBulkCancelled)
+	require.Len(t, audits, 1)
+	require.Equal(t, adminID, audits[0].KeyID)
+
+	raw := readEventsUntil(t, admin, s.URL, "type=audit.*", func() {
+		postBulk(t, admin, "/queues/v1/sms/purge", jsonObj{"status": "PENDING"})
+	}, func(data string) bool { return strings.Contains(data, string(event.AuditQueuePurged)) })
+	require.Contains(t, raw[len(raw)-1], `"matched":1`)
+	require.Contains(t, raw[len(raw)-1], adminID)
+}
+
+const uuidZero = "00000000-0000-0000-0000-000000000000"
