@@ -13,6 +13,7 @@ import (
 	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
 	"github.com/taskmaster/taskmaster/application"
 	"github.com/taskmaster/taskmaster/domain/event"
+	"github.com/taskmaster/taskmaster/tests/spectest"
 	"github.com/taskmaster/taskmaster/tests/testclient"
 	"github.com/taskmaster/taskmaster/tests/testserver"
 )
@@ -281,6 +282,7 @@ func TestLargePurgeRunsAsAJob(t *testing.T) {
 
 	var job purgeJob
 	r := c.Do(http.MethodPost, "/queues/v1/big/purge", jsonObj{"status": "PENDING"}).Expect(t, http.StatusAccepted, &job)
+	require.NoError(t, spectest.New(t, s.URL).CheckSchema("PurgeJob", r.Body), "the 202 answer is a PurgeJob")
 	loc := r.Header.Get("Location")
 	require.Equal(t, "/queues/v1/big/purges/"+job.ID, loc)
 	require.EqualValues(t, 50, job.Matched)
