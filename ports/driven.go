@@ -41,6 +41,9 @@ type Stores struct {
 	Keys KeyStore
 	// Schedules stores recurring schedules.
 	Schedules ScheduleStore
+	// Bulk holds the filtered reads and batched writes of bulk actions
+	// and purges.
+	Bulk BulkStore
 }
 
 // Outbox collects the lifecycle events of one transaction.
