@@ -2,6 +2,7 @@ package application
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
@@ -29,33 +30,36 @@ func (s *TaskService) Get(ctx context.Context, id uuid.UUID) (*task.Task, error)
 }
 
 // List returns a page of tasks, newest first, and the cursor of the next
-// page when the page is full or the response byte cap cut it short.
+// page when the page is full or the response byte cap cut it short. The
+// query's filter is task.Filter's (storage: BulkStore.Search).
 func (s *TaskService) List(ctx context.Context, q ports.ListQuery) (ports.TaskPage, error) {
-	f := ports.TaskFilter{Queue: q.Queue, Status: q.Status, After: q.After, MaxBytes: s.cfg.maxResponseBytes()}
+	f := q.Filter()
 	var v validation.Errors
-	if q.Queue != "" {
-		task.CheckQueue(&v, "queue", q.Queue)
-	}
-	f.Limit = optionalCount(&v, "limit", q.Limit, DefaultListLimit, MaxListLimit)
-	if f.Status != "" && !f.Status.Valid() {
-		v.Add("status", "must be one of PENDING, RUNNING, DONE, DEAD")
+	limit := optionalCount(&v, "limit", q.Limit, DefaultListLimit, MaxListLimit)
+	if err := f.Validate(); err != nil {
+		var fields *validation.Error
+		if !errors.As(err, &fields) {
+			return ports.TaskPage{}, err
+		}
+		v.Merge("", fields)
 	}
 	if err := v.Err(); err != nil {
 		return ports.TaskPage{}, err
 	}
-	if p := ports.Principal(ctx); p.Restricted() {
+	p := ports.BulkBatchParams{Filter: f, After: q.After, Limit: limit}
+	if k := ports.Principal(ctx); k.Restricted() {
 		if f.Queue != "" {
-			if err := p.CheckQueue(f.Queue); err != nil {
+			if err := k.CheckQueue(f.Queue); err != nil {
 				return ports.TaskPage{}, err
 			}
 		} else {
-			f.Visible = p.QueuePatterns()
+			p.Visible = k.QueuePatterns()
 		}
 	}
 	var page ports.TaskPage
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
 		var err error
-		if page.Tasks, page.Truncated, err = st.Tasks.List(ctx, f); err != nil {
+		if page.Tasks, page.Truncated, err = st.Bulk.Search(ctx, p, s.cfg.maxResponseBytes()); err != nil {
 			return err
 		}
 		return hideLeases(ctx, st, page.Tasks)
@@ -63,7 +67,7 @@ func (s *TaskService) List(ctx context.Context, q ports.ListQuery) (ports.TaskPa
 	if err != nil {
 		return ports.TaskPage{}, fmt.Errorf("list tasks: %w", err)
 	}
-	if n := len(page.Tasks); n > 0 && (n == f.Limit || page.Truncated) {
+	if n := len(page.Tasks); n > 0 && (n == limit || page.Truncated) {
 		last := page.Tasks[n-1].ID()
 		page.Next = &last
 	}

@@ -43,6 +43,9 @@ type Stores struct {
 	Schedules ScheduleStore
 	// Sessions stores dashboard sessions.
 	Sessions SessionStore
+	// Bulk holds the filtered reads and batched writes of bulk actions
+	// and purges.
+	Bulk BulkStore
 }
 
 // Outbox collects the lifecycle events of one transaction.

@@ -3,6 +3,7 @@ package ports
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -135,10 +136,28 @@ type ListQuery struct {
 	Queue string
 	// Status, when not empty, restricts to one status.
 	Status task.Status
+	// DeadReason, GroupKey, CreatedAfter, CreatedBefore, ErrorContains
+	// and Text, when set, restrict further, as the fields of task.Filter.
+	DeadReason                  task.DeadReason
+	GroupKey                    string
+	CreatedAfter, CreatedBefore *time.Time
+	ErrorContains, Text         string
 	// Limit is the page size (1-1000); nil means the default (100).
 	Limit *int
 	// After, when not nil, continues after this task id (the cursor).
 	After *uuid.UUID
+}
+
+// Filter returns the query's filter.
+func (q ListQuery) Filter() task.Filter {
+	f := task.Filter{
+		Queue: q.Queue, DeadReason: q.DeadReason, GroupKey: q.GroupKey, CreatedAfter: q.CreatedAfter,
+		CreatedBefore: q.CreatedBefore, ErrorContains: q.ErrorContains, Text: q.Text,
+	}
+	if q.Status != "" {
+		f.Statuses = []task.Status{q.Status}
+	}
+	return f
 }
 
 // TaskPage is one page of a task listing.

@@ -46,6 +46,7 @@ func chain(events ports.EventStreams) http.Handler {
 		Logger:    zap.NewNop(),
 		Events:    events,
 		Schedules: application.NewScheduleService(fuzzports.TxRunner{}, cron.Parse),
+		Bulk:      application.NewBulkService(fuzzports.TxRunner{}, application.BulkConfig{}),
 	}).Handler()
 }
 
@@ -289,7 +290,9 @@ func FuzzTaskReads(f *testing.F) {
 func FuzzListTasks(f *testing.F) {
 	for _, q := range []string{``, `queue=emails&status=PENDING&limit=50`, `limit=0`, `limit=1001`, `limit=-1`,
 		`limit=abc`, `limit=`, `limit=99999999999999999999`, `status=pending`, `queue=a%20b`, `queue=nul%00`,
-		`queue=%ff%fe`, `cursor=AZHCpz1Nd7-EjONLBIFv9Q`, `cursor=%21%21`, `cursor=YWJj`, `limit=1&limit=2`, `%zz`, `a=b;c`} {
+		`queue=%ff%fe`, `cursor=AZHCpz1Nd7-EjONLBIFv9Q`, `dead_reason=bored`, `status=DEAD&dead_reason=exhausted&group_key=g`,
+		`created_after=2026-01-02T03:04:05Z&created_before=2025-01-01T00:00:00Z`, `created_after=tomorrow`, `error_contains=%00`,
+		`text=` + strings.Repeat("x", 201), `group_key=` + strings.Repeat("g", 129), `cursor=%21%21`, `cursor=YWJj`, `limit=1&limit=2`, `%zz`, `a=b;c`} {
 		f.Add(q)
 	}
 	f.Fuzz(func(t *testing.T, rawQuery string) {
@@ -372,5 +375,20 @@ func FuzzUpdateSchedule(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, name string, body []byte) {
 		serve(t, fuzzChain, http.MethodPatch, "/schedules/v1/"+url.PathEscape(name), body, nil)
+	})
+}
+
+func FuzzBulkActions(f *testing.F) {
+	for _, b := range []string{``, `{}`, `null`, `{"queue":"q","dry_run":true}`, `{"queue":""}`, `{"status":"PENDING,BLOCKED"}`,
+		`{"status":"DEAD","dead_reason":"exhausted","error_contains":"x","text":"y","group_key":"g"}`, `{"status":","}`,
+		`{"created_after":"2026-01-02T03:04:05Z","created_before":"2026-01-01T00:00:00Z"}`, `{"created_after":"now"}`,
+		`{"error_contains":"\u0000"}`, `{"dry_run":"yes"}`, `{"queue":"q","status":"RUNNING","dead_reason":"cancelled"}`} {
+		for route := range 3 {
+			f.Add(uint8(route), []byte(b))
+		}
+	}
+	f.Fuzz(func(t *testing.T, route uint8, body []byte) {
+		path := []string{"/tasks/v1/bulk/retry", "/tasks/v1/bulk/cancel", "/queues/v1/q/purge"}[int(route)%3]
+		serve(t, fuzzChain, http.MethodPost, path, body, nil)
 	})
 }

@@ -79,6 +79,7 @@ var (
 	kindScheduleNF   = problemKind{"schedule-not-found", "Schedule not found", http.StatusNotFound}
 	kindScheduleDup  = problemKind{"schedule-exists", "Schedule exists", http.StatusConflict}
 	kindUniqueKey    = problemKind{"unique-key-taken", "Unique key taken", http.StatusConflict}
+	kindPurgeJobNF   = problemKind{"purge-job-not-found", "Purge job not found", http.StatusNotFound}
 	kindStreamsFull  = problemKind{"too-many-streams", "Too many event streams", http.StatusServiceUnavailable}
 	kindInternal     = problemKind{"internal-error", "Internal server error", http.StatusInternalServerError}
 )
@@ -150,6 +151,8 @@ func problemFor(err error) Problem {
 		return newProblem(kindScheduleDup, "a schedule with this name exists; change it with PATCH, or delete it first", nil)
 	case errors.As(err, &keyErr):
 		return newProblem(kindUniqueKey, "another unfinished task of the queue holds the task's unique_key; retry it once that one has finished", nil)
+	case errors.Is(err, ports.ErrPurgeJobNotFound):
+		return newProblem(kindPurgeJobNF, "no purge job of this queue has this id", nil)
 	case errors.Is(err, ports.ErrTooManyStreams):
 		return newProblem(kindStreamsFull, "this instance serves as many event streams as it may; try again after Retry-After seconds", nil)
 	case errors.Is(err, ports.ErrStreamsStopped):

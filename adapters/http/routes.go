@@ -38,6 +38,11 @@ func (s *Server) routes(r *mux.Router) {
 	s.route(r, post, "/tasks/v1", produce, s.handleSubmitTask)
 	s.route(r, get, "/tasks/v1", readTasks, s.handleListTasks)
 	s.route(r, post, "/tasks/v1/batch", produce, s.handleSubmitBatch)
+	if s.bulk != nil {
+		// Before /tasks/v1/{id}/...: "bulk" is no task id.
+		s.route(r, post, "/tasks/v1/bulk/retry", admin, s.handleBulkRetry)
+		s.route(r, post, "/tasks/v1/bulk/cancel", admin, s.handleBulkCancel)
+	}
 	s.route(r, post, "/tasks/v1/claim", work, s.handleClaimTasks)
 	s.route(r, post, "/tasks/v1/complete", work, s.handleCompleteBatch)
 	s.route(r, post, "/tasks/v1/fail", work, s.handleFailBatch)
@@ -57,6 +62,10 @@ func (s *Server) routes(r *mux.Router) {
 	s.route(r, get, "/workers/v1", read, s.handleListWorkers)
 
 	s.route(r, get, "/queues/v1", read, s.handleListQueues)
+	if s.bulk != nil {
+		s.route(r, post, "/queues/v1/{queue}/purge", admin, s.handlePurgeQueue)
+		s.route(r, get, "/queues/v1/{queue}/purges/{id}", admin, s.handlePurgeProgress)
+	}
 	if s.events != nil {
 		s.route(r, get, "/events/v1", read, s.handleEvents)
 	}

@@ -103,6 +103,7 @@ func (s *Server) handleListTasks(w http.ResponseWriter, r *http.Request) {
 func listQueryOf(values url.Values) (ports.ListQuery, error) {
 	q := ports.ListQuery{Queue: values.Get("queue"), Status: task.Status(values.Get("status"))}
 	var v validation.Errors
+	listFilterOf(values, &q, &v)
 	if raw := values.Get("limit"); raw != "" {
 		n, err := strconv.Atoi(raw)
 		if err != nil {

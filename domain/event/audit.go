@@ -42,7 +42,7 @@ const (
 	// Each removed task has its own task.purged event.
 	AuditQueuePurged Type = "audit.queue_purged"
 	// AuditTasksBulkRetried: an operator retried every DEAD task a filter
-	// matched (Filter; Matched: how many it changed). The tasks' own
+	// matched (Filter; Matched: how many matched when the action began). The tasks' own
 	// task.retried events carry the same correlation id.
 	AuditTasksBulkRetried Type = "audit.tasks_bulk_retried"
 	// AuditTasksBulkCancelled: an operator cancelled every PENDING, BLOCKED

@@ -45,7 +45,7 @@ var _ ports.TxRunner = TxRunner{}
 
 // Run implements ports.TxRunner: fn runs on stores over the fixed world.
 func (TxRunner) Run(ctx context.Context, fn func(ctx context.Context, st ports.Stores) error) error {
-	return fn(ctx, ports.Stores{Tasks: tasks{}, Workers: workers{}, Outbox: discard{}, Schedules: schedules{}})
+	return fn(ctx, ports.Stores{Tasks: tasks{}, Workers: workers{}, Outbox: discard{}, Schedules: schedules{}, Bulk: bulk{}})
 }
 
 type discard struct{}
@@ -298,3 +298,32 @@ func (schedules) Delete(_ context.Context, name string, fn ports.ScheduleUpdateF
 func (schedules) UpdateDue(context.Context, int, ports.ScheduleTickFunc) ([]*schedule.Schedule, error) {
 	return nil, nil
 }
+
+// bulk finds no task to list, count, change or purge, and no purge job.
+type bulk struct{}
+
+var _ ports.BulkStore = bulk{}
+
+func (bulk) Count(context.Context, task.Filter) (int64, time.Time, error) { return 0, Now, nil }
+
+func (bulk) UpdateMatching(context.Context, ports.BulkBatchParams, ports.TaskUpdateFunc) (ports.BulkBatch, error) {
+	return ports.BulkBatch{Now: Now}, nil
+}
+
+func (bulk) PurgeMatching(context.Context, ports.BulkBatchParams, ports.TaskUpdateFunc) (ports.BulkBatch, error) {
+	return ports.BulkBatch{Now: Now}, nil
+}
+
+func (bulk) Search(context.Context, ports.BulkBatchParams, int64) ([]*task.Task, bool, error) {
+	return []*task.Task{}, false, nil
+}
+
+func (bulk) CreatePurgeJob(context.Context, *task.PurgeJob) error { return nil }
+
+func (bulk) PurgeJob(context.Context, string, uuid.UUID) (*task.PurgeJob, error) {
+	return nil, ports.ErrPurgeJobNotFound
+}
+
+func (bulk) LockRunningPurgeJob(context.Context) (*task.PurgeJob, error) { return nil, nil }
+
+func (bulk) SavePurgeJob(context.Context, *task.PurgeJob) error { return nil }

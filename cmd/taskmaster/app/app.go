@@ -51,6 +51,7 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 		fx.Invoke(newPprofServer),
 		reapersModule(),
 		schedulerModule(),
+		bulkModule(),
 		fx.StartTimeout(60 * time.Second),
 		fx.StopTimeout(60 * time.Second),
 	}
@@ -101,12 +102,14 @@ type httpParams struct {
 	Events    ports.EventStreams `optional:"true"`
 	Keys      ports.KeyService
 	Schedules ports.ScheduleService
+	Bulk      ports.BulkService
 }
 
 func newHTTPServer(p httpParams) *httpadapter.Server {
 	srv := httpadapter.NewServer(p.Config, httpadapter.Deps{
 		Tasks: p.Tasks, Workers: p.Workers, Queues: p.Queues, Health: p.Health,
 		Logger: p.Logger, Observe: p.Observe, Routes: p.Routes, Events: p.Events, Keys: p.Keys, Schedules: p.Schedules,
+		Bulk: p.Bulk,
 		// A stopping server answers waiting long-poll claims at once.
 		OnShutdown: []func(){p.Notifier.CloseWaits},
 	})

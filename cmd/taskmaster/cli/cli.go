@@ -3,6 +3,7 @@
 //
 //	taskmaster submit --queue Q [--payload JSON|@file|@-] ...
 //	taskmaster get ID | retry ID | cancel ID
+//	taskmaster retry|cancel --queue Q --status S --reason R ... [--dry-run]   (bulk; see bulk.go)
 //	taskmaster list [--queue Q] [--status S] [--limit N] [--cursor C]
 //	taskmaster workers | queues
 //	taskmaster worker --queue Q --exec 'cmd args' [--concurrency N] ...
@@ -56,8 +57,12 @@ type command struct {
 	summary string
 	run     func(ctx context.Context, e *env, positional []string) error
 	flags   func(fs *flag.FlagSet, e *env)
-	nargs   int // positional arguments required
+	nargs   int // positional arguments required (anyArgs: the command checks them)
 }
+
+// anyArgs is the nargs of a command that checks its positional arguments
+// itself.
+const anyArgs = -1
 
 func commands() []command {
 	return []command{
@@ -65,8 +70,10 @@ func commands() []command {
 		{name: "get", args: "ID", summary: "show a task", nargs: 1, run: runGet},
 		{name: "attempts", args: "ID", summary: "show a task's attempts and how each ended", nargs: 1, run: runAttempts},
 		{name: "list", summary: "list tasks, newest first", flags: listFlags, run: runList},
-		{name: "retry", args: "ID", summary: "move a DEAD task back to PENDING", nargs: 1, run: runRetry},
-		{name: "cancel", args: "ID", summary: "move a PENDING task to DEAD (cancelled), or ask a RUNNING task's worker to stop it", nargs: 1, run: runCancel},
+		{name: "retry", args: "[ID]", summary: "move a DEAD task back to PENDING; with filter flags instead of ID, every DEAD task they match",
+			flags: bulkFlags, nargs: anyArgs, run: runRetryCommand},
+		{name: "cancel", args: "[ID]", summary: "cancel a PENDING or BLOCKED task, or ask a RUNNING task's worker to stop it; with filter flags, every task they match",
+			flags: bulkFlags, nargs: anyArgs, run: runCancelCommand},
 		{name: "workers", summary: "list workers", run: runWorkers},
 		{name: "drain", args: "WORKER", summary: "ask a worker to stop claiming (it finishes what it holds)", nargs: 1, run: runDrain},
 		{name: "queues", summary: "show queue statistics", run: runQueues},
@@ -143,7 +150,7 @@ func Run(ctx context.Context, args []string, io IO) error {
 	if err != nil {
 		return &usageError{msg: err.Error()}
 	}
-	if len(positional) != cmd.nargs {
+	if cmd.nargs != anyArgs && len(positional) != cmd.nargs {
 		if cmd.nargs == 0 {
 			return usagef("taskmaster %s takes no arguments, got %q", cmd.name, positional)
 		}
