@@ -354,7 +354,7 @@ func (h *Handler) deadPage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	data := deadData{Groups: groups}
+	data := deadData{Groups: groups, queueExtra: queueExtra{BulkByFilter: h.d.Bulk != nil}}
 	for _, g := range groups {
 		data.Total += g.Count
 	}

@@ -3,10 +3,13 @@ package ui
 import (
 	"net/http"
 	"net/url"
+	"strconv"
+	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/taskmaster/taskmaster/domain/task"
+	"github.com/taskmaster/taskmaster/domain/validation"
 	"github.com/taskmaster/taskmaster/ports"
 )
 
@@ -18,29 +21,65 @@ type queueExtra struct {
 
 func (h *Handler) extraRoutes(*http.ServeMux) {}
 
-// queueTasks fills the queue page's task listing: a page of the queue's
-// tasks, newest first, continuing after the cursor.
-func (h *Handler) queueTasks(r *http.Request, queue string, data *queueData) error {
-	f := data.Filter
-	limit := pageSize
-	q := ports.ListQuery{Queue: queue, Status: task.Status(f.Status), Limit: &limit}
+// listQuery turns the page's filter into the listing's query for queue.
+// The created range is read as UTC (the inputs are datetime-local).
+func (f taskFilter) listQuery(queue string) (ports.ListQuery, error) {
+	q := ports.ListQuery{Queue: queue, Status: task.Status(f.Status), DeadReason: task.DeadReason(f.DeadReason),
+		GroupKey: f.Group, Text: f.Text}
+	var v validation.Errors
+	when := func(field, raw string) *time.Time {
+		if raw == "" {
+			return nil
+		}
+		for _, layout := range []string{"2006-01-02T15:04", "2006-01-02T15:04:05", time.RFC3339} {
+			if t, err := time.ParseInLocation(layout, raw, time.UTC); err == nil {
+				return &t
+			}
+		}
+		v.Add(field, "must be a date and time (YYYY-MM-DDTHH:MM, UTC)")
+		return nil
+	}
+	q.CreatedAfter = when("created_after", f.CreatedAfter)
+	q.CreatedBefore = when("created_before", f.CreatedBefore)
 	if f.After != "" {
 		id, err := uuid.Parse(f.After)
 		if err != nil {
-			return &pageError{status: http.StatusBadRequest, msg: "The page cursor is not a task id."}
+			v.Add("after", "is not a page cursor")
 		}
 		q.After = &id
 	}
+	return q, v.Err()
+}
+
+// values is the filter as query parameters (without the cursor).
+func (f taskFilter) values() url.Values {
+	v := url.Values{}
+	for k, x := range map[string]string{"status": f.Status, "group": f.Group, "dead_reason": f.DeadReason,
+		"created_after": f.CreatedAfter, "created_before": f.CreatedBefore, "text": f.Text} {
+		if x != "" {
+			v.Set(k, x)
+		}
+	}
+	return v
+}
+
+// queueTasks fills the queue page's task listing: a page of the queue's
+// tasks matching the filter, newest first, continuing after the cursor.
+func (h *Handler) queueTasks(r *http.Request, queue string, data *queueData) error {
+	data.BulkByFilter = h.d.Bulk != nil
+	q, err := data.Filter.listQuery(queue)
+	if err != nil {
+		return err
+	}
+	limit := pageSize
+	q.Limit = &limit
 	p, err := h.d.Tasks.List(r.Context(), q)
 	if err != nil {
 		return err
 	}
 	data.Tasks = p.Tasks
-	v := url.Values{}
-	if f.Status != "" {
-		v.Set("status", f.Status)
-	}
 	if p.Next != nil {
+		v := data.Filter.values()
 		v.Set("after", p.Next.String())
 		data.Next = "?" + v.Encode()
 	}
@@ -107,7 +146,55 @@ func (h *Handler) queueTasksAction(w http.ResponseWriter, r *http.Request) {
 			code = "bulkpart"
 		}
 		redirectDone(w, r, "/ui/queues/"+escapePath(queue), code, changed)
+	case "filter":
+		h.bulkByFilter(w, r, d)
 	default:
-		h.fail(w, r, &pageError{status: http.StatusBadRequest, msg: "Actions on every task matching a filter are not available on this server."})
+		h.fail(w, r, &pageError{status: http.StatusBadRequest, msg: "Choose the selected tasks or every task matching the filter."})
 	}
+}
+
+// bulkByFilter retries or cancels every task of the queue that matches the
+// filter: first a dry run that counts them for the confirmation page, then,
+// confirmed, the run, which reports how many it changed.
+func (h *Handler) bulkByFilter(w http.ResponseWriter, r *http.Request, d confirmData) {
+	if h.d.Bulk == nil {
+		h.fail(w, r, &pageError{status: http.StatusBadRequest, msg: "Actions on every task matching a filter are not available on this server."})
+		return
+	}
+	d.Filter.After = ""
+	q, err := d.Filter.listQuery(d.Queue)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	cmd := ports.BulkCommand{Filter: q.Filter(), DryRun: r.PostFormValue("confirm") != "1"}
+	run := h.d.Bulk.BulkCancel
+	if d.Action == "retry" {
+		run = h.d.Bulk.BulkRetry
+	}
+	res, err := run(r.Context(), cmd)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if cmd.DryRun {
+		d.Count = res.Matched
+		h.render(w, r, http.StatusOK, "confirm", page{Title: "Confirm", Nav: "overview", Data: d})
+		return
+	}
+	var changed, skipped int64
+	if res.Changed != nil {
+		changed = *res.Changed
+	}
+	if res.Skipped != nil {
+		skipped = *res.Skipped
+	}
+	code := "bulk"
+	if skipped > 0 {
+		code = "bulkpart"
+	}
+	back := d.Filter.values()
+	back.Set("ok", code)
+	back.Set("n", strconv.FormatInt(changed, 10))
+	http.Redirect(w, r, "/ui/queues/"+escapePath(d.Queue)+"?"+back.Encode(), http.StatusSeeOther)
 }

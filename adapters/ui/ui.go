@@ -66,7 +66,10 @@ type Deps struct {
 	Schedules ports.ScheduleService
 	Sessions  ports.SessionService
 	Dashboard ports.DashboardService
-	Logger    *zap.Logger
+	// Bulk, when set, offers retry and cancel of every task matching a
+	// filter.
+	Bulk   ports.BulkService
+	Logger *zap.Logger
 }
 
 // Handler serves the dashboard.

@@ -256,6 +256,41 @@ func TestDashboard(t *testing.T) {
 	require.Equal(t, "DEAD", h.status(a.ID))
 	require.Equal(t, "DEAD", h.status(b.ID))
 
+	// Bulk cancel by filter: every PENDING task of the queue whose key
+	// contains "batch-", counted by a dry run before anything changes.
+	var batch []string
+	for i := range 3 {
+		batch = append(batch, h.admin.Submit(map[string]any{"queue": "imports", "idempotency_key": fmt.Sprintf("batch-%d", i),
+			"payload": map[string]any{"file": i}}).ID)
+	}
+	other := h.admin.Submit(map[string]any{"queue": "imports", "idempotency_key": "manual-1", "payload": map[string]any{}}).ID
+	h.run(tab, chromedp.Navigate(h.srv.URL+"/ui/queues/imports?status=PENDING&text=batch-"),
+		chromedp.WaitVisible(chromedp.CSS(`input[name="scope"][value="filter"]`)),
+		chromedp.Click(chromedp.CSS(`input[name="scope"][value="filter"]`)),
+		chromedp.Click(chromedp.CSS(`button[name="action"][value="cancel"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-count`)))
+	require.Equal(t, "3", h.text(tab, "#confirm-count"))
+	h.screenshot(tab, "confirm")
+	for _, id := range batch {
+		require.Equal(t, "PENDING", h.status(id), "the count changes nothing")
+	}
+	h.run(tab, chromedp.Click(chromedp.CSS(`button.danger`)), chromedp.WaitVisible(chromedp.CSS(`.flash`)))
+	require.Contains(t, h.text(tab, ".flash"), "3 task(s) changed")
+	for _, id := range batch {
+		require.Equal(t, "DEAD", h.status(id))
+	}
+	require.Equal(t, "PENDING", h.status(other), "a task the filter does not match stays")
+
+	// Dead letters: retry a whole group (queue and reason), after the count.
+	h.run(tab, chromedp.Navigate(h.srv.URL+"/ui/dead"),
+		chromedp.Click(chromedp.CSS(`button[aria-label="Retry the 3 DEAD tasks of imports (cancelled)"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-count`)))
+	require.Equal(t, "3", h.text(tab, "#confirm-count"))
+	h.run(tab, chromedp.Click(chromedp.CSS(`button.danger`)), chromedp.WaitVisible(chromedp.CSS(`.flash`)))
+	for _, id := range batch {
+		require.Equal(t, "PENDING", h.status(id))
+	}
+
 	// The other pages (and their screenshots).
 	h.admin.Register(map[string]any{"id": "w-1", "queues": []string{"emails"}, "tags": []string{"gpu"}})
 	h.run(tab, chromedp.Navigate(h.srv.URL+"/ui/workers"), chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Drain worker w-1"]`)))

@@ -41,13 +41,14 @@ type dashboardParams struct {
 	Schedules ports.ScheduleService
 	Sessions  ports.SessionService
 	Dashboard ports.DashboardService
+	Bulk      ports.BulkService
 	Logger    *zap.Logger
 }
 
 func dashboardRoutes(p dashboardParams) ([]httpadapter.Route, error) {
 	h, err := ui.New(ui.Config{Auth: p.Config.AuthEnabled(), Secure: p.Config.TLS.Enabled()}, ui.Deps{
 		Tasks: p.Tasks, Workers: p.Workers, Queues: p.Queues, Schedules: p.Schedules,
-		Sessions: p.Sessions, Dashboard: p.Dashboard, Logger: p.Logger.Named("ui"),
+		Sessions: p.Sessions, Dashboard: p.Dashboard, Bulk: p.Bulk, Logger: p.Logger.Named("ui"),
 	})
 	if err != nil {
 		return nil, err
