@@ -225,6 +225,7 @@ var funcs = template.FuncMap{
 	"statuses": func() []task.Status { return task.Statuses },
 	"reasons":  func() []task.DeadReason { return task.DeadReasons },
 	"deref":    func(d *time.Duration) time.Duration { return *d },
+	"rows":     overviewRows,
 	"pair": func(id fmt.Stringer, part string, v *jsonView) jsonPart {
 		return jsonPart{ID: id.String(), Part: part, V: v}
 	},

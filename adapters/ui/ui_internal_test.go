@@ -4,8 +4,11 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/taskmaster/taskmaster/ports"
 )
 
 func TestSparklineDrawsEachMinuteAtItsLevel(t *testing.T) {
@@ -71,4 +74,19 @@ func TestFlashShowsOnlyKnownMessages(t *testing.T) {
 	require.Empty(t, get("ok=bulk&n=<script>"))
 	require.Empty(t, get("ok=Your+account+was+hacked"))
 	require.True(t, strings.HasPrefix(get("ok=retried"), "Task retried"))
+}
+
+func TestOverviewRowsEscapeAndShowEveryFigure(t *testing.T) {
+	t.Parallel()
+	age := 75 * time.Second
+	row := queueRow{QueueStats: ports.QueueStats{Queue: `a"<b>`, Pending: 3, Running: 2, Done: 1, Dead: 4, ActiveWorkers: 5,
+		OldestPendingAge: &age}, Paused: true, Series: orEmpty(ports.RateSeries{})}
+	row.Series.Claimed = append(make([]int64, 59), 9)
+	html := string(overviewRows([]queueRow{row}))
+	require.Contains(t, html, `data-queue="a&#34;&lt;b&gt;"`)
+	require.Contains(t, html, `href="/ui/queues/a%22%3Cb%3E"`)
+	require.NotContains(t, html, "<b>")
+	for _, want := range []string{`<td class="n">3</td>`, `<td class="n">2</td>`, `<td class="n bad">4</td>`, "paused", "1m15s", "<span>9</span>"} {
+		require.Contains(t, html, want)
+	}
 }
