@@ -57,6 +57,8 @@ func (s *Server) routes(r *mux.Router) {
 	s.route(r, get, "/workers/v1", read, s.handleListWorkers)
 
 	s.route(r, get, "/queues/v1", read, s.handleListQueues)
+	s.route(r, get, "/queues/v1/{queue}", read, s.handleGetQueue)
+	s.route(r, patch, "/queues/v1/{queue}", admin, s.handlePatchQueue)
 	if s.events != nil {
 		s.route(r, get, "/events/v1", read, s.handleEvents)
 	}
