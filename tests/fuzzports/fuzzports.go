@@ -224,7 +224,9 @@ func (Stats) Queues(context.Context, ports.QueueFilter) (ports.QueuePage, error)
 }
 
 // Queue implements ports.StatsReader: no queue exists.
-func (Stats) Queue(context.Context, string) (*ports.QueueDetail, error) { return nil, queue.ErrNotFound }
+func (Stats) Queue(context.Context, string) (*ports.QueueDetail, error) {
+	return nil, queue.ErrNotFound
+}
 
 // queueSettings implements ports.QueueSettingsStore: every queue starts
 // without settings and keeps none.
