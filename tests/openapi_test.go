@@ -454,6 +454,7 @@ func TestOpenAPIResponsesMatchSpec(t *testing.T) {
 	problem(404, "key-not-found", "DELETE", "/admin/v1/keys/not-a-uuid", "")
 
 	exerciseSchedulesAndSnooze(t, specCalls{expect: expect, problem: problem})
+	exerciseQueues(t, specCalls{expect: expect, problem: problem})
 
 	// The router's own problems.
 	problem(404, "not-found", "GET", "/nowhere", "")
