@@ -102,6 +102,8 @@ type Report struct {
 	// million finished tasks.
 	Idle    *IdleFigures    `json:"idle,omitempty"`
 	Storage *StorageFigures `json:"storage,omitempty"`
+	// Queues holds the queues scenario's figures.
+	Queues *QueueFigures `json:"queues,omitempty"`
 }
 
 // Scenarios are the scenario names, in the order "all" runs them.
