@@ -40,26 +40,25 @@ SELECT o.consumer_group,
 FROM watermill_offsets_taskmaster_events o
 ORDER BY o.consumer_group`
 
-// queueActivitySQL lists every queue the metrics know, with its enqueued,
-// claimed and completed tasks of the last 15 minutes and its PENDING and
-// RUNNING tasks (metrics.QueueActivity).
+// queueActivitySQL lists every queue the metrics know (the queues of the
+// task counts, and of the counters: a schedule's queue may have counters
+// before its first task; the histograms' queues have task counts), with its
+// enqueued, claimed and completed tasks of the last 15 minutes and its
+// PENDING and RUNNING tasks (metrics.QueueActivity).
 const queueActivitySQL = `
-WITH known AS (
-	SELECT DISTINCT queue FROM queue_status_counts
-	UNION SELECT DISTINCT queue FROM metric_counters WHERE queue NOT IN ('', '*')
-	UNION SELECT DISTINCT queue FROM metric_histogram_sums
-)
-SELECT k.queue, coalesce(r.recent, 0) AS recent, coalesce(b.backlog, 0) AS backlog
-FROM known k
-LEFT JOIN (
+WITH c AS (
+	SELECT queue, coalesce(sum(count) FILTER (WHERE status IN ('PENDING', 'RUNNING')), 0) AS backlog
+	FROM queue_status_counts GROUP BY queue
+	UNION ALL
+	SELECT DISTINCT m.queue, 0 FROM metric_counters m
+	WHERE m.queue NOT IN ('', '*') AND NOT EXISTS (SELECT 1 FROM queue_status_counts s WHERE s.queue = m.queue)
+), r AS (
 	SELECT queue, sum(count) AS recent FROM queue_rate_buckets
 	WHERE minute > now() - interval '15 minutes' AND kind IN ('enqueued', 'claimed', 'completed')
 	GROUP BY queue
-) r ON r.queue = k.queue
-LEFT JOIN (
-	SELECT queue, sum(count) AS backlog FROM queue_status_counts
-	WHERE status IN ('PENDING', 'RUNNING') GROUP BY queue
-) b ON b.queue = k.queue`
+)
+SELECT c.queue, coalesce(r.recent, 0) AS recent, c.backlog
+FROM c LEFT JOIN r ON r.queue = c.queue`
 
 // seriesQueue is the queue label of a row of table alias t: its queue when
 // it has series of its own (the names in $1, joined as o) or is not a
