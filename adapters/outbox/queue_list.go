@@ -81,10 +81,15 @@ func (r *StatsReader) Queues(ctx context.Context, f ports.QueueFilter) (ports.Qu
 func (r *StatsReader) Queue(ctx context.Context, name string) (*ports.QueueDetail, error) {
 	var out *ports.QueueDetail
 	err := r.readQueueSnapshot(ctx, func(tx *sqlx.Tx) error {
+		// A queue exists when the statistics count tasks in it, it has
+		// settings, or (ahead of the projection) it holds a PENDING or
+		// RUNNING task, each found with an index.
 		var exists bool
 		if err := tx.GetContext(ctx, &exists, `
 			SELECT EXISTS (SELECT 1 FROM queue_status_counts WHERE queue = $1 AND count <> 0)
-				OR EXISTS (SELECT 1 FROM queue_settings WHERE queue = $1)`, name); err != nil {
+				OR EXISTS (SELECT 1 FROM queue_settings WHERE queue = $1)
+				OR EXISTS (SELECT 1 FROM tasks WHERE queue = $1 AND status = 'PENDING')
+				OR EXISTS (SELECT 1 FROM tasks WHERE queue = $1 AND status = 'RUNNING')`, name); err != nil {
 			return fmt.Errorf("queue detail: %w", err)
 		}
 		if !exists {
