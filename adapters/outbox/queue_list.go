@@ -162,7 +162,7 @@ func queueNamesQuery(f ports.QueueFilter) (string, []any) {
 		names = append(names, "queue LIKE "+arg(GlobToLike(f.Pattern))+` ESCAPE '\'`)
 	}
 	if f.Visible != nil {
-		exact, prefixes := queuePatterns(f.Visible)
+		exact, prefixes := postgres.QueuePatterns(f.Visible)
 		names = append(names, "(queue = ANY("+arg(exact)+"::text[]) OR EXISTS (SELECT 1 FROM unnest("+arg(prefixes)+
 			"::text[]) AS p(prefix) WHERE starts_with(queue, p.prefix)))")
 	}
@@ -208,20 +208,6 @@ func where(conds []string) string {
 		return ""
 	}
 	return " WHERE " + strings.Join(conds, " AND ")
-}
-
-// queuePatterns splits an API key's queue patterns into exact names and
-// prefixes (those that ended in "*"), as apikey.MatchQueue reads them.
-func queuePatterns(patterns []string) (exact, prefixes pq.StringArray) {
-	exact, prefixes = pq.StringArray{}, pq.StringArray{}
-	for _, p := range patterns {
-		if prefix, ok := strings.CutSuffix(p, "*"); ok {
-			prefixes = append(prefixes, prefix)
-		} else {
-			exact = append(exact, p)
-		}
-	}
-	return exact, prefixes
 }
 
 // escapeLike escapes the LIKE wildcards (and the escape character) of s.
