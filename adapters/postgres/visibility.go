@@ -18,7 +18,9 @@ const visibleQueues = `(queue = ANY($%d::text[]) OR EXISTS (
 // QueuePatterns splits an API key's queue patterns into exact names and
 // prefixes (the patterns that ended in "*"), for readers outside this
 // package that restrict a listing to a key's queues.
-func QueuePatterns(patterns []string) (exact, prefixes pq.StringArray) { return queuePatterns(patterns) }
+func QueuePatterns(patterns []string) (exact, prefixes pq.StringArray) {
+	return queuePatterns(patterns)
+}
 
 // queuePatterns splits queue patterns into exact names and prefixes.
 func queuePatterns(patterns []string) (exact, prefixes pq.StringArray) {
