@@ -104,6 +104,8 @@ type Report struct {
 	Storage *StorageFigures `json:"storage,omitempty"`
 	// Fairness holds the fairness scenario's claim costs.
 	Fairness *FairnessFigures `json:"fairness,omitempty"`
+	// Queues holds the queues scenario's figures.
+	Queues *QueueFigures `json:"queues,omitempty"`
 }
 
 // Scenarios are the scenario names, in the order "all" runs them.
