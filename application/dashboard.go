@@ -3,7 +3,6 @@ package application
 import (
 	"context"
 	"fmt"
-	"maps"
 	"sync"
 	"time"
 
@@ -134,18 +133,6 @@ func (s *DashboardService) readHour(ctx context.Context) (map[string]ports.RateS
 	s.fullAt = time.Now()
 	s.recentAt = s.fullAt
 	return s.hour, nil
-}
-
-// Paused implements ports.DashboardService.
-func (s *DashboardService) Paused(ctx context.Context) (map[string]bool, error) {
-	out, err := s.reader.Paused(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if p := ports.Principal(ctx); p.Restricted() {
-		maps.DeleteFunc(out, func(q string, _ bool) bool { return !p.QueueAllowed(q) })
-	}
-	return out, nil
 }
 
 // HeldCounts implements ports.DashboardService.

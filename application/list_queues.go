@@ -3,20 +3,102 @@ package application
 import (
 	"context"
 	"fmt"
-	"slices"
+	"regexp"
+	"strconv"
+	"time"
 
+	"github.com/taskmaster/taskmaster/domain/event"
+	"github.com/taskmaster/taskmaster/domain/queue"
+	"github.com/taskmaster/taskmaster/domain/task"
+	"github.com/taskmaster/taskmaster/domain/validation"
 	"github.com/taskmaster/taskmaster/ports"
 )
 
-// Queues returns the statistics of every known queue (of the key's queues,
-// for a key limited to some).
-func (s *QueueService) Queues(ctx context.Context) ([]ports.QueueStats, error) {
-	out, err := s.stats.Queues(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("queue statistics: %w", err)
+// queueGlob is what a queue name pattern is made of: the characters of queue
+// names and the wildcards * (any run of characters) and ?.
+var queueGlob = regexp.MustCompile(`^(` + task.QueueNameSet + `|[*?]){1,` + strconv.Itoa(task.MaxQueueLength) + `}$`)
+
+// Queues returns a page of queues by name (of the key's queues, for a key
+// limited to some): those that hold tasks or have settings.
+func (s *QueueService) Queues(ctx context.Context, q ports.QueueQuery) (ports.QueuePage, error) {
+	f := ports.QueueFilter{Prefix: q.Prefix, Pattern: q.Pattern, MinPending: q.MinPending, Paused: q.Paused, After: q.After}
+	var v validation.Errors
+	if q.Prefix != "" {
+		task.CheckQueue(&v, "prefix", q.Prefix)
+	}
+	if q.Pattern != "" && !queueGlob.MatchString(q.Pattern) {
+		v.Add("pattern", fmt.Sprintf("must be 1 to %d characters of %s, * (any characters) or ? (one character)",
+			task.MaxQueueLength, task.QueueNameSet))
+	}
+	if q.MinPending != nil && *q.MinPending < 0 {
+		v.Add("min_pending", "must be an integer, 0 or more")
+	}
+	if q.After != "" && !task.ValidQueue(q.After) {
+		v.Add("cursor", "is not a cursor this API returned")
+	}
+	f.Limit = optionalCount(&v, "limit", q.Limit, DefaultListLimit, MaxListLimit)
+	if err := v.Err(); err != nil {
+		return ports.QueuePage{}, err
 	}
 	if p := ports.Principal(ctx); p.Restricted() {
-		out = slices.DeleteFunc(out, func(q ports.QueueStats) bool { return !p.QueueAllowed(q.Queue) })
+		f.Visible = p.QueuePatterns()
+	}
+	page, err := s.stats.Queues(ctx, f)
+	if err != nil {
+		return ports.QueuePage{}, fmt.Errorf("queue statistics: %w", err)
+	}
+	return page, nil
+}
+
+// Queue returns one queue's statistics and detail.
+func (s *QueueService) Queue(ctx context.Context, name string) (*ports.QueueDetail, error) {
+	if err := checkQueueName(ctx, name); err != nil {
+		return nil, err
+	}
+	d, err := s.stats.Queue(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("queue detail: %w", err)
+	}
+	return d, nil
+}
+
+// checkQueueName refuses a name that is not a queue name (422, field
+// queue) and a queue the caller's key may not use (403).
+func checkQueueName(ctx context.Context, name string) error {
+	var v validation.Errors
+	task.CheckQueue(&v, "queue", name)
+	if err := v.Err(); err != nil {
+		return err
+	}
+	return ports.Principal(ctx).CheckQueue(name)
+}
+
+// UpdateSettings applies p to the queue's settings in one transaction that
+// also records event.AuditQueueSettingsChanged with the settings after the
+// change. A queue that holds no tasks yet may have settings.
+func (s *QueueService) UpdateSettings(ctx context.Context, name string, p queue.Patch) (ports.QueueSettings, error) {
+	if err := checkQueueName(ctx, name); err != nil {
+		return ports.QueueSettings{}, err
+	}
+	if err := p.Validate(); err != nil {
+		return ports.QueueSettings{}, err
+	}
+	out := ports.QueueSettings{Queue: name}
+	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
+		var err error
+		out.Settings, out.UpdatedAt, err = st.QueueSettings.Update(ctx, name,
+			func(cur queue.Settings, now time.Time) (queue.Settings, []event.Event, error) {
+				next := p.Apply(cur)
+				audit := event.Audit(event.AuditQueueSettingsChanged, auditKeyID(ctx), now)
+				audit.Queue = name
+				saved := next
+				audit.Settings = &saved
+				return next, []event.Event{audit}, nil
+			})
+		return err
+	})
+	if err != nil {
+		return ports.QueueSettings{}, fmt.Errorf("update queue settings: %w", err)
 	}
 	return out, nil
 }

@@ -182,11 +182,13 @@ func (s *WorkerService) MaxHeartbeatTasks() int { return MaxHeartbeatTasks }
 // QueueService implements ports.QueueService.
 type QueueService struct {
 	stats ports.StatsReader
+	tx    ports.TxRunner
 }
 
 var _ ports.QueueService = (*QueueService)(nil)
 
-// NewQueueService returns the queue statistics use case.
-func NewQueueService(stats ports.StatsReader) *QueueService {
-	return &QueueService{stats: stats}
+// NewQueueService returns the queue use cases: statistics read through
+// stats, settings changed through tx.
+func NewQueueService(stats ports.StatsReader, tx ports.TxRunner) *QueueService {
+	return &QueueService{stats: stats, tx: tx}
 }

@@ -285,18 +285,6 @@ func (c *Client) Workers(ctx context.Context) ([]Worker, error) {
 	return out.Workers, nil
 }
 
-// Queues returns the statistics of every queue that holds tasks, ordered by
-// name. They are eventually consistent: see Queue.
-func (c *Client) Queues(ctx context.Context) ([]Queue, error) {
-	var out struct {
-		Queues []Queue `json:"queues"`
-	}
-	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/queues/v1", out: &out}); err != nil {
-		return nil, err
-	}
-	return out.Queues, nil
-}
-
 // MaxClaimWait is the longest ClaimParams.Wait the server accepts.
 const MaxClaimWait = 30 * time.Second
 

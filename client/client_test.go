@@ -544,12 +544,14 @@ func TestQueuesCarryEveryServedField(t *testing.T) {
 		`"last_5m":{"enqueued":0.4,"claimed":0.2,"completed":0.2,"dead_lettered":0.2},` +
 		`"last_15m":{"enqueued":0.6,"claimed":0.4,"completed":0.33,"dead_lettered":0.07}},` +
 		`"totals":{"submitted":9,"claimed":7,"completed":5,"failed":2,"dead_lettered":{"exhausted":1},"requeued":{"failed":1},"cleaned":0},` +
-		`"stats_as_of":"2026-01-01T00:00:00.5Z"}`
+		`"stats_as_of":"2026-01-01T00:00:00.5Z","paused":true,` +
+		`"settings":{"paused":true,"max_running":5,"rate_limit":{"per_second":2.5,"burst":10},"max_running_per_group":null}}`
 	const idle = `{"queue":"idle","pending":0,"running":0,"done":1,"dead":0,"blocked":0,"active_workers":0,"oldest_pending_age_seconds":null,` +
 		`"rates":{"last_1m":{"enqueued":0,"claimed":0,"completed":0,"dead_lettered":0},` +
 		`"last_5m":{"enqueued":0,"claimed":0,"completed":0,"dead_lettered":0},` +
 		`"last_15m":{"enqueued":0,"claimed":0,"completed":0,"dead_lettered":0}},` +
-		`"totals":{"submitted":1,"claimed":1,"completed":1,"failed":0,"dead_lettered":{},"requeued":{},"cleaned":0},"stats_as_of":null}`
+		`"totals":{"submitted":1,"claimed":1,"completed":1,"failed":0,"dead_lettered":{},"requeued":{},"cleaned":0},"stats_as_of":null,` +
+		`"paused":false,"settings":{"paused":false,"max_running":null,"rate_limit":null,"max_running_per_group":null}}`
 	srv := httptest.NewServer(&flaky{ok: `{"queues":[` + queue + `,` + idle + `]}`})
 	defer srv.Close()
 
@@ -564,6 +566,9 @@ func TestQueuesCarryEveryServedField(t *testing.T) {
 	require.Equal(t, int64(1), q.Totals.DeadLettered[client.DeadExhausted])
 	require.Equal(t, time.Date(2026, 1, 1, 0, 0, 0, 5e8, time.UTC), q.StatsAsOf.UTC())
 	require.Equal(t, int64(4), q.Blocked)
+	require.True(t, q.Paused)
+	require.Equal(t, 5, *q.Settings.MaxRunning)
+	require.Equal(t, client.RateLimit{PerSecond: 2.5, Burst: 10}, *q.Settings.RateLimit)
 	_, ok = qs[1].OldestPendingAge()
 	require.False(t, ok)
 	require.Nil(t, qs[1].StatsAsOf)

@@ -282,6 +282,10 @@ type Queue struct {
 	// StatsAsOf is when the statistics projection last applied an event
 	// (nil before it applied any): the counts are exact as of then.
 	StatsAsOf *time.Time `json:"stats_as_of"`
+	// Paused is Settings.Paused.
+	Paused bool `json:"paused"`
+	// Settings are the queue's settings (see UpdateQueue).
+	Settings QueueSettings `json:"settings"`
 }
 
 // OldestPendingAge returns OldestPendingAgeSeconds as a duration, and

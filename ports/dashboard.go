@@ -74,8 +74,6 @@ type DeadCount struct {
 // DashboardReader reads what the dashboard shows beside the queue
 // statistics, each with an index.
 type DashboardReader interface {
-	// Paused returns the queues whose settings pause them.
-	Paused(ctx context.Context) (map[string]bool, error)
 	// HeldCounts returns how many tasks each worker holds (RUNNING).
 	HeldCounts(ctx context.Context) (map[string]int64, error)
 	// DeadCounts counts the DEAD tasks by queue and dead reason, by queue
@@ -89,8 +87,6 @@ type DashboardService interface {
 	// RateSeries returns the named queues' per-minute series over the last
 	// hour (nil queues: every queue).
 	RateSeries(ctx context.Context, queues []string) (map[string]RateSeries, error)
-	// Paused returns the paused queues.
-	Paused(ctx context.Context) (map[string]bool, error)
 	// HeldCounts returns how many tasks each worker holds.
 	HeldCounts(ctx context.Context) (map[string]int64, error)
 	// DeadCounts counts the DEAD tasks by queue and reason.

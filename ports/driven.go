@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/taskmaster/taskmaster/domain/event"
+	"github.com/taskmaster/taskmaster/domain/queue"
 	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/domain/worker"
 )
@@ -46,6 +47,8 @@ type Stores struct {
 	// Bulk holds the filtered reads and batched writes of bulk actions
 	// and purges.
 	Bulk BulkStore
+	// QueueSettings stores the queues' settings.
+	QueueSettings QueueSettingsStore
 }
 
 // Outbox collects the lifecycle events of one transaction.
@@ -422,6 +425,8 @@ type QueueStats struct {
 	// StatsAsOf is when the statistics last applied an event (nil before
 	// the first).
 	StatsAsOf *time.Time
+	// Settings are the queue's settings (the zero value when it has none).
+	Settings queue.Settings
 }
 
 // QueueTotals are cumulative transition counts of a queue.
@@ -447,14 +452,93 @@ type QueueRate struct {
 	DeadLettered float64
 }
 
+// QueueFilter selects a page of queues, by name order. A queue is listed
+// when it holds tasks or has settings.
+type QueueFilter struct {
+	// Prefix, when not empty, keeps the queues whose names start with it.
+	Prefix string
+	// Pattern, when not empty, keeps the queues whose names match it: a
+	// glob where * matches any run of characters and ? any one character.
+	Pattern string
+	// MinPending, when not nil, keeps the queues with at least this many
+	// PENDING tasks.
+	MinPending *int64
+	// Paused, when not nil, keeps the paused (true) or the other (false)
+	// queues.
+	Paused *bool
+	// Limit is the page size.
+	Limit int
+	// After, when not empty, continues after this queue name (keyset).
+	After string
+	// Visible, when not nil, restricts to queues matching one of these
+	// patterns (as TaskFilter.Visible).
+	Visible []string
+}
+
+// QueuePage is a page of queues.
+type QueuePage struct {
+	Queues []QueueStats
+	// More reports that queues after the last one match too.
+	More bool
+}
+
+// QueueDetail is what GET /queues/v1/{queue} shows of one queue.
+type QueueDetail struct {
+	QueueStats
+	// Leased is the queue's RUNNING tasks, counted now (not projected).
+	Leased int64
+	// LeasedSample are some of them (LeasedSampleSize at most), the
+	// longest held first.
+	LeasedSample []LeasedTask
+	// Averages are the average durations over QueueAverageWindows,
+	// shortest first.
+	Averages []QueueAverage
+}
+
+// LeasedTask is one RUNNING task of a queue.
+type LeasedTask struct {
+	ID             uuid.UUID
+	WorkerID       string
+	ClaimedAt      time.Time
+	LeaseExpiresAt time.Time
+}
+
+// QueueAverage is a queue's average durations over a recent window; nil
+// when no event of the window carried one.
+type QueueAverage struct {
+	Window           time.Duration
+	ExecutionSeconds *float64
+	QueueWaitSeconds *float64
+}
+
 // StatsReader reads queue statistics.
 type StatsReader interface {
-	// Queues returns the statistics of every known queue, by name.
-	Queues(ctx context.Context) ([]QueueStats, error)
+	// Queues returns a page of queues, by name, with their statistics.
+	Queues(ctx context.Context, f QueueFilter) (QueuePage, error)
+	// Queue returns one queue's statistics and detail; queue.ErrNotFound
+	// when it holds no task and has no settings.
+	Queue(ctx context.Context, name string) (*QueueDetail, error)
 }
 
 // HealthChecker tells whether storage is usable.
 type HealthChecker interface {
 	// Ready returns nil when the database answers and is fully migrated.
 	Ready(ctx context.Context) error
+}
+
+// QueueSettingsFunc decides a change to a queue's settings (the zero value
+// when it has none) at the database time now; it returns the settings to
+// save and the events of the change.
+type QueueSettingsFunc func(s queue.Settings, now time.Time) (queue.Settings, []event.Event, error)
+
+// QueueSettingsStore persists the queues' settings (a queue without any has
+// the zero queue.Settings).
+type QueueSettingsStore interface {
+	// Update locks the queue's settings (creating them, zero, when it has
+	// none), lets fn decide at the database time, saves the result and
+	// records fn's events. A changed rate limit starts with a full bucket;
+	// a change that may let claims take more (resumed, a limit raised or
+	// cleared) wakes the claims waiting on the queue when the transaction
+	// commits.
+	Update(ctx context.Context, name string, fn QueueSettingsFunc) (s queue.Settings, updatedAt time.Time, err error)
 }

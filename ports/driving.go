@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/taskmaster/taskmaster/domain/queue"
 	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/domain/worker"
 )
@@ -253,8 +254,35 @@ type WorkerService interface {
 	MaxHeartbeatTasks() int
 }
 
-// QueueService reads queue statistics.
+// QueueService reads queue statistics and steers queues.
 type QueueService interface {
-	// Queues returns the statistics of every known queue.
-	Queues(ctx context.Context) ([]QueueStats, error)
+	// Queues returns a page of queues (those that hold tasks or have
+	// settings), by name, with their statistics.
+	Queues(ctx context.Context, q QueueQuery) (QueuePage, error)
+	// Queue returns one queue's statistics and detail (queue.ErrNotFound
+	// when it holds no task and has no settings).
+	Queue(ctx context.Context, name string) (*QueueDetail, error)
+	// UpdateSettings applies p to the queue's settings (a queue without
+	// tasks may have settings) and returns them.
+	UpdateSettings(ctx context.Context, name string, p queue.Patch) (QueueSettings, error)
+}
+
+// QueueQuery asks for a page of the queue listing.
+type QueueQuery struct {
+	// Prefix, Pattern, MinPending and Paused filter as in QueueFilter.
+	Prefix     string
+	Pattern    string
+	MinPending *int64
+	Paused     *bool
+	// Limit is the page size (1-1000); nil means the default (100).
+	Limit *int
+	// After, when not empty, continues after this queue name (the cursor).
+	After string
+}
+
+// QueueSettings are a queue's settings as saved.
+type QueueSettings struct {
+	Queue     string
+	Settings  queue.Settings
+	UpdatedAt time.Time
 }

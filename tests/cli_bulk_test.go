@@ -38,6 +38,10 @@ func TestCLIBulkRetryAndCancel(t *testing.T) {
 	out = mustCLI(t, s.URL, "retry", single.ID, "--json") // one task by id, as before
 	require.Contains(t, out, `"status": "PENDING"`)
 
+	// `taskmaster queue purge` reaches the purge from the queue command.
+	out = mustCLI(t, s.URL, "queue", "purge", "cli-bulk", "--dry-run")
+	require.Contains(t, out, "3 tasks match")
+
 	out = mustCLI(t, s.URL, "cancel", "--queue", "cli-bulk", "--dry-run")
 	require.Equal(t, "3 tasks match (dry run: nothing changed)\n", out)
 	out = mustCLI(t, s.URL, "cancel", "--queue", "cli-bulk", "--status", "PENDING")

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
+	"github.com/taskmaster/taskmaster/cmd/taskmaster/app"
 	"github.com/taskmaster/taskmaster/tests/testclient"
 	"github.com/taskmaster/taskmaster/tests/testserver"
 )
@@ -64,10 +65,8 @@ func TestQueueLimitsHoldAcrossThreeInstances(t *testing.T) {
 	}
 	const capped, rated, capN, burst, rate, tasks = "capped", "rated", 4, 5, 20.0, 120
 	db := servers[0].DB
-	_, err := db.Exec(`INSERT INTO queue_settings (queue, max_running, updated_at) VALUES ($1, $2, now())`, capped, capN)
-	require.NoError(t, err)
-	_, err = db.Exec(`INSERT INTO queue_settings (queue, rate_per_second, rate_burst, updated_at) VALUES ($1, $2, $3, now())`, rated, rate, burst)
-	require.NoError(t, err)
+	clients[1].Do(http.MethodPatch, "/queues/v1/"+capped, jsonObj{"max_running": capN}).Expect(t, http.StatusOK, nil)
+	clients[2].Do(http.MethodPatch, "/queues/v1/"+rated, jsonObj{"rate_limit": jsonObj{"per_second": rate, "burst": burst}}).Expect(t, http.StatusOK, nil)
 	for _, q := range []string{capped, rated} {
 		items := make([]any, tasks)
 		for i := range items {
@@ -181,4 +180,46 @@ func TestQueueLimitsHoldAcrossThreeInstances(t *testing.T) {
 	require.NoError(t, db.Get(&claimed, `SELECT count(*) FROM tasks WHERE queue = $1 AND claimed_at IS NOT NULL`, rated))
 	require.Equal(t, total, claimed)
 	require.GreaterOrEqual(t, float64(claimed), rate*2, "the rated queue kept moving")
+}
+
+// A paused queue hands out nothing: a long poll on it keeps waiting while
+// tasks arrive, and wakes with them as soon as the queue is resumed, well
+// before the poll interval would have looked again.
+func TestPausedQueueLongPollWakesOnResume(t *testing.T) {
+	t.Parallel()
+	_, c := startAPI(t, func(cfg *app.Config) { cfg.App.ClaimPollInterval = 10 * time.Second })
+	c.Register(jsonObj{"id": "w", "queues": []string{"held"}})
+	c.Do(http.MethodPatch, "/queues/v1/held", jsonObj{"paused": true}).Expect(t, http.StatusOK, nil)
+	c.Submit(jsonObj{"queue": "held"})
+	require.Empty(t, c.Claim(jsonObj{"worker_id": "w", "wait_ms": 300}), "paused: nothing handed out")
+
+	type answer struct {
+		tasks []testclient.Task
+		at    time.Time
+	}
+	got := make(chan answer, 1)
+	go func() {
+		r, err := c.Send(http.MethodPost, "/tasks/v1/claim", jsonObj{"worker_id": "w", "wait_ms": 8000}, nil)
+		var out struct {
+			Tasks []testclient.Task `json:"tasks"`
+		}
+		if err == nil {
+			err = json.Unmarshal(r.Body, &out)
+		}
+		if err != nil {
+			t.Error(err)
+		}
+		got <- answer{out.Tasks, time.Now()}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	select {
+	case a := <-got:
+		t.Fatalf("the long poll answered while paused: %+v", a.tasks)
+	default:
+	}
+	resumed := time.Now()
+	c.Do(http.MethodPatch, "/queues/v1/held", jsonObj{"paused": false}).Expect(t, http.StatusOK, nil)
+	a := <-got
+	require.Len(t, a.tasks, 1)
+	require.Less(t, a.at.Sub(resumed), 2*time.Second, "woken by the resume, not by the poll interval")
 }

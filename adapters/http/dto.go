@@ -2,7 +2,6 @@ package http
 
 import (
 	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -181,64 +180,6 @@ type RegisterResponse struct {
 	WorkerJSON
 	HeartbeatIntervalSeconds float64 `json:"heartbeat_interval_seconds"`
 	MaxHeartbeatTasks        int     `json:"max_heartbeat_tasks"`
-}
-
-// QueueJSON is one queue's statistics.
-type QueueJSON struct {
-	Queue                   string              `json:"queue"`
-	Pending                 int64               `json:"pending"`
-	Running                 int64               `json:"running"`
-	Done                    int64               `json:"done"`
-	Dead                    int64               `json:"dead"`
-	Blocked                 int64               `json:"blocked"`
-	ActiveWorkers           int64               `json:"active_workers"`
-	OldestPendingAgeSeconds *float64            `json:"oldest_pending_age_seconds"`
-	Rates                   map[string]RateJSON `json:"rates"`
-	Totals                  QueueTotalsJSON     `json:"totals"`
-	StatsAsOf               *time.Time          `json:"stats_as_of"`
-}
-
-// RateJSON is a queue's throughput over one window, per minute.
-type RateJSON struct {
-	Enqueued     float64 `json:"enqueued"`
-	Claimed      float64 `json:"claimed"`
-	Completed    float64 `json:"completed"`
-	DeadLettered float64 `json:"dead_lettered"`
-}
-
-// QueueTotalsJSON are a queue's cumulative transition counts.
-type QueueTotalsJSON struct {
-	Submitted    int64            `json:"submitted"`
-	Claimed      int64            `json:"claimed"`
-	Completed    int64            `json:"completed"`
-	Failed       int64            `json:"failed"`
-	DeadLettered map[string]int64 `json:"dead_lettered"`
-	Requeued     map[string]int64 `json:"requeued"`
-	Cleaned      int64            `json:"cleaned"`
-}
-
-func queueJSON(q ports.QueueStats) QueueJSON {
-	out := QueueJSON{
-		Queue: q.Queue, Pending: q.Pending, Running: q.Running, Done: q.Done, Dead: q.Dead, Blocked: q.Blocked,
-		ActiveWorkers: q.ActiveWorkers,
-		Rates:         make(map[string]RateJSON, len(q.Rates)),
-		Totals: QueueTotalsJSON{
-			Submitted: q.Totals.Submitted, Claimed: q.Totals.Claimed, Completed: q.Totals.Completed,
-			Failed: q.Totals.Failed, Cleaned: q.Totals.Cleaned,
-			DeadLettered: nonNilMap(q.Totals.DeadLettered), Requeued: nonNilMap(q.Totals.Requeued),
-		},
-		StatsAsOf: optTime(q.StatsAsOf),
-	}
-	if q.OldestPendingAge != nil {
-		age := q.OldestPendingAge.Seconds()
-		out.OldestPendingAgeSeconds = &age
-	}
-	for _, r := range q.Rates {
-		out.Rates[fmt.Sprintf("last_%dm", int(r.Window/time.Minute))] = RateJSON{
-			Enqueued: r.Enqueued, Claimed: r.Claimed, Completed: r.Completed, DeadLettered: r.DeadLettered,
-		}
-	}
-	return out
 }
 
 func nonNilMap(m map[string]int64) map[string]int64 {

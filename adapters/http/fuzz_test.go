@@ -41,7 +41,7 @@ func chain(events ports.EventStreams) http.Handler {
 	return httpadapter.NewServer(httpadapter.DefaultServerConfig(), httpadapter.Deps{
 		Tasks:     application.NewTaskService(fuzzports.TxRunner{}, cfg),
 		Workers:   application.NewWorkerService(fuzzports.TxRunner{}, cfg),
-		Queues:    application.NewQueueService(fuzzports.Stats{}),
+		Queues:    application.NewQueueService(fuzzports.Stats{}, fuzzports.TxRunner{}),
 		Health:    fuzzports.Health{},
 		Logger:    zap.NewNop(),
 		Events:    events,

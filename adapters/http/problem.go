@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/taskmaster/taskmaster/domain/apikey"
+	"github.com/taskmaster/taskmaster/domain/queue"
 	"github.com/taskmaster/taskmaster/domain/schedule"
 	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/domain/validation"
@@ -78,6 +79,7 @@ var (
 	kindKeyNotFound  = problemKind{"key-not-found", "API key not found", http.StatusNotFound}
 	kindScheduleNF   = problemKind{"schedule-not-found", "Schedule not found", http.StatusNotFound}
 	kindScheduleDup  = problemKind{"schedule-exists", "Schedule exists", http.StatusConflict}
+	kindQueueNF      = problemKind{"queue-not-found", "Queue not found", http.StatusNotFound}
 	kindUniqueKey    = problemKind{"unique-key-taken", "Unique key taken", http.StatusConflict}
 	kindPurgeJobNF   = problemKind{"purge-job-not-found", "Purge job not found", http.StatusNotFound}
 	kindStreamsFull  = problemKind{"too-many-streams", "Too many event streams", http.StatusServiceUnavailable}
@@ -147,6 +149,8 @@ func problemFor(err error) Problem {
 		return newProblem(kindKeyNotFound, "no API key has this id", nil)
 	case errors.Is(err, schedule.ErrNotFound):
 		return newProblem(kindScheduleNF, "no schedule has this name", nil)
+	case errors.Is(err, queue.ErrNotFound):
+		return newProblem(kindQueueNF, "no queue has this name: it holds no task and has no settings", nil)
 	case errors.Is(err, schedule.ErrExists):
 		return newProblem(kindScheduleDup, "a schedule with this name exists; change it with PATCH, or delete it first", nil)
 	case errors.As(err, &keyErr):

@@ -66,6 +66,8 @@ func (s *Server) routes(r *mux.Router) {
 		s.route(r, post, "/queues/v1/{queue}/purge", admin, s.handlePurgeQueue)
 		s.route(r, get, "/queues/v1/{queue}/purges/{id}", admin, s.handlePurgeProgress)
 	}
+	s.route(r, get, "/queues/v1/{queue}", read, s.handleGetQueue)
+	s.route(r, patch, "/queues/v1/{queue}", admin, s.handlePatchQueue)
 	if s.events != nil {
 		s.route(r, get, "/events/v1", read, s.handleEvents)
 	}

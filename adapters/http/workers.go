@@ -121,23 +121,6 @@ func (s *Server) handleListWorkers(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, workersResponse{Workers: out})
 }
 
-type queuesResponse struct {
-	Queues []QueueJSON `json:"queues"`
-}
-
-func (s *Server) handleListQueues(w http.ResponseWriter, r *http.Request) {
-	qs, err := s.queues.Queues(r.Context())
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	out := make([]QueueJSON, len(qs))
-	for i, q := range qs {
-		out[i] = queueJSON(q)
-	}
-	writeJSON(w, http.StatusOK, queuesResponse{Queues: out})
-}
-
 type healthResponse struct {
 	Status string `json:"status"`
 }

@@ -154,7 +154,11 @@ type Snapshot struct {
 
 // Source reads a Snapshot from storage.
 type Source interface {
-	Snapshot(ctx context.Context) (*Snapshot, error)
+	// Snapshot reads everything at once. Its per-queue figures of the
+	// queues without series of their own (series.Assign; the source passes
+	// it the queues it sees unless series.Full()) come summed under
+	// OtherQueue.
+	Snapshot(ctx context.Context, series *QueueSeries) (*Snapshot, error)
 }
 
 // Params are what NewRegistry needs.
@@ -169,6 +173,10 @@ type Params struct {
 	ScrapeTimeout time.Duration
 	// Streams, when set, reports this process's event streams.
 	Streams func() StreamStats
+	// MaxQueueSeries is how many queues have per-queue series of their own
+	// (0: DefaultMaxQueueSeries); the others are summed under
+	// queue="_other" (QueueSeries).
+	MaxQueueSeries int
 }
 
 // StreamStats are the event streams' figures of one process.
@@ -217,7 +225,7 @@ func NewRegistry(p Params) *Registry {
 		r.reg.MustRegister(collectors.NewDBStatsCollector(p.DB, Namespace))
 	}
 	if p.Source != nil {
-		r.reg.MustRegister(newSnapshotCollector(p.Source, p.ScrapeTimeout))
+		r.reg.MustRegister(newSnapshotCollector(p.Source, p.ScrapeTimeout, NewQueueSeries(p.MaxQueueSeries)))
 	}
 	if p.Streams != nil {
 		r.reg.MustRegister(newStreamsCollector(p.Streams))
@@ -361,6 +369,7 @@ var histogramHelp = map[HistogramKind]string{
 // metrics. It is an unchecked collector: its label values depend on the data.
 type snapshotCollector struct {
 	src       Source
+	series    *QueueSeries
 	timeout   time.Duration
 	counters  map[CounterKind]*prometheus.Desc
 	histos    map[HistogramKind]*prometheus.Desc
@@ -371,9 +380,10 @@ type snapshotCollector struct {
 	readError *prometheus.Desc
 }
 
-func newSnapshotCollector(src Source, timeout time.Duration) *snapshotCollector {
+func newSnapshotCollector(src Source, timeout time.Duration, series *QueueSeries) *snapshotCollector {
 	c := &snapshotCollector{
 		src:      src,
+		series:   series,
 		timeout:  timeout,
 		counters: map[CounterKind]*prometheus.Desc{},
 		histos:   map[HistogramKind]*prometheus.Desc{},
@@ -405,7 +415,7 @@ func (c *snapshotCollector) Describe(chan<- *prometheus.Desc) {}
 func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	snap, err := c.src.Snapshot(ctx)
+	snap, err := c.src.Snapshot(ctx, c.series)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.readError, err)
 		return

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/taskmaster/taskmaster/adapters/metrics"
 	"github.com/taskmaster/taskmaster/domain/event"
 	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/ports"
@@ -100,7 +101,7 @@ func TestPoisonMessagesAreSetAsideAndReplayedOnce(t *testing.T) {
 	require.Equal(t, 5, logs.FilterMessageSnippet("outbox message set aside").Len(), "logged, once per row")
 
 	// Counted in the metrics.
-	snap, err := NewMetricsSource(e.db).Snapshot(ctx)
+	snap, err := NewMetricsSource(e.db).Snapshot(ctx, metrics.NewQueueSeries(0))
 	require.NoError(t, err)
 	poison := map[string]float64{}
 	for _, p := range snap.Poison {

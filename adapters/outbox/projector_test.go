@@ -76,7 +76,10 @@ func TestApplySkipsMessagesAtOrBeforeEachProjectionsPosition(t *testing.T) {
 		"tasks_submitted/": 2, "tasks_claimed/": 2, "tasks_failed/": 2, "tasks_dead_lettered/exhausted": 2,
 	}, totals)
 	buckets := queryCounts(t, db, `SELECT kind || '@' || to_char(minute AT TIME ZONE 'UTC', 'HH24:MI'), count FROM queue_rate_buckets`)
-	require.Equal(t, map[string]int64{"enqueued@03:04": 2, "claimed@03:04": 2, "dead_lettered@03:04": 2}, buckets)
+	require.Equal(t, map[string]int64{"enqueued@03:04": 2, "claimed@03:04": 2, "dead_lettered@03:04": 2,
+		"queue_wait@03:04": 2, "execution@03:04": 2}, buckets)
+	seconds := queryFloats(t, db, `SELECT kind, seconds FROM queue_rate_buckets WHERE kind IN ('queue_wait', 'execution')`)
+	require.Equal(t, map[string]float64{"queue_wait": 4, "execution": 2e6}, seconds, "the buckets sum the durations the histograms observe")
 	counters := queryCounts(t, db, `SELECT kind || '/' || queue || '/' || reason, value FROM metric_counters`)
 	require.Equal(t, map[string]int64{
 		"tasks_submitted/q/": 2, "tasks_claimed/q/": 2, "tasks_failed/q/": 2, "tasks_dead_lettered/q/exhausted": 2,
@@ -135,7 +138,7 @@ func queryFloats(t *testing.T, db interface {
 const projectionState = `
 SELECT (SELECT coalesce(string_agg(queue || '/' || status || '=' || count, ',' ORDER BY queue, status), '') FROM queue_status_counts)
 	|| ';' || (SELECT coalesce(sum(count), 0) FROM queue_totals)
-	|| ';' || (SELECT coalesce(sum(count), 0) FROM queue_rate_buckets)
+	|| ';' || (SELECT coalesce(sum(count), 0) || '/' || coalesce(sum(seconds), 0) FROM queue_rate_buckets)
 	|| ';' || (SELECT coalesce(sum(count), 0) FROM worker_status_counts)
 	|| ';' || (SELECT coalesce(sum(value), 0) FROM metric_counters)
 	|| ';' || (SELECT coalesce(sum(count), 0) FROM metric_histogram_buckets)

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
 
 	"github.com/taskmaster/taskmaster/adapters/metrics"
-	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/domain/event"
 	"github.com/taskmaster/taskmaster/ports"
 )
@@ -24,12 +24,30 @@ import (
 //     cleaned tasks, under the metric counter kinds (metrics.CounterKind);
 //   - queue_rate_buckets: per-minute counts of enqueued, claimed, completed
 //     and dead-lettered tasks, by the minute of the event's database time
-//     (the janitor prunes old minutes);
+//     (the janitor prunes old minutes), and per minute the number and the
+//     sum (seconds) of the queue waits (rateQueueWait) and of the execution
+//     times (rateExecution) the events carry;
 //   - worker_status_counts: workers per status, from worker events.
 //
 // StatsReader, below, reads them back for GET /queues/v1.
 
 type statusKey struct{ queue, status string }
+
+// Duration kinds of queue_rate_buckets (migration 0016): count is how many
+// events carried the duration in the minute, seconds their sum.
+const (
+	// rateQueueWait sums claimed_at - created_at of task.claimed.
+	rateQueueWait = "queue_wait"
+	// rateExecution sums finished - claimed_at of the events that end a
+	// running attempt.
+	rateExecution = "execution"
+)
+
+// durationRateKinds are the histograms whose observations the buckets sum.
+var durationRateKinds = map[metrics.HistogramKind]string{
+	metrics.TaskQueueWait:         rateQueueWait,
+	metrics.TaskExecutionDuration: rateExecution,
+}
 
 type rateKey struct {
 	queue  string
@@ -44,6 +62,7 @@ func writeQueueStats(sum *summary, st *statement, guard string) {
 		statuses deltas[statusKey, int64]
 		totals   deltas[counterKey, int64]
 		rates    deltas[rateKey, int64]
+		seconds  deltas[rateKey, float64]
 		workers  deltas[string, int64]
 	)
 	sum.each(func(e event.Event, n int64) {
@@ -70,6 +89,15 @@ func writeQueueStats(sum *summary, st *statement, guard string) {
 			}
 		}
 	})
+	sum.eachDuration(func(e event.Event, kind metrics.HistogramKind, agg *durationAgg) {
+		k, ok := durationRateKinds[kind]
+		if !ok || !observes(e) {
+			return
+		}
+		key := rateKey{e.Queue, minuteOf(e.OccurredAt), k}
+		rates.add(key, agg.n)
+		seconds.add(key, agg.sum)
+	})
 	{
 		var queues, names []string
 		var counts []int64
@@ -95,13 +123,14 @@ func writeQueueStats(sum *summary, st *statement, guard string) {
 		var queues, kinds []string
 		var minutes []time.Time
 		var counts []int64
+		var secs []float64
 		n := rates.each(func(k rateKey, v int64) {
 			queues, minutes, kinds = append(queues, k.queue), append(minutes, k.minute), append(kinds, k.kind)
-			counts = append(counts, v)
+			counts, secs = append(counts, v), append(secs, seconds.sum[k])
 		})
-		st.insert(`INSERT INTO queue_rate_buckets AS t (queue, minute, kind, count)`,
-			`ON CONFLICT (queue, minute, kind) DO UPDATE SET count = t.count + excluded.count`,
-			guard, n, texts(queues), timestamps(minutes), texts(kinds), bigints(counts))
+		st.insert(`INSERT INTO queue_rate_buckets AS t (queue, minute, kind, count, seconds)`,
+			`ON CONFLICT (queue, minute, kind) DO UPDATE SET count = t.count + excluded.count, seconds = t.seconds + excluded.seconds`,
+			guard, n, texts(queues), timestamps(minutes), texts(kinds), bigints(counts), float8s(secs))
 	}
 	{
 		var names []string
@@ -129,119 +158,17 @@ func NewStatsReader(db *sqlx.DB) *StatsReader { return &StatsReader{db: db} }
 // RateWindows are the windows of QueueStats.Rates.
 var RateWindows = []time.Duration{time.Minute, 5 * time.Minute, 15 * time.Minute}
 
-// queueCountsSQL lists the queues that hold tasks, with their projected
-// counts, their ACTIVE workers (those that registered the queue, or none) and
-// the creation time of their oldest PENDING task. The latter walks the claim
-// index (queue, priority DESC, grank, seq) WHERE PENDING: one probe for the first
-// row of each distinct priority (a loose index scan), since seq order is
-// submission order within a priority.
-const queueCountsSQL = `
-WITH counts AS (
-	SELECT queue,
-		coalesce(sum(count) FILTER (WHERE status = 'PENDING'), 0) AS pending,
-		coalesce(sum(count) FILTER (WHERE status = 'RUNNING'), 0) AS running,
-		coalesce(sum(count) FILTER (WHERE status = 'DONE'), 0) AS done,
-		coalesce(sum(count) FILTER (WHERE status = 'DEAD'), 0) AS dead,
-		coalesce(sum(count) FILTER (WHERE status = 'BLOCKED'), 0) AS blocked
-	FROM queue_status_counts
-	GROUP BY queue
-	HAVING bool_or(count <> 0)
-)
-SELECT c.queue, c.pending, c.running, c.done, c.dead, c.blocked,
-	(SELECT count(*) FROM workers w
-	 WHERE w.status = 'ACTIVE' AND (w.queues = '{}' OR c.queue = ANY (w.queues))) AS active_workers,
-	extract(epoch FROM now() - o.oldest)::float8 AS oldest_pending_age
-FROM counts c
-LEFT JOIN LATERAL (
-	WITH RECURSIVE prio AS (
-		(SELECT t.priority FROM tasks t
-		 WHERE t.status = 'PENDING' AND t.queue = c.queue
-		 ORDER BY t.priority DESC LIMIT 1)
-		UNION ALL
-		SELECT (SELECT t.priority FROM tasks t
-		        WHERE t.status = 'PENDING' AND t.queue = c.queue AND t.priority < p.priority
-		        ORDER BY t.priority DESC LIMIT 1)
-		FROM prio p WHERE p.priority IS NOT NULL
-	)
-	SELECT min((SELECT t.created_at FROM tasks t
-	            WHERE t.status = 'PENDING' AND t.queue = c.queue AND t.priority = p.priority
-	            ORDER BY t.grank, t.seq LIMIT 1)) AS oldest
-	FROM prio p WHERE p.priority IS NOT NULL
-) o ON true
-ORDER BY c.queue`
-
-// Queues implements ports.StatsReader. It reads in one read-only snapshot.
-// Connection failures come back marked with ports.ErrUnavailable.
-func (r *StatsReader) Queues(ctx context.Context) ([]ports.QueueStats, error) {
-	out, err := r.queues(ctx)
-	return out, postgres.TranslateError(err)
-}
-
-func (r *StatsReader) queues(ctx context.Context) ([]ports.QueueStats, error) {
-	tx, err := r.db.BeginTxx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
-	if err != nil {
-		return nil, fmt.Errorf("queue statistics: %w", err)
-	}
-	defer func() { _ = tx.Rollback() }()
-
-	var counts []struct {
-		Queue            string          `db:"queue"`
-		Pending          int64           `db:"pending"`
-		Running          int64           `db:"running"`
-		Done             int64           `db:"done"`
-		Dead             int64           `db:"dead"`
-		Blocked          int64           `db:"blocked"`
-		ActiveWorkers    int64           `db:"active_workers"`
-		OldestPendingAge sql.NullFloat64 `db:"oldest_pending_age"`
-	}
-	if err := tx.SelectContext(ctx, &counts, queueCountsSQL); err != nil {
-		return nil, fmt.Errorf("queue statistics: %w", err)
-	}
-	var meta struct {
-		Now       time.Time    `db:"now"`
-		AppliedAt sql.NullTime `db:"applied_at"`
-	}
-	if err := tx.GetContext(ctx, &meta, `
-		SELECT now() AS now, (SELECT applied_at FROM projector_positions WHERE projection = $1) AS applied_at`,
-		QueueStatsProjection); err != nil {
-		return nil, fmt.Errorf("queue statistics: %w", err)
-	}
-	totals, err := readTotals(ctx, tx)
-	if err != nil {
-		return nil, err
-	}
-	rates, err := readRates(ctx, tx, meta.Now)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]ports.QueueStats, len(counts))
-	for i, c := range counts {
-		out[i] = ports.QueueStats{
-			Queue: c.Queue, Pending: c.Pending, Running: c.Running, Done: c.Done, Dead: c.Dead, Blocked: c.Blocked,
-			ActiveWorkers: c.ActiveWorkers, Totals: totals[c.Queue], Rates: rates[c.Queue],
-			StatsAsOf: timePtr(meta.AppliedAt),
-		}
-		if out[i].Rates == nil {
-			out[i].Rates = rateWindows(nil, meta.Now)
-		}
-		if c.OldestPendingAge.Valid {
-			age := time.Duration(max(c.OldestPendingAge.Float64, 0) * float64(time.Second))
-			out[i].OldestPendingAge = &age
-		}
-	}
-	return out, nil
-}
-
-// readTotals reads queue_totals. Its kinds are the metric counter kinds the
-// projection counts under (metrics.CounterKind).
-func readTotals(ctx context.Context, tx *sqlx.Tx) (map[string]ports.QueueTotals, error) {
+// readTotals reads the rows of queue_totals of these queues. Its kinds are
+// the metric counter kinds the projection counts under (metrics.CounterKind).
+func readTotals(ctx context.Context, tx *sqlx.Tx, queues []string) (map[string]ports.QueueTotals, error) {
 	var rows []struct {
 		Queue  string `db:"queue"`
 		Kind   string `db:"kind"`
 		Reason string `db:"reason"`
 		Count  int64  `db:"count"`
 	}
-	if err := tx.SelectContext(ctx, &rows, `SELECT queue, kind, reason, count FROM queue_totals`); err != nil {
+	if err := tx.SelectContext(ctx, &rows, `SELECT queue, kind, reason, count FROM queue_totals WHERE queue = ANY($1::text[])`,
+		pq.StringArray(queues)); err != nil {
 		return nil, fmt.Errorf("queue totals: %w", err)
 	}
 	out := map[string]ports.QueueTotals{}
@@ -274,33 +201,63 @@ func readTotals(ctx context.Context, tx *sqlx.Tx) (map[string]ports.QueueTotals,
 	return out, nil
 }
 
-// rateBucket is one per-minute count.
+// rateBucket is one per-minute count (and, for the duration kinds, sum).
 type rateBucket struct {
-	Queue  string    `db:"queue"`
-	Minute time.Time `db:"minute"`
-	Kind   string    `db:"kind"`
-	Count  int64     `db:"count"`
+	Queue   string    `db:"queue"`
+	Minute  time.Time `db:"minute"`
+	Kind    string    `db:"kind"`
+	Count   int64     `db:"count"`
+	Seconds float64   `db:"seconds"`
 }
 
-// readRates reads the buckets of the longest window and computes each
-// queue's rates at now.
-func readRates(ctx context.Context, tx *sqlx.Tx, now time.Time) (map[string][]ports.QueueRate, error) {
-	longest := RateWindows[len(RateWindows)-1]
+// readBuckets reads the buckets of these queues over the longest window
+// (RateWindows, QueueAverageWindows) ending at now, by queue.
+func readBuckets(ctx context.Context, tx *sqlx.Tx, queues []string, now time.Time) (map[string][]rateBucket, error) {
+	longest := max(RateWindows[len(RateWindows)-1], QueueAverageWindows[len(QueueAverageWindows)-1])
 	var rows []rateBucket
 	if err := tx.SelectContext(ctx, &rows, `
-		SELECT queue, minute, kind, count FROM queue_rate_buckets WHERE minute > $1`,
-		now.Add(-longest-time.Minute)); err != nil {
+		SELECT queue, minute, kind, count, seconds FROM queue_rate_buckets
+		WHERE queue = ANY($1::text[]) AND minute > $2`,
+		pq.StringArray(queues), now.Add(-longest-time.Minute)); err != nil {
 		return nil, fmt.Errorf("queue rates: %w", err)
 	}
 	byQueue := map[string][]rateBucket{}
 	for _, b := range rows {
 		byQueue[b.Queue] = append(byQueue[b.Queue], b)
 	}
-	out := make(map[string][]ports.QueueRate, len(byQueue))
-	for q, buckets := range byQueue {
-		out[q] = rateWindows(buckets, now)
+	return byQueue, nil
+}
+
+// QueueAverageWindows are the windows of QueueDetail.Averages.
+var QueueAverageWindows = []time.Duration{5 * time.Minute, 15 * time.Minute}
+
+// averageWindows computes the average queue wait and execution time over
+// each of QueueAverageWindows ending at now, weighing each bucket as
+// rateWindows does.
+func averageWindows(buckets []rateBucket, now time.Time) []ports.QueueAverage {
+	out := make([]ports.QueueAverage, len(QueueAverageWindows))
+	for i, w := range QueueAverageWindows {
+		var waitN, waitSum, execN, execSum float64
+		for _, b := range buckets {
+			share := bucketShare(b, now, w)
+			switch b.Kind {
+			case rateQueueWait:
+				waitN, waitSum = waitN+share*float64(b.Count), waitSum+share*b.Seconds
+			case rateExecution:
+				execN, execSum = execN+share*float64(b.Count), execSum+share*b.Seconds
+			}
+		}
+		out[i] = ports.QueueAverage{Window: w, QueueWaitSeconds: ratio(waitSum, waitN), ExecutionSeconds: ratio(execSum, execN)}
 	}
-	return out, nil
+	return out
+}
+
+func ratio(sum, n float64) *float64 {
+	if n <= 0 {
+		return nil
+	}
+	v := sum / n
+	return &v
 }
 
 // rateWindows computes per-minute rates over each of RateWindows ending at
@@ -309,23 +266,11 @@ func readRates(ctx context.Context, tx *sqlx.Tx, now time.Time) (map[string][]po
 func rateWindows(buckets []rateBucket, now time.Time) []ports.QueueRate {
 	out := make([]ports.QueueRate, len(RateWindows))
 	for i, w := range RateWindows {
-		start := now.Add(-w)
 		r := ports.QueueRate{Window: w}
 		for _, b := range buckets {
-			end := b.Minute.Add(time.Minute)
-			if end.After(now) {
-				end = now
-			}
-			span := end.Sub(b.Minute)
-			overlap := end.Sub(maxTime(b.Minute, start))
-			var share float64
-			switch {
-			case overlap <= 0:
+			share := bucketShare(b, now, w)
+			if share == 0 {
 				continue
-			case span <= 0 || overlap >= span:
-				share = 1
-			default:
-				share = float64(overlap) / float64(span)
 			}
 			v := float64(b.Count) * share / w.Minutes()
 			switch b.Kind {
@@ -342,6 +287,26 @@ func rateWindows(buckets []rateBucket, now time.Time) []ports.QueueRate {
 		out[i] = r
 	}
 	return out
+}
+
+// bucketShare is how much of bucket b counts in the window w ending at now:
+// the part of its minute (up to now) that lies in the window.
+func bucketShare(b rateBucket, now time.Time, w time.Duration) float64 {
+	start := now.Add(-w)
+	end := b.Minute.Add(time.Minute)
+	if end.After(now) {
+		end = now
+	}
+	span := end.Sub(b.Minute)
+	overlap := end.Sub(maxTime(b.Minute, start))
+	switch {
+	case overlap <= 0:
+		return 0
+	case span <= 0 || overlap >= span:
+		return 1
+	default:
+		return float64(overlap) / float64(span)
+	}
 }
 
 func maxTime(a, b time.Time) time.Time {

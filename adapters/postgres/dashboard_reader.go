@@ -20,20 +20,6 @@ var _ ports.DashboardReader = (*DashboardReader)(nil)
 // NewDashboardReader returns a DashboardReader over db.
 func NewDashboardReader(db *sqlx.DB) *DashboardReader { return &DashboardReader{db: db} }
 
-// Paused implements ports.DashboardReader with the partial index
-// queue_settings_paused.
-func (r *DashboardReader) Paused(ctx context.Context) (map[string]bool, error) {
-	var queues []string
-	if err := r.db.SelectContext(ctx, &queues, `SELECT queue FROM queue_settings WHERE paused`); err != nil {
-		return nil, TranslateError(fmt.Errorf("paused queues: %w", err))
-	}
-	out := make(map[string]bool, len(queues))
-	for _, q := range queues {
-		out[q] = true
-	}
-	return out, nil
-}
-
 // HeldCounts implements ports.DashboardReader with the partial index
 // tasks_running_by_worker.
 func (r *DashboardReader) HeldCounts(ctx context.Context) (map[string]int64, error) {

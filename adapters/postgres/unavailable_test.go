@@ -163,7 +163,7 @@ func TestTxRunnerWithoutServerIsUnavailable(t *testing.T) {
 	t.Cleanup(func() { _ = db.Close() })
 	err = postgres.NewTxRunner(db).Run(t.Context(), submitIn)
 	require.ErrorIs(t, err, ports.ErrUnavailable)
-	_, err = outbox.NewStatsReader(db).Queues(t.Context())
+	_, err = outbox.NewStatsReader(db).Queues(t.Context(), ports.QueueFilter{Limit: 10})
 	require.ErrorIs(t, err, ports.ErrUnavailable)
 }
 

@@ -15,6 +15,13 @@ import (
 const visibleQueues = `(queue = ANY($%d::text[]) OR EXISTS (
 	SELECT 1 FROM unnest($%d::text[]) AS p(prefix) WHERE starts_with(queue, p.prefix)))`
 
+// QueuePatterns splits an API key's queue patterns into exact names and
+// prefixes (the patterns that ended in "*"), for readers outside this
+// package that restrict a listing to a key's queues.
+func QueuePatterns(patterns []string) (exact, prefixes pq.StringArray) {
+	return queuePatterns(patterns)
+}
+
 // queuePatterns splits queue patterns into exact names and prefixes.
 func queuePatterns(patterns []string) (exact, prefixes pq.StringArray) {
 	exact, prefixes = pq.StringArray{}, pq.StringArray{}

@@ -70,7 +70,7 @@ func overviewHandler(t testing.TB, db *sqlx.DB) http.Handler {
 	stats := outbox.NewStatsReader(db)
 	h, err := ui.New(ui.Config{}, ui.Deps{
 		Tasks:     application.NewTaskService(tx, application.Config{}),
-		Queues:    application.NewQueueService(stats),
+		Queues:    application.NewQueueService(stats, tx),
 		Dashboard: application.NewDashboardService(stats, postgres.NewDashboardReader(db)),
 	})
 	require.NoError(t, err)

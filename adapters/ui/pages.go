@@ -3,6 +3,7 @@ package ui
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -10,8 +11,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/taskmaster/taskmaster/domain/queue"
 	"github.com/taskmaster/taskmaster/domain/schedule"
 	"github.com/taskmaster/taskmaster/domain/task"
+	"github.com/taskmaster/taskmaster/domain/validation"
 	"github.com/taskmaster/taskmaster/domain/worker"
 	"github.com/taskmaster/taskmaster/ports"
 )
@@ -24,10 +27,10 @@ type queueRow struct {
 }
 
 type overviewData struct {
-	Filter       string
-	Rows         []queueRow
-	Total, Shown int
-	AsOf         string
+	Filter string
+	Rows   []queueRow
+	Shown  int
+	AsOf   string
 }
 
 // overview lists every queue with its projected statistics (no scan of
@@ -44,40 +47,53 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) overviewData(r *http.Request) (overviewData, error) {
 	ctx := r.Context()
 	filter := strings.TrimSpace(r.URL.Query().Get("q"))
-	stats, err := h.d.Queues.Queues(ctx)
-	if err != nil {
-		return overviewData{}, err
+	data := overviewData{Filter: filter}
+	limit := queuePage
+	q := ports.QueueQuery{Limit: &limit}
+	if filter != "" {
+		q.Pattern = "*" + filter + "*"
 	}
-	data := overviewData{Filter: filter, Total: len(stats)}
-	var names []string
-	for _, q := range stats {
-		if filter == "" || strings.Contains(strings.ToLower(q.Queue), strings.ToLower(filter)) {
-			data.Rows = append(data.Rows, queueRow{QueueStats: q})
-			names = append(names, q.Queue)
+	for {
+		p, err := h.d.Queues.Queues(ctx, q)
+		if err != nil {
+			var ve *validation.Error
+			if errors.As(err, &ve) {
+				return data, &pageError{status: http.StatusBadRequest,
+					msg: "The filter may hold only the characters of queue names (letters, digits, and . _ : -)."}
+			}
+			return data, err
 		}
-		if q.StatsAsOf != nil && (data.AsOf == "" || fmtTime(*q.StatsAsOf) > data.AsOf) {
-			data.AsOf = fmtTime(*q.StatsAsOf)
+		for _, qs := range p.Queues {
+			data.Rows = append(data.Rows, queueRow{QueueStats: qs, Paused: qs.Settings.Paused})
+			if qs.StatsAsOf != nil && (data.AsOf == "" || fmtTime(*qs.StatsAsOf) > data.AsOf) {
+				data.AsOf = fmtTime(*qs.StatsAsOf)
+			}
 		}
+		if !p.More || len(p.Queues) == 0 {
+			break
+		}
+		q.After = p.Queues[len(p.Queues)-1].Queue
 	}
 	data.Shown = len(data.Rows)
-	if filter == "" {
-		names = nil // every queue: no list to send
+	var names []string // nil: every queue
+	if filter != "" {
+		names = make([]string, len(data.Rows))
+		for i, row := range data.Rows {
+			names[i] = row.Queue
+		}
 	}
 	series, err := h.d.Dashboard.RateSeries(ctx, names)
 	if err != nil {
 		return overviewData{}, err
 	}
-	paused, err := h.d.Dashboard.Paused(ctx)
-	if err != nil {
-		return overviewData{}, err
-	}
 	for i := range data.Rows {
-		row := &data.Rows[i]
-		row.Series = orEmpty(series[row.Queue])
-		row.Paused = paused[row.Queue]
+		data.Rows[i].Series = orEmpty(series[data.Rows[i].Queue])
 	}
 	return data, nil
 }
+
+// queuePage is the overview's page of the queue listing (its largest).
+const queuePage = 1000
 
 // orEmpty gives a queue without buckets an hour of zeros.
 func orEmpty(s ports.RateSeries) ports.RateSeries {
@@ -96,13 +112,16 @@ const pageSize = 50
 
 // queueData is the queue page.
 type queueData struct {
-	Stats  queueRow
-	Known  bool
-	Tasks  []*task.Task
-	Next   string
-	Filter taskFilter
-	// Query is the filter as a query string (for the next page's link).
-	Query string
+	Stats queueRow
+	// Known: the queue holds tasks or has settings.
+	Known        bool
+	Settings     queue.Settings
+	Leased       int64
+	LeasedSample []ports.LeasedTask
+	Averages     []ports.QueueAverage
+	Tasks        []*task.Task
+	Next         string
+	Filter       taskFilter
 	queueExtra
 }
 
@@ -124,14 +143,17 @@ func taskFilterOf(r *http.Request) taskFilter {
 func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	name := r.PathValue("queue")
-	stats, err := h.d.Queues.Queues(ctx)
-	if err != nil {
+	data := queueData{Stats: queueRow{QueueStats: ports.QueueStats{Queue: name}}, Filter: taskFilterOf(r)}
+	d, err := h.d.Queues.Queue(ctx, name)
+	switch {
+	case errors.Is(err, queue.ErrNotFound):
+	case err != nil:
 		h.fail(w, r, err)
 		return
-	}
-	data := queueData{Stats: queueRow{QueueStats: ports.QueueStats{Queue: name}}, Filter: taskFilterOf(r)}
-	if i := slices.IndexFunc(stats, func(q ports.QueueStats) bool { return q.Queue == name }); i >= 0 {
-		data.Stats.QueueStats, data.Known = stats[i], true
+	default:
+		data.Known = true
+		data.Stats.QueueStats, data.Stats.Paused = d.QueueStats, d.Settings.Paused
+		data.Settings, data.Leased, data.LeasedSample, data.Averages = d.Settings, d.Leased, d.LeasedSample, d.Averages
 	}
 	series, err := h.d.Dashboard.RateSeries(ctx, []string{name})
 	if err != nil {
@@ -139,12 +161,6 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data.Stats.Series = orEmpty(series[name])
-	paused, err := h.d.Dashboard.Paused(ctx)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	data.Stats.Paused = paused[name]
 	if err := h.queueTasks(r, name, &data); err != nil {
 		h.fail(w, r, err)
 		return

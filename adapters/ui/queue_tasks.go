@@ -19,7 +19,9 @@ type queueExtra struct {
 	BulkByFilter bool
 }
 
-func (h *Handler) extraRoutes(*http.ServeMux) {}
+func (h *Handler) extraRoutes(m *http.ServeMux) {
+	m.Handle("POST /ui/queues/{queue}/settings", h.act(h.queueSettings))
+}
 
 // listQuery turns the page's filter into the listing's query for queue.
 // The created range is read as UTC (the inputs are datetime-local).

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/taskmaster/taskmaster/domain/apikey"
+	"github.com/taskmaster/taskmaster/domain/queue"
 	"github.com/taskmaster/taskmaster/domain/schedule"
 	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/domain/validation"
@@ -129,7 +130,8 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.As(err, &pe):
 		status, msg = pe.status, pe.msg
-	case errors.Is(err, task.ErrNotFound), errors.Is(err, worker.ErrNotFound), errors.Is(err, schedule.ErrNotFound):
+	case errors.Is(err, task.ErrNotFound), errors.Is(err, worker.ErrNotFound), errors.Is(err, schedule.ErrNotFound),
+		errors.Is(err, queue.ErrNotFound):
 		status, msg = http.StatusNotFound, capitalize(rootMessage(err))+"."
 	case errors.As(err, &fe):
 		status, msg = http.StatusForbidden, "Refused: "+fe.Reason+"."
@@ -225,6 +227,8 @@ var funcs = template.FuncMap{
 	"statuses": func() []task.Status { return task.Statuses },
 	"reasons":  func() []task.DeadReason { return task.DeadReasons },
 	"deref":    func(d *time.Duration) time.Duration { return *d },
+	"derefInt": func(n *int) int { return *n },
+	"seconds":  fmtSeconds,
 	"rows":     overviewRows,
 	"pair": func(id fmt.Stringer, part string, v *jsonView) jsonPart {
 		return jsonPart{ID: id.String(), Part: part, V: v}
@@ -274,4 +278,18 @@ func lastOf(xs []int64) int64 {
 		return 0
 	}
 	return xs[len(xs)-1]
+}
+
+// fmtSeconds prints an average duration ("—" when none).
+func fmtSeconds(s *float64) string {
+	switch {
+	case s == nil:
+		return "—"
+	case *s < 1:
+		return fmt.Sprintf("%.0f ms", *s*1000)
+	case *s < 60:
+		return fmt.Sprintf("%.1f s", *s)
+	default:
+		return fmtAge(time.Duration(*s * float64(time.Second)))
+	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/domain/event"
+	"github.com/taskmaster/taskmaster/domain/queue"
 	"github.com/taskmaster/taskmaster/domain/schedule"
 	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/domain/worker"
@@ -45,7 +46,7 @@ var _ ports.TxRunner = TxRunner{}
 
 // Run implements ports.TxRunner: fn runs on stores over the fixed world.
 func (TxRunner) Run(ctx context.Context, fn func(ctx context.Context, st ports.Stores) error) error {
-	return fn(ctx, ports.Stores{Tasks: tasks{}, Workers: workers{}, Outbox: discard{}, Schedules: schedules{}, Bulk: bulk{}})
+	return fn(ctx, ports.Stores{Tasks: tasks{}, Workers: workers{}, Outbox: discard{}, Schedules: schedules{}, Bulk: bulk{}, QueueSettings: queueSettings{}})
 }
 
 type discard struct{}
@@ -218,7 +219,24 @@ func (workers) List(context.Context) ([]*worker.Worker, error) { return []*worke
 type Stats struct{}
 
 // Queues implements ports.StatsReader.
-func (Stats) Queues(context.Context) ([]ports.QueueStats, error) { return []ports.QueueStats{}, nil }
+func (Stats) Queues(context.Context, ports.QueueFilter) (ports.QueuePage, error) {
+	return ports.QueuePage{Queues: []ports.QueueStats{}}, nil
+}
+
+// Queue implements ports.StatsReader: no queue exists.
+func (Stats) Queue(context.Context, string) (*ports.QueueDetail, error) {
+	return nil, queue.ErrNotFound
+}
+
+// queueSettings implements ports.QueueSettingsStore: every queue starts
+// without settings and keeps none.
+type queueSettings struct{}
+
+func (queueSettings) Update(_ context.Context, _ string, fn ports.QueueSettingsFunc) (queue.Settings, time.Time, error) {
+	now := time.Unix(0, 0).UTC()
+	s, _, err := fn(queue.Settings{}, now)
+	return s, now, err
+}
 
 // Health implements ports.HealthChecker: always ready.
 type Health struct{}

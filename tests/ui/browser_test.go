@@ -291,6 +291,36 @@ func TestDashboard(t *testing.T) {
 		require.Equal(t, "PENDING", h.status(id))
 	}
 
+	// Pause a queue from its page: a worker's claim gets nothing; resume,
+	// and the same claim gets the task.
+	h.admin.Register(map[string]any{"id": "w-pause", "queues": []string{"jobs"}})
+	job := h.admin.Submit(map[string]any{"queue": "jobs", "payload": map[string]any{"n": 1}})
+	h.run(tab, chromedp.Navigate(h.srv.URL+"/ui/queues/jobs"),
+		chromedp.Click(chromedp.CSS(`button[name="op"][value="pause"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`.flash`)))
+	require.Contains(t, h.text(tab, "h1"), "paused")
+	h.screenshot(tab, "queue-paused")
+	require.Empty(t, h.admin.Claim(map[string]any{"worker_id": "w-pause", "limit": 10}), "a paused queue hands out nothing")
+	require.Empty(t, h.admin.Claim(map[string]any{"worker_id": "w-pause", "limit": 10}), "still nothing on a second claim")
+	h.run(tab, chromedp.Navigate(h.srv.URL+"/ui/queues/jobs"),
+		chromedp.Click(chromedp.CSS(`button[name="op"][value="resume"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`.flash`)))
+	claimed := h.admin.Claim(map[string]any{"worker_id": "w-pause", "limit": 10})
+	require.Len(t, claimed, 1)
+	require.Equal(t, job.ID, claimed[0].ID)
+
+	// Limits: set a cap and a rate limit, then clear the cap.
+	h.run(tab, chromedp.Navigate(h.srv.URL+"/ui/queues/jobs"),
+		chromedp.Click(chromedp.CSS(`details summary`)),
+		chromedp.SendKeys(chromedp.CSS(`#s-mr`), "5"),
+		chromedp.SendKeys(chromedp.CSS(`#s-rps`), "2.5"),
+		chromedp.SendKeys(chromedp.CSS(`#s-burst`), "10"),
+		chromedp.Click(chromedp.CSS(`button[name="op"][value="limits"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`.flash`)))
+	settings := h.text(tab, "dl.settings")
+	require.Contains(t, settings, "5")
+	require.Contains(t, settings, "2.5/s, burst 10")
+
 	// The other pages (and their screenshots).
 	h.admin.Register(map[string]any{"id": "w-1", "queues": []string{"emails"}, "tags": []string{"gpu"}})
 	h.run(tab, chromedp.Navigate(h.srv.URL+"/ui/workers"), chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Drain worker w-1"]`)))

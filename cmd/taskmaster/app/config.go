@@ -12,6 +12,7 @@ import (
 	"time"
 
 	httpadapter "github.com/taskmaster/taskmaster/adapters/http"
+	"github.com/taskmaster/taskmaster/adapters/metrics"
 	"github.com/taskmaster/taskmaster/adapters/outbox"
 	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/application"
@@ -64,6 +65,9 @@ type Config struct {
 	// Keys configures API key authentication (lookup cache, last-used
 	// stamps).
 	Keys application.KeyConfig
+	// MetricsMaxQueues is how many queues have per-queue series of their
+	// own in /metrics; the others are summed under queue="_other".
+	MetricsMaxQueues int
 }
 
 // DefaultConfig returns the documented defaults.
@@ -91,6 +95,7 @@ func DefaultConfig() Config {
 		Outbox:                 outbox.DefaultConfig(),
 		LogLevel:               "info",
 		LogFormat:              "json",
+		MetricsMaxQueues:       metrics.DefaultMaxQueueSeries,
 	}
 }
 
@@ -168,6 +173,9 @@ func (c Config) Validate() error {
 		add("TASKMASTER_OUTBOX_*", c.Outbox.Validate())
 	}
 	c.validateSecurity(add)
+	if c.MetricsMaxQueues < 1 {
+		add("TASKMASTER_METRICS_MAX_QUEUES", errors.New("must be at least 1"))
+	}
 	if c.RetentionBatchSize < 1 || c.RetentionBatchSize > 100000 {
 		add("TASKMASTER_RETENTION_BATCH_SIZE", errors.New("must be between 1 and 100000"))
 	}
@@ -320,6 +328,9 @@ func settings() []setting {
 		{"TASKMASTER_EVENTS_MAX_STREAMS", "events-max-streams", "GET /events/v1 streams one instance serves at once (503 beyond)",
 			intSetter(func(c *Config, n int) { c.Outbox.MaxStreams = n }),
 			func(c *Config) string { return strconv.Itoa(c.Outbox.MaxStreams) }},
+		{"TASKMASTER_METRICS_MAX_QUEUES", "metrics-max-queues", "queues with per-queue series of their own in /metrics; the others are summed under queue=\"_other\"",
+			intSetter(func(c *Config, n int) { c.MetricsMaxQueues = n }),
+			func(c *Config) string { return strconv.Itoa(c.MetricsMaxQueues) }},
 		{"TASKMASTER_PPROF_ADDR", "pprof-addr", "serve /debug/pprof/ on this address (empty: off)",
 			func(c *Config, v string) error { c.PprofAddr = v; return nil },
 			func(c *Config) string { return c.PprofAddr }},

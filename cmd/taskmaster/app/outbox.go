@@ -75,12 +75,13 @@ func newEventStreams(lc fx.Lifecycle, db *sqlx.DB, cfg Config, logger *zap.Logge
 	return s, nil
 }
 
-func newMetricsRegistry(db *sqlx.DB, streams *outbox.Streams, logger *zap.Logger) *metrics.Registry {
+func newMetricsRegistry(db *sqlx.DB, streams *outbox.Streams, cfg Config, logger *zap.Logger) *metrics.Registry {
 	return metrics.NewRegistry(metrics.Params{
-		Source:  outbox.NewMetricsSource(db),
-		DB:      db.DB,
-		Logger:  logger,
-		Streams: streams.Stats,
+		Source:         outbox.NewMetricsSource(db),
+		DB:             db.DB,
+		Logger:         logger,
+		Streams:        streams.Stats,
+		MaxQueueSeries: cfg.MetricsMaxQueues,
 	})
 }
 

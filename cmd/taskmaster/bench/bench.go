@@ -104,6 +104,8 @@ type Report struct {
 	Storage *StorageFigures `json:"storage,omitempty"`
 	// Fairness holds the fairness scenario's claim costs.
 	Fairness *FairnessFigures `json:"fairness,omitempty"`
+	// Queues holds the queues scenario's figures.
+	Queues *QueueFigures `json:"queues,omitempty"`
 }
 
 // Scenarios are the scenario names, in the order "all" runs them.
@@ -268,6 +270,12 @@ func produce(ctx context.Context, a *api, queue string, n, producers, batch int,
 
 // producePayload is produce with every task carrying payload.
 func producePayload(ctx context.Context, a *api, queue string, n, producers, batch int, payload json.RawMessage, submitted *atomic.Int64) error {
+	return produceItems(ctx, a, n, producers, batch, func(int) submitItem { return submitItem{Queue: queue, Payload: payload} }, submitted)
+}
+
+// produceItems submits the n tasks item(0..n-1) in batches from producers
+// goroutines and returns when all are accepted.
+func produceItems(ctx context.Context, a *api, n, producers, batch int, item func(i int) submitItem, submitted *atomic.Int64) error {
 	var next atomic.Int64
 	errs := make(chan error, producers)
 	var wg sync.WaitGroup
@@ -283,8 +291,8 @@ func producePayload(ctx context.Context, a *api, queue string, n, producers, bat
 				}
 				size := min(batch, n-from)
 				items = items[:0]
-				for range size {
-					items = append(items, submitItem{Queue: queue, Payload: payload})
+				for i := from; i < from+size; i++ {
+					items = append(items, item(i))
 				}
 				if err := a.submitBatch(ctx, items); err != nil {
 					errs <- err

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -101,38 +100,14 @@ func runFairness(ctx context.Context, env *environment, opts Options, mon *monit
 // produceGroups submits n tasks to queue in batches of 1,000, spread
 // round-robin over fairnessGroups groups when grouped.
 func produceGroups(ctx context.Context, a *api, queue string, n, producers int, grouped bool) error {
-	const batch = 1000
-	var next atomic.Int64
-	errs := make(chan error, producers)
-	var wg sync.WaitGroup
-	for range producers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			items := make([]submitItem, 0, batch)
-			for {
-				from := int(next.Add(batch)) - batch
-				if from >= n || ctx.Err() != nil {
-					return
-				}
-				items = items[:0]
-				for i := from; i < min(from+batch, n); i++ {
-					it := submitItem{Queue: queue}
-					if grouped {
-						it.GroupKey = fmt.Sprintf("tenant-%d", i%fairnessGroups)
-					}
-					items = append(items, it)
-				}
-				if err := a.submitBatch(ctx, items); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
+	var submitted atomic.Int64
+	return produceItems(ctx, a, n, producers, 1000, func(i int) submitItem {
+		it := submitItem{Queue: queue}
+		if grouped {
+			it.GroupKey = fmt.Sprintf("tenant-%d", i%fairnessGroups)
+		}
+		return it
+	}, &submitted)
 }
 
 func printFairness(w io.Writer, f *FairnessFigures) {

@@ -10,6 +10,7 @@
 //
 //	taskmaster keys create|list|revoke ...   (see keys.go)
 //	taskmaster schedule create|list|get|pause|resume|delete ...   (see schedules.go)
+//	taskmaster queue list|show|pause|resume|set ...   (see queues.go)
 //
 // Every command takes --url (default $TASKMASTER_URL, else
 // http://127.0.0.1:8080), sends the API key in $TASKMASTER_API_KEY, and
@@ -80,6 +81,7 @@ func commands() []command {
 		{name: "worker", summary: "run a shell command once per task (a generic worker)", flags: workerFlags, run: runWorker},
 		{name: "keys", args: "create|list|revoke", summary: "manage API keys (on the database with TASKMASTER_DATABASE_URL, else on the server)"},
 		{name: "schedule", args: "...", summary: "manage recurring schedules: create|list|get|pause|resume|delete"},
+		{name: "queue", args: "...", summary: "inspect and steer queues: list|show|pause|resume|set"},
 	}
 }
 
@@ -127,6 +129,8 @@ func Run(ctx context.Context, args []string, io IO) error {
 		return runKeys(ctx, args[1:], io)
 	case "schedule":
 		return runSchedule(ctx, args[1:], io)
+	case "queue":
+		return runQueue(ctx, args[1:], io)
 	}
 	e := &env{IO: io, command: cmd.name}
 	fs := flag.NewFlagSet("taskmaster "+cmd.name, flag.ContinueOnError)

@@ -1,0 +1,12 @@
+-- Queue introspection (issue 14; docs/api.md "Queues"): the per-minute
+-- buckets of the queue statistics projection also sum durations, so that
+-- GET /queues/v1/{queue} answers average execution and queue-wait times over
+-- the last minutes from projected figures rather than scans of tasks.
+--
+-- Rows of the new kinds 'queue_wait' (task.claimed: claimed_at - created_at)
+-- and 'execution' (the events that end a running attempt: finished -
+-- claimed_at) hold in count how many such events the minute had and in
+-- seconds the sum of their durations. Rows of the older kinds (enqueued,
+-- claimed, completed, dead_lettered) keep seconds at 0. A constant default:
+-- adding the column rewrites nothing.
+ALTER TABLE queue_rate_buckets ADD COLUMN seconds double precision NOT NULL DEFAULT 0;
