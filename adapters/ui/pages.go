@@ -48,20 +48,27 @@ func (h *Handler) overviewData(r *http.Request) (overviewData, error) {
 	ctx := r.Context()
 	filter := strings.TrimSpace(r.URL.Query().Get("q"))
 	data := overviewData{Filter: filter}
+	// The series (every queue's, from memory or the last minutes) are read
+	// while the listing is.
+	type seriesRead struct {
+		m   map[string]ports.RateSeries
+		err error
+	}
+	seriesDone := make(chan seriesRead, 1)
+	go func() {
+		m, err := h.d.Dashboard.RateSeries(ctx, nil)
+		seriesDone <- seriesRead{m, err}
+	}()
 	limit := queuePage
 	q := ports.QueueQuery{Limit: &limit}
 	if filter != "" {
 		q.Pattern = "*" + filter + "*"
 	}
-	for {
-		p, err := h.d.Queues.Queues(ctx, q)
-		if err != nil {
-			var ve *validation.Error
-			if errors.As(err, &ve) {
-				return data, &pageError{status: http.StatusBadRequest,
-					msg: "The filter may hold only the characters of queue names (letters, digits, and . _ : -)."}
-			}
-			return data, err
+	var err error
+	for err == nil {
+		var p ports.QueuePage
+		if p, err = h.d.Queues.Queues(ctx, q); err != nil {
+			break
 		}
 		for _, qs := range p.Queues {
 			data.Rows = append(data.Rows, queueRow{QueueStats: qs, Paused: qs.Settings.Paused})
@@ -74,20 +81,20 @@ func (h *Handler) overviewData(r *http.Request) (overviewData, error) {
 		}
 		q.After = p.Queues[len(p.Queues)-1].Queue
 	}
+	series := <-seriesDone
+	var ve *validation.Error
+	switch {
+	case errors.As(err, &ve):
+		return data, &pageError{status: http.StatusBadRequest,
+			msg: "The filter may hold only the characters of queue names (letters, digits, and . _ : -)."}
+	case err != nil:
+		return data, err
+	case series.err != nil:
+		return data, series.err
+	}
 	data.Shown = len(data.Rows)
-	var names []string // nil: every queue
-	if filter != "" {
-		names = make([]string, len(data.Rows))
-		for i, row := range data.Rows {
-			names[i] = row.Queue
-		}
-	}
-	series, err := h.d.Dashboard.RateSeries(ctx, names)
-	if err != nil {
-		return overviewData{}, err
-	}
 	for i := range data.Rows {
-		data.Rows[i].Series = orEmpty(series[data.Rows[i].Queue])
+		data.Rows[i].Series = orEmpty(series.m[data.Rows[i].Queue])
 	}
 	return data, nil
 }
