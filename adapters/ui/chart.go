@@ -5,7 +5,6 @@ import (
 	"html/template"
 	"net/url"
 	"strconv"
-	"strings"
 )
 
 // sparkHeight is the vertical resolution of the overview's sparklines: a
@@ -39,25 +38,32 @@ func svgSeries(label string, xs []int64, height int, class string) template.HTML
 	for _, x := range xs {
 		peak, total = max(peak, x), total+x
 	}
-	var d strings.Builder
+	// The path, appended by hand: the overview draws four per queue.
+	d := make([]byte, 0, 16+6*n)
+	d = append(d, "M0 "...)
 	if peak == 0 {
-		fmt.Fprintf(&d, "M0 %dh%d", height, max(n, 1))
+		d = strconv.AppendInt(d, int64(height), 10)
+		d = append(d, 'h')
+		d = strconv.AppendInt(d, int64(max(n, 1)), 10)
 	} else {
 		// A step line: each minute is a horizontal segment of width 1 at
 		// its level; runs of one level merge into one segment.
-		level := func(x int64) int { return height - int((x*int64(height)+peak/2)/peak) }
+		level := func(x int64) int64 { return int64(height) - (x*int64(height)+peak/2)/peak }
 		y := level(xs[0])
-		fmt.Fprintf(&d, "M0 %d", y)
-		run := 0
+		d = strconv.AppendInt(d, y, 10)
+		run := int64(0)
 		for i, x := range xs {
-			ly := level(x)
-			if i > 0 && ly != y {
-				fmt.Fprintf(&d, "h%dV%d", run, ly)
+			if ly := level(x); i > 0 && ly != y {
+				d = append(d, 'h')
+				d = strconv.AppendInt(d, run, 10)
+				d = append(d, 'V')
+				d = strconv.AppendInt(d, ly, 10)
 				y, run = ly, 0
 			}
 			run++
 		}
-		fmt.Fprintf(&d, "h%d", run)
+		d = append(d, 'h')
+		d = strconv.AppendInt(d, run, 10)
 	}
 	a11y := `aria-hidden="true"`
 	if label != "" {
@@ -65,7 +71,7 @@ func svgSeries(label string, xs []int64, height int, class string) template.HTML
 			"%s per minute over the last hour: peak %d, total %d, last minute %d", label, peak, total, lastOf(xs))) + `"`
 	}
 	return template.HTML(`<svg class="` + class + `" viewBox="0 0 ` + strconv.Itoa(max(n, 1)) + ` ` + strconv.Itoa(height) +
-		`" preserveAspectRatio="none" ` + a11y + `><path d="` + d.String() + `"/></svg>`)
+		`" preserveAspectRatio="none" ` + a11y + `><path d="` + string(d) + `"/></svg>`)
 }
 
 // escapePath escapes a queue name, schedule name or worker id for a path

@@ -229,6 +229,7 @@ var funcs = template.FuncMap{
 	"deref":    func(d *time.Duration) time.Duration { return *d },
 	"derefInt": func(n *int) int { return *n },
 	"seconds":  fmtSeconds,
+	"mins":     func(d time.Duration) string { return strconv.Itoa(int(d.Minutes())) + " min" },
 	"rows":     overviewRows,
 	"pair": func(id fmt.Stringer, part string, v *jsonView) jsonPart {
 		return jsonPart{ID: id.String(), Part: part, V: v}
