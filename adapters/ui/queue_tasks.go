@@ -90,6 +90,8 @@ func (h *Handler) queueTasks(r *http.Request, queue string, data *queueData) err
 
 // confirmData is the confirmation of an action on many tasks.
 type confirmData struct {
+	// Back is the queue page with the filter, where "no" leads.
+	Back   string
 	Queue  string
 	Action string
 	Scope  string
@@ -112,6 +114,10 @@ func (h *Handler) queueTasksAction(w http.ResponseWriter, r *http.Request) {
 		scope = "selected"
 	}
 	d := confirmData{Queue: queue, Action: action, Scope: scope, Filter: taskFilterOf(r)}
+	d.Back = "/ui/queues/" + escapePath(queue)
+	if v := d.Filter.values(); len(v) > 0 {
+		d.Back += "?" + v.Encode()
+	}
 	switch scope {
 	case "selected":
 		ids := r.PostForm["id"]
