@@ -351,6 +351,14 @@ func TestDashboard(t *testing.T) {
 	h.run(tab, chromedp.Navigate(evil.URL), chromedp.WaitVisible(chromedp.CSS(`p.error`)))
 	require.Contains(t, h.text(tab, "p.error"), "Refused")
 	require.Equal(t, "DEAD", h.status(victim))
+	// Same origin, with the admin's session cookie, but without the
+	// session's token: refused too.
+	h.run(tab, chromedp.Navigate(h.srv.URL+"/ui/dead"), chromedp.WaitVisible(chromedp.CSS(`table`)))
+	forged := eval[int](h, tab, `(async () => {
+		const r = await fetch('/ui/tasks/`+victim+`/retry', {method: 'POST', body: new URLSearchParams({csrf: 'not-the-token'})});
+		return r.status; })()`)
+	require.Equal(t, http.StatusForbidden, forged)
+	require.Equal(t, "DEAD", h.status(victim))
 
 	// A read key sees everything and can act on nothing.
 	reader := h.newBrowser()
@@ -379,4 +387,30 @@ func (h *harness) location(tab context.Context) string {
 	loc, err := chromedp.Run(ctx, chromedp.Location())
 	require.NoError(h.t, err)
 	return loc
+}
+
+// With authentication off there is no login: the pages open at once, an
+// action works (its CSRF token is a double-submit cookie), and a
+// cross-site form is still refused.
+func TestDashboardWithoutAuth(t *testing.T) {
+	h := setup(t, false)
+	tab := h.tab
+	dead := h.deadTask("open")
+	h.run(tab, chromedp.Navigate(h.srv.URL+"/ui/tasks/"+dead),
+		chromedp.WaitVisible(chromedp.CSS(`form[action$="/retry"] button`)))
+	require.NotContains(t, h.text(tab, "header"), "Log out")
+	h.run(tab, chromedp.Click(chromedp.CSS(`form[action$="/retry"] button`)), chromedp.WaitVisible(chromedp.CSS(`.flash`)))
+	require.Equal(t, "PENDING", h.status(dead))
+	h.run(tab, chromedp.Navigate(h.srv.URL+"/ui/login"), chromedp.WaitVisible(chromedp.CSS(`form.filters`)))
+
+	victim := h.deadTask("open")
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprintf(w, `<form id="f" method="post" action="%s/ui/tasks/%s/retry"><input name="csrf" value="guess"></form>
+			<script>document.getElementById("f").submit()</script>`, h.srv.URL, victim)
+	}))
+	defer evil.Close()
+	h.run(tab, chromedp.Navigate(evil.URL), chromedp.WaitVisible(chromedp.CSS(`p.error`)))
+	require.Contains(t, h.text(tab, "p.error"), "Refused")
+	require.Equal(t, "DEAD", h.status(victim))
 }
