@@ -28,7 +28,7 @@ var (
 	}
 	workerFields = []string{"id", "queues", "tags", "status", "registered_at", "last_heartbeat_at", "draining"}
 	queueFields  = []string{"queue", "pending", "running", "done", "dead", "blocked", "active_workers",
-		"oldest_pending_age_seconds", "rates", "totals", "stats_as_of"}
+		"oldest_pending_age_seconds", "rates", "totals", "stats_as_of", "paused", "settings"}
 	rateWindows = []string{"last_1m", "last_5m", "last_15m"}
 	rateFields  = []string{"enqueued", "claimed", "completed", "dead_lettered"}
 	totalFields = []string{"submitted", "claimed", "completed", "failed", "dead_lettered", "requeued", "cleaned"}
