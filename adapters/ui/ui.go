@@ -368,7 +368,8 @@ func safeNext(next string) string {
 	return next
 }
 
-// gzipWriter compresses a page when the browser accepts it.
+// compressed returns the writer of a page: gzip when the browser accepts
+// it, and the function that finishes it.
 func compressed(w http.ResponseWriter, r *http.Request) (io.Writer, func()) {
 	w.Header().Add("Vary", "Accept-Encoding")
 	if !strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
