@@ -3,15 +3,27 @@
 
 GO ?= go
 
-.PHONY: run test fuzz build lint
+.PHONY: run test fuzz build lint browser screenshots
 
 ## run: serve on a local PostgreSQL kept in ./.data (or on TASKMASTER_DATABASE_URL)
 run: build
 	./bin/taskmaster dev
 
 ## test: every test with the race detector; starts its own throwaway PostgreSQL
-test:
+test: browser
 	$(GO) test -race -count=1 ./...
+
+## browser: Debian's chromium for the dashboard's browser tests (tests/ui), if
+## missing; they skip without it unless TASKMASTER_REQUIRE_BROWSER is set
+browser:
+	@command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || \
+		{ echo "installing chromium (dashboard browser tests)"; \
+		  (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium) || \
+		  echo "warning: could not install chromium: tests/ui will skip (or fail with TASKMASTER_REQUIRE_BROWSER=1)"; }
+
+## screenshots: regenerate docs/dashboard/*.png from the browser tests
+screenshots: browser
+	TASKMASTER_UI_SCREENSHOTS=1 $(GO) test -count=1 ./tests/ui/
 
 FUZZTIME ?= 20s
 FUZZPARALLEL ?= 2

@@ -42,6 +42,8 @@ type Stores struct {
 	Keys KeyStore
 	// Schedules stores recurring schedules.
 	Schedules ScheduleStore
+	// Sessions stores dashboard sessions.
+	Sessions SessionStore
 	// Bulk holds the filtered reads and batched writes of bulk actions
 	// and purges.
 	Bulk BulkStore

@@ -90,7 +90,13 @@ func (s *Server) routes(r *mux.Router) {
 	s.route(r, get, "/openapi.yaml", read, s.handleOpenAPI)
 
 	for _, extra := range s.extraRoutes {
-		s.access[r.Handle(extra.Path, extra.Handler).Methods(extra.Methods...)] = extra.Access
+		var route *mux.Route
+		if extra.Prefix {
+			route = r.PathPrefix(extra.Path).Handler(extra.Handler)
+		} else {
+			route = r.Handle(extra.Path, extra.Handler)
+		}
+		s.access[route.Methods(extra.Methods...)] = extra.Access
 	}
 
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -118,6 +118,9 @@ type Route struct {
 	// Access is what the route asks of a request (a route without one is
 	// never served).
 	Access Access
+	// Prefix mounts Handler for every path under Path (which should end in
+	// "/"), as the dashboard is under /ui/.
+	Prefix bool
 }
 
 // Deps are the driving ports the handlers call.

@@ -45,6 +45,7 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 		),
 		outboxOptions(),
 		securityOptions(),
+		dashboardOptions(),
 		fx.Invoke(func(*httpadapter.Server) {}),
 		fx.Invoke(observeInFlight),
 		fx.Invoke(newPprofServer),

@@ -1,0 +1,385 @@
+package ui
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/taskmaster/taskmaster/domain/queue"
+	"github.com/taskmaster/taskmaster/domain/schedule"
+	"github.com/taskmaster/taskmaster/domain/task"
+	"github.com/taskmaster/taskmaster/domain/validation"
+	"github.com/taskmaster/taskmaster/domain/worker"
+	"github.com/taskmaster/taskmaster/ports"
+)
+
+// queueRow is one queue of the overview.
+type queueRow struct {
+	ports.QueueStats
+	Paused bool
+	Series ports.RateSeries
+}
+
+type overviewData struct {
+	Filter string
+	Rows   []queueRow
+	Shown  int
+	AsOf   string
+}
+
+// overview lists every queue with its projected statistics (no scan of
+// the tasks table) and per-minute series.
+func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
+	data, err := h.overviewData(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.render(w, r, http.StatusOK, "overview", page{Title: "Queues", Nav: "overview", Data: data})
+}
+
+func (h *Handler) overviewData(r *http.Request) (overviewData, error) {
+	ctx := r.Context()
+	filter := strings.TrimSpace(r.URL.Query().Get("q"))
+	data := overviewData{Filter: filter}
+	// The series (every queue's, from memory or the last minutes) are read
+	// while the listing is.
+	type seriesRead struct {
+		m   map[string]ports.RateSeries
+		err error
+	}
+	seriesDone := make(chan seriesRead, 1)
+	go func() {
+		m, err := h.d.Dashboard.RateSeries(ctx, nil)
+		seriesDone <- seriesRead{m, err}
+	}()
+	limit := queuePage
+	q := ports.QueueQuery{Limit: &limit}
+	if filter != "" {
+		q.Pattern = "*" + filter + "*"
+	}
+	var err error
+	for err == nil {
+		var p ports.QueuePage
+		if p, err = h.d.Queues.Queues(ctx, q); err != nil {
+			break
+		}
+		for _, qs := range p.Queues {
+			data.Rows = append(data.Rows, queueRow{QueueStats: qs, Paused: qs.Settings.Paused})
+			if qs.StatsAsOf != nil && (data.AsOf == "" || fmtTime(*qs.StatsAsOf) > data.AsOf) {
+				data.AsOf = fmtTime(*qs.StatsAsOf)
+			}
+		}
+		if !p.More || len(p.Queues) == 0 {
+			break
+		}
+		q.After = p.Queues[len(p.Queues)-1].Queue
+	}
+	series := <-seriesDone
+	var ve *validation.Error
+	switch {
+	case errors.As(err, &ve):
+		return data, &pageError{status: http.StatusBadRequest,
+			msg: "The filter may hold only the characters of queue names (letters, digits, and . _ : -)."}
+	case err != nil:
+		return data, err
+	case series.err != nil:
+		return data, series.err
+	}
+	data.Shown = len(data.Rows)
+	for i := range data.Rows {
+		data.Rows[i].Series = orEmpty(series.m[data.Rows[i].Queue])
+	}
+	return data, nil
+}
+
+// queuePage is the overview's page of the queue listing (its largest).
+const queuePage = 1000
+
+// orEmpty gives a queue without buckets an hour of zeros.
+func orEmpty(s ports.RateSeries) ports.RateSeries {
+	if s.Enqueued == nil {
+		z := make([]int64, seriesMinutes)
+		return ports.RateSeries{Enqueued: z, Claimed: z, Completed: z, DeadLettered: z}
+	}
+	return s
+}
+
+// seriesMinutes is the length of the series (application.SeriesMinutes).
+const seriesMinutes = 60
+
+// pageSize is the task listings' page size.
+const pageSize = 50
+
+// queueData is the queue page.
+type queueData struct {
+	Stats queueRow
+	// Known: the queue holds tasks or has settings.
+	Known        bool
+	Settings     queue.Settings
+	Leased       int64
+	LeasedSample []ports.LeasedTask
+	Averages     []ports.QueueAverage
+	Tasks        []*task.Task
+	Next         string
+	Filter       taskFilter
+	queueExtra
+}
+
+// taskFilter is the queue page's task filter, as the form sent it.
+type taskFilter struct {
+	Status, Group, DeadReason, CreatedAfter, CreatedBefore, Text, After string
+}
+
+func taskFilterOf(r *http.Request) taskFilter {
+	q := r.URL.Query()
+	if r.Method == http.MethodPost {
+		q = r.PostForm
+	}
+	get := func(k string) string { return strings.TrimSpace(q.Get(k)) }
+	return taskFilter{Status: get("status"), Group: get("group"), DeadReason: get("dead_reason"),
+		CreatedAfter: get("created_after"), CreatedBefore: get("created_before"), Text: get("text"), After: get("after")}
+}
+
+func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	name := r.PathValue("queue")
+	data := queueData{Stats: queueRow{QueueStats: ports.QueueStats{Queue: name}}, Filter: taskFilterOf(r)}
+	d, err := h.d.Queues.Queue(ctx, name)
+	switch {
+	case errors.Is(err, queue.ErrNotFound):
+	case err != nil:
+		h.fail(w, r, err)
+		return
+	default:
+		data.Known = true
+		data.Stats.QueueStats, data.Stats.Paused = d.QueueStats, d.Settings.Paused
+		data.Settings, data.Leased, data.LeasedSample, data.Averages = d.Settings, d.Leased, d.LeasedSample, d.Averages
+	}
+	series, err := h.d.Dashboard.RateSeries(ctx, []string{name})
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	data.Stats.Series = orEmpty(series[name])
+	if err := h.queueTasks(r, name, &data); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.render(w, r, http.StatusOK, "queue", page{Title: "Queue " + name, Nav: "overview", Data: data})
+}
+
+// taskAction is a retry or cancel of one task.
+func (h *Handler) taskAction(w http.ResponseWriter, r *http.Request, do func(*http.Request, uuid.UUID) (*task.Task, error), code string) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		h.fail(w, r, &pageError{status: http.StatusNotFound, msg: "Task not found."})
+		return
+	}
+	if _, err := do(r, id); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	redirectDone(w, r, "/ui/tasks/"+id.String(), code)
+}
+
+func (h *Handler) retryTask(w http.ResponseWriter, r *http.Request) {
+	h.taskAction(w, r, func(r *http.Request, id uuid.UUID) (*task.Task, error) { return h.d.Tasks.Retry(r.Context(), id) }, "retried")
+}
+
+func (h *Handler) cancelTask(w http.ResponseWriter, r *http.Request) {
+	h.taskAction(w, r, func(r *http.Request, id uuid.UUID) (*task.Task, error) { return h.d.Tasks.Cancel(r.Context(), id) }, "cancelled")
+}
+
+// maxShownJSON is how much of a payload or result the task page shows; the
+// whole value is a download.
+const maxShownJSON = 32 << 10
+
+// jsonView is a payload or result on the task page.
+type jsonView struct {
+	Text      string
+	Size      int
+	Truncated bool
+}
+
+func jsonViewOf(raw json.RawMessage) *jsonView {
+	if len(raw) == 0 {
+		return nil
+	}
+	var b bytes.Buffer
+	if err := json.Indent(&b, raw, "", "  "); err != nil {
+		b.Reset()
+		b.Write(raw)
+	}
+	v := &jsonView{Size: len(raw)}
+	text := b.String()
+	if len(text) > maxShownJSON {
+		cut := maxShownJSON
+		for cut > 0 && !utf8Start(text[cut]) {
+			cut--
+		}
+		text, v.Truncated = text[:cut]+"\n…", true
+	}
+	v.Text = text
+	return v
+}
+
+func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
+
+type taskData struct {
+	Task      task.Snapshot
+	Payload   *jsonView
+	Result    *jsonView
+	Attempts  []task.Attempt
+	DependsOn []uuid.UUID
+	BlockedBy []uuid.UUID
+	CanRetry  bool
+	CanCancel bool
+}
+
+func (h *Handler) taskPage(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		h.fail(w, r, &pageError{status: http.StatusNotFound, msg: "Task not found."})
+		return
+	}
+	detail, err := h.d.Tasks.Describe(ctx, id)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	attempts, err := h.d.Tasks.Attempts(ctx, id)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	s := detail.Task.Snapshot()
+	slices.Reverse(attempts) // newest first
+	data := taskData{Task: s, Payload: jsonViewOf(s.Payload), Result: jsonViewOf(s.Result), Attempts: attempts,
+		DependsOn: detail.DependsOn, BlockedBy: detail.BlockedBy,
+		CanRetry:  s.Status == task.StatusDead,
+		CanCancel: s.Status == task.StatusPending || s.Status == task.StatusBlocked || (s.Status == task.StatusRunning && s.CancelRequestedAt == nil)}
+	h.render(w, r, http.StatusOK, "task", page{Title: "Task " + s.ID.String(), Nav: "overview", Data: data})
+}
+
+// taskDownload serves a task's whole payload or result as a JSON file.
+func (h *Handler) taskDownload(w http.ResponseWriter, r *http.Request) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	part := r.PathValue("part")
+	if err != nil || (part != "payload.json" && part != "result.json") {
+		h.fail(w, r, &pageError{status: http.StatusNotFound, msg: "No page has this address."})
+		return
+	}
+	t, err := h.d.Tasks.Get(r.Context(), id)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	body := t.Snapshot().Payload
+	if part == "result.json" {
+		body = t.Snapshot().Result
+	}
+	if body == nil {
+		body = json.RawMessage("null")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Disposition", `attachment; filename="`+id.String()+"-"+part+`"`)
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(body)
+}
+
+type workerRow struct {
+	worker.Snapshot
+	Held      int64
+	Heartbeat time.Duration
+}
+
+func (h *Handler) workersPage(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	ws, err := h.d.Workers.List(ctx)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	held, err := h.d.Dashboard.HeldCounts(ctx)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	rows := make([]workerRow, len(ws))
+	for i, wk := range ws {
+		s := wk.Snapshot()
+		rows[i] = workerRow{Snapshot: s, Held: held[s.ID], Heartbeat: time.Since(s.LastHeartbeatAt)}
+	}
+	h.render(w, r, http.StatusOK, "workers", page{Title: "Workers", Nav: "workers", Data: rows})
+}
+
+func (h *Handler) drainWorker(w http.ResponseWriter, r *http.Request) {
+	if _, err := h.d.Workers.Drain(r.Context(), r.PathValue("id")); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	redirectDone(w, r, "/ui/workers", "drained")
+}
+
+func (h *Handler) schedulesPage(w http.ResponseWriter, r *http.Request) {
+	var rows []schedule.Snapshot
+	if h.d.Schedules != nil {
+		all, err := h.d.Schedules.List(r.Context())
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		for _, s := range all {
+			rows = append(rows, s.Snapshot())
+		}
+	}
+	h.render(w, r, http.StatusOK, "schedules", page{Title: "Schedules", Nav: "schedules", Data: rows})
+}
+
+func (h *Handler) scheduleAction(w http.ResponseWriter, r *http.Request) {
+	var paused bool
+	switch r.PathValue("action") {
+	case "pause":
+		paused = true
+	case "resume":
+	default:
+		h.fail(w, r, &pageError{status: http.StatusNotFound, msg: "No page has this address."})
+		return
+	}
+	if h.d.Schedules == nil {
+		h.fail(w, r, schedule.ErrNotFound)
+		return
+	}
+	if _, err := h.d.Schedules.Patch(r.Context(), r.PathValue("name"), schedule.PatchParams{Paused: &paused}); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	redirectDone(w, r, "/ui/schedules", r.PathValue("action")+"d")
+}
+
+type deadData struct {
+	Groups []ports.DeadCount
+	Total  int64
+	queueExtra
+}
+
+func (h *Handler) deadPage(w http.ResponseWriter, r *http.Request) {
+	groups, err := h.d.Dashboard.DeadCounts(r.Context())
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	data := deadData{Groups: groups, queueExtra: queueExtra{BulkByFilter: h.d.Bulk != nil}}
+	for _, g := range groups {
+		data.Total += g.Count
+	}
+	h.render(w, r, http.StatusOK, "dead", page{Title: "Dead letters", Nav: "dead", Data: data})
+}

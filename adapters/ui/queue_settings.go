@@ -1,0 +1,78 @@
+package ui
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/taskmaster/taskmaster/domain/queue"
+	"github.com/taskmaster/taskmaster/domain/validation"
+)
+
+// queueSettings pauses or resumes a queue, or sets its limits (an empty
+// field clears that limit).
+func (h *Handler) queueSettings(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("queue")
+	var p queue.Patch
+	code := "saved"
+	switch r.PostFormValue("op") {
+	case "pause":
+		t := true
+		p.Paused, code = &t, "paused"
+	case "resume":
+		f := false
+		p.Paused, code = &f, "resumed"
+	case "limits":
+		var v validation.Errors
+		p.MaxRunning = optionalInt(&v, r, "max_running")
+		p.MaxRunningPerGroup = optionalInt(&v, r, "max_running_per_group")
+		p.RateLimit = optionalRate(&v, r)
+		if err := v.Err(); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+	default:
+		h.fail(w, r, &pageError{status: http.StatusBadRequest, msg: "Choose pause, resume or save limits."})
+		return
+	}
+	if _, err := h.d.Queues.UpdateSettings(r.Context(), name, p); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	redirectDone(w, r, "/ui/queues/"+escapePath(name), code)
+}
+
+// optionalInt reads a limit field: empty clears the limit.
+func optionalInt(v *validation.Errors, r *http.Request, field string) queue.Optional[int] {
+	raw := strings.TrimSpace(r.PostFormValue(field))
+	if raw == "" {
+		return queue.Optional[int]{Set: true}
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil {
+		v.Add(field, "must be a whole number, or empty for no limit")
+		return queue.Optional[int]{}
+	}
+	return queue.Optional[int]{Set: true, Value: &n}
+}
+
+// optionalRate reads the rate limit fields: both empty clears it.
+func optionalRate(v *validation.Errors, r *http.Request) queue.Optional[queue.RateLimit] {
+	rate := strings.TrimSpace(r.PostFormValue("rate_per_second"))
+	burst := strings.TrimSpace(r.PostFormValue("rate_burst"))
+	if rate == "" && burst == "" {
+		return queue.Optional[queue.RateLimit]{Set: true}
+	}
+	ps, err1 := strconv.ParseFloat(rate, 64)
+	b, err2 := strconv.Atoi(burst)
+	if err1 != nil {
+		v.Add("rate_limit.per_second", "must be a number (both rate fields, or neither)")
+	}
+	if err2 != nil {
+		v.Add("rate_limit.burst", "must be a whole number (both rate fields, or neither)")
+	}
+	if err1 != nil || err2 != nil {
+		return queue.Optional[queue.RateLimit]{}
+	}
+	return queue.Optional[queue.RateLimit]{Set: true, Value: &queue.RateLimit{PerSecond: ps, Burst: b}}
+}
