@@ -21,7 +21,7 @@ var queueGlob = regexp.MustCompile(`^(` + task.QueueNameSet + `|[*?]){1,` + strc
 // Queues returns a page of queues by name (of the key's queues, for a key
 // limited to some): those that hold tasks or have settings.
 func (s *QueueService) Queues(ctx context.Context, q ports.QueueQuery) (ports.QueuePage, error) {
-	f := ports.QueueFilter{Prefix: q.Prefix, Pattern: q.Pattern, MinPending: q.MinPending, Paused: q.Paused, After: q.After}
+	f := ports.QueueFilter{Prefix: q.Prefix, Pattern: q.Pattern, MinPending: q.MinPending, Paused: q.Paused, After: q.After, CountsOnly: q.CountsOnly}
 	var v validation.Errors
 	if q.Prefix != "" {
 		task.CheckQueue(&v, "prefix", q.Prefix)

@@ -473,6 +473,8 @@ type QueueFilter struct {
 	// Visible, when not nil, restricts to queues matching one of these
 	// patterns (as TaskFilter.Visible).
 	Visible []string
+	// CountsOnly leaves out each queue's Totals and Rates.
+	CountsOnly bool
 }
 
 // QueuePage is a page of queues.

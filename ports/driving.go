@@ -278,6 +278,9 @@ type QueueQuery struct {
 	Limit *int
 	// After, when not empty, continues after this queue name (the cursor).
 	After string
+	// CountsOnly leaves out each queue's Totals and Rates (the dashboard's
+	// overview draws its own rates and reads neither).
+	CountsOnly bool
 }
 
 // QueueSettings are a queue's settings as saved.

@@ -66,7 +66,7 @@ func TestEveryRouteDeclaresItsScope(t *testing.T) {
 	// The dashboard's pages and forms are public at this layer: the
 	// dashboard checks its own session cookie, scope and CSRF token
 	// (adapters/ui; tests/ui).
-	require.Equal(t, []string{"GET /healthz", "GET /readyz", "GET /ui/", "POST /ui/"}, public, "only the probes and the dashboard are public")
+	require.Equal(t, []string{"GET /healthz", "GET /readyz", "GET /ui", "GET /ui/", "POST /ui/"}, public, "only the probes and the dashboard are public")
 	require.NotNil(t, doc.Components.SecuritySchemes["bearer"])
 	require.Equal(t, "bearer", strings.ToLower(doc.Components.SecuritySchemes["bearer"].Value.Scheme))
 }

@@ -71,7 +71,7 @@ func (r *StatsReader) Queues(ctx context.Context, f ports.QueueFilter) (ports.Qu
 			names, page.More = names[:f.Limit], true
 		}
 		var err error
-		page.Queues, err = readQueueStats(ctx, tx, names)
+		page.Queues, err = readQueueStats(ctx, tx, names, !f.CountsOnly)
 		return err
 	})
 	return page, postgres.TranslateError(err)
@@ -95,7 +95,7 @@ func (r *StatsReader) Queue(ctx context.Context, name string) (*ports.QueueDetai
 		if !exists {
 			return queue.ErrNotFound
 		}
-		stats, err := readQueueStats(ctx, tx, []string{name})
+		stats, err := readQueueStats(ctx, tx, []string{name}, true)
 		if err != nil {
 			return err
 		}
@@ -284,8 +284,9 @@ LEFT JOIN LATERAL unnest(w.queues) AS q(queue) ON true
 WHERE w.status = 'ACTIVE' AND (q.queue IS NULL OR q.queue = ANY($1::text[]))
 GROUP BY q.queue`
 
-// readQueueStats reads the statistics of the queues names, in that order.
-func readQueueStats(ctx context.Context, tx *sqlx.Tx, names []string) ([]ports.QueueStats, error) {
+// readQueueStats reads the statistics of the queues names, in that order,
+// with their totals and rates when withRates.
+func readQueueStats(ctx context.Context, tx *sqlx.Tx, names []string, withRates bool) ([]ports.QueueStats, error) {
 	out := make([]ports.QueueStats, 0, len(names))
 	if len(names) == 0 {
 		return out, nil
@@ -328,13 +329,18 @@ func readQueueStats(ctx context.Context, tx *sqlx.Tx, names []string) ([]ports.Q
 		QueueStatsProjection); err != nil {
 		return nil, fmt.Errorf("queue statistics: %w", err)
 	}
-	totals, err := readTotals(ctx, tx, names)
-	if err != nil {
-		return nil, err
-	}
-	buckets, err := readBuckets(ctx, tx, names, meta.Now)
-	if err != nil {
-		return nil, err
+	var (
+		totals  map[string]ports.QueueTotals
+		buckets map[string][]rateBucket
+		err     error
+	)
+	if withRates {
+		if totals, err = readTotals(ctx, tx, names); err != nil {
+			return nil, err
+		}
+		if buckets, err = readBuckets(ctx, tx, names, meta.Now); err != nil {
+			return nil, err
+		}
 	}
 	for _, c := range rows {
 		q := ports.QueueStats{

@@ -115,7 +115,9 @@ func TestOverviewWeightWithManyQueues(t *testing.T) {
 
 // BenchmarkOverview measures the server time of the overview of 1,000 busy
 // queues (database reads and rendering, gzip included), and apart from it
-// the queue listing it reads (QueueService.Queues, a page of 1,000):
+// the queue listing: as the overview reads it (counts only) and as
+// GET /queues/v1 serves it (with every queue's totals and rate windows),
+// a page of 1,000:
 //
 //	go test -run '^$' -bench Overview -benchtime 20x ./adapters/ui/
 //
@@ -136,15 +138,21 @@ func BenchmarkOverview(b *testing.B) {
 		b.ReportMetric(float64(wire)/1000, "wire_kB")
 		b.ReportMetric(float64(raw)/1000, "html_kB")
 	})
-	b.Run("listing", func(b *testing.B) {
-		qs := application.NewQueueService(outbox.NewStatsReader(db), postgres.NewTxRunner(db))
-		limit := manyQueues
-		start := time.Now()
-		for b.Loop() {
-			p, err := qs.Queues(context.Background(), ports.QueueQuery{Limit: &limit})
-			require.NoError(b, err)
-			require.Len(b, p.Queues, manyQueues)
+	for _, countsOnly := range []bool{true, false} {
+		name := "listing-with-rates"
+		if countsOnly {
+			name = "listing-counts-only"
 		}
-		b.ReportMetric(float64(time.Since(start).Milliseconds())/float64(b.N), "ms/listing")
-	})
+		b.Run(name, func(b *testing.B) {
+			qs := application.NewQueueService(outbox.NewStatsReader(db), postgres.NewTxRunner(db))
+			limit := manyQueues
+			start := time.Now()
+			for b.Loop() {
+				p, err := qs.Queues(context.Background(), ports.QueueQuery{Limit: &limit, CountsOnly: countsOnly})
+				require.NoError(b, err)
+				require.Len(b, p.Queues, manyQueues)
+			}
+			b.ReportMetric(float64(time.Since(start).Milliseconds())/float64(b.N), "ms/listing")
+		})
+	}
 }

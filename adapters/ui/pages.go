@@ -60,7 +60,7 @@ func (h *Handler) overviewData(r *http.Request) (overviewData, error) {
 		seriesDone <- seriesRead{m, err}
 	}()
 	limit := queuePage
-	q := ports.QueueQuery{Limit: &limit}
+	q := ports.QueueQuery{Limit: &limit, CountsOnly: true}
 	if filter != "" {
 		q.Pattern = "*" + filter + "*"
 	}

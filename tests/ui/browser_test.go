@@ -402,6 +402,9 @@ func TestDashboardWithoutAuth(t *testing.T) {
 	h.run(tab, chromedp.Click(chromedp.CSS(`form[action$="/retry"] button`)), chromedp.WaitVisible(chromedp.CSS(`.flash`)))
 	require.Equal(t, "PENDING", h.status(dead))
 	h.run(tab, chromedp.Navigate(h.srv.URL+"/ui/login"), chromedp.WaitVisible(chromedp.CSS(`form.filters`)))
+	// "/ui" as people type it lands on the overview.
+	h.run(tab, chromedp.Navigate(h.srv.URL+"/ui"), chromedp.WaitVisible(chromedp.CSS(`form.filters`)))
+	require.Equal(t, h.srv.URL+"/ui/", h.location(tab))
 
 	victim := h.deadTask("open")
 	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

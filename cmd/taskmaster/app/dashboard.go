@@ -2,6 +2,7 @@ package app
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/jmoiron/sqlx"
 	"go.uber.org/fx"
@@ -53,6 +54,10 @@ func dashboardRoutes(p dashboardParams) ([]httpadapter.Route, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []httpadapter.Route{{Path: ui.Prefix, Prefix: true, Methods: []string{http.MethodGet, http.MethodPost},
-		Handler: h, Access: httpadapter.PublicAccess()}}, nil
+	// "/ui" (no slash), as people type it, goes to the overview.
+	toOverview := http.RedirectHandler(ui.Prefix, http.StatusMovedPermanently)
+	return []httpadapter.Route{
+		{Path: ui.Prefix, Prefix: true, Methods: []string{http.MethodGet, http.MethodPost}, Handler: h, Access: httpadapter.PublicAccess()},
+		{Path: strings.TrimSuffix(ui.Prefix, "/"), Methods: []string{http.MethodGet}, Handler: toOverview, Access: httpadapter.PublicAccess()},
+	}, nil
 }
