@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
 	"time"
 	"unicode/utf8"
 )
@@ -138,32 +137,7 @@ func (c *Client) Attempts(ctx context.Context, id string) ([]Attempt, error) {
 
 // List returns a page of tasks, newest first.
 func (c *Client) List(ctx context.Context, p ListParams) (*TaskPage, error) {
-	q := url.Values{}
-	if p.Queue != "" {
-		q.Set("queue", p.Queue)
-	}
-	if p.Status != "" {
-		q.Set("status", string(p.Status))
-	}
-	if p.Limit != 0 {
-		q.Set("limit", strconv.Itoa(p.Limit))
-	}
-	if p.Cursor != "" {
-		q.Set("cursor", p.Cursor)
-	}
-	var page struct {
-		Tasks      []Task  `json:"tasks"`
-		NextCursor *string `json:"next_cursor"`
-		Truncated  bool    `json:"truncated"`
-	}
-	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/tasks/v1", query: q, out: &page}); err != nil {
-		return nil, err
-	}
-	out := &TaskPage{Tasks: page.Tasks, Truncated: page.Truncated}
-	if page.NextCursor != nil {
-		out.NextCursor = *page.NextCursor
-	}
-	return out, nil
+	return c.ListFiltered(ctx, TaskFilter{Queue: p.Queue, Status: string(p.Status)}, p.Limit, p.Cursor)
 }
 
 // Retry moves a DEAD task back to PENDING (attempts reset). Any other

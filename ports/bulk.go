@@ -19,7 +19,8 @@ type BulkBatchParams struct {
 	// Filter selects the tasks (task.Filter.Matches).
 	Filter task.Filter
 	// Visible, when not nil, restricts to queues matching one of these
-	// patterns (as TaskFilter.Visible).
+	// patterns (apikey.MatchQueue: exact names, or prefixes ending in "*");
+	// an empty, non-nil list matches nothing.
 	Visible []string
 	// After, when not nil, continues after this task id: batches walk the
 	// matching tasks in id order (a listing: in reverse).

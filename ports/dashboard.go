@@ -77,7 +77,7 @@ type DashboardReader interface {
 	// HeldCounts returns how many tasks each worker holds (RUNNING).
 	HeldCounts(ctx context.Context) (map[string]int64, error)
 	// DeadCounts counts the DEAD tasks by queue and dead reason, by queue
-	// then reason; visible as TaskFilter.Visible.
+	// then reason; visible as BulkBatchParams.Visible.
 	DeadCounts(ctx context.Context, visible []string) ([]DeadCount, error)
 }
 

@@ -167,25 +167,6 @@ type ClaimOutcome struct {
 	Truncated bool
 }
 
-// TaskFilter selects tasks for listing. Results are newest first.
-type TaskFilter struct {
-	// Queue, when not empty, restricts to one queue.
-	Queue string
-	// Status, when not empty, restricts to one status.
-	Status task.Status
-	// Limit is the page size.
-	Limit int
-	// After, when not nil, continues after this task id (keyset cursor).
-	After *uuid.UUID
-	// MaxBytes caps the estimated response size of the page (as for
-	// ClaimParams.MaxBytes): always at least one task.
-	MaxBytes int64
-	// Visible, when not nil, restricts to queues matching one of these
-	// patterns (apikey.MatchQueue: exact names, or prefixes ending in "*");
-	// an empty, non-nil list matches nothing.
-	Visible []string
-}
-
 // TaskStore persists tasks.
 type TaskStore interface {
 	// Create inserts the task that fn builds. When the queue already holds a
@@ -237,10 +218,6 @@ type TaskStore interface {
 	// their events. It returns every task it loaded, as fn left it; like
 	// Held's, they carry no payload.
 	UpdateHeld(ctx context.Context, workerID string, fn TaskDecideFunc) ([]*task.Task, error)
-	// List returns a page of tasks, newest first, of at most f.Limit tasks
-	// and f.MaxBytes (truncated: it stopped before f.Limit because of the
-	// byte cap), but at least one task when any matches.
-	List(ctx context.Context, f TaskFilter) (tasks []*task.Task, truncated bool, err error)
 	// CheckJSON returns nil when storage can hold raw as a task's payload or
 	// result, else an error saying why not, fit for the client: valid JSON
 	// that the database cannot store (a \u0000 escape, an unpaired
@@ -471,7 +448,7 @@ type QueueFilter struct {
 	// After, when not empty, continues after this queue name (keyset).
 	After string
 	// Visible, when not nil, restricts to queues matching one of these
-	// patterns (as TaskFilter.Visible).
+	// patterns (as BulkBatchParams.Visible).
 	Visible []string
 	// CountsOnly leaves out each queue's Totals and Rates.
 	CountsOnly bool

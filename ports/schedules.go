@@ -34,7 +34,7 @@ type ScheduleStore interface {
 	Get(ctx context.Context, name string) (*schedule.Schedule, error)
 	// List returns the schedules, by name. visible, when not nil, keeps
 	// those whose task's queue matches one of these patterns (as
-	// TaskFilter.Visible).
+	// BulkBatchParams.Visible).
 	List(ctx context.Context, visible []string) ([]*schedule.Schedule, error)
 	// Update locks the schedule, lets fn decide at the database time, saves
 	// it and records fn's events.

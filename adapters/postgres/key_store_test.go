@@ -175,7 +175,7 @@ func TestListVisibleQueues(t *testing.T) {
 		var ts []*task.Task
 		f.run(func(ctx context.Context, st ports.Stores) error {
 			var err error
-			ts, _, err = st.Tasks.List(ctx, ports.TaskFilter{Limit: 100, Visible: visible})
+			ts, _, err = st.Bulk.Search(ctx, ports.BulkBatchParams{Limit: 100, Visible: visible}, 0)
 			return err
 		})
 		var queues []string

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"math"
 	"sort"
 	"strings"
 	"time"
@@ -312,61 +311,6 @@ func (s *TaskStore) ClaimedUnderEach(ctx context.Context, refs []ports.ClaimRef)
 		}
 	}
 	return out, nil
-}
-
-// List implements ports.TaskStore: newest first by id (UUIDv7 ids are
-// time-ordered), keyset-paginated on the primary key. Of the page's rows it
-// keeps, in order, those whose running sum of estimated response bytes
-// (taskBytesSQL) stays within f.MaxBytes, and always the first; the payloads
-// and results of the rows left out are never read.
-func (s *TaskStore) List(ctx context.Context, f ports.TaskFilter) ([]*task.Task, bool, error) {
-	var (
-		where []string
-		args  []any
-	)
-	if f.Queue != "" {
-		args = append(args, f.Queue)
-		where = append(where, fmt.Sprintf("t.queue = $%d", len(args)))
-	}
-	if f.Status != "" {
-		args = append(args, string(f.Status))
-		where = append(where, fmt.Sprintf("t.status = $%d", len(args)))
-	}
-	if f.After != nil {
-		args = append(args, *f.After)
-		where = append(where, fmt.Sprintf("t.id < $%d", len(args)))
-	}
-	if f.Visible != nil {
-		exact, prefixes := queuePatterns(f.Visible)
-		args = append(args, exact, prefixes)
-		where = append(where, fmt.Sprintf(visibleQueues, len(args)-1, len(args)))
-	}
-	page := `SELECT ` + prefixed("t.", taskColumns) + `, ` + taskBytesSQL + ` AS bytes FROM tasks t`
-	if len(where) > 0 {
-		page += ` WHERE ` + strings.Join(where, " AND ")
-	}
-	maxBytes := f.MaxBytes
-	if maxBytes <= 0 {
-		maxBytes = math.MaxInt64
-	}
-	args = append(args, f.Limit, maxBytes)
-	page += fmt.Sprintf(` ORDER BY t.id DESC LIMIT $%d`, len(args)-1)
-	q := `SELECT ` + taskColumns + `, candidates FROM (
-		SELECT p.*, sum(p.bytes) OVER w AS upto, row_number() OVER w AS n, count(*) OVER () AS candidates
-		FROM (` + page + `) p
-		WINDOW w AS (ORDER BY p.id DESC ROWS UNBOUNDED PRECEDING)
-	) s WHERE s.n = 1 OR s.upto <= ` + fmt.Sprintf("$%d", len(args)) + ` ORDER BY s.id DESC`
-	var rows []countedRow
-	if err := s.st.tx.SelectContext(ctx, &rows, q, args...); err != nil {
-		return nil, false, fmt.Errorf("list tasks: %w", err)
-	}
-	out := make([]*task.Task, len(rows))
-	truncated := false
-	for i := range rows {
-		out[i] = rows[i].toDomain()
-		truncated = rows[i].Candidates > len(rows)
-	}
-	return out, truncated, nil
 }
 
 func prefixed(prefix, columns string) string {

@@ -410,55 +410,6 @@ func TestTaskStoreClaimHonoursTheLimit(t *testing.T) {
 	require.Equal(t, 10, running)
 }
 
-func TestTaskStoreListPagesNewestFirstWithFilters(t *testing.T) {
-	t.Parallel()
-	f := newStoreFixture(t)
-	var all, inA []uuid.UUID // newest first
-	for i := range 25 {
-		q := []string{"a", "b"}[i%2]
-		id := f.submit(task.SubmitParams{Queue: q}).ID()
-		all = append([]uuid.UUID{id}, all...)
-		if q == "a" {
-			inA = append([]uuid.UUID{id}, inA...)
-		}
-	}
-	list := func(flt ports.TaskFilter) []*task.Task {
-		var out []*task.Task
-		f.run(func(ctx context.Context, st ports.Stores) error {
-			var err error
-			out, _, err = st.Tasks.List(ctx, flt)
-			return err
-		})
-		return out
-	}
-	pages := func(flt ports.TaskFilter) (got []uuid.UUID, sizes []int) {
-		for {
-			page := list(flt)
-			sizes = append(sizes, len(page))
-			got = append(got, taskIDs(page)...)
-			if len(page) < flt.Limit {
-				return got, sizes
-			}
-			last := page[len(page)-1].ID()
-			flt.After = &last
-		}
-	}
-
-	got, sizes := pages(ports.TaskFilter{Limit: 10})
-	require.Equal(t, all, got)
-	require.Equal(t, []int{10, 10, 5}, sizes)
-
-	got, _ = pages(ports.TaskFilter{Queue: "a", Limit: 4})
-	require.Equal(t, inA, got)
-
-	f.claim(ports.ClaimParams{Queues: []string{"a"}, Limit: 3}) // the three oldest of a
-	got, _ = pages(ports.TaskFilter{Status: task.StatusRunning, Limit: 2})
-	require.Equal(t, inA[len(inA)-3:], got)
-	got, _ = pages(ports.TaskFilter{Queue: "a", Status: task.StatusPending, Limit: 100})
-	require.Equal(t, inA[:len(inA)-3], got)
-	require.Empty(t, list(ports.TaskFilter{Queue: "none", Limit: 10}))
-}
-
 // ClaimedUnder's SQL and task.Task.ClaimedUnder agree: the store returns
 // exactly the tasks the domain rule picks, among tasks claimed under several
 // workers and request ids, some of which left RUNNING (their request id goes
@@ -497,7 +448,7 @@ func TestTaskStoreClaimedUnderMatchesTheDomainRule(t *testing.T) {
 	var all []*task.Task
 	f.run(func(ctx context.Context, st ports.Stores) error {
 		var err error
-		all, _, err = st.Tasks.List(ctx, ports.TaskFilter{Limit: 100})
+		all, _, err = st.Bulk.Search(ctx, ports.BulkBatchParams{Limit: 100}, 0)
 		return err
 	})
 	require.Len(t, all, 10)

@@ -152,10 +152,6 @@ func (tasks) UpdateHeld(context.Context, string, ports.TaskDecideFunc) ([]*task.
 	return nil, nil
 }
 
-func (tasks) List(context.Context, ports.TaskFilter) ([]*task.Task, bool, error) {
-	return []*task.Task{}, false, nil
-}
-
 func (tasks) CheckJSON(raw json.RawMessage) error {
 	_, err := postgres.JSONStoredSize(raw)
 	return err
