@@ -99,12 +99,16 @@ func hideLeases(ctx context.Context, st ports.Stores, ts []*task.Task) error {
 // whether the request may act as the worker; a request it refuses gets its
 // error in denied. A worker that no request of the batch may act as is
 // refused (with the first refusal) and not touched, so a request that may
-// not act as a worker never refreshes it.
+// not act as a worker never refreshes it. gives (nil: every request) says
+// whether an allowed request is a sign of life; a worker whose allowed
+// requests all give none is only checked (a DEAD one is refused), not
+// touched.
 func signOfLifeFor[Req, Res any](batch []*pending[Req, Res], workerOf func(*pending[Req, Res]) string,
-	allowed func(*pending[Req, Res], *worker.Worker) error, denied map[*pending[Req, Res]]error) ports.WorkerTouchFunc {
+	allowed func(*pending[Req, Res], *worker.Worker) error, gives func(*pending[Req, Res]) bool,
+	denied map[*pending[Req, Res]]error) ports.WorkerTouchFunc {
 	return func(w *worker.Worker, now time.Time) ([]event.Event, bool, error) {
 		var refusal error
-		some := false
+		some, lively := false, false
 		for _, p := range batch {
 			if workerOf(p) != w.ID() {
 				continue
@@ -117,9 +121,13 @@ func signOfLifeFor[Req, Res any](batch []*pending[Req, Res], workerOf func(*pend
 				continue
 			}
 			some = true
+			lively = lively || gives == nil || gives(p)
 		}
 		if !some && refusal != nil {
 			return nil, false, refusal
+		}
+		if some && !lively {
+			return nil, false, w.CanClaim()
 		}
 		return signOfLife(w, now)
 	}

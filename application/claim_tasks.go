@@ -41,8 +41,8 @@ func (s *TaskService) Claim(ctx context.Context, cmd ports.ClaimCommand) (ports.
 		}
 	}
 	if c.wait == 0 {
-		out, _, err := s.claimOnce(ctx, c)
-		return out, err
+		out, err := s.claimOnce(ctx, c)
+		return out.result, err
 	}
 	return s.claimWaiting(ctx, c)
 }
@@ -56,6 +56,9 @@ type claim struct {
 	leaseSeconds int
 	requestID    string
 	maxBytes     int64
+	// again marks a waiting claim's later attempts: they give no sign of
+	// life (the request's first attempt did), so waiting writes nothing.
+	again bool
 }
 
 // claimOf validates cmd: every field it names is checked, absent ones get
@@ -88,65 +91,96 @@ func (s *TaskService) claimOf(cmd ports.ClaimCommand) (claim, error) {
 	return c, v.Err()
 }
 
-// claimWaiting subscribes before the first attempt, so a task submitted
-// between an empty attempt and the wait still wakes it.
+// claimWaiting subscribes before its second attempt, so a task submitted
+// between an empty attempt and the wait still wakes it. It then looks again
+// only when woken (the notifier wakes as many waiters as tasks came, and
+// again when delayed tasks fall due), when polling for a limited queue
+// (ClaimPollInterval), or at the safety interval; those later attempts give
+// no sign of life, so a waiting claim writes nothing.
 func (s *TaskService) claimWaiting(ctx context.Context, cmd claim) (ports.ClaimResult, error) {
 	deadline := time.NewTimer(cmd.wait)
 	defer deadline.Stop()
 	var (
-		wake   <-chan struct{}
-		cancel = func() {}
-		queues []string
+		wait  ports.TaskWait
+		woken bool // this attempt follows a wake-up taken from wait
+		empty = ports.ClaimResult{Tasks: []*task.Task{}}
 	)
+	defer func() {
+		if wait != nil {
+			wait.Close()
+		}
+	}()
 	for {
-		out, claimedFrom, err := s.claimOnce(ctx, cmd)
-		if err != nil || len(out.Tasks) > 0 {
-			cancel()
-			return out, err
+		ans, err := s.claimOnce(ctx, cmd)
+		if err != nil || len(ans.result.Tasks) > 0 {
+			if err != nil && woken {
+				wait.Pass() // the task it was woken for waits for someone else
+			}
+			return ans.result, err
 		}
-		if wake == nil && s.notifier != nil {
-			queues = claimedFrom
-			wake, cancel = s.notifier.Subscribe(queues)
-			defer cancel()
-			// Look once more: a task may have come between the attempt and
-			// the subscription.
-			continue
+		cmd.again = true
+		if wait == nil && s.notifier != nil && !ans.draining {
+			wait = s.notifier.Wait(ports.WaitSpec{Queues: ans.queues, Limit: cmd.limit, Tags: ans.tags})
+			woken = false
+			continue // a task may have come between the attempt and the subscription
 		}
-		poll := time.NewTimer(s.cfg.ClaimPollInterval)
+		var (
+			wake <-chan struct{}
+			next time.Duration
+		)
+		switch {
+		case ans.limited || s.notifier == nil:
+			next = s.cfg.ClaimPollInterval
+		default:
+			// Every waiter of the instance at the same instants: their
+			// attempts share transactions.
+			next = s.cfg.ClaimSafetyInterval - time.Duration(time.Now().UnixNano()%int64(s.cfg.ClaimSafetyInterval))
+		}
+		if wait != nil {
+			wake = wait.C()
+		}
+		poll := time.NewTimer(next)
+		woken = false
 		select {
 		case _, open := <-wake:
 			poll.Stop()
 			if !open { // shutting down: answer at once
-				return ports.ClaimResult{Tasks: []*task.Task{}}, nil
+				return empty, nil
 			}
+			woken = true
 		case <-poll.C:
 		case <-deadline.C:
 			poll.Stop()
-			return ports.ClaimResult{Tasks: []*task.Task{}}, nil
+			return empty, nil
 		case <-ctx.Done():
 			poll.Stop()
-			return ports.ClaimResult{Tasks: []*task.Task{}}, nil
+			return empty, nil
 		}
 	}
 }
 
-// claimAnswer is a claim's answer from its batch, and the queues it looked
-// in (empty: any queue).
+// claimAnswer is a claim's answer from its batch, with what a waiting
+// claim needs to know to wait: the queues it looked in (empty: any queue),
+// its worker's tags, whether one of those queues is limited (notifications
+// do not tell when a token refills or a slot frees), and whether its worker
+// is draining.
 type claimAnswer struct {
-	result ports.ClaimResult
-	queues []string
+	result   ports.ClaimResult
+	queues   []string
+	tags     []string
+	limited  bool
+	draining bool
 }
 
 // claimOnce claims in one transaction, which concurrent claims share
 // (s.claims: one transaction, and one claim statement per set of queues and
-// tags, for every claim that arrived while the previous batch ran), and
-// reports the queues it looked in (empty: any queue).
-func (s *TaskService) claimOnce(ctx context.Context, cmd claim) (ports.ClaimResult, []string, error) {
+// tags, for every claim that arrived while the previous batch ran).
+func (s *TaskService) claimOnce(ctx context.Context, cmd claim) (claimAnswer, error) {
 	out, err := s.claims.do(ctx, cmd)
 	if err != nil {
-		return ports.ClaimResult{}, nil, fmt.Errorf("claim tasks: %w", err)
+		return claimAnswer{}, fmt.Errorf("claim tasks: %w", err)
 	}
-	return out.result, out.queues, nil
+	return out, nil
 }
 
 // claimBatch serves a batch of claims in one transaction.
@@ -180,7 +214,7 @@ func claimInTx(ctx context.Context, st ports.Stores, batch []*pending[claim, cla
 				return err
 			}
 			return pr.CheckQueues(claimQueues(p.req, w))
-		}, denied)
+		}, func(p *pending[claim, claimAnswer]) bool { return !p.req.again }, denied)
 	ws, err := st.Workers.TouchLiveEach(ctx, ids, touch)
 	if err != nil {
 		return err
@@ -205,6 +239,8 @@ func claimInTx(ctx context.Context, st ports.Stores, batch []*pending[claim, cla
 			continue
 		}
 		p.res.queues = claimQueues(p.req, w.Worker)
+		p.res.tags = w.Worker.Tags()
+		p.res.draining = w.Worker.Draining()
 		p.res.result.Tasks = []*task.Task{}
 		if p.req.requestID != "" {
 			refs = append(refs, ports.ClaimRef{WorkerID: p.req.workerID, RequestID: p.req.requestID})
@@ -258,6 +294,7 @@ func claimInTx(ctx context.Context, st ports.Stores, batch []*pending[claim, cla
 		}
 		for i, p := range g.members {
 			p.res.result = ports.ClaimResult{Tasks: outs[i].Tasks, Truncated: outs[i].Truncated}
+			p.res.limited = outs[i].Limited
 		}
 	}
 	return nil

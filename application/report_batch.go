@@ -280,7 +280,7 @@ func reportInTx(ctx context.Context, st ports.Stores, batch []*pending[report, [
 	actAs := func(p *pending[report, []ports.TaskResult], w *worker.Worker) error {
 		return ports.Principal(p.ctx).CheckActAs(w.ID(), w.Owner())
 	}
-	touched, err := st.Workers.TouchEach(ctx, workers, signOfLifeFor(batch, func(p *pending[report, []ports.TaskResult]) string { return p.req.workerID }, actAs, denied))
+	touched, err := st.Workers.TouchEach(ctx, workers, signOfLifeFor(batch, func(p *pending[report, []ports.TaskResult]) string { return p.req.workerID }, actAs, nil, denied))
 	if err != nil {
 		return err
 	}

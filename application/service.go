@@ -29,8 +29,15 @@ const (
 	// MaxClaimWait is the longest a claim may wait for work.
 	MaxClaimWait = 30 * time.Second
 	// DefaultClaimPollInterval is how often a waiting claim looks again
-	// when no notification came (notifications can be lost).
+	// when notifications cannot tell it that a task became claimable: one
+	// of its queues is rate-limited or capped (a token refills, a slot
+	// frees), or there is no notifier.
 	DefaultClaimPollInterval = 500 * time.Millisecond
+	// DefaultClaimSafetyInterval is how often a waiting claim on queues
+	// without limits looks again with no notification: the guard against
+	// a wake-up that went astray (tasks locked by a transaction that then
+	// rolled back, delayed tasks submitted before this instance started).
+	DefaultClaimSafetyInterval = 10 * time.Second
 )
 
 // Config holds the policies the use cases apply.
@@ -39,9 +46,14 @@ type Config struct {
 	Backoff backoff.Policy
 	// Liveness holds the worker silence thresholds.
 	Liveness worker.LivenessConfig
-	// ClaimPollInterval is how often a waiting claim looks again without a
-	// notification (0: DefaultClaimPollInterval).
+	// ClaimPollInterval is how often a waiting claim on a limited queue (or
+	// without a notifier) looks again (0: DefaultClaimPollInterval).
 	ClaimPollInterval time.Duration
+	// ClaimSafetyInterval is how often any other waiting claim looks again
+	// without a notification (0: DefaultClaimSafetyInterval). Waiting
+	// claims of an instance look together, at the same multiples of it, so
+	// they share transactions.
+	ClaimSafetyInterval time.Duration
 	// DefaultLeaseSeconds is the lease of a claim that asks for none (0:
 	// task.DefaultLeaseSeconds).
 	DefaultLeaseSeconds int
@@ -152,6 +164,9 @@ func NewTaskService(tx ports.TxRunner, cfg Config, opts ...TaskServiceOption) *T
 	}
 	if s.cfg.ClaimPollInterval <= 0 {
 		s.cfg.ClaimPollInterval = DefaultClaimPollInterval
+	}
+	if s.cfg.ClaimSafetyInterval <= 0 {
+		s.cfg.ClaimSafetyInterval = DefaultClaimSafetyInterval
 	}
 	s.claims = &combiner[claim, claimAnswer]{run: s.claimBatch, size: s.cfg.batchRequests(), running: s.cfg.concurrentBatches()}
 	s.reports = &combiner[report, []ports.TaskResult]{run: s.reportsBatch, fits: func(batch []*pending[report, []ports.TaskResult], p *pending[report, []ports.TaskResult]) bool {

@@ -96,12 +96,39 @@ type TaskResult struct {
 }
 
 // TaskNotifier tells waiting claims that tasks may have become claimable.
+// It wakes as many waiters as tasks became claimable (not every waiter of
+// the queue), and wakes them again when delayed tasks fall due.
 type TaskNotifier interface {
-	// Subscribe returns a channel that receives (coalesced, never blocking
-	// the sender) when a task may have become claimable in one of queues
-	// (any queue when empty), and a function to unsubscribe. The channel is
-	// closed when the notifier shuts down, so waiters return at once.
-	Subscribe(queues []string) (ch <-chan struct{}, cancel func())
+	// Wait subscribes a waiting claim described by spec.
+	Wait(spec WaitSpec) TaskWait
+}
+
+// WaitSpec describes a waiting claim to the notifier.
+type WaitSpec struct {
+	// Queues the claim takes from; empty means any queue.
+	Queues []string
+	// Limit is the most tasks the claim takes when woken (at least 1): a
+	// wake-up for n tasks wakes waiters until their limits add up to n.
+	Limit int
+	// Tags are the worker's capability tags: a wake-up also wakes one
+	// waiter of each other set of tags waiting on the queue, as the tasks
+	// may need tags that the first waiters lack.
+	Tags []string
+}
+
+// TaskWait is one waiting claim's subscription.
+type TaskWait interface {
+	// C receives (coalesced, never blocking the sender) when tasks may
+	// have become claimable for this waiter. It is closed when the notifier
+	// shuts down, so the waiter returns at once.
+	C() <-chan struct{}
+	// Pass hands a wake-up that this waiter took from C but could not use
+	// (its claim failed or its request ended) to another waiter of its
+	// queues, so the task it was meant for is not left waiting.
+	Pass()
+	// Close ends the subscription; a wake-up not yet taken from C is
+	// passed on.
+	Close()
 }
 
 // ClaimParams select and assign tasks in one claim.
@@ -165,6 +192,10 @@ type ClaimOutcome struct {
 	Tasks []*task.Task
 	// Truncated: the byte cap left candidates unclaimed.
 	Truncated bool
+	// Limited: one of the queues looked in is rate-limited or capped, so
+	// a task may become claimable there without a notification (a token
+	// refills, a slot frees).
+	Limited bool
 }
 
 // TaskStore persists tasks.

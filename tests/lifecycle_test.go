@@ -22,6 +22,7 @@ import (
 	"github.com/taskmaster/taskmaster/domain/apikey"
 	"github.com/taskmaster/taskmaster/domain/schedule"
 	"github.com/taskmaster/taskmaster/domain/task"
+	"github.com/taskmaster/taskmaster/ports"
 )
 
 // runningService is a service under the stress test, with a way to tell
@@ -77,12 +78,12 @@ func everyService(t *testing.T) []runningService {
 			require.Equal(t, http.StatusOK, resp.StatusCode)
 		}},
 		{name: "notifier", svc: notifier, works: func(t *testing.T) {
-			ch, cancel := notifier.Subscribe([]string{"stress"})
-			defer cancel()
+			w := notifier.Wait(ports.WaitSpec{Queues: []string{"stress"}, Limit: 1})
+			defer w.Close()
 			_, err := db.ExecContext(t.Context(), `SELECT pg_notify($1, 'stress')`, postgres.NotifyChannel)
 			require.NoError(t, err)
 			select {
-			case _, open := <-ch:
+			case _, open := <-w.C():
 				require.True(t, open, "a running notifier delivers, it does not close waits")
 			case <-time.After(10 * time.Second):
 				t.Fatal("no wake-up from a restarted notifier")

@@ -512,3 +512,56 @@ func cumulate(buckets []Bucket) (uint64, map[float64]uint64) {
 	}
 	return total, out
 }
+
+// WaitFigures are the waiting claims of one process and the wake-ups its
+// notifier handed out (cumulative), by reason.
+type WaitFigures struct {
+	Waiting                         int64
+	Notified, Due, Everyone, Passed int64
+	DuePending, DueDropped          int64
+}
+
+// ObserveWaits exports the waiting claims of this process, read at scrape
+// time from stats: taskmaster_claims_waiting,
+// taskmaster_claim_wakeups_total{reason}, taskmaster_claim_due_wakeups and
+// taskmaster_claim_due_wakeups_dropped_total. Call it once.
+func (r *Registry) ObserveWaits(stats func() WaitFigures) {
+	r.reg.MustRegister(&waitsCollector{stats: stats})
+}
+
+var (
+	waitingDesc = prometheus.NewDesc(Namespace+"_claims_waiting",
+		"Long-poll claims waiting for work on this instance.", nil, nil)
+	wakeupsDesc = prometheus.NewDesc(Namespace+"_claim_wakeups_total",
+		"Waiting claims woken on this instance: notified (tasks became claimable, one waiter per task), due (delayed tasks fell due), everyone (a queue resumed or loosened, or notifications may have been lost), passed (a woken claim could not use its wake-up).",
+		[]string{"reason"}, nil)
+	dueDesc = prometheus.NewDesc(Namespace+"_claim_due_wakeups",
+		"Wake-ups of delayed tasks this instance holds until they fall due.", nil, nil)
+	dueDroppedDesc = prometheus.NewDesc(Namespace+"_claim_due_wakeups_dropped_total",
+		"Wake-ups of delayed tasks not held for want of room (waiting claims find those tasks by polling).", nil, nil)
+)
+
+// waitsCollector reads the waiting claims' figures at scrape time.
+type waitsCollector struct {
+	stats func() WaitFigures
+}
+
+func (c *waitsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- waitingDesc
+	ch <- wakeupsDesc
+	ch <- dueDesc
+	ch <- dueDroppedDesc
+}
+
+func (c *waitsCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.stats()
+	ch <- prometheus.MustNewConstMetric(waitingDesc, prometheus.GaugeValue, float64(s.Waiting))
+	for _, w := range []struct {
+		reason string
+		n      int64
+	}{{"notified", s.Notified}, {"due", s.Due}, {"everyone", s.Everyone}, {"passed", s.Passed}} {
+		ch <- prometheus.MustNewConstMetric(wakeupsDesc, prometheus.CounterValue, float64(w.n), w.reason)
+	}
+	ch <- prometheus.MustNewConstMetric(dueDesc, prometheus.GaugeValue, float64(s.DuePending))
+	ch <- prometheus.MustNewConstMetric(dueDroppedDesc, prometheus.CounterValue, float64(s.DueDropped))
+}

@@ -135,7 +135,7 @@ func (s *txState) saveDependants(ctx context.Context, ts []*task.Task) error {
 		deadReasons[i] = nullString(string(v.DeadReason))
 		finishedAts[i] = nullTimeText(v.FinishedAt)
 		if v.Status == task.StatusPending {
-			s.notify(v.Queue)
+			s.notify(v.Queue, v.RunAt)
 		}
 	}
 	if _, err := s.tx.ExecContext(ctx, saveDependantsSQL, ids, statuses, blockers,
@@ -243,7 +243,7 @@ func (s *TaskStore) CreateGraph(ctx context.Context, fn ports.TaskGraphFunc) ([]
 	for i, t := range g.Tasks {
 		out[i] = rows[t.ID()].toDomain()
 		if t.Status() == task.StatusPending {
-			s.st.notify(t.Queue())
+			s.st.notify(t.Queue(), t.Snapshot().RunAt)
 		}
 	}
 	s.st.Record(g.Events...)

@@ -1,8 +1,11 @@
 package postgres
 
 import (
+	"container/list"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,17 +22,28 @@ import (
 const NotifyChannel = "taskmaster_tasks"
 
 // Notifier listens on NotifyChannel with one dedicated connection per
-// instance and fans wake-ups out to the claims waiting in this process. It
-// implements ports.TaskNotifier and is a lifecycle.Service.
+// instance and wakes the claims waiting in this process: for a
+// notification of n claimable tasks, the longest-waiting claims of the
+// queue whose limits add up to n (and one of each other set of worker tags),
+// not all of them; for delayed tasks, the same again when they fall due.
+// It implements ports.TaskNotifier and is a lifecycle.Service.
 type Notifier struct {
 	lifecycle.Base
 	url    string
 	conn   ConnConfig
 	logger *zap.Logger
 
-	mu     sync.Mutex
-	subs   map[*subscription]struct{}
-	closed bool
+	mu sync.Mutex
+	// byQueue holds the claims waiting on each queue, any those waiting on
+	// any queue, both in the order they began to wait.
+	byQueue map[string]*waiters
+	any     *waiters
+	waiting int
+	closed  bool
+	stats   WaitStats
+
+	// due holds the wake-ups of delayed tasks; only the loop touches it.
+	due dueWakes
 }
 
 var (
@@ -37,19 +51,49 @@ var (
 	_ lifecycle.Service  = (*Notifier)(nil)
 )
 
+// WaitStats are a notifier's figures: the claims waiting now, the
+// wake-ups it handed out by reason since it was made, and the delayed
+// wake-ups it holds.
+type WaitStats struct {
+	Waiting int64
+	// Notified: tasks became claimable; Due: delayed tasks fell due;
+	// Everyone: a queue was resumed or loosened, or the listening
+	// connection was re-established (notifications may have been lost);
+	// Passed: a waiter passed on a wake-up it could not use.
+	Notified, Due, Everyone, Passed int64
+	// DuePending are the delayed wake-ups held; DueDropped those not
+	// held for want of room (their tasks wait for a poll).
+	DuePending, DueDropped int64
+}
+
+// waiters are the claims waiting on one queue, oldest first, with the
+// number of waiters per set of tags.
+type waiters struct {
+	list list.List
+	tags map[string]int
+}
+
+// subscription is one waiting claim.
 type subscription struct {
-	queues map[string]bool // nil: any queue
+	n      *Notifier
+	queues []string // nil: any queue
+	limit  int
+	tags   string
 	ch     chan struct{}
+	elems  []*list.Element // in n.waitersOf(queues[i]), or n.any
+	gone   bool            // removed from the lists (closed, or the notifier closed waits)
 }
 
 // NewNotifier returns a notifier for the database at url, whose connection
 // is bounded by conn like the pools' (keepalives, TCP user timeout); Start
 // connects it. Until then, and after Stop, waits end at once.
 func NewNotifier(url string, conn ConnConfig, logger *zap.Logger) *Notifier {
-	return &Notifier{url: url, conn: conn, logger: logger, subs: make(map[*subscription]struct{}), closed: true}
+	return &Notifier{url: url, conn: conn, logger: logger, byQueue: map[string]*waiters{}, any: newWaiters(), closed: true}
 }
 
-// Start opens the listening connection and begins fanning out.
+func newWaiters() *waiters { return &waiters{tags: map[string]int{}} }
+
+// Start opens the listening connection and begins waking waiters.
 func (n *Notifier) Start(ctx context.Context) error {
 	return n.StartLoop(ctx, "notifier", func(context.Context) (lifecycle.LoopFunc, error) {
 		l := pq.NewDialListener(n.conn.Dialer(), withParam(n.conn.DSN(n.url), "application_name", NotifierApplicationName), 10*time.Millisecond, 2*time.Second, func(ev pq.ListenerEventType, err error) {
@@ -74,12 +118,15 @@ func (n *Notifier) Start(ctx context.Context) error {
 	})
 }
 
-// loop fans notifications out until ctx ends. pinged holds a token while no
-// ping is in progress.
+// loop wakes waiters until ctx ends. pinged holds a token while no ping is
+// in progress.
 func (n *Notifier) loop(ctx context.Context, l *pq.Listener, pinged chan struct{}) {
 	ping := time.NewTicker(30 * time.Second)
 	defer ping.Stop()
+	due := time.NewTimer(time.Hour)
+	defer due.Stop()
 	for {
+		n.due.arm(due, time.Now())
 		select {
 		case <-ctx.Done():
 			return
@@ -87,10 +134,17 @@ func (n *Notifier) loop(ctx context.Context, l *pq.Listener, pinged chan struct{
 			if note == nil {
 				// The connection was re-established: notifications may have
 				// been lost, so everyone looks again.
-				n.wake("", true)
+				n.wakeEveryone("", true)
 				continue
 			}
-			n.wake(note.Extra, false)
+			n.received(parseWake(note.Extra), time.Now())
+		case now := <-due.C:
+			for _, d := range n.due.popDue(now) {
+				n.wakeCount(d.queue, d.count, &n.stats.Due)
+			}
+			n.mu.Lock()
+			n.stats.DuePending = int64(n.due.len())
+			n.mu.Unlock()
 		case <-ping.C:
 			// Ping makes the listener notice a dead connection; it blocks
 			// for a round trip, so it runs aside, one at a time, and the
@@ -107,44 +161,198 @@ func (n *Notifier) loop(ctx context.Context, l *pq.Listener, pinged chan struct{
 	}
 }
 
-// wake signals the subscriptions interested in queue (all when everyone).
-func (n *Notifier) wake(queue string, everyone bool) {
+// received acts on one notification that arrived at now.
+func (n *Notifier) received(m wakeMessage, now time.Time) {
+	if m.everyone {
+		n.wakeEveryone(m.queue, m.queue == "")
+		return
+	}
+	if m.now > 0 {
+		n.wakeCount(m.queue, m.now, &n.stats.Notified)
+	}
+	for _, d := range m.delays {
+		if !n.due.add(now.Add(d.after), m.queue, d.count) {
+			n.mu.Lock()
+			n.stats.DueDropped++
+			n.mu.Unlock()
+		}
+	}
+	n.mu.Lock()
+	n.stats.DuePending = int64(n.due.len())
+	n.mu.Unlock()
+}
+
+// wakeCount wakes the claims waiting on queue (then those waiting on any
+// queue), oldest first, until their limits add up to count and one of each
+// set of tags is awake. A waiter already woken and not yet looking again
+// counts for its tags, not for the count.
+func (n *Notifier) wakeCount(queue string, count int, counter *int64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for s := range n.subs {
-		if everyone || s.queues == nil || s.queues[queue] {
-			select {
-			case s.ch <- struct{}{}:
-			default: // a wake-up is already pending
+	for _, ws := range []*waiters{n.byQueue[queue], n.any} {
+		if ws == nil {
+			continue
+		}
+		covered := map[string]bool{}
+		for e := ws.list.Front(); e != nil; e = e.Next() {
+			if count <= 0 && len(covered) == len(ws.tags) {
+				break
+			}
+			s := e.Value.(*subscription)
+			if count <= 0 && covered[s.tags] {
+				continue
+			}
+			covered[s.tags] = true
+			if s.signal() {
+				*counter++
+				count -= s.limit
 			}
 		}
 	}
 }
 
-// Subscribe implements ports.TaskNotifier.
-func (n *Notifier) Subscribe(queues []string) (<-chan struct{}, func()) {
-	s := &subscription{ch: make(chan struct{}, 1)}
-	if len(queues) > 0 {
-		s.queues = make(map[string]bool, len(queues))
-		for _, q := range queues {
-			s.queues[q] = true
+// wakeEveryone wakes every claim waiting on queue, or every claim at all.
+func (n *Notifier) wakeEveryone(queue string, all bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	wake := func(ws *waiters) {
+		for e := ws.list.Front(); e != nil; e = e.Next() {
+			if e.Value.(*subscription).signal() {
+				n.stats.Everyone++
+			}
 		}
+	}
+	if all {
+		for _, ws := range n.byQueue {
+			wake(ws)
+		}
+	} else if ws := n.byQueue[queue]; ws != nil {
+		wake(ws)
+	}
+	wake(n.any)
+}
+
+// signal gives s a wake-up unless it holds one; it reports whether it gave.
+func (s *subscription) signal() bool {
+	select {
+	case s.ch <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// Wait implements ports.TaskNotifier.
+func (n *Notifier) Wait(spec ports.WaitSpec) ports.TaskWait {
+	s := &subscription{n: n, limit: max(1, spec.Limit), tags: strings.Join(spec.Tags, "\x00"), ch: make(chan struct{}, 1)}
+	if len(spec.Queues) > 0 {
+		s.queues = slices.Clone(spec.Queues)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
+		s.gone = true
 		close(s.ch)
-		return s.ch, func() {}
+		return s
 	}
-	n.subs[s] = struct{}{}
-	var once sync.Once
-	return s.ch, func() {
-		once.Do(func() {
-			n.mu.Lock()
-			defer n.mu.Unlock()
-			delete(n.subs, s)
-		})
+	if s.queues == nil {
+		s.elems = []*list.Element{n.any.push(s)}
+	} else {
+		s.elems = make([]*list.Element, len(s.queues))
+		for i, q := range s.queues {
+			ws := n.byQueue[q]
+			if ws == nil {
+				ws = newWaiters()
+				n.byQueue[q] = ws
+			}
+			s.elems[i] = ws.push(s)
+		}
 	}
+	n.waiting++
+	return s
+}
+
+func (ws *waiters) push(s *subscription) *list.Element {
+	ws.tags[s.tags]++
+	return ws.list.PushBack(s)
+}
+
+func (ws *waiters) remove(e *list.Element) {
+	s := ws.list.Remove(e).(*subscription)
+	if ws.tags[s.tags]--; ws.tags[s.tags] == 0 {
+		delete(ws.tags, s.tags)
+	}
+}
+
+// C implements ports.TaskWait.
+func (s *subscription) C() <-chan struct{} { return s.ch }
+
+// Pass implements ports.TaskWait: the oldest other waiter of s's queues
+// that holds no wake-up gets one.
+func (s *subscription) Pass() {
+	n := s.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.pass(s)
+}
+
+func (n *Notifier) pass(s *subscription) {
+	lists := []*waiters{n.any}
+	for _, q := range s.queues {
+		if ws := n.byQueue[q]; ws != nil {
+			lists = append(lists, ws)
+		}
+	}
+	for _, ws := range lists {
+		for e := ws.list.Front(); e != nil; e = e.Next() {
+			if o := e.Value.(*subscription); o != s && o.signal() {
+				n.stats.Passed++
+				return
+			}
+		}
+	}
+}
+
+// Close implements ports.TaskWait.
+func (s *subscription) Close() {
+	n := s.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if s.gone {
+		return
+	}
+	s.gone = true
+	n.unlink(s)
+	select {
+	case <-s.ch: // a wake-up it will not use: someone else looks
+		n.pass(s)
+	default:
+	}
+}
+
+// unlink removes s from the lists it waits in.
+func (n *Notifier) unlink(s *subscription) {
+	if s.queues == nil {
+		n.any.remove(s.elems[0])
+	} else {
+		for i, q := range s.queues {
+			ws := n.byQueue[q]
+			ws.remove(s.elems[i])
+			if ws.list.Len() == 0 {
+				delete(n.byQueue, q)
+			}
+		}
+	}
+	n.waiting--
+}
+
+// Stats returns the notifier's figures.
+func (n *Notifier) Stats() WaitStats {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	st := n.stats
+	st.Waiting = int64(n.waiting)
+	return st
 }
 
 // CloseWaits answers every waiting claim at once (their channels close) and
@@ -154,10 +362,18 @@ func (n *Notifier) CloseWaits() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.closed = true
-	for s := range n.subs {
-		close(s.ch)
-		delete(n.subs, s)
+	closeAll := func(ws *waiters) {
+		for e := ws.list.Front(); e != nil; e = e.Next() {
+			s := e.Value.(*subscription)
+			s.gone = true
+			close(s.ch)
+		}
 	}
+	for _, ws := range n.byQueue {
+		closeAll(ws)
+	}
+	closeAll(n.any)
+	n.byQueue, n.any, n.waiting = map[string]*waiters{}, newWaiters(), 0
 }
 
 // Stop answers every waiting claim (CloseWaits), stops listening and waits

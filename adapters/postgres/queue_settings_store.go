@@ -56,7 +56,7 @@ func (s *QueueSettingsStore) Update(ctx context.Context, name string, fn ports.Q
 	}
 	s.st.Record(events...)
 	if queue.Loosens(before, after) {
-		s.st.notify(name)
+		s.st.notifyAll(name)
 	}
 	return after, now, nil
 }

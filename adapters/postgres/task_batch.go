@@ -176,7 +176,9 @@ func (s *TaskStore) CreateMany(ctx context.Context, fn ports.TaskCreateManyFunc)
 			if r, ok := inserted[ts[i].ID()]; ok {
 				out[i], created[i] = r.toDomain(), true
 				recorded = append(recorded, events[i])
-				s.st.notify(r.Queue)
+				if r.Status == string(task.StatusPending) {
+					s.st.notify(r.Queue, r.RunAt)
+				}
 				continue
 			}
 			missing = append(missing, i)
@@ -319,7 +321,7 @@ func saveTasks(ctx context.Context, st *txState, ts []*task.Task) error {
 		requestIDs[i] = nullString(v.ClaimRequestID)
 		snoozes[i] = int64(v.Snoozes)
 		if v.Status == task.StatusPending {
-			st.notify(v.Queue)
+			st.notify(v.Queue, v.RunAt)
 		}
 	}
 	_, err = st.tx.ExecContext(ctx, `

@@ -300,6 +300,11 @@ func (s *TaskStore) ClaimGroup(ctx context.Context, p ports.ClaimGroupParams) ([
 	if err != nil {
 		return nil, err
 	}
+	if lim.limited() {
+		for i := range out {
+			out[i].Limited = true
+		}
+	}
 	if queues = lim.open(queues); len(queues) == 0 {
 		return out, nil
 	}

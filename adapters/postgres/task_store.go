@@ -154,7 +154,9 @@ func (s *TaskStore) Create(ctx context.Context, fn ports.TaskCreateFunc) (*task.
 			nullString(v.UniqueKey), retry.Base, retry.Max, retry.Jitter, nullString(v.GroupKey))
 		if err == nil {
 			s.st.Record(e)
-			s.st.notify(v.Queue)
+			if v.Status == task.StatusPending {
+				s.st.notify(v.Queue, v.RunAt)
+			}
 			return row.toDomain(), true, nil
 		}
 		if err != sql.ErrNoRows {
@@ -209,7 +211,7 @@ func (s *TaskStore) Update(ctx context.Context, id uuid.UUID, fn ports.TaskUpdat
 	}
 	s.st.Record(events...)
 	if t.Status() == task.StatusPending {
-		s.st.notify(t.Queue())
+		s.st.notify(t.Queue(), t.Snapshot().RunAt)
 	}
 	return t, nil
 }

@@ -133,8 +133,10 @@ type txState struct {
 	now    time.Time
 	hasNow bool
 	events []event.Event
-	// wake holds the queues that got claimable tasks in this transaction.
-	wake []string
+	// wake holds what this transaction made claimable, per queue (in
+	// wakeOrder).
+	wake      map[string]*queueWake
+	wakeOrder []string
 	// finished holds the tasks that a save of this transaction moved into
 	// DONE or DEAD and that have dependants, until settleDependants passes
 	// their ends on.
@@ -143,25 +145,49 @@ type txState struct {
 	claimPlanPinned bool
 }
 
-// notify asks for a wake-up of the claims waiting on queue when the
-// transaction commits.
-func (s *txState) notify(queue string) {
-	for _, q := range s.wake {
-		if q == queue {
-			return
-		}
-	}
-	s.wake = append(s.wake, queue)
+// notify counts a task this transaction made PENDING in queue with run_at
+// runAt, to wake as many waiting claims when the transaction commits
+// (again when it falls due, if later).
+func (s *txState) notify(queue string, runAt time.Time) {
+	s.queueWake(queue).add(runAt)
 }
 
-// sendNotifications queues one NOTIFY per queue; PostgreSQL delivers them
-// only if and when the transaction commits, to every instance listening.
+// notifyAll asks every claim waiting on queue to look again when the
+// transaction commits (the queue was resumed or a limit loosened).
+func (s *txState) notifyAll(queue string) {
+	s.queueWake(queue).everyone = true
+}
+
+func (s *txState) queueWake(queue string) *queueWake {
+	w := s.wake[queue]
+	if w == nil {
+		if s.wake == nil {
+			s.wake = map[string]*queueWake{}
+		}
+		w = &queueWake{}
+		s.wake[queue] = w
+		s.wakeOrder = append(s.wakeOrder, queue)
+	}
+	return w
+}
+
+// sendNotifications queues one NOTIFY per queue (see wake.go); PostgreSQL
+// delivers them only if and when the transaction commits, to every instance
+// listening.
 func (s *txState) sendNotifications(ctx context.Context) error {
-	if len(s.wake) == 0 {
+	if len(s.wakeOrder) == 0 {
 		return nil
 	}
-	if _, err := s.tx.ExecContext(ctx, `SELECT pg_notify($1, q) FROM unnest($2::text[]) AS q`,
-		NotifyChannel, pq.StringArray(s.wake)); err != nil {
+	now, err := s.Now(ctx)
+	if err != nil {
+		return err
+	}
+	payloads := make(pq.StringArray, len(s.wakeOrder))
+	for i, q := range s.wakeOrder {
+		payloads[i] = s.wake[q].payload(q, now)
+	}
+	if _, err := s.tx.ExecContext(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`,
+		NotifyChannel, payloads); err != nil {
 		return fmt.Errorf("notify: %w", err)
 	}
 	return nil

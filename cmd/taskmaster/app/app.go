@@ -48,6 +48,7 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 		dashboardOptions(),
 		fx.Invoke(func(*httpadapter.Server) {}),
 		fx.Invoke(observeInFlight),
+		fx.Invoke(observeWaits),
 		fx.Invoke(newPprofServer),
 		reapersModule(),
 		schedulerModule(),
@@ -122,6 +123,17 @@ func observeInFlight(reg *metrics.Registry, srv *httpadapter.Server) {
 	reg.ObserveInFlight(func() (int64, int64, int64) {
 		n := srv.InFlight()
 		return n.Requests, n.Claims, n.BodyBytes
+	})
+}
+
+// observeWaits exports the waiting claims and their wake-ups as metrics.
+func observeWaits(reg *metrics.Registry, n *postgres.Notifier) {
+	reg.ObserveWaits(func() metrics.WaitFigures {
+		s := n.Stats()
+		return metrics.WaitFigures{
+			Waiting: s.Waiting, Notified: s.Notified, Due: s.Due, Everyone: s.Everyone, Passed: s.Passed,
+			DuePending: s.DuePending, DueDropped: s.DueDropped,
+		}
 	})
 }
 
