@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +40,10 @@ type IdleFigures struct {
 	TransactionsPerTask float64 `json:"transactions_per_task"`
 	// WaitersPerQueue is how many workers waited on each queue.
 	WaitersPerQueue int `json:"waiters_per_queue"`
+	// WakeupsPerTask are the waiting claims the server woke per task
+	// (taskmaster_claim_wakeups_total; -1 when the server has no such
+	// metric).
+	WakeupsPerTask float64 `json:"wakeups_per_task"`
 }
 
 // IdleWindow is what a window cost, per second.
@@ -45,8 +52,27 @@ type IdleWindow struct {
 	PostgresCorePct float64 `json:"postgres_core_pct"`
 	WALBytesPerSec  float64 `json:"wal_bytes_per_sec"`
 	CommitsPerSec   float64 `json:"commits_per_sec"`
-	// TupleWritesPerSec are rows inserted, updated and deleted.
-	TupleWritesPerSec float64 `json:"tuple_writes_per_sec"`
+	// TupleWritesPerSec are rows inserted, updated and deleted;
+	// WritesPerSecByTable the same by table (those written to).
+	TupleWritesPerSec   float64            `json:"tuple_writes_per_sec"`
+	WritesPerSecByTable map[string]float64 `json:"writes_per_sec_by_table,omitempty"`
+}
+
+// tableWrites reads the rows inserted, updated and deleted so far by table.
+func tableWrites(ctx context.Context, env *environment) map[string]int64 {
+	if env.db == nil {
+		return nil
+	}
+	var rows []struct {
+		Table  string `db:"relname"`
+		Writes int64  `db:"writes"`
+	}
+	_ = env.db.SelectContext(ctx, &rows, `SELECT relname, n_tup_ins + n_tup_upd + n_tup_del AS writes FROM pg_stat_user_tables`)
+	out := make(map[string]int64, len(rows))
+	for _, r := range rows {
+		out[r.Table] = r.Writes
+	}
+	return out
 }
 
 // dbCounters are cumulative database counters.
@@ -78,35 +104,47 @@ func measureWindow(ctx context.Context, env *environment, d time.Duration) IdleW
 		}
 	}
 	settle()
-	c0, cpu0 := readDBCounters(ctx, env), readCPU(env)
+	c0, cpu0, t0 := readDBCounters(ctx, env), readCPU(env), tableWrites(ctx, env)
 	select {
 	case <-ctx.Done():
 	case <-time.After(d):
 	}
 	settle()
-	c1, cpu1 := readDBCounters(ctx, env), readCPU(env)
+	c1, cpu1, t1 := readDBCounters(ctx, env), readCPU(env), tableWrites(ctx, env)
 	secs := cpu1.at.Sub(cpu0.at).Seconds()
+	var byTable map[string]float64
+	for name, n := range t1 {
+		if n > t0[name] {
+			if byTable == nil {
+				byTable = map[string]float64{}
+			}
+			byTable[name] = round1(float64(n-t0[name]) / secs)
+		}
+	}
 	return IdleWindow{
-		ServerCorePct:     round1((cpu1.server - cpu0.server) * 100 / secs),
-		PostgresCorePct:   round1((cpu1.postgres - cpu0.postgres) * 100 / secs),
-		WALBytesPerSec:    round1(float64(c1.WAL-c0.WAL) / secs),
-		CommitsPerSec:     round1(float64(c1.Commits-c0.Commits) / secs),
-		TupleWritesPerSec: round1(float64(c1.Writes-c0.Writes) / secs),
+		WritesPerSecByTable: byTable,
+		ServerCorePct:       round1((cpu1.server - cpu0.server) * 100 / secs),
+		PostgresCorePct:     round1((cpu1.postgres - cpu0.postgres) * 100 / secs),
+		WALBytesPerSec:      round1(float64(c1.WAL-c0.WAL) / secs),
+		CommitsPerSec:       round1(float64(c1.Commits-c0.Commits) / secs),
+		TupleWritesPerSec:   round1(float64(c1.Writes-c0.Writes) / secs),
 	}
 }
 
 // runIdle measures a window of the server with no worker, then registers
 // --idle-workers workers spread over --idle-queues queues and measures a
 // window with every worker long-polling (wait_ms 30 s; the window,
-// --duration up to 20 s, lies within the first wait and ends before the
-// workers could go stale, so nothing but the waits runs: the workers send no
-// heartbeats, whose cost is one worker-row update each). Then it
+// --duration up to 15 s, starts 11 s after every claim waits and lies
+// within the first wait, so nothing but the waits runs: the workers send no
+// heartbeats, whose cost is one worker-row update each). The 11 s let the
+// first attempts' row counts arrive: an idle PostgreSQL backend publishes
+// its counters up to 10 s late (WAL bytes are counted at once). Then it
 // submits tasks one at a time to one queue each and measures how soon a
 // worker gets each, and how many transactions each task cost.
 func runIdle(ctx context.Context, env *environment, opts Options, mon *monitor, log io.Writer) (Report, error) {
 	const waitMS = 30000
 	workers, queues := opts.IdleWorkers, max(1, opts.IdleQueues)
-	window := min(opts.Duration, 20*time.Second)
+	window := min(opts.Duration, 15*time.Second)
 	a := newAPI(env.api.base, workers+8)
 	prefix := fmt.Sprintf("idle-%d", time.Now().UnixNano())
 	queue := func(i int) string { return fmt.Sprintf("%s-q%d", prefix, i%queues) }
@@ -175,13 +213,13 @@ func runIdle(ctx context.Context, env *environment, opts Options, mon *monitor, 
 	for open.Load() < int64(workers) && ctx.Err() == nil {
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(2 * time.Second) // every claim's first attempt is done: they wait
+	awaitWaiting(ctx, a, workers)
 	fmt.Fprintf(log, "[idle] waiting window (%d long polls open) for %s\n", workers, window)
 	waiting := measureWindow(ctx, env, window)
 
 	const wakeTasks = 100
 	fmt.Fprintf(log, "[idle] submitting %d tasks one at a time\n", wakeTasks)
-	c0 := readDBCounters(ctx, env)
+	c0, w0 := readDBCounters(ctx, env), wakeups(ctx, a)
 	for i := range wakeTasks {
 		p, _ := json.Marshal(stamped{T: time.Now().UnixNano()})
 		if err := a.submit(ctx, submitItem{Queue: queue(i), Payload: p}); err != nil {
@@ -199,7 +237,7 @@ func runIdle(ctx context.Context, env *environment, opts Options, mon *monitor, 
 	if env.db != nil {
 		_, _ = env.db.ExecContext(ctx, `SELECT pg_stat_clear_snapshot()`)
 	}
-	c1 := readDBCounters(ctx, env)
+	c1, w1 := readDBCounters(ctx, env), wakeups(ctx, a)
 	cancel()
 	wg.Wait()
 	close(errs)
@@ -213,15 +251,72 @@ func runIdle(ctx context.Context, env *environment, opts Options, mon *monitor, 
 		Workers: workers, Queues: queues, WaitMS: waitMS, WindowSeconds: window.Seconds(),
 		Quiet: quiet, Waiting: waiting, WakeTasks: wakeTasks, SubmitToClaimMS: lat.percentiles(),
 		TransactionsPerTask: round1(float64(c1.Commits-c0.Commits) / wakeTasks),
+		WakeupsPerTask:      -1,
 		WaitersPerQueue:     (workers + queues - 1) / queues,
+	}
+	if w0 >= 0 && w1 >= 0 {
+		fig.WakeupsPerTask = round1((w1 - w0) / wakeTasks)
 	}
 	return Report{
 		Tasks: wakeTasks, Workers: workers, Finished: wakeTasks,
-		DurationSeconds: round3(2*window.Seconds() + 2),
+		DurationSeconds: round3(2*window.Seconds() + 11),
 		ClaimLatencyMS:  lat.percentiles(),
 		SubmitToClaimMS: &fig.SubmitToClaimMS,
 		Idle:            fig,
 	}, nil
+}
+
+// awaitWaiting returns 11 s after the server reports n claims waiting
+// (taskmaster_claims_waiting: their first attempts done), or after 60 s; a
+// server without that metric (an older binary) gets 2 s, as before it.
+func awaitWaiting(ctx context.Context, a *api, n int) {
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		body, err := a.get(ctx, "/metrics")
+		if err != nil {
+			break
+		}
+		v, found := metricSample(body, "taskmaster_claims_waiting")
+		if !found {
+			time.Sleep(2 * time.Second)
+			return
+		}
+		if v >= float64(n) {
+			time.Sleep(11 * time.Second) // the first attempts' counters arrive
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// wakeups is the server's taskmaster_claim_wakeups_total over every
+// reason, or -1 when it has none.
+func wakeups(ctx context.Context, a *api) float64 {
+	body, err := a.get(ctx, "/metrics")
+	if err != nil {
+		return -1
+	}
+	total, found := 0.0, false
+	for _, reason := range []string{"notified", "due", "everyone", "passed"} {
+		if v, ok := metricSample(body, `taskmaster_claim_wakeups_total{reason="`+reason+`"}`); ok {
+			total, found = total+v, true
+		}
+	}
+	if !found {
+		return -1
+	}
+	return total
+}
+
+// metricSample finds the sample name (as printed) in a Prometheus text page.
+func metricSample(page []byte, name string) (float64, bool) {
+	for _, line := range strings.Split(string(page), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
 }
 
 func printIdle(w io.Writer, f *IdleFigures) {
@@ -231,6 +326,18 @@ func printIdle(w io.Writer, f *IdleFigures) {
 	row := func(name string, x IdleWindow) {
 		fmt.Fprintf(w, "  %-17s server %5.1f %% of a core, postgres %5.1f %%, WAL %8.0f B/s, %6.1f commits/s, %6.1f tuple writes/s\n",
 			name+":", x.ServerCorePct, x.PostgresCorePct, x.WALBytesPerSec, x.CommitsPerSec, x.TupleWritesPerSec)
+		if len(x.WritesPerSecByTable) > 0 {
+			names := make([]string, 0, len(x.WritesPerSecByTable))
+			for t := range x.WritesPerSecByTable {
+				names = append(names, t)
+			}
+			sort.Strings(names)
+			parts := make([]string, len(names))
+			for i, t := range names {
+				parts[i] = fmt.Sprintf("%s %.1f", t, x.WritesPerSecByTable[t])
+			}
+			fmt.Fprintf(w, "  %-17s writes/s by table: %s\n", "", strings.Join(parts, ", "))
+		}
 	}
 	fmt.Fprintf(w, "  idle: %d workers on %d queues (%d per queue), long polls of %d ms, windows of %.0f s\n",
 		f.Workers, f.Queues, f.WaitersPerQueue, f.WaitMS, f.WindowSeconds)
@@ -238,4 +345,7 @@ func printIdle(w io.Writer, f *IdleFigures) {
 	row("all waiting", f.Waiting)
 	fmt.Fprintf(w, "  wake:             %d tasks one at a time: submit to claim p50 %.2f ms p99 %.2f ms; %.1f committed transactions per task\n",
 		f.WakeTasks, f.SubmitToClaimMS.P50, f.SubmitToClaimMS.P99, f.TransactionsPerTask)
+	if f.WakeupsPerTask >= 0 {
+		fmt.Fprintf(w, "                    %.1f waiting claims woken per task (of %d waiting on its queue)\n", f.WakeupsPerTask, f.WaitersPerQueue)
+	}
 }
