@@ -28,6 +28,9 @@ type Options struct {
 	ClaimLimit   int
 	BacklogTasks int
 	Rate         int
+	// SingleRate paces the single scenario's workers to this many tasks
+	// per second (0: as fast as they go).
+	SingleRate   int
 	Duration     time.Duration
 	URL          string
 	DatabaseURL  string
@@ -161,6 +164,7 @@ func parseOptions(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.BatchSize, "batch-size", 500, "tasks per submit batch")
 	fs.IntVar(&o.ClaimLimit, "claim-limit", 100, "tasks per claim in the batch scenario")
 	fs.IntVar(&o.Rate, "rate", 200, "tasks per second in the latency scenario")
+	fs.IntVar(&o.SingleRate, "single-rate", 0, "pace the single scenario to this many tasks per second (0: as fast as possible), e.g. half its full-speed figure for latency below saturation")
 	fs.DurationVar(&o.Duration, "duration", 20*time.Second, "length of the latency scenario and of the backlog measurement")
 	fs.StringVar(&o.URL, "url", "", "target a running server instead of starting one")
 	fs.StringVar(&o.DatabaseURL, "database-url", "", "with --url: the server's database, for lag and size figures")
@@ -433,7 +437,16 @@ func runSingle(ctx context.Context, env *environment, opts Options, mon *monitor
 		return fmt.Sprintf("completed %d/%d (%.0f tasks/s)", completed.Load(), n, float64(completed.Load())/time.Since(start).Seconds())
 	})
 	defer close(stop)
-	if err := drain(ctx, env.api, queue, int64(n), workers, 1, true, claims, completes, &completed); err != nil {
+	drained := func() error {
+		return drain(ctx, env.api, queue, int64(n), workers, 1, true, claims, completes, &completed)
+	}
+	if opts.SingleRate > 0 {
+		fmt.Fprintf(log, "[single] paced at %d tasks/s\n", opts.SingleRate)
+		drained = func() error {
+			return drainPaced(ctx, env.api, queue, int64(n), workers, opts.SingleRate, claims, completes, &completed)
+		}
+	}
+	if err := drained(); err != nil {
 		return Report{}, err
 	}
 	el := time.Since(start)
