@@ -152,7 +152,7 @@ func (s *Server) withAuth(next http.Handler) http.Handler {
 			return
 		}
 		ctx := ports.WithPrincipal(r.Context(), key)
-		ctx = context.WithValue(ctx, loggerKey{}, loggerFrom(ctx).With(zap.Stringer("key_id", key.ID())))
+		ctx = context.WithValue(ctx, loggerKey{}, requestLogFrom(ctx).with(zap.Stringer("key_id", key.ID())))
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }

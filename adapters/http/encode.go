@@ -156,6 +156,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func writeJSONType(w http.ResponseWriter, status int, contentType string, v any) {
 	w.Header().Set("Content-Type", contentType)
 	w.WriteHeader(status)
+	switch v := v.(type) {
+	case TaskJSON:
+		if writeAppended(w, taskBody{&v}) {
+			return
+		}
+	case jsonAppender:
+		if writeAppended(w, v) {
+			return
+		}
+	}
 	enc := json.NewEncoder(w)
 	// JSON for API clients, not for embedding in HTML: escaping <, > and &
 	// as \u003c... would make a payload up to six times its stored size,

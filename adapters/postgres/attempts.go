@@ -46,21 +46,21 @@ func insertAttempts(ctx context.Context, st *txState, as []task.Attempt) error {
 		ids      = make(pq.StringArray, n)
 		numbers  = make(pq.Int64Array, n)
 		workers  = make(pq.StringArray, n)
-		claimed  = make([]time.Time, n)
-		finished = make([]time.Time, n)
+		claimed  = make(pq.StringArray, n)
+		finished = make(pq.StringArray, n)
 		outcomes = make(pq.StringArray, n)
 		errs     = make([]sql.NullString, n)
 	)
 	for i, a := range as {
-		ids[i], numbers[i], workers[i], claimed[i], outcomes[i] = a.TaskID.String(), int64(a.Number), a.WorkerID, a.ClaimedAt, string(a.Outcome)
+		ids[i], numbers[i], workers[i], claimed[i], outcomes[i] = a.TaskID.String(), int64(a.Number), a.WorkerID, timeText(a.ClaimedAt), string(a.Outcome)
 		if a.FinishedAt == nil {
 			return fmt.Errorf("save attempt %d of task %s: it has not ended", a.Number, a.TaskID)
 		}
-		finished[i] = *a.FinishedAt
+		finished[i] = timeText(*a.FinishedAt)
 		errs[i] = nullString(a.Error)
 	}
 	if _, err := st.tx.ExecContext(ctx, insertAttemptsSQL, ids, numbers, workers,
-		pq.Array(claimed), pq.Array(finished), outcomes, pq.Array(errs)); err != nil {
+		claimed, finished, outcomes, nullTexts(errs)); err != nil {
 		return fmt.Errorf("save attempts: %w", err)
 	}
 	return nil

@@ -133,12 +133,11 @@ func newTaskArraysOf(ts []*task.Task) (newTaskArrays, error) {
 // rows inserted by id (an item that gave way to an idempotency or unique key
 // is missing).
 func (a newTaskArrays) insert(ctx context.Context, tx sqlx.QueryerContext, now time.Time) (map[uuid.UUID]*taskRow, error) {
-	var rows []taskRow
-	err := sqlx.SelectContext(ctx, tx, &rows, insertTasksSQL,
-		a.ids, a.queues, a.priorities, pq.Array(a.payloads), a.tags, a.maxAtt,
-		pq.Array(a.deadlines), a.runAts, pq.Array(a.keys), now, pq.Array(a.sizes),
-		pq.Array(a.ukeys), pq.Array(a.bases), pq.Array(a.maxes), pq.Array(a.jitters),
-		a.statuses, pq.Array(a.blockers), a.dependants, pq.Array(a.deadReasons), pq.Array(a.finishedAts), pq.Array(a.groups))
+	rows, err := selectRows(ctx, tx, taskRowFields, insertTasksSQL,
+		a.ids, a.queues, a.priorities, nullTexts(a.payloads), a.tags, a.maxAtt,
+		nullTexts(a.deadlines), a.runAts, nullTexts(a.keys), now, nullInts(a.sizes),
+		nullTexts(a.ukeys), nullFloats(a.bases), nullFloats(a.maxes), nullTexts(a.jitters),
+		a.statuses, nullInts(a.blockers), a.dependants, nullTexts(a.deadReasons), nullTexts(a.finishedAts), nullTexts(a.groups))
 	if err != nil {
 		return nil, fmt.Errorf("insert tasks: %w", err)
 	}
@@ -226,9 +225,8 @@ func (s *TaskStore) insertMany(ctx context.Context, ts []*task.Task, idx []int, 
 
 // UpdateEach implements ports.TaskStore.
 func (s *TaskStore) UpdateEach(ctx context.Context, ids []uuid.UUID, fn ports.TaskUpdateEachFunc) ([]ports.TaskResult, error) {
-	var rows []taskRowNow
 	// Lock in id order so concurrent batches cannot deadlock each other.
-	err := s.st.tx.SelectContext(ctx, &rows, `
+	rows, err := selectRows(ctx, s.st.tx, taskRowNowFields, `
 		SELECT `+taskColumns+`, now() AS db_now FROM tasks WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`, uuidArray(ids))
 	if err != nil {
 		return nil, fmt.Errorf("lock tasks: %w", err)
@@ -339,10 +337,10 @@ func saveTasks(ctx context.Context, st *txState, ts []*task.Task) error {
 				claimed_at, finished_at, updated_at, lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id,
 				result_bytes, snoozes)
 		WHERE t.id = u.id`,
-		ids, statuses, attempts, pq.Array(workers), pq.Array(leases), pq.Array(lastErrors),
-		pq.Array(deadReasons), pq.Array(results), runAts, pq.Array(claimedAts),
-		pq.Array(finishedAts), updatedAts, pq.Array(leaseSecs), pq.Array(leaseEnds), pq.Array(cancelAts), pq.Array(requestIDs),
-		pq.Array(resultSizes), snoozes)
+		ids, statuses, attempts, nullTexts(workers), nullTexts(leases), nullTexts(lastErrors),
+		nullTexts(deadReasons), nullTexts(results), runAts, nullTexts(claimedAts),
+		nullTexts(finishedAts), updatedAts, nullInts(leaseSecs), nullTexts(leaseEnds), nullTexts(cancelAts), nullTexts(requestIDs),
+		nullInts(resultSizes), snoozes)
 	if err != nil {
 		return fmt.Errorf("save tasks: %w", err)
 	}

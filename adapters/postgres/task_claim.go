@@ -308,7 +308,7 @@ func (s *TaskStore) ClaimGroup(ctx context.Context, p ports.ClaimGroupParams) ([
 	if queues = lim.open(queues); len(queues) == 0 {
 		return out, nil
 	}
-	args := []any{workers, limits, secs, pq.Array(requests), caps, total, tags}
+	args := []any{workers, limits, secs, nullTexts(requests), caps, total, tags}
 	shape := claimShape{queues: len(queues), tagged: len(tags) > 0}
 	if lim.limited() {
 		ids, err := s.planClaim(ctx, lim, queues, tags, total)
@@ -325,8 +325,8 @@ func (s *TaskStore) ClaimGroup(ctx context.Context, p ports.ClaimGroupParams) ([
 			args = append(args, q)
 		}
 	}
-	var rows []claimedRow
-	if err := s.st.tx.SelectContext(ctx, &rows, claimSQL(shape), args...); err != nil {
+	rows, err := selectRows(ctx, s.st.tx, claimedRowFields, claimSQL(shape), args...)
+	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
 	if err := s.takeTokens(ctx, lim, rows); err != nil {
