@@ -106,6 +106,9 @@ func (r *Router) handle(msg *message.Message) error {
 func (r *Router) Start(ctx context.Context) error {
 	var router *message.Router
 	ended := make(chan error, 1)
+	// stopped is this run's own flag: r.closing is reset by the next
+	// Start, which may begin as soon as a concurrent Stop ended this run.
+	stopped := new(atomic.Bool)
 	err := r.StartLoop(ctx, "outbox router", func(context.Context) (lifecycle.LoopFunc, error) {
 		var err error
 		if router, err = r.build(); err != nil {
@@ -119,6 +122,7 @@ func (r *Router) Start(ctx context.Context) error {
 			defer cancel()
 			go func() {
 				<-ctx.Done()
+				stopped.Store(true)
 				r.closing.Store(true)
 				if err := router.Close(); err != nil {
 					r.logger.Warn("close outbox router", zap.Error(err))
@@ -136,7 +140,7 @@ func (r *Router) Start(ctx context.Context) error {
 	case <-router.Running():
 		return nil
 	case err := <-ended:
-		if r.closing.Load() {
+		if stopped.Load() {
 			return nil // a concurrent Stop ended the run it started
 		}
 		_ = r.Stop(context.Background())
