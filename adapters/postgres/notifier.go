@@ -80,7 +80,7 @@ type subscription struct {
 	limit  int
 	tags   string
 	ch     chan struct{}
-	elems  []*list.Element // in n.waitersOf(queues[i]), or n.any
+	elems  []*list.Element // in n.byQueue[queues[i]], or in n.any
 	gone   bool            // removed from the lists (closed, or the notifier closed waits)
 }
 
