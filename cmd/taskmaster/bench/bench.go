@@ -314,7 +314,7 @@ func produceItems(ctx context.Context, a *api, n, producers, batch int, item fun
 // drain runs workers that claim up to limit tasks and complete them until
 // n completions were counted or stop closes. single uses the one-task
 // endpoints. Claim latencies go to claims.
-func drain(ctx context.Context, a *api, queue string, n int64, workers, limit int, single bool,
+func drain(ctx context.Context, a *api, queue string, n int64, workers, limit int, single bool, pace <-chan struct{},
 	claims, completes *recorder, completed *atomic.Int64) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -330,6 +330,13 @@ func drain(ctx context.Context, a *api, queue string, n int64, workers, limit in
 				return
 			}
 			for completed.Load() < n && ctx.Err() == nil {
+				if pace != nil { // one claim per tick (see paceAt)
+					select {
+					case <-ctx.Done():
+						return
+					case <-pace:
+					}
+				}
 				t0 := time.Now()
 				tasks, err := a.claim(ctx, id, queue, limit, 1000)
 				if err != nil {
@@ -383,7 +390,7 @@ func produceAndDrain(ctx context.Context, env *environment, opts Options, queue 
 		perr = produce(ctx, env.api, queue, n, opts.Producers, opts.BatchSize, submitted)
 		submitDone = time.Now()
 	}()
-	werr := drain(ctx, env.api, queue, int64(n), opts.Workers, opts.ClaimLimit, false, claims, nil, completed)
+	werr := drain(ctx, env.api, queue, int64(n), opts.Workers, opts.ClaimLimit, false, nil, claims, nil, completed)
 	pwg.Wait()
 	return submitDone, errors.Join(perr, werr)
 }
@@ -437,16 +444,14 @@ func runSingle(ctx context.Context, env *environment, opts Options, mon *monitor
 		return fmt.Sprintf("completed %d/%d (%.0f tasks/s)", completed.Load(), n, float64(completed.Load())/time.Since(start).Seconds())
 	})
 	defer close(stop)
-	drained := func() error {
-		return drain(ctx, env.api, queue, int64(n), workers, 1, true, claims, completes, &completed)
-	}
+	var pace <-chan struct{}
 	if opts.SingleRate > 0 {
 		fmt.Fprintf(log, "[single] paced at %d tasks/s\n", opts.SingleRate)
-		drained = func() error {
-			return drainPaced(ctx, env.api, queue, int64(n), workers, opts.SingleRate, claims, completes, &completed)
-		}
+		pctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		pace = paceAt(pctx, opts.SingleRate)
 	}
-	if err := drained(); err != nil {
+	if err := drain(ctx, env.api, queue, int64(n), workers, 1, true, pace, claims, completes, &completed); err != nil {
 		return Report{}, err
 	}
 	el := time.Since(start)
@@ -485,7 +490,7 @@ func runBacklog(ctx context.Context, env *environment, opts Options, mon *monito
 		go progress(log, "backlog", mon, stop, func() string {
 			return fmt.Sprintf("%s: claimed+completed %d (%.0f/s)", queue, completed.Load(), float64(completed.Load())/time.Since(start).Seconds())
 		})
-		err := drain(mctx, env.api, queue, int64(preload), workers, 1, true, claims, nil, &completed)
+		err := drain(mctx, env.api, queue, int64(preload), workers, 1, true, nil, claims, nil, &completed)
 		close(stop)
 		if err != nil && mctx.Err() == nil {
 			return Percentiles{}, 0, err
