@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -156,15 +155,9 @@ func runQueuePurge(ctx context.Context, args []string, io IO) error {
 	fs.StringVar(&status, "status", "", "PENDING (default) or DEAD")
 	fs.BoolVar(&dry, "dry-run", false, "count the tasks, remove nothing")
 	fs.BoolVar(&wai, "wait", false, "follow a background purge until it is done")
-	positional, err := parseInterspersed(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
-	if err != nil {
-		return &usageError{msg: err.Error()}
-	}
-	if len(positional) != 1 {
-		return usagef("%s", queuePurgeUsage)
+	positional, done, err := parseArgs(fs, args, 1, queuePurgeUsage)
+	if done || err != nil {
+		return err
 	}
 	c, err := client.New(url, client.WithUserAgent("taskmaster-cli/1"), client.WithAPIKey(io.Getenv(client.EnvAPIKey)))
 	if err != nil {

@@ -180,6 +180,23 @@ func (e *plainError) Unwrap() error { return e.err }
 
 // parseInterspersed parses flags wherever they appear among the positional
 // arguments (`get ID --json` as well as `get --json ID`); "--" ends flags.
+// parseArgs parses args with parseInterspersed and requires nargs
+// positional arguments (else a usage error showing usage). done reports a
+// -h that was answered: the command has nothing more to do.
+func parseArgs(fs *flag.FlagSet, args []string, nargs int, usage string) (positional []string, done bool, err error) {
+	positional, err = parseInterspersed(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil, true, nil
+	}
+	if err != nil {
+		return nil, false, &usageError{msg: err.Error()}
+	}
+	if len(positional) != nargs {
+		return nil, false, usagef("%s", usage)
+	}
+	return positional, false, nil
+}
+
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var positional []string
 	for {

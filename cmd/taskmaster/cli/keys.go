@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -89,15 +88,9 @@ func runKeys(ctx context.Context, args []string, io IO) error {
 	default:
 		return usagef("unknown keys command %q\n%s", sub, keysUsage)
 	}
-	positional, err := parseInterspersed(fs, args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
-	if err != nil {
-		return &usageError{msg: err.Error()}
-	}
-	if len(positional) != nargs {
-		return usagef("%s", keysUsage)
+	positional, done, err := parseArgs(fs, args[1:], nargs, keysUsage)
+	if done || err != nil {
+		return err
 	}
 	store, err := openKeyStore(ctx, f, io)
 	if err != nil {

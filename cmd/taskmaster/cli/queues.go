@@ -77,15 +77,9 @@ func runQueue(ctx context.Context, args []string, io IO) error {
 	default:
 		return usagef("unknown queue command %q\n%s", sub, queueUsage)
 	}
-	positional, err := parseInterspersed(fs, args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
-	if err != nil {
-		return &usageError{msg: err.Error()}
-	}
-	if len(positional) != nargs {
-		return usagef("%s", queueUsage)
+	positional, done, err := parseArgs(fs, args[1:], nargs, queueUsage)
+	if done || err != nil {
+		return err
 	}
 	fs.Visit(func(fl *flag.Flag) {
 		switch fl.Name {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"time"
@@ -103,15 +102,9 @@ func runSchedule(ctx context.Context, args []string, io IO) error {
 	default:
 		return usagef("unknown schedule command %q\n%s", sub, scheduleUsage)
 	}
-	positional, err := parseInterspersed(fs, args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
-	if err != nil {
-		return &usageError{msg: err.Error()}
-	}
-	if len(positional) != nargs {
-		return usagef("%s", scheduleUsage)
+	positional, done, err := parseArgs(fs, args[1:], nargs, scheduleUsage)
+	if done || err != nil {
+		return err
 	}
 	c, err := client.New(f.url, client.WithUserAgent("taskmaster-cli/1"), client.WithAPIKey(io.Getenv(client.EnvAPIKey)))
 	if err != nil {
