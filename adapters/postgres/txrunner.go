@@ -178,9 +178,15 @@ func (s *txState) sendNotifications(ctx context.Context) error {
 	if len(s.wakeOrder) == 0 {
 		return nil
 	}
-	now, err := s.Now(ctx)
-	if err != nil {
-		return err
+	var now time.Time // read only when a run_at must be compared with it
+	for _, q := range s.wakeOrder {
+		if w := s.wake[q]; len(w.later) > 0 && !w.everyone {
+			var err error
+			if now, err = s.Now(ctx); err != nil {
+				return err
+			}
+			break
+		}
 	}
 	payloads := make(pq.StringArray, len(s.wakeOrder))
 	for i, q := range s.wakeOrder {
