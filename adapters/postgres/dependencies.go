@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 
@@ -125,8 +124,8 @@ func (s *txState) saveDependants(ctx context.Context, ts []*task.Task) error {
 		ids         = make(pq.StringArray, n)
 		statuses    = make(pq.StringArray, n)
 		blockers    = make(pq.Int64Array, n)
-		deadReasons = make([]sql.NullString, n)
-		finishedAts = make([]sql.NullString, n)
+		deadReasons = make(nullTexts, n)
+		finishedAts = make(nullTexts, n)
 		updatedAts  = make(pq.StringArray, n)
 	)
 	for i, t := range ts {
@@ -139,7 +138,7 @@ func (s *txState) saveDependants(ctx context.Context, ts []*task.Task) error {
 		}
 	}
 	if _, err := s.tx.ExecContext(ctx, saveDependantsSQL, ids, statuses, blockers,
-		pq.Array(deadReasons), pq.Array(finishedAts), updatedAts); err != nil {
+		deadReasons, finishedAts, updatedAts); err != nil {
 		return fmt.Errorf("save dependants: %w", err)
 	}
 	return s.saved(ctx, ts...)

@@ -50,8 +50,8 @@ var existingSQL = `
 // idempotency key or unique key names (see existingSQL), or nil.
 func (s *TaskStore) existing(ctx context.Context, ts []*task.Task) ([]*task.Task, error) {
 	queues := make(pq.StringArray, len(ts))
-	ikeys := make([]sql.NullString, len(ts))
-	ukeys := make([]sql.NullString, len(ts))
+	ikeys := make(nullTexts, len(ts))
+	ukeys := make(nullTexts, len(ts))
 	for i, t := range ts {
 		v := t.Snapshot()
 		queues[i], ikeys[i], ukeys[i] = v.Queue, nullString(v.IdempotencyKey), nullString(v.UniqueKey)
@@ -60,7 +60,7 @@ func (s *TaskStore) existing(ctx context.Context, ts []*task.Task) ([]*task.Task
 		I int `db:"i"`
 		taskRow
 	}
-	if err := s.st.tx.SelectContext(ctx, &rows, existingSQL, queues, pq.Array(ikeys), pq.Array(ukeys)); err != nil {
+	if err := s.st.tx.SelectContext(ctx, &rows, existingSQL, queues, ikeys, ukeys); err != nil {
 		return nil, fmt.Errorf("load tasks by idempotency or unique key: %w", err)
 	}
 	out := make([]*task.Task, len(ts))
