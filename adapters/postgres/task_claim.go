@@ -191,17 +191,29 @@ func claimSQL(s claimShape) string {
 // claimPlanSettings pin the claim statement's plan for the transaction:
 // a generic plan (planned once per connection; for a custom plan PostgreSQL
 // spends about as long planning the statement as running it), built with
-// bitmap and sequential scans off, run without JIT compilation. A queue that
-// filled up since the last ANALYZE is undercounted, and the planner then
-// prefers to sort every pending row of the queue (1.7 s per claim on a fresh
-// 1M backlog instead of a few ms) over walking the claim index. The generic
-// plan does not know the limit ($6) and costs the statement as if it read a
-// tenth of the table: on a large backlog that passes jit_above_cost and the
-// optimize and inline thresholds, and compiling the plan, at every
-// execution, took ~3 s per claim of one task on a 1M backlog.
+// bitmap and sequential scans and explicit sorts off, run without JIT
+// compilation.
+//
+// Without statistics (a queue that filled up since the last ANALYZE, a
+// table never analyzed) every index on the queue looks as cheap for the
+// one row the planner expects, and it prefers sorting every pending row of
+// the queue (1.7 s per claim on a fresh 1M backlog) to walking the claim
+// index, whether through a sequential or bitmap scan or through another
+// index on the queue that happens to be smaller (tasks_group_rank: 25-50 ms
+// per claim of 5 on a 12k queue in the single scenario; the claim index,
+// which no claim walked then, also kept every dead entry of its head until
+// a vacuum). With sorts costed as disabled, an index scan that yields the
+// claim order wins wherever one exists; the statement's other sorts (the
+// window functions over the few locked rows, a planned claim's candidates)
+// have no sort-free alternative and keep their plans.
+//
+// The generic plan does not know the limit ($6) and costs the statement as
+// if it read a tenth of the table: on a large backlog that passes
+// jit_above_cost and the optimize and inline thresholds, and compiling the
+// plan, at every execution, took ~3 s per claim of one task on a 1M backlog.
 const claimPlanSettings = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
 	set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true),
-	set_config('jit', 'off', true)`
+	set_config('enable_sort', 'off', true), set_config('jit', 'off', true)`
 
 // claimQueuesSQL lists the queues that have PENDING tasks, with the claim
 // order of their first: a loose index scan of tasks_claim, one descent per
