@@ -53,6 +53,9 @@ type Options struct {
 	Auth    bool
 	APIKey  string
 	Streams int
+	// PGSettings are server settings of the benchmark's own PostgreSQL
+	// (--pg-set), over its defaults, to measure a setting's effect.
+	PGSettings map[string]string
 }
 
 // Report is one scenario's result. The JSON field names are a contract
@@ -180,8 +183,22 @@ func parseOptions(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.IdleQueues, "idle-queues", 10, "queues the idle scenario's workers wait on")
 	fs.BoolVar(&o.Auth, "auth", false, "serve with API keys on (TASKMASTER_AUTH=on); the benchmark makes and sends its own key")
 	fs.StringVar(&o.APIKey, "api-key", os.Getenv("TASKMASTER_API_KEY"), "with --url: the API key to send (needs produce, work and read)")
+	fs.Func("pg-set", "with the benchmark's own PostgreSQL: set a server setting, name=value (repeatable), e.g. autovacuum_naptime=5s", func(v string) error {
+		name, value, ok := strings.Cut(v, "=")
+		if !ok || strings.TrimSpace(name) == "" {
+			return fmt.Errorf("want name=value, got %q", v)
+		}
+		if o.PGSettings == nil {
+			o.PGSettings = map[string]string{}
+		}
+		o.PGSettings[strings.TrimSpace(name)] = value
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if o.URL != "" && len(o.PGSettings) > 0 {
+		return o, errors.New("--pg-set applies to the benchmark's own PostgreSQL, not to --url")
 	}
 	for _, s := range strings.Split(*scenario, ",") {
 		s = strings.TrimSpace(s)
