@@ -1,0 +1,25 @@
+package bench
+
+import (
+	"io"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestPGSetOverridesTheBenchDatabaseSettings(t *testing.T) {
+	o, err := parseOptions([]string{"--pg-set", "autovacuum_naptime=5s", "--pg-set", "shared_buffers=1GB", "--pg-set", "work_mem="}, io.Discard)
+	require.NoError(t, err)
+	s := serverSettings(o)
+	require.Equal(t, "5s", s["autovacuum_naptime"])
+	require.Equal(t, "1GB", s["shared_buffers"], "over the bench's own default")
+	require.Equal(t, "4GB", s["max_wal_size"], "defaults not named stay")
+	require.Contains(t, s, "work_mem")
+
+	_, err = parseOptions([]string{"--pg-set", "autovacuum_naptime"}, io.Discard)
+	require.ErrorContains(t, err, "want name=value")
+	_, err = parseOptions([]string{"--pg-set", "=5s"}, io.Discard)
+	require.ErrorContains(t, err, "want name=value")
+	_, err = parseOptions([]string{"--url", "http://localhost:8080", "--pg-set", "jit=off"}, io.Discard)
+	require.ErrorContains(t, err, "not to --url")
+}
