@@ -201,6 +201,25 @@ func (h *harness) stageHistory() {
 
 func (h *harness) status(id string) string { return string(h.admin.Get(id).Status) }
 
+// crossSiteRetryRefused has a page on another origin post a retry of a new
+// DEAD task of queue to the dashboard, with the browser's cookie and a
+// guessed token, and requires it refused with the task unchanged; it
+// returns the task's id.
+func (h *harness) crossSiteRetryRefused(tab context.Context, queue string) string {
+	h.t.Helper()
+	victim := h.deadTask(queue)
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprintf(w, `<form id="f" method="post" action="%s/ui/tasks/%s/retry"><input name="csrf" value="guess"></form>
+			<script>document.getElementById("f").submit()</script>`, h.srv.URL, victim)
+	}))
+	defer evil.Close()
+	h.run(tab, chromedp.Navigate(evil.URL), chromedp.WaitVisible(chromedp.CSS(`p.error`)))
+	require.Contains(h.t, h.text(tab, "p.error"), "Refused")
+	require.Equal(h.t, "DEAD", h.status(victim))
+	return victim
+}
+
 // The dashboard with authentication on: login, live overview, task page,
 // retry, bulk cancel after confirmation, a read key that cannot act, and a
 // cross-site form refused.
@@ -341,16 +360,7 @@ func TestDashboard(t *testing.T) {
 
 	// A cross-site form (a page on another origin posting to the
 	// dashboard with the browser's cookie) is refused, and nothing changes.
-	victim := h.deadTask("emails")
-	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/html")
-		fmt.Fprintf(w, `<form id="f" method="post" action="%s/ui/tasks/%s/retry"><input name="csrf" value="guess"></form>
-			<script>document.getElementById("f").submit()</script>`, h.srv.URL, victim)
-	}))
-	defer evil.Close()
-	h.run(tab, chromedp.Navigate(evil.URL), chromedp.WaitVisible(chromedp.CSS(`p.error`)))
-	require.Contains(t, h.text(tab, "p.error"), "Refused")
-	require.Equal(t, "DEAD", h.status(victim))
+	victim := h.crossSiteRetryRefused(tab, "emails")
 	// Same origin, with the admin's session cookie, but without the
 	// session's token: refused too.
 	h.run(tab, chromedp.Navigate(h.srv.URL+"/ui/dead"), chromedp.WaitVisible(chromedp.CSS(`table`)))
@@ -406,14 +416,5 @@ func TestDashboardWithoutAuth(t *testing.T) {
 	h.run(tab, chromedp.Navigate(h.srv.URL+"/ui"), chromedp.WaitVisible(chromedp.CSS(`form.filters`)))
 	require.Equal(t, h.srv.URL+"/ui/", h.location(tab))
 
-	victim := h.deadTask("open")
-	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/html")
-		fmt.Fprintf(w, `<form id="f" method="post" action="%s/ui/tasks/%s/retry"><input name="csrf" value="guess"></form>
-			<script>document.getElementById("f").submit()</script>`, h.srv.URL, victim)
-	}))
-	defer evil.Close()
-	h.run(tab, chromedp.Navigate(evil.URL), chromedp.WaitVisible(chromedp.CSS(`p.error`)))
-	require.Contains(t, h.text(tab, "p.error"), "Refused")
-	require.Equal(t, "DEAD", h.status(victim))
+	h.crossSiteRetryRefused(tab, "open")
 }
