@@ -167,21 +167,29 @@ func appendOptString(b []byte, s *string) []byte {
 }
 
 // appendTime appends t as time.Time's MarshalJSON does (RFC 3339 with
-// nanoseconds, trailing zeros dropped).
-func appendTime(b []byte, t time.Time) ([]byte, error) {
-	if y := t.Year(); y < 0 || y > 9999 {
-		return b, errJSONTime
-	}
+// nanoseconds, trailing zeros dropped); jsonTime tells the times it
+// refuses.
+func appendTime(b []byte, t time.Time) []byte {
 	b = append(b, '"')
 	b = t.AppendFormat(b, time.RFC3339Nano)
-	return append(b, '"'), nil
+	return append(b, '"')
 }
 
-func appendOptTime(b []byte, t *time.Time) ([]byte, error) {
+func appendOptTime(b []byte, t *time.Time) []byte {
 	if t == nil {
-		return append(b, "null"...), nil
+		return append(b, "null"...)
 	}
 	return appendTime(b, *t)
+}
+
+// jsonTime reports whether encoding/json encodes t (years 0-9999); a nil
+// optional time is null.
+func jsonTime(t *time.Time) bool {
+	if t == nil {
+		return true
+	}
+	y := t.Year()
+	return y >= 0 && y <= 9999
 }
 
 func appendStrings(b []byte, ss []string) []byte {
@@ -223,6 +231,12 @@ func (t *TaskJSON) appendObject(b []byte) ([]byte, error) {
 // appendFields appends the task's members without the braces, so types
 // that embed TaskJSON can add theirs.
 func (t *TaskJSON) appendFields(b []byte) ([]byte, error) {
+	for _, tm := range [...]*time.Time{&t.RunAt, &t.CreatedAt, &t.UpdatedAt, t.Deadline, t.ClaimedAt,
+		t.FinishedAt, t.LeaseExpiresAt, t.CancelRequestedAt} {
+		if !jsonTime(tm) {
+			return b, errJSONTime
+		}
+	}
 	var err error
 	b = append(b, `"id":`...)
 	b = appendJSONString(b, t.ID)
@@ -251,39 +265,23 @@ func (t *TaskJSON) appendFields(b []byte) ([]byte, error) {
 	b = append(b, `,"result":`...)
 	b = appendRawJSON(b, t.Result)
 	b = append(b, `,"deadline":`...)
-	if b, err = appendOptTime(b, t.Deadline); err != nil {
-		return b, err
-	}
+	b = appendOptTime(b, t.Deadline)
 	b = append(b, `,"run_at":`...)
-	if b, err = appendTime(b, t.RunAt); err != nil {
-		return b, err
-	}
+	b = appendTime(b, t.RunAt)
 	b = append(b, `,"idempotency_key":`...)
 	b = appendOptString(b, t.IdempotencyKey)
 	b = append(b, `,"created_at":`...)
-	if b, err = appendTime(b, t.CreatedAt); err != nil {
-		return b, err
-	}
+	b = appendTime(b, t.CreatedAt)
 	b = append(b, `,"claimed_at":`...)
-	if b, err = appendOptTime(b, t.ClaimedAt); err != nil {
-		return b, err
-	}
+	b = appendOptTime(b, t.ClaimedAt)
 	b = append(b, `,"finished_at":`...)
-	if b, err = appendOptTime(b, t.FinishedAt); err != nil {
-		return b, err
-	}
+	b = appendOptTime(b, t.FinishedAt)
 	b = append(b, `,"updated_at":`...)
-	if b, err = appendTime(b, t.UpdatedAt); err != nil {
-		return b, err
-	}
+	b = appendTime(b, t.UpdatedAt)
 	b = append(b, `,"lease_expires_at":`...)
-	if b, err = appendOptTime(b, t.LeaseExpiresAt); err != nil {
-		return b, err
-	}
+	b = appendOptTime(b, t.LeaseExpiresAt)
 	b = append(b, `,"cancel_requested_at":`...)
-	if b, err = appendOptTime(b, t.CancelRequestedAt); err != nil {
-		return b, err
-	}
+	b = appendOptTime(b, t.CancelRequestedAt)
 	b = append(b, `,"unique_key":`...)
 	b = appendOptString(b, t.UniqueKey)
 	b = append(b, `,"retry":`...)

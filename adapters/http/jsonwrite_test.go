@@ -96,6 +96,17 @@ func TestAppendJSONFallsBackWhereEncodingJSONRefuses(t *testing.T) {
 	require.Error(t, err, "encoding/json refuses years past 9999")
 	require.Empty(t, written(task), "as before: no body")
 	require.Empty(t, written(claimResponse{Tasks: []TaskJSON{fullTask(), task}}))
+	// Every time of a task is checked, not only the one above.
+	for name, set := range map[string]func(*TaskJSON){
+		"run_at": func(t *TaskJSON) { t.RunAt = far }, "created_at": func(t *TaskJSON) { t.CreatedAt = far },
+		"updated_at": func(t *TaskJSON) { t.UpdatedAt = far }, "deadline": func(t *TaskJSON) { t.Deadline = &far },
+		"finished_at": func(t *TaskJSON) { t.FinishedAt = &far }, "lease_expires_at": func(t *TaskJSON) { t.LeaseExpiresAt = &far },
+		"cancel_requested_at": func(t *TaskJSON) { t.CancelRequestedAt = &far },
+	} {
+		task := fullTask()
+		set(&task)
+		require.Empty(t, written(task), name)
+	}
 }
 
 func TestAppendRawJSONCompactsAsEncodingJSON(t *testing.T) {
