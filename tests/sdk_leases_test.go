@@ -46,10 +46,11 @@ func (c *causes) get(id string) error {
 	return c.m[id]
 }
 
-// A runner whose heartbeat came too late: its task's lease ran out, the
-// task went to another worker, and the runner's next heartbeat, listing it,
-// learns it lost it: the handler's context is cancelled with ErrTaskLost and
-// the runner reports nothing for it.
+// A runner whose heartbeat comes too late: by its own clock it could not
+// renew its task's lease in time, so it cancels the handler's context with
+// ErrTaskLost before the lease runs out (its next heartbeat, listing the
+// task, would have learnt it from the server); the task goes to another
+// worker, and the runner reports nothing for it.
 func TestRunnerAbandonsATaskItLost(t *testing.T) {
 	t.Parallel()
 	s := testserver.Start(t, fastLeases)
@@ -71,6 +72,10 @@ func TestRunnerAbandonsATaskItLost(t *testing.T) {
 	})
 	held := <-started
 	require.Equal(t, task.ID, held.ID)
+	// Drained, the runner does not claim the task again itself once its
+	// handler gave it up.
+	_, err = c.Drain(context.Background(), "late-beater")
+	require.NoError(t, err)
 
 	thief := newSDK(t, s.URL, nil)
 	_, err = thief.Register(context.Background(), client.RegisterParams{ID: "thief", Queues: []string{"lost"}})
@@ -114,6 +119,7 @@ func TestRunnerFailsTasksAnOperatorCancelled(t *testing.T) {
 	stop, _ := startRunner(t, c, client.RunnerConfig{
 		WorkerID: "cancellable", Queues: []string{"cancel"}, Concurrency: 2,
 		HeartbeatInterval: 50 * time.Millisecond, CancelGrace: 300 * time.Millisecond,
+		DrainTimeout: 100 * time.Millisecond, // the stubborn handler keeps its slot until it returns: do not wait for it
 	}, func(ctx context.Context, tk client.Task) (any, error) {
 		started <- tk.ID
 		var kind string
