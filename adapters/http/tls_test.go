@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -49,4 +50,53 @@ func TestTLSServesAndReloadsTheCertificate(t *testing.T) {
 
 	plainSrv := NewServer(DefaultServerConfig(), Deps{})
 	require.ErrorContains(t, plainSrv.ReloadTLS(), "does not serve TLS")
+}
+
+// A reload refuses a certificate that cannot serve, and keeps the one in
+// use: an expired one, one not valid yet, and one whose key is not its
+// own (every handshake would fail with any of them). So does a start.
+func TestTLSReloadRefusesACertificateThatCannotServe(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	ca := tlstest.NewCA(t)
+	ca.Issue(t, 100, certFile, keyFile)
+	cfg := DefaultServerConfig()
+	cfg.Addr = "127.0.0.1:0"
+	cfg.TLS = TLSConfig{CertFile: certFile, KeyFile: keyFile}
+	srv := NewServer(cfg, Deps{})
+	require.NoError(t, srv.Start(context.Background()))
+	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
+	served := func() int64 { return ca.Serial(t, "https://"+srv.Addr()+"/healthz") }
+
+	now := time.Now()
+	otherCert, otherKey := filepath.Join(dir, "other.crt"), filepath.Join(dir, "other.key")
+	ca.Issue(t, 300, otherCert, otherKey)
+	for _, c := range []struct {
+		name  string
+		issue func()
+		says  string
+	}{
+		{"expired", func() { ca.IssueValid(t, 201, certFile, keyFile, now.Add(-2*time.Hour), now.Add(-time.Minute)) }, "expired"},
+		{"not valid yet", func() { ca.IssueValid(t, 202, certFile, keyFile, now.Add(time.Hour), now.Add(2*time.Hour)) }, "not valid before"},
+		{"mismatched key", func() {
+			ca.Issue(t, 203, certFile, keyFile)
+			key, err := os.ReadFile(otherKey)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(keyFile, key, 0o600))
+		}, "does not match"},
+	} {
+		c.issue()
+		err := srv.ReloadTLS()
+		require.Error(t, err, c.name)
+		require.ErrorContains(t, err, c.says, c.name)
+		require.Equal(t, int64(100), served(), "%s: the certificate in use stays", c.name)
+	}
+	ca.Issue(t, 204, certFile, keyFile)
+	require.NoError(t, srv.ReloadTLS())
+	require.Equal(t, int64(204), served())
+
+	ca.IssueValid(t, 205, certFile, keyFile, now.Add(-2*time.Hour), now.Add(-time.Minute))
+	expired := NewServer(cfg, Deps{})
+	require.ErrorContains(t, expired.Start(context.Background()), "expired")
 }
