@@ -168,6 +168,13 @@ func withPersistentRetry(ctx context.Context) context.Context {
 	return context.WithValue(ctx, persistentKey{}, true)
 }
 
+type triesKey struct{}
+
+// withTries makes the call made with ctx count its tries into *n.
+func withTries(ctx context.Context, n *int) context.Context {
+	return context.WithValue(ctx, triesKey{}, n)
+}
+
 // minPersistentDelay is the shortest wait between the tries of a persistent
 // call, whatever the policy says (a BaseDelay of 0 must not make a report
 // spin against an unavailable server).
@@ -216,8 +223,12 @@ func (c *Client) do(ctx context.Context, k call) (int, error) {
 	target := u.String()
 	cid := correlationID(ctx)
 	persistent := ctx.Value(persistentKey{}) != nil
+	tries, _ := ctx.Value(triesKey{}).(*int)
 
 	for attempt := 1; ; attempt++ {
+		if tries != nil {
+			*tries = attempt
+		}
 		status, retryAfter, err := c.once(ctx, k, target, body, cid)
 		if err == nil {
 			return status, nil

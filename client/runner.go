@@ -358,7 +358,8 @@ func (j *job) handlerReturned() bool {
 // renew in time. The lease is renewed by every heartbeat that lists the
 // task and is answered; it is counted on the runner's own clock from when
 // that heartbeat was sent (no server time is compared with a local one),
-// or, before the first, from when the claim's answer arrived. Once
+// or, before the first, from when the claim's answer arrived (from when
+// the claim was first sent, when it took more than one try). Once
 // leaseWatchShare of the lease passed without a renewal, the handler is
 // halted with ErrTaskLost: the rest of the lease is the margin in which it
 // stops before the server may give the task to another worker.
@@ -789,11 +790,19 @@ func (r *Runner) claimLoop(ctx, handlerCtx context.Context) {
 		// claimed tasks are handled (within the drain) even when ctx ended
 		// meanwhile. The timeout only guards against a server that never
 		// answers.
-		begin := time.Now()
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait+r.cfg.ReportTimeout)
+		begin, tries := time.Now(), 0
+		cctx, cancel := context.WithTimeout(withTries(context.WithoutCancel(ctx), &tries), wait+r.cfg.ReportTimeout)
 		tasks, err := r.client.Claim(cctx, ClaimParams{WorkerID: r.cfg.WorkerID, Limit: n, Wait: wait, LeaseSeconds: r.cfg.LeaseSeconds})
 		cancel()
-		received := time.Now()
+		// The leases started when the server committed the claim, just
+		// before it answered (a long poll waits before it claims). An
+		// answer to a repeat, though, carries the tasks of an earlier try
+		// whose answer was lost: their leases may have started as early as
+		// the first try was sent.
+		leasesFrom := time.Now()
+		if tries > 1 {
+			leasesFrom = begin
+		}
 		for range n - len(tasks) {
 			<-r.slots
 		}
@@ -822,7 +831,7 @@ func (r *Runner) claimLoop(ctx, handlerCtx context.Context) {
 		}
 		idle = 0
 		for _, t := range tasks {
-			r.start(handlerCtx, t, received)
+			r.start(handlerCtx, t, leasesFrom)
 		}
 	}
 }
@@ -845,17 +854,17 @@ func (r *Runner) nextIdle(idle time.Duration) time.Duration {
 	return min(idle*2, r.cfg.MaxIdleInterval)
 }
 
-// start runs t, whose claim's answer arrived at received, on a goroutine
+// start runs t, whose lease is counted from leasesFrom, on a goroutine
 // holding one slot. The task is in flight (and listed by heartbeats) until
 // its outcome is reported or dropped; the slot is held until the handler
 // returned as well (or the runner abandons it at shutdown), so that never
 // more than Concurrency handlers run.
-func (r *Runner) start(handlerCtx context.Context, t Task, received time.Time) {
+func (r *Runner) start(handlerCtx context.Context, t Task, leasesFrom time.Time) {
 	taskCtx, cancel := context.WithCancelCause(handlerCtx)
 	j := &job{task: t, cancel: cancel, stop: make(chan struct{}), returned: make(chan struct{})}
 	if length := leaseLength(t); length > 0 && !r.plainBeats.Load() {
 		j.lease = &leaseWatch{length: length}
-		j.lease.timer = time.AfterFunc(j.lease.limit()-time.Since(received), func() {
+		j.lease.timer = time.AfterFunc(j.lease.limit()-time.Since(leasesFrom), func() {
 			if !j.handlerReturned() && j.halt(ErrTaskLost) {
 				r.log.Warn("lease not renewed in time: the server may give the task to another worker; cancelling its handler and dropping its outcome",
 					"task_id", t.ID, "lease", length)

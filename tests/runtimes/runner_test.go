@@ -260,6 +260,65 @@ func TestRunnerStopsAHandlerWhoseLeaseItCannotRenew(t *testing.T) {
 	require.Equal(t, taken[0].LeaseID, got.LeaseID)
 }
 
+// Item 6, the claim's side: a claim whose answer was lost is repeated and
+// answered with the tasks the lost answer carried, whose leases started
+// with the first try. The runner counts such a lease from the first try:
+// here the first answer is dropped and the repeat held 2 s, the heartbeats
+// never get through, and the handler still stops before the 3 s lease runs
+// out and another worker gets the task.
+func TestRunnerCountsALeaseFromTheFirstTryOfARepeatedClaim(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, nil)
+	p := faultproxy.Start(t, s.URL)
+	direct := sdk(t, s.URL)
+	task := submit(t, direct, client.SubmitParams{Queue: "replay"})
+	p.Inject(faultproxy.Hang().On(faultproxy.Heartbeat))
+	p.Inject(faultproxy.DropAnswers().On(faultproxy.Claim).Times(1))
+	p.Inject(faultproxy.Delay(2 * time.Second).On(faultproxy.Claim).Times(1))
+
+	var (
+		mu     sync.Mutex
+		events []string
+	)
+	note := func(e string) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, e)
+	}
+	started := make(chan struct{})
+	causes := make(chan error, 1)
+	startRunner(t, sdk(t, p.URL()), client.RunnerConfig{
+		WorkerID: "replayed", Queues: []string{"replay"}, LeaseSeconds: 3, HeartbeatInterval: 300 * time.Millisecond,
+	}, func(ctx context.Context, tk client.Task) (any, error) {
+		note("replayed started")
+		close(started)
+		<-ctx.Done()
+		note("replayed stopped")
+		causes <- context.Cause(ctx)
+		return nil, ctx.Err()
+	})
+	<-started
+	// Drained, the runner does not claim the task again once it gave it up.
+	_, err := direct.Drain(context.Background(), "replayed")
+	require.NoError(t, err)
+	_, err = direct.Register(context.Background(), client.RegisterParams{ID: "other", Queues: []string{"replay"}})
+	require.NoError(t, err)
+	var taken []client.Task
+	poll(t, 30*time.Second, "the task to be claimed by another worker", func() bool {
+		taken, err = direct.Claim(context.Background(), client.ClaimParams{WorkerID: "other"})
+		require.NoError(t, err)
+		return len(taken) == 1
+	})
+	note("other started")
+	require.Equal(t, task.ID, taken[0].ID)
+	require.Equal(t, 1, p.Count(faultproxy.Claim, faultproxy.ActionDrop))
+	require.Equal(t, 1, p.Count(faultproxy.Claim, faultproxy.ActionDelay))
+	require.ErrorIs(t, <-causes, client.ErrTaskLost)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"replayed started", "replayed stopped", "other started"}, events, "never two handlers at once")
+}
+
 // Item 7: concurrency is a promise. Handlers that ignore their contexts run
 // past TaskTimeout and CancelGrace; the runner fails their tasks on their
 // behalf but keeps their slots until they return: never more than
