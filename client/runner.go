@@ -100,10 +100,11 @@ type RunnerConfig struct {
 	// in-flight tasks, which renews their leases, so a lease only has to
 	// outlast a few missed heartbeats, not the longest handler: a short one
 	// hands the tasks of a runner that stopped beating to others sooner.
-	// A handler whose lease the runner could not renew for three quarters
-	// of it (counted on its own clock from the sending of the last
-	// heartbeat that renewed it) is stopped with ErrTaskLost: keep it above
-	// three heartbeat intervals.
+	// The runner heartbeats at least every third of the shortest lease it
+	// holds, whatever the heartbeat interval; a handler whose lease it
+	// could not renew for three quarters of it (counted on its own clock
+	// from the sending of the last heartbeat that renewed it) is stopped
+	// with ErrTaskLost.
 	LeaseSeconds int
 	// TaskTimeout, when positive, bounds each handler: past it, the
 	// handler's context is cancelled (cause ErrTaskTimeout) and the task is
@@ -135,7 +136,9 @@ type RunnerConfig struct {
 	// MaxIdleInterval caps the wait between those claims (default 5 s).
 	MaxIdleInterval time.Duration
 	// HeartbeatInterval overrides the interval the server asks for at
-	// registration (0: as the server asks).
+	// registration (0: as the server asks). The runner beats more often
+	// when it holds a lease shorter than three intervals (see
+	// LeaseSeconds).
 	HeartbeatInterval time.Duration
 	// ReportTimeout bounds the delivery of one report (complete, fail,
 	// snooze, or the release of a drain), retries included (default 30 s).
@@ -298,6 +301,8 @@ type Runner struct {
 	abandon chan struct{}  // closed when shutdown stops waiting for handlers
 
 	plainBeats atomic.Bool   // the server takes no task lists: beat without
+	leaseBeat  atomic.Int64  // a third of the shortest lease held so far (ns; 0: none)
+	retune     chan struct{} // tells the heartbeat loop leaseBeat shrank
 	drainOnce  sync.Once     // closes draining
 	draining   chan struct{} // closed once the server asked the runner to drain
 	hurryOnce  sync.Once     // closes hurry
@@ -417,6 +422,7 @@ func NewRunner(c *Client, cfg RunnerConfig, handler HandlerFunc) (*Runner, error
 		abandon:  make(chan struct{}),
 		draining: make(chan struct{}),
 		hurry:    make(chan struct{}),
+		retune:   make(chan struct{}, 1),
 	}, nil
 }
 
@@ -504,9 +510,6 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	r.slots = make(chan struct{}, capacity)
 	r.log.Info("worker registered", "queues", r.cfg.Queues, "concurrency", capacity, "heartbeat_interval", r.heartbeatInterval())
-	if lease := time.Duration(r.cfg.LeaseSeconds) * time.Second; lease > 0 && lease < 3*r.heartbeatInterval() {
-		r.log.Warn("LeaseSeconds is under three heartbeat intervals: a late heartbeat may let a lease run out", "lease", lease)
-	}
 
 	// Handlers and reports outlive ctx (the drain); they keep its values.
 	detached := context.WithoutCancel(ctx)
@@ -618,6 +621,40 @@ func (r *Runner) heartbeatInterval() time.Duration {
 	return r.interval
 }
 
+// beatInterval is the heartbeat interval in force: heartbeatInterval,
+// shortened to a third of the shortest lease the runner held so far, so
+// that a lease is renewed twice before the lease watch would give it up.
+func (r *Runner) beatInterval() time.Duration {
+	d := r.heartbeatInterval()
+	if third := time.Duration(r.leaseBeat.Load()); third > 0 && third < d {
+		return max(third, minBeatInterval)
+	}
+	return d
+}
+
+// minBeatInterval is the shortest heartbeat interval a short lease makes
+// the runner use.
+const minBeatInterval = 100 * time.Millisecond
+
+// heldLease notes that the runner holds a lease of length d: the heartbeats
+// must come often enough to renew it (see beatInterval).
+func (r *Runner) heldLease(d time.Duration) {
+	third := int64(d / 3)
+	for {
+		cur := r.leaseBeat.Load()
+		if cur != 0 && cur <= third {
+			return
+		}
+		if r.leaseBeat.CompareAndSwap(cur, third) {
+			break
+		}
+	}
+	select {
+	case r.retune <- struct{}{}:
+	default:
+	}
+}
+
 // heartbeatListCap is the most tasks a heartbeat may list: the server's
 // cap, or MaxHeartbeatTasks when it did not say.
 func (r *Runner) heartbeatListCap() int {
@@ -634,13 +671,20 @@ func (r *Runner) heartbeatListCap() int {
 // again: its tasks were taken back, and their late reports will be refused
 // as lease-lost.
 func (r *Runner) heartbeatLoop(ctx context.Context) {
-	interval := r.heartbeatInterval()
+	interval := r.beatInterval()
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-r.retune:
+			if next := r.beatInterval(); next != interval {
+				r.log.Info("heartbeating every third of the shortest lease held, to renew it in time", "interval", next)
+				interval = next
+				t.Reset(interval)
+			}
+			continue
 		case <-t.C:
 		}
 		sent, listed := time.Now(), r.held()
@@ -659,7 +703,7 @@ func (r *Runner) heartbeatLoop(ctx context.Context) {
 		default:
 			r.log.Warn("heartbeat failed", "error", err)
 		}
-		if next := r.heartbeatInterval(); next != interval {
+		if next := r.beatInterval(); next != interval {
 			interval = next
 			t.Reset(interval)
 		}
@@ -863,6 +907,7 @@ func (r *Runner) start(handlerCtx context.Context, t Task, leasesFrom time.Time)
 	taskCtx, cancel := context.WithCancelCause(handlerCtx)
 	j := &job{task: t, cancel: cancel, stop: make(chan struct{}), returned: make(chan struct{})}
 	if length := leaseLength(t); length > 0 && !r.plainBeats.Load() {
+		r.heldLease(length)
 		j.lease = &leaseWatch{length: length}
 		j.lease.timer = time.AfterFunc(j.lease.limit()-time.Since(leasesFrom), func() {
 			if !j.handlerReturned() && j.halt(ErrTaskLost) {

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskmaster/taskmaster/client"
+	"github.com/taskmaster/taskmaster/cmd/taskmaster/app"
 	"github.com/taskmaster/taskmaster/tests/faultproxy"
 )
 
@@ -382,4 +383,35 @@ func TestRunnerHoldsASlotUntilItsHandlerReturns(t *testing.T) {
 		}
 	}
 	require.Equal(t, 2, dead())
+}
+
+// A lease shorter than three of the server's heartbeat intervals (3 s
+// against 10 s here) is renewed in time all the same: the runner beats
+// every third of the shortest lease it holds, so a handler that runs twice
+// as long as its lease is not taken for lost, and completes.
+func TestRunnerHeartbeatsOftenEnoughForShortLeases(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, func(c *app.Config) { c.App.Liveness.StaleAfter = 30 * time.Second })
+	direct := sdk(t, s.URL)
+	task := submit(t, direct, client.SubmitParams{Queue: "short-lease", MaxAttempts: 1})
+	causes := make(chan error, 1)
+	startRunner(t, direct, client.RunnerConfig{WorkerID: "short-lease-w", Queues: []string{"short-lease"}, LeaseSeconds: 3},
+		func(ctx context.Context, tk client.Task) (any, error) {
+			select {
+			case <-time.After(6 * time.Second): // the work: twice the lease
+				return "done", nil
+			case <-ctx.Done():
+				causes <- context.Cause(ctx)
+				return nil, ctx.Err()
+			}
+		})
+	poll(t, 60*time.Second, "the task to finish", finished(t, direct, task.ID))
+	got := getTask(t, direct, task.ID)
+	require.Equal(t, client.StatusDone, got.Status, "dead reason %q, last error %q", got.DeadReason, got.LastError)
+	require.Equal(t, []client.AttemptOutcome{client.AttemptCompleted}, outcomes(t, direct, task.ID))
+	select {
+	case err := <-causes:
+		t.Fatalf("the handler was cancelled: %v", err)
+	default:
+	}
 }
