@@ -364,10 +364,10 @@ func (j *job) handlerReturned() bool {
 // task and is answered; it is counted on the runner's own clock from when
 // that heartbeat was sent (no server time is compared with a local one),
 // or, before the first, from when the claim's answer arrived (from when
-// the claim was first sent, when it took more than one try). Once
-// leaseWatchShare of the lease passed without a renewal, the handler is
-// halted with ErrTaskLost: the rest of the lease is the margin in which it
-// stops before the server may give the task to another worker.
+// the claim was first sent, when it took more than one try). Once three
+// quarters of the lease passed without a renewal, the handler is halted
+// with ErrTaskLost: the last quarter is the margin in which it stops
+// before the server may give the task to another worker.
 type leaseWatch struct {
 	length time.Duration
 	mu     sync.Mutex
@@ -375,8 +375,8 @@ type leaseWatch struct {
 	done   bool
 }
 
-// leaseWatchShare is the share of a lease after which an unrenewed lease
-// counts as lost (three quarters).
+// An unrenewed lease counts as lost after leaseWatchNum/leaseWatchDen of
+// it.
 const (
 	leaseWatchNum = 3
 	leaseWatchDen = 4
