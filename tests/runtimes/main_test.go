@@ -26,16 +26,19 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // startServer runs a server whose reapers act fast: leases are reaped every
-// 50 ms, and workers are asked to beat every 500 ms (a 1.5 s stale
-// threshold), so a task its worker stops listing is taken back as orphaned
-// within a second. Workers are declared dead only after a minute: the
-// outages of these tests are shorter.
+// 50 ms, and workers are asked to beat every 2 s (a 6 s stale threshold),
+// so a task its worker stops listing is taken back as orphaned within a few
+// seconds. (Not faster: a heartbeat built just before its worker learnt of
+// a claim, and processed more than an interval after that claim, takes the
+// claimed task back; on a loaded machine, with the race detector, a
+// 500 ms interval made that happen.) Workers are declared dead only after a
+// minute: the outages of these tests are shorter.
 func startServer(t *testing.T, mutate func(*app.Config)) *testserver.Server {
 	t.Helper()
 	return testserver.Start(t, func(c *app.Config) {
 		c.LeaseReaperInterval = 50 * time.Millisecond
 		c.ReaperInterval = 100 * time.Millisecond
-		c.App.Liveness.StaleAfter = 1500 * time.Millisecond
+		c.App.Liveness.StaleAfter = 6 * time.Second
 		c.App.Liveness.DeadAfter = time.Minute
 		c.App.Backoff.Base = 10 * time.Millisecond
 		if mutate != nil {
