@@ -2,7 +2,6 @@ package runtimes
 
 import (
 	"bufio"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -283,15 +282,8 @@ func TestExecWorker(t *testing.T) {
 			`echo $$ >> `+dir+`/pids; exec sleep 60`)
 		running := pids(t, filepath.Join(dir, "pids"), 1)
 		partition := p.Inject(faultproxy.Hang().For(12 * time.Second))
-		_, err := direct.Register(context.Background(), client.RegisterParams{ID: "other", Queues: []string{"exec-partition"}})
-		require.NoError(t, err)
-		var taken []client.Task
-		poll(t, 30*time.Second, "the task to be claimed by another worker", func() bool {
-			taken, err = direct.Claim(context.Background(), client.ClaimParams{WorkerID: "other"})
-			require.NoError(t, err)
-			return len(taken) == 1
-		})
-		require.Equal(t, task.ID, taken[0].ID)
+		taken := claimAsOther(t, direct, "exec-partition")
+		require.Equal(t, task.ID, taken.ID)
 		require.False(t, alive(running[0]), "the partitioned worker's command still ran when the task went to another worker")
 		partition.Remove()
 		require.Zero(t, p.Count(faultproxy.Complete, faultproxy.ActionForward))

@@ -23,6 +23,39 @@ func countFaulted(p *faultproxy.Proxy, route string) int {
 	return p.Count(route, faultproxy.ActionStatus) + p.Count(route, faultproxy.ActionRefuse)
 }
 
+// timeline records, in order, what the handlers of several workers did.
+type timeline struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (l *timeline) note(e string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, e)
+}
+
+func (l *timeline) get() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.events...)
+}
+
+// claimAsOther registers the worker "other" on queue and claims until it
+// gets a task, which it returns.
+func claimAsOther(t *testing.T, c *client.Client, queue string) client.Task {
+	t.Helper()
+	_, err := c.Register(context.Background(), client.RegisterParams{ID: "other", Queues: []string{queue}})
+	require.NoError(t, err)
+	var taken []client.Task
+	poll(t, 30*time.Second, "the task to be taken back and claimed by another worker", func() bool {
+		taken, err = c.Claim(context.Background(), client.ClaimParams{WorkerID: "other"})
+		require.NoError(t, err)
+		return len(taken) == 1
+	})
+	return taken[0]
+}
+
 // finished reports whether a task is DONE or DEAD.
 func finished(t *testing.T, c *client.Client, id string) func() bool {
 	return func() bool {
@@ -209,44 +242,27 @@ func TestRunnerStopsAHandlerWhoseLeaseItCannotRenew(t *testing.T) {
 	direct := sdk(t, s.URL)
 	task := submit(t, direct, client.SubmitParams{Queue: "partition"})
 
-	var (
-		mu     sync.Mutex
-		events []string
-	)
-	note := func(e string) {
-		mu.Lock()
-		defer mu.Unlock()
-		events = append(events, e)
-	}
+	var seen timeline
 	started := make(chan struct{})
 	causes := make(chan error, 1)
 	lost := startRunner(t, sdk(t, p.URL()), client.RunnerConfig{
 		WorkerID: "partitioned", Queues: []string{"partition"}, LeaseSeconds: 4, HeartbeatInterval: 300 * time.Millisecond,
 	}, func(ctx context.Context, tk client.Task) (any, error) {
-		note("partitioned started")
+		seen.note("partitioned started")
 		close(started)
 		<-ctx.Done()
-		note("partitioned stopped")
+		seen.note("partitioned stopped")
 		causes <- context.Cause(ctx)
 		return "too late", nil
 	})
 	<-started
 	partition := p.Inject(faultproxy.Hang().For(12 * time.Second))
 
-	_, err := direct.Register(context.Background(), client.RegisterParams{ID: "other", Queues: []string{"partition"}})
-	require.NoError(t, err)
-	var taken []client.Task
-	poll(t, 30*time.Second, "the task to be taken back and claimed by another worker", func() bool {
-		taken, err = direct.Claim(context.Background(), client.ClaimParams{WorkerID: "other"})
-		require.NoError(t, err)
-		return len(taken) == 1
-	})
-	note("other started")
-	require.Equal(t, task.ID, taken[0].ID)
+	taken := claimAsOther(t, direct, "partition")
+	seen.note("other started")
+	require.Equal(t, task.ID, taken.ID)
 	require.ErrorIs(t, <-causes, client.ErrTaskLost)
-	mu.Lock()
-	require.Equal(t, []string{"partitioned started", "partitioned stopped", "other started"}, events, "never two handlers at once")
-	mu.Unlock()
+	require.Equal(t, []string{"partitioned started", "partitioned stopped", "other started"}, seen.get(), "never two handlers at once")
 
 	partition.Remove()
 	poll(t, 30*time.Second, "the partitioned runner to drop the outcome", func() bool {
@@ -258,7 +274,7 @@ func TestRunnerStopsAHandlerWhoseLeaseItCannotRenew(t *testing.T) {
 	require.Zero(t, p.Count(faultproxy.ReleaseBatch, faultproxy.ActionForward))
 	got := getTask(t, direct, task.ID)
 	require.Equal(t, "other", got.WorkerID)
-	require.Equal(t, taken[0].LeaseID, got.LeaseID)
+	require.Equal(t, taken.LeaseID, got.LeaseID)
 }
 
 // Item 6, the claim's side: a claim whose answer was lost is repeated and
@@ -277,24 +293,16 @@ func TestRunnerCountsALeaseFromTheFirstTryOfARepeatedClaim(t *testing.T) {
 	p.Inject(faultproxy.DropAnswers().On(faultproxy.Claim).Times(1))
 	p.Inject(faultproxy.Delay(2 * time.Second).On(faultproxy.Claim).Times(1))
 
-	var (
-		mu     sync.Mutex
-		events []string
-	)
-	note := func(e string) {
-		mu.Lock()
-		defer mu.Unlock()
-		events = append(events, e)
-	}
+	var seen timeline
 	started := make(chan struct{})
 	causes := make(chan error, 1)
 	startRunner(t, sdk(t, p.URL()), client.RunnerConfig{
 		WorkerID: "replayed", Queues: []string{"replay"}, LeaseSeconds: 3, HeartbeatInterval: 300 * time.Millisecond,
 	}, func(ctx context.Context, tk client.Task) (any, error) {
-		note("replayed started")
+		seen.note("replayed started")
 		close(started)
 		<-ctx.Done()
-		note("replayed stopped")
+		seen.note("replayed stopped")
 		causes <- context.Cause(ctx)
 		return nil, ctx.Err()
 	})
@@ -302,22 +310,13 @@ func TestRunnerCountsALeaseFromTheFirstTryOfARepeatedClaim(t *testing.T) {
 	// Drained, the runner does not claim the task again once it gave it up.
 	_, err := direct.Drain(context.Background(), "replayed")
 	require.NoError(t, err)
-	_, err = direct.Register(context.Background(), client.RegisterParams{ID: "other", Queues: []string{"replay"}})
-	require.NoError(t, err)
-	var taken []client.Task
-	poll(t, 30*time.Second, "the task to be claimed by another worker", func() bool {
-		taken, err = direct.Claim(context.Background(), client.ClaimParams{WorkerID: "other"})
-		require.NoError(t, err)
-		return len(taken) == 1
-	})
-	note("other started")
-	require.Equal(t, task.ID, taken[0].ID)
+	taken := claimAsOther(t, direct, "replay")
+	seen.note("other started")
+	require.Equal(t, task.ID, taken.ID)
 	require.Equal(t, 1, p.Count(faultproxy.Claim, faultproxy.ActionDrop))
 	require.Equal(t, 1, p.Count(faultproxy.Claim, faultproxy.ActionDelay))
 	require.ErrorIs(t, <-causes, client.ErrTaskLost)
-	mu.Lock()
-	defer mu.Unlock()
-	require.Equal(t, []string{"replayed started", "replayed stopped", "other started"}, events, "never two handlers at once")
+	require.Equal(t, []string{"replayed started", "replayed stopped", "other started"}, seen.get(), "never two handlers at once")
 }
 
 // Item 7: concurrency is a promise. Handlers that ignore their contexts run
