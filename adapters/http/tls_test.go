@@ -13,24 +13,39 @@ import (
 	"github.com/taskmaster/taskmaster/tests/tlstest"
 )
 
+// tlsFixture is a server serving HTTPS with a certificate of serial 100
+// from certFile and keyFile, issued by ca.
+type tlsFixture struct {
+	ca                *tlstest.CA
+	cfg               ServerConfig
+	srv               *Server
+	certFile, keyFile string
+	// served is the serial of the certificate a new connection gets.
+	served func() int64
+}
+
+func startTLS(t *testing.T) tlsFixture {
+	t.Helper()
+	dir := t.TempDir()
+	f := tlsFixture{ca: tlstest.NewCA(t), certFile: filepath.Join(dir, "tls.crt"), keyFile: filepath.Join(dir, "tls.key")}
+	f.ca.Issue(t, 100, f.certFile, f.keyFile)
+	f.cfg = DefaultServerConfig()
+	f.cfg.Addr = "127.0.0.1:0"
+	f.cfg.TLS = TLSConfig{CertFile: f.certFile, KeyFile: f.keyFile}
+	f.srv = NewServer(f.cfg, Deps{})
+	require.NoError(t, f.srv.Start(context.Background()))
+	t.Cleanup(func() { _ = f.srv.Stop(context.Background()) })
+	f.served = func() int64 { return f.ca.Serial(t, "https://"+f.srv.Addr()+"/healthz") }
+	return f
+}
+
 // The server serves HTTPS with the configured certificate and, after
 // ReloadTLS, the files' new one on every new connection; a reload of broken
 // files fails and keeps the certificate in use.
 func TestTLSServesAndReloadsTheCertificate(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	ca := tlstest.NewCA(t)
-	ca.Issue(t, 100, certFile, keyFile)
-
-	cfg := DefaultServerConfig()
-	cfg.Addr = "127.0.0.1:0"
-	cfg.TLS = TLSConfig{CertFile: certFile, KeyFile: keyFile}
-	srv := NewServer(cfg, Deps{})
-	require.NoError(t, srv.Start(context.Background()))
-	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
-
-	served := func() int64 { return ca.Serial(t, "https://"+srv.Addr()+"/healthz") }
+	f := startTLS(t)
+	ca, srv, certFile, keyFile, served := f.ca, f.srv, f.certFile, f.keyFile, f.served
 	require.Equal(t, int64(100), served())
 
 	plain, err := http.Get("http://" + srv.Addr() + "/healthz")
@@ -57,17 +72,8 @@ func TestTLSServesAndReloadsTheCertificate(t *testing.T) {
 // own (every handshake would fail with any of them). So does a start.
 func TestTLSReloadRefusesACertificateThatCannotServe(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	ca := tlstest.NewCA(t)
-	ca.Issue(t, 100, certFile, keyFile)
-	cfg := DefaultServerConfig()
-	cfg.Addr = "127.0.0.1:0"
-	cfg.TLS = TLSConfig{CertFile: certFile, KeyFile: keyFile}
-	srv := NewServer(cfg, Deps{})
-	require.NoError(t, srv.Start(context.Background()))
-	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
-	served := func() int64 { return ca.Serial(t, "https://"+srv.Addr()+"/healthz") }
+	f := startTLS(t)
+	ca, srv, certFile, keyFile, served, dir := f.ca, f.srv, f.certFile, f.keyFile, f.served, filepath.Dir(f.certFile)
 
 	now := time.Now()
 	otherCert, otherKey := filepath.Join(dir, "other.crt"), filepath.Join(dir, "other.key")
@@ -97,6 +103,6 @@ func TestTLSReloadRefusesACertificateThatCannotServe(t *testing.T) {
 	require.Equal(t, int64(204), served())
 
 	ca.IssueValid(t, 205, certFile, keyFile, now.Add(-2*time.Hour), now.Add(-time.Minute))
-	expired := NewServer(cfg, Deps{})
+	expired := NewServer(f.cfg, Deps{})
 	require.ErrorContains(t, expired.Start(context.Background()), "expired")
 }
