@@ -244,7 +244,7 @@ func GlobToLike(glob string) string {
 // head of its queue, so within a priority that head is the oldest task).
 const queuePageSQL = `
 SELECT n.queue, c.pending, c.running, c.done, c.dead, c.blocked,
-	s.paused, s.max_running, s.rate_per_second, s.rate_burst, s.max_running_per_group,
+	s.paused, s.max_running, s.rate_per_second, s.rate_burst, s.max_running_per_group, s.default_timeout_seconds,
 	extract(epoch FROM now() - o.oldest)::float8 AS oldest_pending_age
 FROM unnest($1::text[]) WITH ORDINALITY AS n(queue, i)
 CROSS JOIN LATERAL (
