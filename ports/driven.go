@@ -302,6 +302,9 @@ type TaskStore interface {
 	// moves the task into DONE or DEAD announces it on commit
 	// (TaskNotifier.WaitFinished), or had committed before.
 	MarkAwaited(ctx context.Context, id uuid.UUID) (*task.Task, error)
+	// TimedOutUnder returns those of the tasks with these ids whose last
+	// attempt under the worker ended timed_out (task.OutcomeTimedOut).
+	TimedOutUnder(ctx context.Context, workerID string, ids []uuid.UUID) ([]uuid.UUID, error)
 	// Statuses returns the statuses of the tasks with these ids, without
 	// locking them; absent tasks are missing from it.
 	Statuses(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]task.Status, error)

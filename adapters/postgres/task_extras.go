@@ -204,3 +204,26 @@ func (s *TaskStore) Statuses(ctx context.Context, ids []uuid.UUID) (map[uuid.UUI
 	}
 	return out, nil
 }
+
+// timedOutUnderSQL returns, of the tasks $1, those whose last attempt
+// under worker $2 ended timed_out. It walks the primary key of
+// task_attempts by task.
+const timedOutUnderSQL = `
+	SELECT task_id FROM (
+		SELECT DISTINCT ON (a.task_id) a.task_id, a.outcome FROM task_attempts a
+		WHERE a.task_id = ANY($1::uuid[]) AND a.worker_id = $2
+		ORDER BY a.task_id, a.seq DESC
+	) last
+	WHERE outcome = 'timed_out'`
+
+// TimedOutUnder implements ports.TaskStore.
+func (s *TaskStore) TimedOutUnder(ctx context.Context, workerID string, ids []uuid.UUID) ([]uuid.UUID, error) {
+	if len(ids) == 0 || !storableText(workerID) {
+		return nil, nil
+	}
+	var out []uuid.UUID
+	if err := s.st.tx.SelectContext(ctx, &out, timedOutUnderSQL, uuidArray(ids), workerID); err != nil {
+		return nil, fmt.Errorf("select timed-out attempts: %w", err)
+	}
+	return out, nil
+}

@@ -109,6 +109,10 @@ func (s tasks) UpdateProgress(ctx context.Context, ids []uuid.UUID, fn ports.Tas
 	return s.UpdateEach(ctx, ids, fn)
 }
 
+func (tasks) TimedOutUnder(context.Context, string, []uuid.UUID) ([]uuid.UUID, error) {
+	return nil, nil
+}
+
 func (tasks) MarkAwaited(_ context.Context, id uuid.UUID) (*task.Task, error) {
 	return Running(id), nil
 }
