@@ -41,6 +41,11 @@ type Config struct {
 	// (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else
 	// OTEL_EXPORTER_OTLP_PROTOCOL).
 	Protocol string
+	// Endpoint, when set, is the OTLP endpoint URL (for OTLP/HTTP the
+	// traces URL, http://host:4318/v1/traces), overriding the
+	// environment's; ConfigFromEnv leaves it empty and the exporter reads
+	// OTEL_EXPORTER_OTLP_ENDPOINT itself. Tests and embedders set it.
+	Endpoint string
 }
 
 // ConfigFromEnv reads the standard OpenTelemetry variables through getenv.
@@ -88,9 +93,17 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		err error
 	)
 	if cfg.Protocol == ProtocolGRPC {
-		exp, err = otlptracegrpc.New(ctx)
+		var opts []otlptracegrpc.Option
+		if cfg.Endpoint != "" {
+			opts = append(opts, otlptracegrpc.WithEndpointURL(cfg.Endpoint))
+		}
+		exp, err = otlptracegrpc.New(ctx, opts...)
 	} else {
-		exp, err = otlptracehttp.New(ctx)
+		var opts []otlptracehttp.Option
+		if cfg.Endpoint != "" {
+			opts = append(opts, otlptracehttp.WithEndpointURL(cfg.Endpoint))
+		}
+		exp, err = otlptracehttp.New(ctx, opts...)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("otlp trace exporter: %w", err)
