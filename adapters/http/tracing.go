@@ -176,8 +176,12 @@ func endTaskSpan(span trace.Span, t *task.Task, err error) {
 		v := t.Snapshot()
 		span.SetAttributes(attribute.String("taskmaster.task.id", v.ID.String()), attribute.String("taskmaster.task.status", string(v.Status)),
 			attribute.Int("taskmaster.task.attempt", v.Attempts))
-		if v.WorkerID != "" {
-			span.SetAttributes(attribute.String("taskmaster.worker.id", v.WorkerID))
+		worker := v.WorkerID
+		if a, ok := t.EndedAttempt(); ok && worker == "" {
+			worker = a.WorkerID // the report ended the attempt
+		}
+		if worker != "" {
+			span.SetAttributes(attribute.String("taskmaster.worker.id", worker))
 		}
 	}
 	if err != nil {
