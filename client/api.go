@@ -93,6 +93,7 @@ func (p SubmitParams) request() (submitRequest, error) {
 		Deadline: p.Deadline, RunAt: p.RunAt, IdempotencyKey: p.IdempotencyKey,
 		Ref: p.Ref, DependsOn: p.DependsOn,
 		UniqueKey: p.UniqueKey, Retry: p.Retry, GroupKey: p.GroupKey,
+		TimeoutSeconds: p.TimeoutSeconds, Metadata: p.Metadata, Traceparent: p.Traceparent, Tracestate: p.Tracestate,
 	}
 	raw, err := marshalValue(p.Payload)
 	if err != nil {
@@ -137,7 +138,7 @@ func (c *Client) Attempts(ctx context.Context, id string) ([]Attempt, error) {
 
 // List returns a page of tasks, newest first.
 func (c *Client) List(ctx context.Context, p ListParams) (*TaskPage, error) {
-	return c.ListFiltered(ctx, TaskFilter{Queue: p.Queue, Status: string(p.Status)}, p.Limit, p.Cursor)
+	return c.ListFiltered(ctx, TaskFilter{Queue: p.Queue, Status: string(p.Status), Metadata: p.Metadata}, p.Limit, p.Cursor)
 }
 
 // Retry moves a DEAD task back to PENDING (attempts reset). Any other
