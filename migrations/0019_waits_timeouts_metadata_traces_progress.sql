@@ -34,6 +34,9 @@ ALTER TABLE tasks
     ADD COLUMN progress        jsonb,
     ADD COLUMN awaited         boolean NOT NULL DEFAULT false;
 
+-- Building each of the two indexes below scans the table under a SHARE lock
+-- (writes wait), like 0007's; no row matches yet, so both are empty.
+
 -- The timeout reaper finds the attempts whose limit is up by walking this
 -- index from its low end: a cycle reads only the entries that are due (no
 -- scan of every RUNNING task). Only claims of tasks under a limit insert an
