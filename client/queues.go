@@ -142,6 +142,10 @@ type LeasedTask struct {
 	WorkerID       string    `json:"worker_id"`
 	ClaimedAt      time.Time `json:"claimed_at"`
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+	// ProgressPercent is the task's last progress report's percent (nil:
+	// none since its claim), ProgressMessage its message.
+	ProgressPercent *float64 `json:"progress_percent"`
+	ProgressMessage string   `json:"progress_message"`
 }
 
 // Queue returns one queue's detail (IsQueueNotFound when it holds no task

@@ -550,6 +550,10 @@ type LeasedTask struct {
 	WorkerID       string
 	ClaimedAt      time.Time
 	LeaseExpiresAt time.Time
+	// ProgressPercent and ProgressMessage are its last progress report's
+	// (nil and "" when none since its claim).
+	ProgressPercent *float64
+	ProgressMessage string
 }
 
 // QueueAverage is a queue's average durations over a recent window; nil

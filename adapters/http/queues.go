@@ -91,6 +91,10 @@ type LeasedTaskJSON struct {
 	WorkerID       string    `json:"worker_id"`
 	ClaimedAt      time.Time `json:"claimed_at"`
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+	// ProgressPercent and ProgressMessage are the task's last progress
+	// report's (null: none since its claim).
+	ProgressPercent *float64 `json:"progress_percent"`
+	ProgressMessage *string  `json:"progress_message"`
 }
 
 // QueueSettingsResponse answers PATCH /queues/v1/{queue}.
@@ -143,7 +147,12 @@ func queueDetailJSON(d *ports.QueueDetail) QueueDetailJSON {
 		AvgExecutionSeconds: map[string]*float64{}, AvgQueueWaitSeconds: map[string]*float64{},
 	}
 	for i, t := range d.LeasedSample {
-		out.LeasedSample[i] = LeasedTaskJSON{ID: t.ID.String(), WorkerID: t.WorkerID, ClaimedAt: t.ClaimedAt.UTC(), LeaseExpiresAt: t.LeaseExpiresAt.UTC()}
+		out.LeasedSample[i] = LeasedTaskJSON{ID: t.ID.String(), WorkerID: t.WorkerID, ClaimedAt: t.ClaimedAt.UTC(), LeaseExpiresAt: t.LeaseExpiresAt.UTC(),
+			ProgressPercent: t.ProgressPercent}
+		if t.ProgressPercent != nil {
+			m := t.ProgressMessage
+			out.LeasedSample[i].ProgressMessage = &m
+		}
 	}
 	for _, a := range d.Averages {
 		out.AvgExecutionSeconds[windowKey(a.Window)] = a.ExecutionSeconds
