@@ -111,9 +111,12 @@ type Task struct {
 	// Trace is the W3C trace context the task was submitted under (nil:
 	// none); clientotel.TaskContext continues it.
 	Trace *Trace `json:"trace"`
-	// Progress is the holder's last progress report (nil: none since the
-	// last claim).
-	Progress *Progress `json:"progress"`
+	// LastProgress is the holder's last progress report (nil: none since
+	// the last claim). (Task.Progress reports one, from a Runner's handler.)
+	LastProgress *Progress `json:"progress"`
+
+	// progress reports for a Runner's handler (see Task.Progress).
+	progress *progressReporter
 }
 
 // Trace is a task's W3C trace context.

@@ -131,3 +131,45 @@ func (c *Client) Progress(ctx context.Context, taskID string, p ProgressParams) 
 	}
 	return &t, nil
 }
+
+// progressReporter reports the progress of a task a Runner handed to its
+// handler (Task.Progress).
+type progressReporter struct {
+	client        *Client
+	workerID      string
+	reportTimeout time.Duration
+}
+
+// errNoRunner is Task.Progress's error for a task no Runner handed out.
+var errNoRunner = errors.New("taskmaster: Task.Progress reports for the handler a Runner runs; elsewhere use Client.Progress")
+
+// Progress reports how far the handler got with the task (percent, 0 to
+// 100, and a message for a human): the server keeps it on the task
+// (Task.Progress, the dashboard's bar) and announces it with a
+// task.progress event, at most one a second. It works on the task a
+// Runner hands to its handler, under the runner's worker and the task's
+// lease; a report the server refuses because the task is no longer this
+// worker's (IsLeaseLost, IsInvalidTransition) means the handler should
+// stop. Report details with Client.Progress.
+func (t Task) Progress(ctx context.Context, percent float64, message string) error {
+	r := t.progress
+	if r == nil {
+		return errNoRunner
+	}
+	if r.reportTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.reportTimeout)
+		defer cancel()
+	}
+	_, err := r.client.Progress(ctx, t.ID, ProgressParams{WorkerID: r.workerID, LeaseID: t.LeaseID, Percent: percent, Message: message})
+	return err
+}
+
+// timeLimit is how long the task's attempt may run from its claim (false:
+// no limit): TimeoutAt - ClaimedAt, both the server's.
+func (t Task) timeLimit() (time.Duration, bool) {
+	if t.TimeoutAt == nil || t.ClaimedAt == nil {
+		return 0, false
+	}
+	return t.TimeoutAt.Sub(*t.ClaimedAt), true
+}

@@ -52,10 +52,10 @@ func TestSDKWaitsProgressTimeLimitsMetadataAndTraces(t *testing.T) {
 	require.JSONEq(t, `"done"`, string(done.Result))
 	require.Equal(t, 600, done.TimeoutSeconds)
 	require.Equal(t, map[string]string{"tenant": "acme"}, done.Metadata)
-	require.Equal(t, 50.0, done.Progress.Percent, "the last report stays after the attempt")
+	require.Equal(t, 50.0, done.LastProgress.Percent, "the last report stays after the attempt")
 	p := <-worked
-	require.Equal(t, "half", p.Progress.Message)
-	require.JSONEq(t, `{"n":1}`, string(p.Progress.Details))
+	require.Equal(t, "half", p.LastProgress.Message)
+	require.JSONEq(t, `{"n":1}`, string(p.LastProgress.Details))
 	require.NotNil(t, p.TimeoutAt)
 
 	task, err := c.Submit(ctx, client.SubmitParams{Queue: "sdk23"})

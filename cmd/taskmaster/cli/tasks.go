@@ -294,12 +294,12 @@ func printTask(e *env, t *client.Task) error {
 	if t.TimeoutAt != nil {
 		row("Time limit ends", when(t.TimeoutAt))
 	}
-	if t.Progress != nil {
-		progress := fmt.Sprintf("%g%%", t.Progress.Percent)
-		if t.Progress.Message != "" {
-			progress += " " + oneLine(t.Progress.Message, 120)
+	if t.LastProgress != nil {
+		progress := fmt.Sprintf("%g%%", t.LastProgress.Percent)
+		if t.LastProgress.Message != "" {
+			progress += " " + oneLine(t.LastProgress.Message, 120)
 		}
-		row("Progress", progress+" (at "+when(&t.Progress.UpdatedAt)+")")
+		row("Progress", progress+" (at "+when(&t.LastProgress.UpdatedAt)+")")
 	}
 	if t.Trace != nil {
 		row("Trace", t.Trace.Traceparent)
