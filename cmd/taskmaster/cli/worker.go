@@ -72,6 +72,12 @@ func workerFlags(fs *flag.FlagSet, e *env) {
 // --snooze-exit (99) with a number of seconds on standard output snoozes
 // it; any other exit fails it with the end of standard error. Exit 75 and
 // codes not listed in --non-retryable-exit are retryable.
+//
+// The command gets the task's trace context as TRACEPARENT and TRACESTATE
+// (when the task has one), and reports progress by writing lines
+// "progress <percent> <message>" to file descriptor 3 (TASKMASTER_PROGRESS_FD).
+// A command still running when its task's time limit is up is stopped
+// (SIGTERM, then SIGKILL), like one cancelled by shutdown.
 func runWorker(ctx context.Context, e *env, _ []string) error {
 	s := e.state.(*workerState)
 	if s.exec == "" {
@@ -136,14 +142,31 @@ func (h *execHandler) handle(ctx context.Context, t client.Task) (any, error) {
 		"TASKMASTER_QUEUE="+t.Queue,
 		"TASKMASTER_ATTEMPT="+strconv.Itoa(t.Attempts),
 		"TASKMASTER_MAX_ATTEMPTS="+strconv.Itoa(t.MaxAttempts),
+		"TASKMASTER_PROGRESS_FD="+strconv.Itoa(progressFD),
 	)
+	if t.Trace != nil {
+		cmd.Env = append(cmd.Env, "TRACEPARENT="+t.Trace.Traceparent)
+		if t.Trace.Tracestate != "" {
+			cmd.Env = append(cmd.Env, "TRACESTATE="+t.Trace.Tracestate)
+		}
+	}
 	stdout := &limitedBuffer{limit: maxStdout}
 	stderr := &tailBuffer{limit: stderrTail}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
+	progress, err := newProgressPipe(ctx, t)
+	if err != nil {
+		return nil, fmt.Errorf("progress pipe: %w", err)
+	}
+	cmd.ExtraFiles = []*os.File{progress.w}
 	ownProcessGroup(cmd)
 	cmd.Cancel = func() error { return signalGroup(cmd, false) }
 	cmd.WaitDelay = killGrace
-	err := cmd.Run()
+	err = cmd.Start()
+	progress.started() // the command holds its end now
+	if err == nil {
+		err = cmd.Wait()
+	}
+	progress.close()
 
 	if ctx.Err() != nil {
 		// Stopped by shutdown or --task-timeout: retryable either way (the
