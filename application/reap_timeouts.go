@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/taskmaster/taskmaster/domain/backoff"
 	"github.com/taskmaster/taskmaster/domain/event"
 	"github.com/taskmaster/taskmaster/domain/task"
@@ -17,35 +15,10 @@ import (
 // configured: a limit is enforced within about that much of its end.
 const DefaultTimeoutReaperInterval = time.Second
 
-// TimeoutReport is what one timeout reaper cycle did.
-type TimeoutReport struct {
-	// Requeued counts timed-out attempts whose task went back to PENDING,
-	// for its retry after backoff.
-	Requeued int
-	// DeadLettered counts timed-out attempts that were their task's last
-	// (DEAD exhausted).
-	DeadLettered int
-	// Cancelled counts timed-out attempts of tasks an operator had asked
-	// to cancel (DEAD cancelled).
-	Cancelled int
-}
-
-// Idle reports whether the cycle changed nothing.
-func (r TimeoutReport) Idle() bool { return r == TimeoutReport{} }
-
-// Fields are the cycle's counts, for its log line.
-func (r TimeoutReport) Fields() []zap.Field {
-	return []zap.Field{
-		zap.Int("tasks_requeued", r.Requeued), zap.Int("tasks_dead_lettered", r.DeadLettered),
-		zap.Int("tasks_cancelled", r.Cancelled),
-	}
-}
-
-func (r *TimeoutReport) add(o TimeoutReport) {
-	r.Requeued += o.Requeued
-	r.DeadLettered += o.DeadLettered
-	r.Cancelled += o.Cancelled
-}
+// TimeoutReport is what one timeout reaper cycle did: the counts of a
+// takeback, as the lease reaper's (requeued for a retry after backoff,
+// DEAD exhausted on the last attempt, DEAD cancelled).
+type TimeoutReport = LeaseReport
 
 // TimeoutReaper ends the RUNNING attempts that used up their time limit,
 // whatever their holders' heartbeats say (task.Task.TimeOut): outcome
@@ -77,7 +50,6 @@ func NewTimeoutReaper(tx ports.TxRunner, policy backoff.Policy, rand backoff.Sou
 func (r *TimeoutReaper) Reap(ctx context.Context) (TimeoutReport, error) {
 	var rep TimeoutReport
 	err := inBatches(ctx, r.tx, r.batch, func(ctx context.Context, st ports.Stores) (TimeoutReport, int, error) {
-		var b TimeoutReport
 		ts, err := st.Reaper.UpdateTimedOutTasks(ctx, r.batch, func(t *task.Task, now time.Time) ([]event.Event, error) {
 			e, err := t.TimeOut(r.policy, r.rand, now)
 			if err != nil {
@@ -85,17 +57,7 @@ func (r *TimeoutReaper) Reap(ctx context.Context) (TimeoutReport, error) {
 			}
 			return []event.Event{e}, nil
 		})
-		for _, t := range ts {
-			switch v := t.Snapshot(); {
-			case v.Status == task.StatusPending:
-				b.Requeued++
-			case v.DeadReason == task.DeadCancelled:
-				b.Cancelled++
-			default:
-				b.DeadLettered++
-			}
-		}
-		return b, len(ts), err
+		return takebacks(ts), len(ts), err
 	}, rep.add)
 	if err != nil {
 		return rep, fmt.Errorf("reap timed-out attempts: %w", err)

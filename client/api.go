@@ -20,16 +20,9 @@ import (
 // did not reach the server, so a transport error cannot create a duplicate;
 // with one, every transport error and 5xx is retried.
 func (c *Client) Submit(ctx context.Context, p SubmitParams) (*Task, error) {
-	if p.Ref != "" || len(p.DependsOn) > 0 {
-		return nil, errors.New("taskmaster: Ref and DependsOn need SubmitBatch")
-	}
-	req, err := p.request()
+	req, mode, err := p.single()
 	if err != nil {
-		return nil, fmt.Errorf("taskmaster: %w", err)
-	}
-	mode := retryUnsent
-	if p.IdempotencyKey != "" {
-		mode = retrySafe
+		return nil, err
 	}
 	var t Task
 	if _, err := c.do(ctx, call{method: http.MethodPost, path: "/tasks/v1", body: req, out: &t, mode: mode}); err != nil {
@@ -84,6 +77,22 @@ func (c *Client) SubmitBatch(ctx context.Context, ps []SubmitParams) ([]Task, []
 		return nil, nil, fmt.Errorf("taskmaster: batch of %d answered with %d tasks and %d created flags", len(ps), len(out.Tasks), len(out.Created))
 	}
 	return out.Tasks, out.Created, nil
+}
+
+// single is the body of a submission of one task and how it may be
+// retried: after any transport error or 5xx only with an idempotency key.
+func (p SubmitParams) single() (submitRequest, retryMode, error) {
+	if p.Ref != "" || len(p.DependsOn) > 0 {
+		return submitRequest{}, 0, errors.New("taskmaster: Ref and DependsOn need SubmitBatch")
+	}
+	req, err := p.request()
+	if err != nil {
+		return req, 0, fmt.Errorf("taskmaster: %w", err)
+	}
+	if p.IdempotencyKey != "" {
+		return req, retrySafe, nil
+	}
+	return req, retryUnsent, nil
 }
 
 // request is the submission's JSON body.

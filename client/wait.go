@@ -65,16 +65,9 @@ func (c *Client) waitOnce(ctx context.Context, id string, wait time.Duration) (*
 // with an IdempotencyKey, otherwise only when the request surely did not
 // reach the server.
 func (c *Client) SubmitAndWait(ctx context.Context, p SubmitParams) (*Task, error) {
-	if p.Ref != "" || len(p.DependsOn) > 0 {
-		return nil, errors.New("taskmaster: Ref and DependsOn need SubmitBatch")
-	}
-	req, err := p.request()
+	req, mode, err := p.single()
 	if err != nil {
-		return nil, fmt.Errorf("taskmaster: %w", err)
-	}
-	mode := retryUnsent
-	if p.IdempotencyKey != "" {
-		mode = retrySafe
+		return nil, err
 	}
 	wait := waitFor(ctx)
 	q := url.Values{"wait_ms": {strconv.FormatInt(roundMillis(wait), 10)}}

@@ -240,29 +240,51 @@ func (s *TaskStore) insertMany(ctx context.Context, ts []*task.Task, idx []int, 
 
 // UpdateEach implements ports.TaskStore.
 func (s *TaskStore) UpdateEach(ctx context.Context, ids []uuid.UUID, fn ports.TaskUpdateEachFunc) ([]ports.TaskResult, error) {
-	// Lock in id order so concurrent batches cannot deadlock each other.
-	rows, err := selectRows(ctx, s.st.tx, taskRowNowFields, `
-		SELECT `+taskColumns+`, now() AS db_now FROM tasks WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`, uuidArray(ids))
-	if err != nil {
-		return nil, fmt.Errorf("lock tasks: %w", err)
-	}
-	found := make(map[uuid.UUID]*task.Task, len(rows))
-	now, err := s.st.nowOf(ctx, rows)
+	out, changed, events, err := s.decideEach(ctx, ids, fn, nil)
 	if err != nil {
 		return nil, err
 	}
+	if err := saveTasks(ctx, s.st, changed); err != nil {
+		return nil, err
+	}
+	s.st.Record(events...)
+	return out, nil
+}
+
+// decideEach locks the tasks with these ids in id order (so concurrent
+// batches cannot deadlock each other) and lets fn decide each that exists,
+// at the database time. It returns the results in ids order, the tasks fn
+// changed and their events; check, when not nil, vets each change (its
+// error fails the whole call: the store's contract broken).
+func (s *TaskStore) decideEach(ctx context.Context, ids []uuid.UUID, fn ports.TaskUpdateEachFunc,
+	check func(before task.Snapshot, t *task.Task) error) ([]ports.TaskResult, []*task.Task, []event.Event, error) {
+	rows, err := selectRows(ctx, s.st.tx, taskRowNowFields, lockTasksByIDSQL, uuidArray(ids))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("lock tasks: %w", err)
+	}
+	now, err := s.st.nowOf(ctx, rows)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	found := make(map[uuid.UUID]*task.Task, len(rows))
 	for i := range rows {
 		found[rows[i].ID] = rows[i].toDomain()
 	}
 	out := make([]ports.TaskResult, len(ids))
-	var changed []*task.Task
-	var events []event.Event
+	var (
+		changed []*task.Task
+		events  []event.Event
+	)
 	for i, id := range ids {
 		out[i].ID = id
 		t, ok := found[id]
 		if !ok {
 			out[i].Err = task.ErrNotFound
 			continue
+		}
+		var before task.Snapshot
+		if check != nil {
+			before = t.Snapshot()
 		}
 		es, err := fn(i, t, now)
 		out[i].Task = t
@@ -271,14 +293,15 @@ func (s *TaskStore) UpdateEach(ctx context.Context, ids []uuid.UUID, fn ports.Ta
 			// The domain refused and changed nothing; show the stored state.
 			continue
 		}
+		if check != nil {
+			if err := check(before, t); err != nil {
+				return nil, nil, nil, err
+			}
+		}
 		changed = append(changed, t)
 		events = append(events, es...)
 	}
-	if err := saveTasks(ctx, s.st, changed); err != nil {
-		return nil, err
-	}
-	s.st.Record(events...)
-	return out, nil
+	return out, changed, events, nil
 }
 
 // saveTasks writes every mutable column of ts with one statement, in id

@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/lib/pq"
 
-	"github.com/taskmaster/taskmaster/domain/event"
 	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/ports"
 )
@@ -130,42 +129,14 @@ var lockTasksByIDSQL = `
 // order, fn decides each, and only the progress of the changed ones is
 // written (one statement).
 func (s *TaskStore) UpdateProgress(ctx context.Context, ids []uuid.UUID, fn ports.TaskUpdateEachFunc) ([]ports.TaskResult, error) {
-	rows, err := selectRows(ctx, s.st.tx, taskRowNowFields, lockTasksByIDSQL, uuidArray(ids))
-	if err != nil {
-		return nil, fmt.Errorf("lock tasks: %w", err)
-	}
-	now, err := s.st.nowOf(ctx, rows)
+	out, changed, events, err := s.decideEach(ctx, ids, fn, func(before task.Snapshot, t *task.Task) error {
+		if after := t.Snapshot(); after.Status != before.Status || after.LeaseID != before.LeaseID {
+			return fmt.Errorf("update progress of task %s: only progress may change", t.ID())
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	found := make(map[uuid.UUID]*task.Task, len(rows))
-	for i := range rows {
-		found[rows[i].ID] = rows[i].toDomain()
-	}
-	out := make([]ports.TaskResult, len(ids))
-	var (
-		changed []*task.Task
-		events  []event.Event
-	)
-	for i, id := range ids {
-		out[i].ID = id
-		t, ok := found[id]
-		if !ok {
-			out[i].Err = task.ErrNotFound
-			continue
-		}
-		before := t.Snapshot()
-		es, err := fn(i, t, now)
-		out[i].Task = t
-		if err != nil {
-			out[i].Err = err
-			continue
-		}
-		if after := t.Snapshot(); after.Status != before.Status || after.LeaseID != before.LeaseID {
-			return nil, fmt.Errorf("update progress of task %s: only progress may change", id)
-		}
-		changed = append(changed, t)
-		events = append(events, es...)
 	}
 	if err := saveProgress(ctx, s.st, changed); err != nil {
 		return nil, err
