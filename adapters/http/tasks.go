@@ -52,6 +52,21 @@ func (q submitRequest) params() task.SubmitParams {
 // request's; see submitSpan) and returns the function that ends their
 // spans with the tasks the submissions made (nil: refused with err).
 func (s *Server) traced(r *http.Request, ps []task.SubmitParams) func(ts []*task.Task, err error) {
+	if s.tracer == nil {
+		// Nothing to end: the request's trace, read once, for the items
+		// without their own.
+		var req *task.Trace
+		for i := range ps {
+			if ps[i].Trace == (task.Trace{}) {
+				if req == nil {
+					tr := s.requestTrace(r)
+					req = &tr
+				}
+				ps[i].Trace = *req
+			}
+		}
+		return endNothing
+	}
 	ends := make([]func(*task.Task, error), len(ps))
 	for i := range ps {
 		ps[i].Trace, ends[i] = s.submitSpan(r, ps[i].Queue, ps[i].Trace)
@@ -66,6 +81,8 @@ func (s *Server) traced(r *http.Request, ps []task.SubmitParams) func(ts []*task
 		}
 	}
 }
+
+func endNothing([]*task.Task, error) {}
 
 // waitOf reads the wait_ms query parameter (nil when absent or empty).
 func waitOf(r *http.Request) (*int64, error) {

@@ -112,16 +112,8 @@ func spanContextOf(tr task.Trace) trace.SpanContext {
 // submitSpan starts a taskmaster.submit span for a task of queue that will
 // keep the trace it returns: a child of the item's own trace (item, when
 // it has one) or of the request's span, linked to the request's span. The
-// span ends with end (its error, if any). Without a tracer it returns the
-// item's trace, else the request's (requestTrace), and an end that does
-// nothing.
+// span ends with end (its error, if any). It needs a tracer (see traced).
 func (s *Server) submitSpan(r *http.Request, queue string, item task.Trace) (task.Trace, func(t *task.Task, err error)) {
-	if s.tracer == nil {
-		if item.Parent != "" || item.State != "" {
-			return item, func(*task.Task, error) {}
-		}
-		return s.requestTrace(r), func(*task.Task, error) {}
-	}
 	ctx := r.Context()
 	request := trace.SpanContextFromContext(ctx)
 	if sc := spanContextOf(item); sc.IsValid() {
