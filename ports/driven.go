@@ -97,10 +97,27 @@ type TaskResult struct {
 
 // TaskNotifier tells waiting claims that tasks may have become claimable.
 // It wakes as many waiters as tasks became claimable (not every waiter of
-// the queue), and wakes them again when delayed tasks fall due.
+// the queue), and wakes them again when delayed tasks fall due. It also
+// tells producers waiting for a task that it finished.
 type TaskNotifier interface {
 	// Wait subscribes a waiting claim described by spec.
 	Wait(spec WaitSpec) TaskWait
+	// WaitFinished subscribes a producer waiting for task id to finish
+	// (DONE or DEAD) on any instance. Only the ends of awaited tasks are
+	// announced (TaskStore.MarkAwaited), so the waiter subscribes first,
+	// then marks the task.
+	WaitFinished(id uuid.UUID) FinishWait
+}
+
+// FinishWait is one producer's wait for a task's end.
+type FinishWait interface {
+	// C receives (coalesced) when the task may have finished: its end was
+	// announced, or announcements may have been lost (the listening
+	// connection was re-established). It is closed when the notifier
+	// shuts down, so the waiter answers at once.
+	C() <-chan struct{}
+	// Close ends the subscription.
+	Close()
 }
 
 // WaitSpec describes a waiting claim to the notifier.
@@ -273,6 +290,24 @@ type TaskStore interface {
 	// returned finished; one returned unfinished stays so until the
 	// transaction ends.
 	LockTasks(ctx context.Context, ids []uuid.UUID, keys []IdempotencyKey, unique []UniqueKey) ([]*task.Task, error)
+	// UpdateProgress locks the tasks with these ids (in id order), lets fn
+	// decide for each one that exists (a progress report, or the
+	// announcement of one), writes the progress of the changed ones with
+	// one statement and records their events. fn may change nothing but
+	// the progress. Results are as UpdateEach's.
+	UpdateProgress(ctx context.Context, ids []uuid.UUID, fn TaskUpdateEachFunc) ([]TaskResult, error)
+	// MarkAwaited sets the task's awaited flag (task.Snapshot.Awaited)
+	// when it is unfinished, and returns the task as it is now
+	// (task.ErrNotFound when absent). Once it returns, a transaction that
+	// moves the task into DONE or DEAD announces it on commit
+	// (TaskNotifier.WaitFinished), or had committed before.
+	MarkAwaited(ctx context.Context, id uuid.UUID) (*task.Task, error)
+	// TimedOutUnder returns those of the tasks with these ids whose last
+	// attempt under the worker ended timed_out (task.OutcomeTimedOut).
+	TimedOutUnder(ctx context.Context, workerID string, ids []uuid.UUID) ([]uuid.UUID, error)
+	// Statuses returns the statuses of the tasks with these ids, without
+	// locking them; absent tasks are missing from it.
+	Statuses(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]task.Status, error)
 	// CreateGraph inserts the new tasks, dependencies and dependants that
 	// fn builds at the database time now, with a statement each, and
 	// records fn's events. Every task must be new: when a concurrent
@@ -403,6 +438,10 @@ type ReaperStore interface {
 	// UpdateExpiredLeases selects RUNNING tasks whose lease has run out
 	// (task.Task.LeaseExpired).
 	UpdateExpiredLeases(ctx context.Context, limit int, fn TaskUpdateFunc) ([]*task.Task, error)
+	// UpdateTimedOutTasks selects RUNNING tasks whose attempt used up its
+	// time limit (task.Task.TimedOut), earliest limit first. Unlike the
+	// other takebacks, fn may set the task's last error (the timeout's).
+	UpdateTimedOutTasks(ctx context.Context, limit int, fn TaskUpdateFunc) ([]*task.Task, error)
 	// UpdateOverdueTasks selects PENDING tasks whose deadline has passed
 	// (task.Task.ExpireDeadline), earliest deadline first.
 	UpdateOverdueTasks(ctx context.Context, limit int, fn TaskUpdateFunc) ([]*task.Task, error)
@@ -511,6 +550,10 @@ type LeasedTask struct {
 	WorkerID       string
 	ClaimedAt      time.Time
 	LeaseExpiresAt time.Time
+	// ProgressPercent and ProgressMessage are its last progress report's
+	// (nil and "" when none since its claim).
+	ProgressPercent *float64
+	ProgressMessage string
 }
 
 // QueueAverage is a queue's average durations over a recent window; nil

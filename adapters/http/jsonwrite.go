@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -232,7 +233,7 @@ func (t *TaskJSON) appendObject(b []byte) ([]byte, error) {
 // that embed TaskJSON can add theirs.
 func (t *TaskJSON) appendFields(b []byte) ([]byte, error) {
 	for _, tm := range [...]*time.Time{&t.RunAt, &t.CreatedAt, &t.UpdatedAt, t.Deadline, t.ClaimedAt,
-		t.FinishedAt, t.LeaseExpiresAt, t.CancelRequestedAt} {
+		t.FinishedAt, t.LeaseExpiresAt, t.CancelRequestedAt, t.TimeoutAt} {
 		if !jsonTime(tm) {
 			return b, errJSONTime
 		}
@@ -294,7 +295,54 @@ func (t *TaskJSON) appendFields(b []byte) ([]byte, error) {
 	b = strconv.AppendInt(b, int64(t.Snoozes), 10)
 	b = append(b, `,"group_key":`...)
 	b = appendOptString(b, t.GroupKey)
+	b = append(b, `,"timeout_seconds":`...)
+	if t.TimeoutSeconds == nil {
+		b = append(b, "null"...)
+	} else {
+		b = strconv.AppendInt(b, int64(*t.TimeoutSeconds), 10)
+	}
+	b = append(b, `,"timeout_at":`...)
+	b = appendOptTime(b, t.TimeoutAt)
+	b = append(b, `,"metadata":`...)
+	b = appendStringMap(b, t.Metadata)
+	// Traces and progress are rare and short: encoding/json writes them
+	// (its float format and its time checks included).
+	b = append(b, `,"trace":`...)
+	if t.Trace == nil {
+		b = append(b, "null"...)
+	} else if b, err = appendJSONValue(b, t.Trace); err != nil {
+		return b, err
+	}
+	b = append(b, `,"progress":`...)
+	if t.Progress == nil {
+		b = append(b, "null"...)
+	} else if b, err = appendJSONValue(b, t.Progress); err != nil {
+		return b, err
+	}
 	return b, nil
+}
+
+// appendStringMap appends m as encoding/json does: keys sorted, null for
+// a nil map.
+func appendStringMap(b []byte, m map[string]string) []byte {
+	if m == nil {
+		return append(b, "null"...)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, k)
+		b = append(b, ':')
+		b = appendJSONString(b, m[k])
+	}
+	return append(b, '}')
 }
 
 // taskBody is one task as a response body.

@@ -46,7 +46,10 @@ func fullTask() TaskJSON {
 		Deadline: &later, RunAt: at, IdempotencyKey: s("k\u2028"), CreatedAt: at.Add(-time.Second),
 		ClaimedAt: &at, FinishedAt: &later, UpdatedAt: later, LeaseExpiresAt: &later, CancelRequestedAt: &at,
 		UniqueKey: s("u<"), Retry: &retryJSON{BaseSeconds: f(0.0000001), MaxSeconds: f(1e21), Jitter: s("full")},
-		Snoozes: 2, GroupKey: s("g&"),
+		Snoozes: 2, GroupKey: s("g&"), TimeoutSeconds: func(n int) *int { return &n }(3600), TimeoutAt: &later,
+		Metadata: map[string]string{"z": tricky, "a": "", "tenant.id": "<&>", tricky: "k"},
+		Trace:    &TraceJSON{Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", Tracestate: s("a=" + tricky)},
+		Progress: &ProgressJSON{Percent: 1e-7, Message: tricky, Details: json.RawMessage(`{"n": [1, 2]}`), UpdatedAt: at},
 	}
 }
 
@@ -102,6 +105,8 @@ func TestAppendJSONFallsBackWhereEncodingJSONRefuses(t *testing.T) {
 		"updated_at": func(t *TaskJSON) { t.UpdatedAt = far }, "deadline": func(t *TaskJSON) { t.Deadline = &far },
 		"finished_at": func(t *TaskJSON) { t.FinishedAt = &far }, "lease_expires_at": func(t *TaskJSON) { t.LeaseExpiresAt = &far },
 		"cancel_requested_at": func(t *TaskJSON) { t.CancelRequestedAt = &far },
+		"timeout_at":          func(t *TaskJSON) { t.TimeoutAt = &far },
+		"progress.updated_at": func(t *TaskJSON) { t.Progress.UpdatedAt = far },
 	} {
 		task := fullTask()
 		set(&task)

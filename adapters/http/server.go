@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/taskmaster/taskmaster/application/lifecycle"
@@ -40,6 +41,9 @@ type ServerConfig struct {
 	// MaxInFlightClaims caps the claims served at once, long polls
 	// included; beyond it, 503 overloaded.
 	MaxInFlightClaims int
+	// MaxInFlightWaits caps the requests waiting for a task to finish
+	// (wait_ms) served at once; beyond it, 503 overloaded.
+	MaxInFlightWaits int
 	// MaxInFlightBodyBytes caps the request body bytes the requests served
 	// at once may buffer; beyond it, 503 overloaded. It must be at least
 	// MaxBatchBodyBytes, or the largest batch could never be served.
@@ -64,6 +68,9 @@ const (
 	// DefaultMaxInFlightClaims is MaxInFlightClaims unless configured: 1,000
 	// idle long-polling workers per instance fit twice over.
 	DefaultMaxInFlightClaims = 2000
+	// DefaultMaxInFlightWaits is MaxInFlightWaits unless configured: 1,000
+	// producers waiting for their tasks per instance fit twice over.
+	DefaultMaxInFlightWaits = 2000
 	// DefaultMaxInFlightBodyBytes is MaxInFlightBodyBytes unless
 	// configured: four batch bodies of the largest size.
 	DefaultMaxInFlightBodyBytes = 64 << 20
@@ -76,6 +83,7 @@ func DefaultServerConfig() ServerConfig {
 	return ServerConfig{Addr: "127.0.0.1:8080", MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 16 << 20, ShutdownTimeout: 30 * time.Second,
 		EventsHeartbeat:     defaultEventsHeartbeat,
 		MaxInFlightRequests: DefaultMaxInFlightRequests, MaxInFlightClaims: DefaultMaxInFlightClaims,
+		MaxInFlightWaits:     DefaultMaxInFlightWaits,
 		MaxInFlightBodyBytes: DefaultMaxInFlightBodyBytes, RateLimits: DefaultRateLimits()}
 }
 
@@ -146,6 +154,9 @@ type Deps struct {
 	// OnShutdown runs when Stop begins, before in-flight requests are
 	// awaited (it answers waiting long-poll claims).
 	OnShutdown []func()
+	// Tracer, when set, records the server's spans (see tracing.go); nil:
+	// tracing is off and costs nothing.
+	Tracer trace.Tracer
 }
 
 // Server serves the API.
@@ -165,6 +176,7 @@ type Server struct {
 	keys        ports.KeyService
 	schedules   ports.ScheduleService
 	bulk        ports.BulkService
+	tracer      trace.Tracer
 	// auth says requests must carry a key; access holds each route's
 	// requirement, limiter each key's rate limit.
 	auth    bool
@@ -188,7 +200,7 @@ func NewServer(cfg ServerConfig, d Deps) *Server {
 	s := &Server{
 		cfg: cfg, tasks: d.Tasks, workers: d.Workers, queues: d.Queues, health: d.Health,
 		events: d.Events, logger: d.Logger, extraRoutes: d.Routes, onShutdown: d.OnShutdown,
-		keys: d.Keys, schedules: d.Schedules, bulk: d.Bulk, auth: cfg.AuthEnabled(), access: map[*mux.Route]Access{}, limiter: newLimiter(cfg.RateLimits),
+		keys: d.Keys, schedules: d.Schedules, bulk: d.Bulk, tracer: d.Tracer, auth: cfg.AuthEnabled(), access: map[*mux.Route]Access{}, limiter: newLimiter(cfg.RateLimits),
 	}
 	if s.logger == nil {
 		s.logger = zap.NewNop()
@@ -209,6 +221,9 @@ func NewServer(cfg ServerConfig, d Deps) *Server {
 	// access is enforced.
 	s.admission = newAdmission(cfg)
 	r.Use(withRoute(cfg, s.admission))
+	if s.tracer != nil {
+		r.Use(s.withTracing)
+	}
 	r.Use(s.withAuth)
 	var h http.Handler = r
 	h = withAccessLog(d.Observe)(h)

@@ -105,19 +105,27 @@ func (r *StatsReader) Queue(ctx context.Context, name string) (*ports.QueueDetai
 			return fmt.Errorf("queue detail: leased: %w", err)
 		}
 		var sample []struct {
-			ID             string    `db:"id"`
-			WorkerID       string    `db:"worker_id"`
-			ClaimedAt      time.Time `db:"claimed_at"`
-			LeaseExpiresAt time.Time `db:"lease_expires_at"`
+			ID             string          `db:"id"`
+			WorkerID       string          `db:"worker_id"`
+			ClaimedAt      time.Time       `db:"claimed_at"`
+			LeaseExpiresAt time.Time       `db:"lease_expires_at"`
+			Percent        sql.NullFloat64 `db:"percent"`
+			Message        sql.NullString  `db:"message"`
 		}
 		if err := tx.SelectContext(ctx, &sample, `
-			SELECT id, worker_id, claimed_at, lease_expires_at FROM tasks
+			SELECT id, worker_id, claimed_at, lease_expires_at,
+				(progress->>'percent')::float8 AS percent, progress->>'message' AS message FROM tasks
 			WHERE queue = $1 AND status = 'RUNNING'
 			ORDER BY claimed_at, id LIMIT $2`, name, LeasedSampleSize); err != nil {
 			return fmt.Errorf("queue detail: leased sample: %w", err)
 		}
 		for _, s := range sample {
-			t := ports.LeasedTask{WorkerID: s.WorkerID, ClaimedAt: s.ClaimedAt, LeaseExpiresAt: s.LeaseExpiresAt}
+			t := ports.LeasedTask{WorkerID: s.WorkerID, ClaimedAt: s.ClaimedAt, LeaseExpiresAt: s.LeaseExpiresAt,
+				ProgressMessage: s.Message.String}
+			if s.Percent.Valid {
+				p := s.Percent.Float64
+				t.ProgressPercent = &p
+			}
 			if err := t.ID.UnmarshalText([]byte(s.ID)); err != nil {
 				return fmt.Errorf("queue detail: leased sample: %w", err)
 			}
@@ -244,7 +252,7 @@ func GlobToLike(glob string) string {
 // head of its queue, so within a priority that head is the oldest task).
 const queuePageSQL = `
 SELECT n.queue, c.pending, c.running, c.done, c.dead, c.blocked,
-	s.paused, s.max_running, s.rate_per_second, s.rate_burst, s.max_running_per_group,
+	s.paused, s.max_running, s.rate_per_second, s.rate_burst, s.max_running_per_group, s.default_timeout_seconds,
 	extract(epoch FROM now() - o.oldest)::float8 AS oldest_pending_age
 FROM unnest($1::text[]) WITH ORDINALITY AS n(queue, i)
 CROSS JOIN LATERAL (

@@ -139,6 +139,41 @@ func (s *ReaperStore) UpdateExpiredLeases(ctx context.Context, limit int, fn por
 	return s.updateTasks(ctx, "lease-expired", expiredLeasesSQL, limit, fn)
 }
 
+// timedOutTasksSQL selects RUNNING tasks whose attempt used up its time
+// limit: the rule of task.Task.TimedOut, earliest limit first. It walks
+// tasks_running_timeout (0019) from its low end: only the entries that are
+// due, however many tasks run.
+var timedOutTasksSQL = `
+	SELECT ` + taskColumns + `, now() AS db_now FROM tasks
+	WHERE status = 'RUNNING' AND timeout_at IS NOT NULL AND timeout_at <= now()
+	ORDER BY timeout_at
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED`
+
+// UpdateTimedOutTasks implements ports.ReaperStore. A timeout sets the
+// task's last error (task.Task.TimeOut), which the takebacks of the other
+// reapers may not.
+func (s *ReaperStore) UpdateTimedOutTasks(ctx context.Context, limit int, fn ports.TaskUpdateFunc) ([]*task.Task, error) {
+	var rows []taskRowNow
+	if err := s.st.tx.SelectContext(ctx, &rows, timedOutTasksSQL, limit); err != nil {
+		return nil, fmt.Errorf("select timed-out tasks: %w", err)
+	}
+	ts, events, err := decideAll(s.st, rows, restoreTask, fn)
+	if err != nil || len(ts) == 0 {
+		return nil, err
+	}
+	for i, t := range ts {
+		if !slices.Equal(t.Snapshot().Result, rows[i].Result) {
+			return nil, fmt.Errorf("timed-out task %s: a timeout may not change the result", t.ID())
+		}
+	}
+	if err := saveTasks(ctx, s.st, ts); err != nil {
+		return nil, err
+	}
+	s.st.Record(events...)
+	return ts, nil
+}
+
 // overdueTasksSQL selects PENDING and BLOCKED tasks whose deadline has
 // passed: the rule of task.Task.ExpireDeadline. It walks
 // tasks_waiting_deadline (0011).

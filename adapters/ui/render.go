@@ -235,6 +235,33 @@ var funcs = template.FuncMap{
 		return jsonPart{ID: id.String(), Part: part, V: v}
 	},
 	"has": func(ids []uuid.UUID, id uuid.UUID) bool { return slices.Contains(ids, id) },
+	"bar": progressBar,
+}
+
+// progressView is what a progress bar shows: its value (0-100), its text
+// and its accessible name.
+type progressView struct {
+	Value       float64
+	Text, Label string
+}
+
+// progressBar is the bar of a progress report's percent (a float64 or a
+// *float64), named label for assistive technology.
+func progressBar(pct any, label string) progressView {
+	var v float64
+	switch p := pct.(type) {
+	case float64:
+		v = p
+	case *float64:
+		if p != nil {
+			v = *p
+		}
+	}
+	text := strconv.FormatFloat(v, 'f', -1, 64)
+	if len(text) > 5 {
+		text = strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return progressView{Value: v, Text: text + "%", Label: "progress of " + label}
 }
 
 // jsonPart is a payload or result with what its download link needs.

@@ -8,6 +8,7 @@ package schedule
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -407,6 +408,9 @@ func checkTemplate(v *validation.Errors, p *task.SubmitParams) {
 	if p.IdempotencyKey != "" {
 		v.Add("task.idempotency_key", "is not accepted in a schedule's task: each tick's task gets schedule:<name>:<tick>")
 	}
+	if p.Trace != (task.Trace{}) {
+		v.Add("task.traceparent", "is not accepted in a schedule's task: each tick's task starts a trace of its own")
+	}
 	if err := task.ValidateSubmit(p); err != nil {
 		var ve *validation.Error
 		if errors.As(err, &ve) {
@@ -482,5 +486,10 @@ func cloneTemplate(p task.SubmitParams) task.SubmitParams {
 		r := *p.Retry
 		p.Retry = &r
 	}
+	if p.TimeoutSeconds != nil {
+		n := *p.TimeoutSeconds
+		p.TimeoutSeconds = &n
+	}
+	p.Metadata = maps.Clone(p.Metadata)
 	return p
 }

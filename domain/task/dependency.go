@@ -212,3 +212,7 @@ func (t *Task) Finished() bool { return t.finished }
 // HasDependants reports whether some task depends on this one (see
 // Snapshot.HasDependants).
 func (t *Task) HasDependants() bool { return t.s.HasDependants }
+
+// Awaited reports whether a producer waited for the task to finish (see
+// Snapshot.Awaited).
+func (t *Task) Awaited() bool { return t.s.Awaited }

@@ -105,6 +105,26 @@ func (tasks) UpdateEach(_ context.Context, ids []uuid.UUID, fn ports.TaskUpdateE
 	return out, nil
 }
 
+func (s tasks) UpdateProgress(ctx context.Context, ids []uuid.UUID, fn ports.TaskUpdateEachFunc) ([]ports.TaskResult, error) {
+	return s.UpdateEach(ctx, ids, fn)
+}
+
+func (tasks) TimedOutUnder(context.Context, string, []uuid.UUID) ([]uuid.UUID, error) {
+	return nil, nil
+}
+
+func (tasks) MarkAwaited(_ context.Context, id uuid.UUID) (*task.Task, error) {
+	return Running(id), nil
+}
+
+func (tasks) Statuses(_ context.Context, ids []uuid.UUID) (map[uuid.UUID]task.Status, error) {
+	out := make(map[uuid.UUID]task.Status, len(ids))
+	for _, id := range ids {
+		out[id] = task.StatusRunning
+	}
+	return out, nil
+}
+
 func (tasks) Claim(_ context.Context, p ports.ClaimParams) ([]*task.Task, bool, error) {
 	queue := "q"
 	if len(p.Queues) > 0 {

@@ -47,6 +47,9 @@ type Options struct {
 	// IdleWorkers and IdleQueues size the idle scenario.
 	IdleWorkers int
 	IdleQueues  int
+	// Waiters sizes the waiters scenario: producers waiting for a task
+	// each (GET /tasks/v1/{id}?wait_ms).
+	Waiters int
 	// Auth starts the server with API keys on, and drives it with a key of
 	// its own (produce, work and read; rate limits lifted so that they
 	// measure nothing but their own cost). With URL, APIKey is sent.
@@ -112,6 +115,8 @@ type Report struct {
 	Fairness *FairnessFigures `json:"fairness,omitempty"`
 	// Queues holds the queues scenario's figures.
 	Queues *QueueFigures `json:"queues,omitempty"`
+	// Waiters holds the waiters scenario's figures.
+	Waiters *WaiterFigures `json:"waiters,omitempty"`
 }
 
 // Scenarios are the scenario names, in the order "all" runs them.
@@ -181,6 +186,7 @@ func parseOptions(args []string, stderr io.Writer) (Options, error) {
 	fs.BoolVar(&o.WaitEvents, "wait-events", false, "sample the database sessions' wait events every 10 ms and print them per scenario")
 	fs.IntVar(&o.IdleWorkers, "idle-workers", 1000, "long-polling workers in the idle scenario")
 	fs.IntVar(&o.IdleQueues, "idle-queues", 10, "queues the idle scenario's workers wait on")
+	fs.IntVar(&o.Waiters, "waiters", 1000, "producers waiting for a task each in the waiters scenario")
 	fs.BoolVar(&o.Auth, "auth", false, "serve with API keys on (TASKMASTER_AUTH=on); the benchmark makes and sends its own key")
 	fs.StringVar(&o.APIKey, "api-key", os.Getenv("TASKMASTER_API_KEY"), "with --url: the API key to send (needs produce, work and read)")
 	fs.Func("pg-set", "with the benchmark's own PostgreSQL: set a server setting, name=value (repeatable), e.g. autovacuum_naptime=5s", func(v string) error {
