@@ -176,7 +176,9 @@ func scopeList(scopes []apikey.Scope) string {
 
 // route registers a handler for one method and path with its access.
 func (s *Server) route(r *mux.Router, method, path string, a Access, h http.HandlerFunc) {
-	s.access[r.HandleFunc(path, h).Methods(method)] = a
+	route := r.HandleFunc(path, h).Methods(method)
+	s.access[route] = a
+	s.jsonRoutes[route] = true
 }
 
 // Validate reports whether the mode is known.

@@ -170,6 +170,9 @@ type Server struct {
 	auth    bool
 	access  map[*mux.Route]Access
 	limiter *limiter
+	// jsonRoutes are the API's routes, which take JSON bodies (the extra
+	// routes, such as the dashboard's forms, take their own).
+	jsonRoutes map[*mux.Route]bool
 	// cert is the TLS certificate (nil: plain HTTP).
 	cert *certificate
 
@@ -188,7 +191,8 @@ func NewServer(cfg ServerConfig, d Deps) *Server {
 	s := &Server{
 		cfg: cfg, tasks: d.Tasks, workers: d.Workers, queues: d.Queues, health: d.Health,
 		events: d.Events, logger: d.Logger, extraRoutes: d.Routes, onShutdown: d.OnShutdown,
-		keys: d.Keys, schedules: d.Schedules, bulk: d.Bulk, auth: cfg.AuthEnabled(), access: map[*mux.Route]Access{}, limiter: newLimiter(cfg.RateLimits),
+		keys: d.Keys, schedules: d.Schedules, bulk: d.Bulk, auth: cfg.AuthEnabled(), access: map[*mux.Route]Access{}, jsonRoutes: map[*mux.Route]bool{},
+		limiter: newLimiter(cfg.RateLimits),
 	}
 	if s.logger == nil {
 		s.logger = zap.NewNop()
@@ -209,8 +213,9 @@ func NewServer(cfg ServerConfig, d Deps) *Server {
 	// access is enforced.
 	s.admission = newAdmission(cfg)
 	r.Use(withRoute(cfg, s.admission))
+	r.Use(s.withJSONBody)
 	r.Use(s.withAuth)
-	var h http.Handler = r
+	h := s.withLocalRequests(r)
 	h = withAccessLog(d.Observe)(h)
 	h = withCorrelation(s.logger)(h)
 	s.handler = h
