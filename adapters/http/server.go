@@ -215,6 +215,7 @@ func NewServer(cfg ServerConfig, d Deps) *Server {
 	r.Use(withRoute(cfg, s.admission))
 	r.Use(s.withJSONBody)
 	r.Use(s.withAuth)
+	r.Use(s.withTextQuery)
 	h := s.withLocalRequests(r)
 	h = withAccessLog(d.Observe)(h)
 	h = withCorrelation(s.logger)(h)

@@ -85,7 +85,7 @@ func (h *Handler) overviewData(r *http.Request) (overviewData, error) {
 	var ve *validation.Error
 	switch {
 	case errors.As(err, &ve):
-		return data, &pageError{status: http.StatusBadRequest,
+		return data, &pageError{status: http.StatusUnprocessableEntity,
 			msg: "The filter may hold only the characters of queue names (letters, digits, and . _ : -)."}
 	case err != nil:
 		return data, err

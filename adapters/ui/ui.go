@@ -27,6 +27,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/taskmaster/taskmaster/domain/apikey"
+	"github.com/taskmaster/taskmaster/domain/validation"
 	"github.com/taskmaster/taskmaster/ports"
 )
 
@@ -142,7 +143,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("Referrer-Policy", "same-origin")
 	hd.Set("X-Frame-Options", "DENY")
+	if err := textInput(r); err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// textInput refuses (422) a request whose query parameters or form fields
+// are not text (validation.Text: invalid UTF-8, NUL), before any page or
+// action reads them: a filter of such bytes would fail in the database.
+func textInput(r *http.Request) error {
+	var v validation.Errors
+	v.CheckValues(r.URL.Query())
+	if r.Method == http.MethodPost {
+		if err := r.ParseForm(); err != nil {
+			return &pageError{status: http.StatusBadRequest, msg: "The form could not be read."}
+		}
+		v.CheckValues(r.PostForm)
+	}
+	return v.Err()
 }
 
 func (h *Handler) serveStatic(w http.ResponseWriter, r *http.Request) {
