@@ -29,7 +29,7 @@ const taskJSON = `{"id":"8f0e3a4e-4f5e-4a51-9e0e-2b1b8c1d9a11","queue":"q","stat
 	`"tags":[],"attempts":0,"max_attempts":3,"worker_id":null,"lease_id":null,"last_error":null,"dead_reason":null,` +
 	`"result":null,"deadline":null,"run_at":"2026-01-01T00:00:00Z","idempotency_key":null,"created_at":"2026-01-01T00:00:00Z",` +
 	`"claimed_at":null,"finished_at":null,"updated_at":"2026-01-01T00:00:00Z","lease_expires_at":null,"cancel_requested_at":null,` +
-	`"unique_key":null,"retry":null,"snoozes":0,"group_key":null}`
+	`"unique_key":null,"retry":null,"snoozes":0,"group_key":null,"schedule_name":null,"schedule_tick":null}`
 
 // flaky answers the first `failures` requests with status, then with ok.
 type flaky struct {
@@ -323,8 +323,9 @@ func TestDefaultWorkerID(t *testing.T) {
 
 func TestTaskMarshalsNullsLikeTheServer(t *testing.T) {
 	t.Parallel()
-	withPolicy := strings.Replace(taskJSON, `"unique_key":null,"retry":null,"snoozes":0,"group_key":null`,
-		`"unique_key":"u","retry":{"base_seconds":0.5,"max_seconds":600,"jitter":"full"},"snoozes":2,"group_key":"g"`, 1)
+	withPolicy := strings.Replace(taskJSON, `"unique_key":null,"retry":null,"snoozes":0,"group_key":null,"schedule_name":null,"schedule_tick":null`,
+		`"unique_key":"u","retry":{"base_seconds":0.5,"max_seconds":600,"jitter":"full"},"snoozes":2,"group_key":"g",`+
+			`"schedule_name":"nightly","schedule_tick":"2026-01-01T02:30:00Z"`, 1)
 	require.NotEqual(t, taskJSON, withPolicy)
 	for _, in := range []string{taskJSON, withPolicy} {
 		var task client.Task

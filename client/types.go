@@ -99,6 +99,10 @@ type Task struct {
 	Snoozes int `json:"snoozes"`
 	// GroupKey is the task's group in its queue ("" when none).
 	GroupKey string `json:"group_key"`
+	// ScheduleName and ScheduleTick name the recurring schedule and the
+	// tick that made the task ("" and nil for any other task).
+	ScheduleName string     `json:"schedule_name"`
+	ScheduleTick *time.Time `json:"schedule_tick"`
 }
 
 // Jitter says how a retry delay is randomised.
@@ -171,13 +175,14 @@ func (t Task) MarshalJSON() ([]byte, error) {
 		IdempotencyKey *string         `json:"idempotency_key"`
 		UniqueKey      *string         `json:"unique_key"`
 		GroupKey       *string         `json:"group_key"`
+		ScheduleName   *string         `json:"schedule_name"`
 		Payload        json.RawMessage `json:"payload"`
 		Result         json.RawMessage `json:"result"`
 	}{
 		plain: plain(t), WorkerID: nullable(t.WorkerID), LeaseID: nullable(t.LeaseID),
 		LastError: nullable(t.LastError), DeadReason: nullable(string(t.DeadReason)),
 		IdempotencyKey: nullable(t.IdempotencyKey), UniqueKey: nullable(t.UniqueKey), GroupKey: nullable(t.GroupKey),
-		Payload: rawOrNull(t.Payload), Result: rawOrNull(t.Result),
+		ScheduleName: nullable(t.ScheduleName), Payload: rawOrNull(t.Payload), Result: rawOrNull(t.Result),
 	})
 }
 

@@ -47,6 +47,10 @@ type TaskJSON struct {
 	Snoozes int `json:"snoozes"`
 	// GroupKey is the task's group in its queue (null: none).
 	GroupKey *string `json:"group_key"`
+	// ScheduleName and ScheduleTick name the recurring schedule and the
+	// tick that made the task (null both: not a schedule's).
+	ScheduleName *string    `json:"schedule_name"`
+	ScheduleTick *time.Time `json:"schedule_tick"`
 }
 
 func taskJSON(t *task.Task) TaskJSON {
@@ -65,7 +69,7 @@ func taskJSON(t *task.Task) TaskJSON {
 		UpdatedAt: s.UpdatedAt.UTC(), LeaseExpiresAt: optTime(s.LeaseExpiresAt),
 		CancelRequestedAt: optTime(s.CancelRequestedAt),
 		UniqueKey:         optString(s.UniqueKey), Retry: retryJSONOf(s.Retry), Snoozes: s.Snoozes,
-		GroupKey: optString(s.GroupKey),
+		GroupKey: optString(s.GroupKey), ScheduleName: optString(s.ScheduleName), ScheduleTick: optTime(s.ScheduleTick),
 	}
 	if s.LeaseID != uuid.Nil {
 		out.LeaseID = optString(s.LeaseID.String())

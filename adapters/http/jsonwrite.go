@@ -232,7 +232,7 @@ func (t *TaskJSON) appendObject(b []byte) ([]byte, error) {
 // that embed TaskJSON can add theirs.
 func (t *TaskJSON) appendFields(b []byte) ([]byte, error) {
 	for _, tm := range [...]*time.Time{&t.RunAt, &t.CreatedAt, &t.UpdatedAt, t.Deadline, t.ClaimedAt,
-		t.FinishedAt, t.LeaseExpiresAt, t.CancelRequestedAt} {
+		t.FinishedAt, t.LeaseExpiresAt, t.CancelRequestedAt, t.ScheduleTick} {
 		if !jsonTime(tm) {
 			return b, errJSONTime
 		}
@@ -294,6 +294,10 @@ func (t *TaskJSON) appendFields(b []byte) ([]byte, error) {
 	b = strconv.AppendInt(b, int64(t.Snoozes), 10)
 	b = append(b, `,"group_key":`...)
 	b = appendOptString(b, t.GroupKey)
+	b = append(b, `,"schedule_name":`...)
+	b = appendOptString(b, t.ScheduleName)
+	b = append(b, `,"schedule_tick":`...)
+	b = appendOptTime(b, t.ScheduleTick)
 	return b, nil
 }
 

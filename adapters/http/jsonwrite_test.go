@@ -46,7 +46,7 @@ func fullTask() TaskJSON {
 		Deadline: &later, RunAt: at, IdempotencyKey: s("k\u2028"), CreatedAt: at.Add(-time.Second),
 		ClaimedAt: &at, FinishedAt: &later, UpdatedAt: later, LeaseExpiresAt: &later, CancelRequestedAt: &at,
 		UniqueKey: s("u<"), Retry: &retryJSON{BaseSeconds: f(0.0000001), MaxSeconds: f(1e21), Jitter: s("full")},
-		Snoozes: 2, GroupKey: s("g&"),
+		Snoozes: 2, GroupKey: s("g&"), ScheduleName: s("nightly<"), ScheduleTick: &at,
 	}
 }
 
@@ -102,6 +102,7 @@ func TestAppendJSONFallsBackWhereEncodingJSONRefuses(t *testing.T) {
 		"updated_at": func(t *TaskJSON) { t.UpdatedAt = far }, "deadline": func(t *TaskJSON) { t.Deadline = &far },
 		"finished_at": func(t *TaskJSON) { t.FinishedAt = &far }, "lease_expires_at": func(t *TaskJSON) { t.LeaseExpiresAt = &far },
 		"cancel_requested_at": func(t *TaskJSON) { t.CancelRequestedAt = &far },
+		"schedule_tick":       func(t *TaskJSON) { t.ScheduleTick = &far },
 	} {
 		task := fullTask()
 		set(&task)

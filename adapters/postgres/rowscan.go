@@ -100,6 +100,8 @@ var taskRowFields = rowFields[taskRow]{
 	"has_dependants":      func(r *taskRow) any { return &r.HasDependants },
 	"group_key":           func(r *taskRow) any { return &r.GroupKey },
 	"grank":               func(r *taskRow) any { return &r.Grank },
+	"schedule_name":       func(r *taskRow) any { return &r.ScheduleName },
+	"schedule_tick":       func(r *taskRow) any { return &r.ScheduleTick },
 }
 
 // taskRowNowFields are taskRowNow's columns.

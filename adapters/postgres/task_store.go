@@ -22,7 +22,7 @@ const taskColumns = `id, seq, queue, status, priority, payload, tags, attempts, 
 	idempotency_key, created_at, claimed_at, finished_at, updated_at,
 	lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id,
 	unique_key, snoozes, retry_base_seconds, retry_max_seconds, retry_jitter,
-	blockers, has_dependants, group_key, grank`
+	blockers, has_dependants, group_key, grank, schedule_name, schedule_tick`
 
 // heldTaskColumns are taskColumns but the payload: what the lease protocol
 // reads of a worker's tasks (saving a task never writes its payload).
@@ -31,7 +31,7 @@ const heldTaskColumns = `id, seq, queue, status, priority, tags, attempts, max_a
 	idempotency_key, created_at, claimed_at, finished_at, updated_at,
 	lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id,
 	unique_key, snoozes, retry_base_seconds, retry_max_seconds, retry_jitter,
-	blockers, has_dependants, group_key, grank`
+	blockers, has_dependants, group_key, grank, schedule_name, schedule_tick`
 
 // taskRow is one row of tasks.
 type taskRow struct {
@@ -68,6 +68,10 @@ type taskRow struct {
 	GroupKey      sql.NullString `db:"group_key"`
 	// Grank is the task's round-robin rank in its queue (fairRankSQL).
 	Grank int64 `db:"grank"`
+	// ScheduleName and ScheduleTick mark a schedule's tick's task
+	// (migrations/0017).
+	ScheduleName sql.NullString `db:"schedule_name"`
+	ScheduleTick sql.NullTime   `db:"schedule_tick"`
 }
 
 // taskRowNow is a task row with the transaction's now().
@@ -111,6 +115,8 @@ func (r *taskRow) toDomain() *task.Task {
 		Blockers:      int(r.Blockers.Int32),
 		HasDependants: r.HasDependants,
 		GroupKey:      r.GroupKey.String,
+		ScheduleName:  r.ScheduleName.String,
+		ScheduleTick:  utcPtr(r.ScheduleTick),
 	})
 }
 
@@ -144,14 +150,15 @@ func (s *TaskStore) Create(ctx context.Context, fn ports.TaskCreateFunc) (*task.
 		err = s.st.tx.GetContext(ctx, &row, `
 			INSERT INTO tasks (id, queue, status, priority, payload, tags, attempts, max_attempts,
 				deadline, run_at, idempotency_key, created_at, updated_at, payload_bytes,
-				unique_key, retry_base_seconds, retry_max_seconds, retry_jitter, group_key, grank)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, $13, $14, $15, $16, $17, $18,
+				unique_key, retry_base_seconds, retry_max_seconds, retry_jitter, group_key, schedule_name, schedule_tick, grank)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, $13, $14, $15, $16, $17, $18, $19, $20,
 				`+fmt.Sprintf(fairRankSQL, "$2::text", "$18::text")+`)
 			ON CONFLICT DO NOTHING
 			RETURNING `+taskColumns,
 			v.ID, v.Queue, string(v.Status), v.Priority, nullJSON(v.Payload), pq.StringArray(v.Tags),
 			v.Attempts, v.MaxAttempts, v.Deadline, v.RunAt, nullString(v.IdempotencyKey), v.CreatedAt, payloadBytes,
-			nullString(v.UniqueKey), retry.Base, retry.Max, retry.Jitter, nullString(v.GroupKey))
+			nullString(v.UniqueKey), retry.Base, retry.Max, retry.Jitter, nullString(v.GroupKey),
+			nullString(v.ScheduleName), v.ScheduleTick)
 		if err == nil {
 			s.st.Record(e)
 			if v.Status == task.StatusPending {
@@ -163,8 +170,9 @@ func (s *TaskStore) Create(ctx context.Context, fn ports.TaskCreateFunc) (*task.
 			return nil, false, fmt.Errorf("insert task: %w", err)
 		}
 		// The queue already holds this idempotency key, or an unfinished
-		// task with this unique key (perhaps committed by a concurrent
-		// submission this statement waited for).
+		// task with this unique key, or (a schedule's tick) the tick has
+		// its task (perhaps committed by a concurrent submission this
+		// statement waited for).
 		existing, err := s.existing(ctx, []*task.Task{t})
 		if err != nil {
 			return nil, false, err
@@ -321,6 +329,15 @@ func prefixed(prefix, columns string) string {
 		parts[i] = prefix + strings.TrimSpace(p)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// utcPtr is timePtr in UTC.
+func utcPtr(t sql.NullTime) *time.Time {
+	if !t.Valid {
+		return nil
+	}
+	u := t.Time.UTC()
+	return &u
 }
 
 func timePtr(t sql.NullTime) *time.Time {

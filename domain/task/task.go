@@ -216,6 +216,11 @@ type Snapshot struct {
 	// tenant, a customer): claims take tasks round-robin across a queue's
 	// groups, and a queue's max_running_per_group caps each group.
 	GroupKey string
+	// ScheduleName and ScheduleTick, when ScheduleTick is not nil, mark
+	// the task of a recurring schedule's tick. Only SubmitTick sets them,
+	// never a submission: storage finds a tick's task by them alone.
+	ScheduleName string
+	ScheduleTick *time.Time
 }
 
 // Task is a unit of work in a queue. Its fields are reachable only through
@@ -320,6 +325,30 @@ func Submit(p SubmitParams, now time.Time) (*Task, event.Event, error) {
 		t.s.GroupKey = *p.GroupKey
 	}
 	return t, t.event(event.TaskSubmitted, "", "", now), nil
+}
+
+// SubmitTick creates the PENDING task of the tick of the recurring
+// schedule name, at time now: the schedule's submission p, marked as the
+// tick's (Snapshot.ScheduleName, ScheduleTick). Only the scheduler calls it;
+// nothing a client sends reaches the mark, so no producer can make a task
+// the scheduler takes for a tick's. p may not carry an idempotency key (a
+// schedule's task is found by its mark).
+func SubmitTick(p SubmitParams, name string, tick, now time.Time) (*Task, event.Event, error) {
+	if p.IdempotencyKey != "" {
+		return nil, event.Event{}, fmt.Errorf("submit the tick of schedule %q: a tick's task has no idempotency key", name)
+	}
+	t, e, err := Submit(p, now)
+	if err != nil {
+		return nil, e, err
+	}
+	tick = tick.UTC()
+	t.s.ScheduleName, t.s.ScheduleTick = name, &tick
+	return t, e, nil
+}
+
+// IsTick reports whether t is the task of the tick of the schedule name.
+func (t *Task) IsTick(name string, tick time.Time) bool {
+	return t.s.ScheduleTick != nil && t.s.ScheduleName == name && t.s.ScheduleTick.Equal(tick)
 }
 
 // ClaimParams identify the claiming worker and the lease it gets.

@@ -60,6 +60,10 @@ type Task struct {
 	Snoozes int `json:"snoozes"`
 	// GroupKey is the task's group in its queue.
 	GroupKey *string `json:"group_key"`
+	// ScheduleName and ScheduleTick name the schedule and tick that made
+	// the task.
+	ScheduleName *string    `json:"schedule_name"`
+	ScheduleTick *time.Time `json:"schedule_tick"`
 }
 
 // RetryPolicy is a task's own retry policy.
