@@ -158,7 +158,6 @@ func (g *graph) build(now time.Time) (ports.TaskGraph, error) {
 		v         validation.Errors
 		newKeys   = map[ports.IdempotencyKey]*task.Task{}
 		newUnique = map[ports.UniqueKey]*task.Task{}
-		marked    = map[uuid.UUID]bool{}
 	)
 	for i, p := range g.ps {
 		if t := g.holder(p, newKeys, newUnique); t != nil {
@@ -211,8 +210,7 @@ func (g *graph) build(now time.Time) (ports.TaskGraph, error) {
 				continue
 			}
 			out.Dependencies = append(out.Dependencies, ports.Dependency{Parent: parent.ID(), Child: t.ID(), Position: ref.Index})
-			if parent.AddDependant() && !g.isNew(parent) && !marked[parent.ID()] {
-				marked[parent.ID()] = true
+			if parent.AddDependant() && !g.isNew(parent) {
 				out.Dependants = append(out.Dependants, parent.ID())
 			}
 		}

@@ -16,3 +16,12 @@ ALTER TABLE tasks ADD COLUMN schedule_name text, ADD COLUMN schedule_tick timest
 ALTER TABLE tasks ADD CONSTRAINT tasks_schedule_mark
     CHECK ((schedule_name IS NULL) = (schedule_tick IS NULL)) NOT VALID;
 CREATE UNIQUE INDEX tasks_schedule_tick ON tasks (schedule_name, schedule_tick) WHERE schedule_name IS NOT NULL;
+
+-- has_dependants now says that some task was ever linked to depend on this
+-- one, whatever this one's status then; it used to be set only on parents
+-- unfinished at link time, so retention, which keeps a finished task while
+-- a dependant is unfinished and looks for dependants only where the flag is
+-- set, deleted a parent that was already DONE when its dependant was linked.
+-- Set it on every such parent (task_dependencies is walked once).
+UPDATE tasks SET has_dependants = true
+WHERE NOT has_dependants AND id IN (SELECT parent_id FROM task_dependencies);

@@ -201,8 +201,9 @@ type Snapshot struct {
 	// BLOCKED.
 	Blockers int
 	// HasDependants is true once a task was submitted depending on this
-	// one while it was unfinished: its end (DONE or DEAD) must be passed
-	// on to them (ParentsFinished).
+	// one, whatever this one's status then: its end (DONE or DEAD) is
+	// passed on to them (ParentsFinished), and retention keeps it while
+	// one of them is unfinished.
 	HasDependants bool
 	// UniqueKey, when not empty, is held by the task while it is
 	// unfinished: no other unfinished task of its queue has it.
