@@ -78,7 +78,11 @@ func (s *TaskService) SubmitGraph(ctx context.Context, ps []task.SubmitParams, s
 		if err := checkPayloads(st, "tasks", ps); err != nil {
 			return err
 		}
-		locked, err := st.Tasks.LockTasks(ctx, ids, keys, unique)
+		// Only tasks the principal may see are locked: naming another
+		// queue's task is refused (checkParents) without waiting for, or
+		// holding up, that task's writers.
+		locked, err := st.Tasks.LockTasks(ctx, ports.LockParams{IDs: ids, Keys: keys, Unique: unique,
+			Visible: ports.Principal(ctx).QueuePatterns()})
 		if err != nil {
 			return err
 		}

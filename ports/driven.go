@@ -265,14 +265,13 @@ type TaskStore interface {
 	// Parents returns the task's parents in depends_on order, with every
 	// column, without locking them.
 	Parents(ctx context.Context, id uuid.UUID) ([]*task.Task, error)
-	// LockTasks locks, in id order, the tasks with these ids, those that
-	// hold these idempotency keys and the unfinished ones
-	// (task.UnfinishedStatuses) that hold these unique keys, and returns
-	// them (missing ones are absent), with every column. A holder of a
-	// unique key that finished while LockTasks waited for its lock is
-	// returned finished; one returned unfinished stays so until the
-	// transaction ends.
-	LockTasks(ctx context.Context, ids []uuid.UUID, keys []IdempotencyKey, unique []UniqueKey) ([]*task.Task, error)
+	// LockTasks locks, in id order, the tasks p names (see LockParams)
+	// and returns them (missing ones are absent), with every column. A
+	// holder of a unique key that finished while LockTasks waited for its
+	// lock is returned finished; one returned unfinished stays so until the
+	// transaction ends. A task outside p.Visible is neither locked nor
+	// returned, as if missing.
+	LockTasks(ctx context.Context, p LockParams) ([]*task.Task, error)
 	// CreateGraph inserts the new tasks, dependencies and dependants that
 	// fn builds at the database time now, with a statement each, and
 	// records fn's events. Every task must be new: when a concurrent
@@ -286,6 +285,20 @@ type TaskStore interface {
 type Parent struct {
 	ID     uuid.UUID
 	Status task.Status
+}
+
+// LockParams name the tasks LockTasks locks: those with IDs, those that
+// hold Keys, and the unfinished ones (task.UnfinishedStatuses) that hold
+// Unique.
+type LockParams struct {
+	IDs    []uuid.UUID
+	Keys   []IdempotencyKey
+	Unique []UniqueKey
+	// Visible, when not nil, restricts them to the queues matching one of
+	// these patterns (an API key's, as BulkBatchParams.Visible): a task of
+	// a queue the principal may not see is never locked, so that naming
+	// one cannot make its writers wait.
+	Visible []string
 }
 
 // IdempotencyKey names the task of a queue that holds an idempotency key.

@@ -259,9 +259,9 @@ func (tasks) Parents(context.Context, uuid.UUID) ([]*task.Task, error) {
 }
 
 // LockTasks finds every named id: a task RUNNING like every other.
-func (tasks) LockTasks(_ context.Context, ids []uuid.UUID, _ []ports.IdempotencyKey, _ []ports.UniqueKey) ([]*task.Task, error) {
-	out := make([]*task.Task, len(ids))
-	for i, id := range ids {
+func (tasks) LockTasks(_ context.Context, p ports.LockParams) ([]*task.Task, error) {
+	out := make([]*task.Task, len(p.IDs))
+	for i, id := range p.IDs {
 		out[i] = Running(id)
 	}
 	return out, nil
