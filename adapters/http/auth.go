@@ -104,13 +104,9 @@ var (
 // keyStillWorks reports whether the key a long-running request (an event
 // stream) was authenticated with still works: a revoked or expired key's
 // stream ends within the lookup cache's lifetime of a poll, like its other
-// requests. Cheap: the lookup is cached.
+// requests. Cheap: the lookup is cached (ports.CheckPrincipal).
 func (s *Server) keyStillWorks(r *http.Request) bool {
-	if !s.auth || ports.Principal(r.Context()) == nil {
-		return true
-	}
-	_, err := s.keys.Authenticate(r.Context(), bearerToken(r))
-	return err == nil
+	return ports.CheckPrincipal(r.Context()) == nil
 }
 
 // withAuth is router middleware (it runs after matching): it enforces the
@@ -136,9 +132,6 @@ func (s *Server) withAuth(next http.Handler) http.Handler {
 		}
 		key, err := s.keys.Authenticate(r.Context(), bearerToken(r))
 		if err != nil {
-			if apikey.Unauthenticated(err) {
-				w.Header().Set("WWW-Authenticate", challenge(err))
-			}
 			writeError(w, r, err)
 			return
 		}
@@ -152,6 +145,11 @@ func (s *Server) withAuth(next http.Handler) http.Handler {
 			return
 		}
 		ctx := ports.WithPrincipal(r.Context(), key)
+		token := bearerToken(r)
+		ctx = ports.WithPrincipalCheck(ctx, func(ctx context.Context) error {
+			_, err := s.keys.Authenticate(ctx, token)
+			return err
+		})
 		ctx = context.WithValue(ctx, loggerKey{}, requestLogFrom(ctx).with(zap.Stringer("key_id", key.ID())))
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})

@@ -210,6 +210,10 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	p := problemFor(err)
+	if apikey.Unauthenticated(err) {
+		// Also a key revoked while its request ran (a waiting claim).
+		w.Header().Set("WWW-Authenticate", challenge(err))
+	}
 	if p.Status >= 500 && p.retryAfter == 0 {
 		loggerFrom(r.Context()).Error("request failed", zap.Error(err), zap.String("method", r.Method), zap.String("path", r.URL.Path))
 	} else if p.Status >= 500 {
