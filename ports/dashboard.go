@@ -48,6 +48,9 @@ type SessionService interface {
 	// Logout ends the session (at once on this instance, within the
 	// lookup cache's lifetime on every other one).
 	Logout(ctx context.Context, token string) error
+	// Known reports, without a lookup, whether token named a session the
+	// last time this instance looked it up (while it remembers).
+	Known(token string) bool
 }
 
 // RateSeries are a queue's per-minute counts over the last hour, oldest

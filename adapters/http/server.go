@@ -49,6 +49,10 @@ type ServerConfig struct {
 	Auth AuthMode
 	// RateLimits are the per-key request limits by scope.
 	RateLimits RateLimits
+	// ClientRateLimit limits, per client address, the attempts made without
+	// a working credential (a token or session that names nothing usable)
+	// and the dashboard's logins; zero Rate: no limit.
+	ClientRateLimit RateLimit
 	// TLS, when enabled, serves HTTPS with a certificate reloaded by
 	// ReloadTLS.
 	TLS TLSConfig
@@ -76,7 +80,7 @@ func DefaultServerConfig() ServerConfig {
 	return ServerConfig{Addr: "127.0.0.1:8080", MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 16 << 20, ShutdownTimeout: 30 * time.Second,
 		EventsHeartbeat:     defaultEventsHeartbeat,
 		MaxInFlightRequests: DefaultMaxInFlightRequests, MaxInFlightClaims: DefaultMaxInFlightClaims,
-		MaxInFlightBodyBytes: DefaultMaxInFlightBodyBytes, RateLimits: DefaultRateLimits()}
+		MaxInFlightBodyBytes: DefaultMaxInFlightBodyBytes, RateLimits: DefaultRateLimits(), ClientRateLimit: DefaultClientRateLimit}
 }
 
 // Validate reports whether the config can be used.
@@ -139,6 +143,9 @@ type Deps struct {
 	Schedules ports.ScheduleService
 	// Bulk, when set, serves the bulk actions and queue purges.
 	Bulk ports.BulkService
+	// Limits are the rate limits the server enforces, shared with the
+	// dashboard; nil: the server makes its own from the config.
+	Limits *Limits
 	// Observe, when set, receives every finished request.
 	Observe ObserveFunc
 	// Routes are extra routes to mount.
@@ -167,9 +174,9 @@ type Server struct {
 	bulk        ports.BulkService
 	// auth says requests must carry a key; access holds each route's
 	// requirement, limiter each key's rate limit.
-	auth    bool
-	access  map[*mux.Route]Access
-	limiter *limiter
+	auth   bool
+	access map[*mux.Route]Access
+	limits *Limits
 	// jsonRoutes are the API's routes, which take JSON bodies (the extra
 	// routes, such as the dashboard's forms, take their own).
 	jsonRoutes map[*mux.Route]bool
@@ -192,10 +199,13 @@ func NewServer(cfg ServerConfig, d Deps) *Server {
 		cfg: cfg, tasks: d.Tasks, workers: d.Workers, queues: d.Queues, health: d.Health,
 		events: d.Events, logger: d.Logger, extraRoutes: d.Routes, onShutdown: d.OnShutdown,
 		keys: d.Keys, schedules: d.Schedules, bulk: d.Bulk, auth: cfg.AuthEnabled(), access: map[*mux.Route]Access{}, jsonRoutes: map[*mux.Route]bool{},
-		limiter: newLimiter(cfg.RateLimits),
+		limits: d.Limits,
 	}
 	if s.logger == nil {
 		s.logger = zap.NewNop()
+	}
+	if s.limits == nil {
+		s.limits = NewLimits(cfg.RateLimits, cfg.ClientRateLimit)
 	}
 	if cfg.TLS.Enabled() {
 		s.cert = &certificate{cfg: cfg.TLS}

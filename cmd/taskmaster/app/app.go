@@ -104,13 +104,14 @@ type httpParams struct {
 	Keys      ports.KeyService
 	Schedules ports.ScheduleService
 	Bulk      ports.BulkService
+	Limits    *httpadapter.Limits
 }
 
 func newHTTPServer(p httpParams) *httpadapter.Server {
 	srv := httpadapter.NewServer(p.Config, httpadapter.Deps{
 		Tasks: p.Tasks, Workers: p.Workers, Queues: p.Queues, Health: p.Health,
 		Logger: p.Logger, Observe: p.Observe, Routes: p.Routes, Events: p.Events, Keys: p.Keys, Schedules: p.Schedules,
-		Bulk: p.Bulk,
+		Bulk: p.Bulk, Limits: p.Limits,
 		// A stopping server answers waiting long-poll claims at once.
 		OnShutdown: []func(){p.Notifier.CloseWaits},
 	})
