@@ -496,6 +496,10 @@ type QueueFilter struct {
 	Visible []string
 	// CountsOnly leaves out each queue's Totals and Rates.
 	CountsOnly bool
+	// Names, when not nil, is the page: these queues, in this order (those
+	// holding tasks or settings), instead of a page by name; the filters
+	// and Limit are not used.
+	Names []string
 }
 
 // QueuePage is a page of queues.

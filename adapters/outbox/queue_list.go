@@ -62,13 +62,20 @@ func (r *StatsReader) readQueueSnapshot(ctx context.Context, fn func(tx *sqlx.Tx
 func (r *StatsReader) Queues(ctx context.Context, f ports.QueueFilter) (ports.QueuePage, error) {
 	var page ports.QueuePage
 	err := r.readQueueSnapshot(ctx, func(tx *sqlx.Tx) error {
-		query, args := queueNamesQuery(f)
 		var names []string
-		if err := tx.SelectContext(ctx, &names, query, args...); err != nil {
-			return fmt.Errorf("queue names: %w", err)
-		}
-		if len(names) > f.Limit {
-			names, page.More = names[:f.Limit], true
+		if f.Names != nil {
+			// The caller's page: the named queues that exist, in its order.
+			if err := tx.SelectContext(ctx, &names, namedQueuesSQL, pq.StringArray(f.Names)); err != nil {
+				return fmt.Errorf("queue names: %w", err)
+			}
+		} else {
+			query, args := queueNamesQuery(f)
+			if err := tx.SelectContext(ctx, &names, query, args...); err != nil {
+				return fmt.Errorf("queue names: %w", err)
+			}
+			if len(names) > f.Limit {
+				names, page.More = names[:f.Limit], true
+			}
 		}
 		var err error
 		page.Queues, err = readQueueStats(ctx, tx, names, !f.CountsOnly)
@@ -76,6 +83,15 @@ func (r *StatsReader) Queues(ctx context.Context, f ports.QueueFilter) (ports.Qu
 	})
 	return page, postgres.TranslateError(err)
 }
+
+// namedQueuesSQL keeps, of the queues $1 in their order, those that hold
+// tasks or have settings (the queues a listing shows), each found by a
+// primary key.
+const namedQueuesSQL = `
+	SELECT n.queue FROM unnest($1::text[]) WITH ORDINALITY AS n(queue, i)
+	WHERE EXISTS (SELECT 1 FROM queue_status_counts c WHERE c.queue = n.queue AND c.count <> 0)
+		OR EXISTS (SELECT 1 FROM queue_settings s WHERE s.queue = n.queue)
+	ORDER BY n.i`
 
 // Queue implements ports.StatsReader.
 func (r *StatsReader) Queue(ctx context.Context, name string) (*ports.QueueDetail, error) {
