@@ -249,12 +249,14 @@ type TaskStore interface {
 	// their events. It returns every task it loaded, as fn left it; like
 	// Held's, they carry no payload.
 	UpdateHeld(ctx context.Context, workerID string, fn TaskDecideFunc) ([]*task.Task, error)
-	// CheckJSON returns nil when storage can hold raw as a task's payload or
-	// result, else an error saying why not, fit for the client: valid JSON
-	// that the database cannot store (a \u0000 escape, an unpaired
-	// surrogate, a number out of range) must be refused before a statement
-	// fails on it.
-	CheckJSON(raw json.RawMessage) error
+	// StoredJSONSize returns how many bytes raw takes once stored as a
+	// task's payload or result (the text reads of the task carry), or, when
+	// storage cannot or will not hold it, an error saying why, fit for the
+	// client: valid JSON that the database cannot store (a \u0000 escape,
+	// an unpaired surrogate, a number out of range) must be refused before a
+	// statement fails on it, and a number whose stored form is far longer
+	// than written is refused too.
+	StoredJSONSize(raw json.RawMessage) (int64, error)
 	// Attempts returns the task's ended attempts, oldest first (the
 	// running one is the task itself: task.Task.RunningAttempt).
 	Attempts(ctx context.Context, id uuid.UUID) ([]task.Attempt, error)

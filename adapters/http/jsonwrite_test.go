@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,6 +60,7 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 	local.Retry = &retryJSON{}
 	enqueued := []TaskJSON{full, bare}
 	empty := []TaskJSON{}
+	cursor := "AZHCpz1Nd7-EjONLBIFv9Q"
 	problem := Problem{Type: ProblemTypePrefix + "lease-lost", Title: "Lease lost", Status: 409, Detail: "<&> " + tricky,
 		Errors: []validation.FieldError{{Field: "a<", Message: "b&"}}, CurrentStatus: "DONE"}
 	for name, v := range map[string]any{
@@ -81,7 +83,12 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 		"empty batch report": BatchReportResponse{Items: []ItemOutcome{}},
 		"nil batch report":   BatchReportResponse{},
 		// Types that embed TaskJSON keep their own members.
-		"task detail": TaskDetailJSON{TaskJSON: full, DependsOn: []string{"x"}, BlockedBy: []string{}},
+		"task detail":      TaskDetailJSON{TaskJSON: full, DependsOn: []string{"x"}, BlockedBy: []string{}},
+		"bare task detail": TaskDetailJSON{TaskJSON: bare},
+		"listing":          listTasksResponse{Tasks: []TaskJSON{full, bare}, NextCursor: &cursor, Truncated: true},
+		"last listing":     listTasksResponse{Tasks: []TaskJSON{}},
+		"parents":          parentsResponse{Parents: []TaskJSON{bare, full}},
+		"no parents":       parentsResponse{},
 	} {
 		require.Equal(t, encodingJSON(t, v), written(v), name)
 	}
@@ -110,6 +117,43 @@ func TestAppendJSONFallsBackWhereEncodingJSONRefuses(t *testing.T) {
 	}
 }
 
+// Bodies larger than spillSize are written out as they are appended, a
+// spillSize at a time, and come out byte for byte as encoding/json writes
+// them: a batch of tasks, a task whose payload alone is 40 spills.
+func TestLargeBodiesAreWrittenAsTheyAreAppended(t *testing.T) {
+	t.Parallel()
+	big := fullTask()
+	big.Payload = json.RawMessage(`{"a": "` + strings.Repeat("x y", 40*spillSize/3) + `", "b": [` + strings.Repeat("1, ", 20000) + `2]}`)
+	many := make([]TaskJSON, 300)
+	for i := range many {
+		many[i] = fullTask()
+	}
+	for name, v := range map[string]any{
+		"task":        big,
+		"batch":       BatchSubmitResponse{Tasks: many, Created: make([]bool, len(many))},
+		"claim":       claimResponse{Tasks: append(many, big)},
+		"task detail": TaskDetailJSON{TaskJSON: big, DependsOn: []string{}, BlockedBy: []string{}},
+	} {
+		w := &countingWriter{ResponseRecorder: httptest.NewRecorder()}
+		writeJSON(w, 200, v)
+		require.Equal(t, encodingJSON(t, v), w.Body.String(), name)
+		require.Greater(t, w.writes, 2, "%s: written in parts", name)
+		require.LessOrEqual(t, w.largest, 2*spillSize+4096, "%s: no write holds much more than a spill", name)
+	}
+}
+
+// countingWriter counts the writes of a body and remembers the largest.
+type countingWriter struct {
+	*httptest.ResponseRecorder
+	writes, largest int
+}
+
+func (w *countingWriter) Write(b []byte) (int, error) {
+	w.writes++
+	w.largest = max(w.largest, len(b))
+	return w.ResponseRecorder.Write(b)
+}
+
 func TestAppendRawJSONCompactsAsEncodingJSON(t *testing.T) {
 	t.Parallel()
 	for _, raw := range []string{
@@ -118,9 +162,9 @@ func TestAppendRawJSONCompactsAsEncodingJSON(t *testing.T) {
 	} {
 		var want bytes.Buffer
 		require.NoError(t, json.Compact(&want, []byte(raw)))
-		require.Equal(t, want.String(), string(appendRawJSON(nil, json.RawMessage(raw))), raw)
+		require.Equal(t, want.String(), string(appendRawJSON(nil, json.RawMessage(raw), nil)), raw)
 	}
-	require.Equal(t, "null", string(appendRawJSON(nil, nil)))
+	require.Equal(t, "null", string(appendRawJSON(nil, nil, nil)))
 }
 
 func FuzzAppendJSONString(f *testing.F) {
@@ -143,6 +187,6 @@ func FuzzAppendRawJSON(f *testing.F) {
 		}
 		var want bytes.Buffer
 		require.NoError(t, json.Compact(&want, []byte(raw)))
-		require.Equal(t, want.String(), string(appendRawJSON(nil, json.RawMessage(raw))))
+		require.Equal(t, want.String(), string(appendRawJSON(nil, json.RawMessage(raw), nil)))
 	})
 }

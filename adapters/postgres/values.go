@@ -17,10 +17,9 @@ import (
 // it.
 func storableText(s string) bool { return validation.Text(s) }
 
-// CheckJSON implements ports.TaskStore (see JSONStoredSize).
-func (s *TaskStore) CheckJSON(raw json.RawMessage) error {
-	_, err := JSONStoredSize(raw)
-	return err
+// StoredJSONSize implements ports.TaskStore (see JSONStoredSize).
+func (s *TaskStore) StoredJSONSize(raw json.RawMessage) (int64, error) {
+	return JSONStoredSize(raw)
 }
 
 // jsonBytes is the length of the text PostgreSQL renders for a JSON value

@@ -1,7 +1,6 @@
 package ui
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -259,13 +258,12 @@ func jsonViewOf(raw json.RawMessage) *jsonView {
 	if len(raw) == 0 {
 		return nil
 	}
-	var b bytes.Buffer
-	if err := json.Indent(&b, raw, "", "  "); err != nil {
-		b.Reset()
-		b.Write(raw)
-	}
 	v := &jsonView{Size: len(raw)}
-	text := b.String()
+	b := indentPrefix(raw, maxShownJSON+1)
+	if !json.Valid(raw) {
+		b = raw[:min(len(raw), maxShownJSON+1)]
+	}
+	text := string(b)
 	if len(text) > maxShownJSON {
 		cut := maxShownJSON
 		for cut > 0 && !utf8Start(text[cut]) {
@@ -275,6 +273,69 @@ func jsonViewOf(raw json.RawMessage) *jsonView {
 	}
 	v.Text = text
 	return v
+}
+
+// indentPrefix returns the first limit bytes (at most) of raw, a valid JSON
+// text, indented as json.Indent(dst, raw, "", "  ") indents it, without
+// indenting the rest: indenting multiplies the size of a deep value by its
+// depth (1 MiB nested 500 levels deep is 500 MB indented), and the page
+// shows maxShownJSON of it.
+func indentPrefix(raw []byte, limit int) []byte {
+	out := make([]byte, 0, min(limit, 2*len(raw)+64))
+	depth := 0
+	newline := func() {
+		out = append(out, '\n')
+		for range depth {
+			out = append(out, ' ', ' ')
+		}
+	}
+	inString, escaped := false, false
+	for i := 0; i < len(raw) && len(out) < limit; i++ {
+		c := raw[i]
+		if inString {
+			out = append(out, c)
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case ' ', '\t', '\n', '\r':
+		case '"':
+			inString = true
+			out = append(out, c)
+		case '{', '[':
+			out = append(out, c)
+			j := i + 1
+			for j < len(raw) && (raw[j] == ' ' || raw[j] == '\t' || raw[j] == '\n' || raw[j] == '\r') {
+				j++
+			}
+			if j < len(raw) && (raw[j] == '}' || raw[j] == ']') {
+				out = append(out, raw[j]) // an empty object or array stays on its line
+				i = j
+				continue
+			}
+			depth++
+			newline()
+		case '}', ']':
+			depth--
+			newline()
+			out = append(out, c)
+		case ',':
+			out = append(out, c)
+			newline()
+		case ':':
+			out = append(out, ':', ' ')
+		default:
+			out = append(out, c)
+		}
+	}
+	return out[:min(len(out), limit)]
 }
 
 func utf8Start(b byte) bool { return b&0xC0 != 0x80 }

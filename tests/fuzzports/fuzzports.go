@@ -158,9 +158,8 @@ func (tasks) UpdateHeld(context.Context, string, ports.TaskDecideFunc) ([]*task.
 	return nil, nil
 }
 
-func (tasks) CheckJSON(raw json.RawMessage) error {
-	_, err := postgres.JSONStoredSize(raw)
-	return err
+func (tasks) StoredJSONSize(raw json.RawMessage) (int64, error) {
+	return postgres.JSONStoredSize(raw)
 }
 
 type workers struct{}
