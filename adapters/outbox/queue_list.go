@@ -167,21 +167,7 @@ func queueNamesQuery(f ports.QueueFilter) (string, []any) {
 	}
 	// Conditions on the name, shared by both sources (each names its
 	// column "queue").
-	var names []string
-	if f.After != "" {
-		names = append(names, "queue > "+arg(f.After))
-	}
-	if f.Prefix != "" {
-		names = append(names, "queue LIKE "+arg(escapeLike(f.Prefix)+"%")+` ESCAPE '\'`)
-	}
-	if f.Pattern != "" {
-		names = append(names, "queue LIKE "+arg(GlobToLike(f.Pattern))+` ESCAPE '\'`)
-	}
-	if f.Visible != nil {
-		exact, prefixes := postgres.QueuePatterns(f.Visible)
-		names = append(names, "(queue = ANY("+arg(exact)+"::text[]) OR EXISTS (SELECT 1 FROM unnest("+arg(prefixes)+
-			"::text[]) AS p(prefix) WHERE starts_with(queue, p.prefix)))")
-	}
+	names := queueNameConds(f, arg)
 	minPending := int64(0)
 	if f.MinPending != nil {
 		minPending = *f.MinPending
@@ -217,6 +203,27 @@ func queueNamesQuery(f ports.QueueFilter) (string, []any) {
 	}
 	sources = append(sources, "(SELECT queue FROM queue_settings s"+where(conds)+" ORDER BY queue LIMIT "+limit+")")
 	return "SELECT queue FROM (" + strings.Join(sources, " UNION ") + ") u ORDER BY queue LIMIT " + limit, args
+}
+
+// queueNameConds are the conditions of f on a column "queue" (cursor,
+// prefix, pattern, a key's queues), with their values added by arg.
+func queueNameConds(f ports.QueueFilter, arg func(any) string) []string {
+	var conds []string
+	if f.After != "" {
+		conds = append(conds, "queue > "+arg(f.After))
+	}
+	if f.Prefix != "" {
+		conds = append(conds, "queue LIKE "+arg(escapeLike(f.Prefix)+"%")+` ESCAPE '\'`)
+	}
+	if f.Pattern != "" {
+		conds = append(conds, "queue LIKE "+arg(GlobToLike(f.Pattern))+` ESCAPE '\'`)
+	}
+	if f.Visible != nil {
+		exact, prefixes := postgres.QueuePatterns(f.Visible)
+		conds = append(conds, "(queue = ANY("+arg(exact)+"::text[]) OR EXISTS (SELECT 1 FROM unnest("+arg(prefixes)+
+			"::text[]) AS p(prefix) WHERE starts_with(queue, p.prefix)))")
+	}
+	return conds
 }
 
 func where(conds []string) string {

@@ -96,18 +96,10 @@ func (r *StatsReader) ActiveQueues(ctx context.Context, minutes, limit int, f po
 	if err := r.db.GetContext(ctx, &now, `SELECT now()`); err != nil {
 		return nil, postgres.TranslateError(fmt.Errorf("active queues: %w", err))
 	}
-	conds := []string{
+	conds := append([]string{
 		"minute >= " + arg(minuteOf(now).Add(-time.Duration(minutes-1)*time.Minute)),
 		"kind IN ('" + rateEnqueued + "', '" + rateClaimed + "', '" + rateCompleted + "', '" + rateDeadLettered + "')",
-	}
-	if f.Pattern != "" {
-		conds = append(conds, "queue LIKE "+arg(GlobToLike(f.Pattern))+` ESCAPE '\'`)
-	}
-	if f.Visible != nil {
-		exact, prefixes := postgres.QueuePatterns(f.Visible)
-		conds = append(conds, "(queue = ANY("+arg(exact)+"::text[]) OR EXISTS (SELECT 1 FROM unnest("+arg(prefixes)+
-			"::text[]) AS p(prefix) WHERE starts_with(queue, p.prefix)))")
-	}
+	}, queueNameConds(f, arg)...)
 	query := "SELECT queue FROM queue_rate_buckets WHERE " + strings.Join(conds, " AND ") +
 		" GROUP BY queue ORDER BY sum(count) DESC, queue LIMIT " + arg(limit)
 	var names []string
