@@ -59,12 +59,16 @@ func (s *WorkerService) Heartbeat(ctx context.Context, cmd ports.HeartbeatComman
 	)
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
 		if len(progress) > 0 {
+			// One allowance for the whole heartbeat, as for every request
+			// that stores several JSON values (see storedJSON).
 			var v validation.Errors
+			j := newStoredJSON(st)
 			for i, p := range cmd.Progress {
 				if p != nil && i < len(cmd.Tasks) {
-					checkDetails(&v, st, fmt.Sprintf("tasks[%d].details", i), p.Details)
+					j.check(&v, fmt.Sprintf("tasks[%d].details", i), p.Details)
 				}
 			}
+			j.total(&v, "tasks")
 			if err := v.Err(); err != nil {
 				return err
 			}

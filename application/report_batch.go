@@ -57,16 +57,26 @@ func (s *TaskService) CompleteBatch(ctx context.Context, workerID string, items 
 		return nil, err
 	}
 	refuse := func(st ports.Stores) []error {
-		out := make([]error, len(items))
+		// Each item's values are checked on their own, and all of them
+		// against the request's allowance: beyond it every item fails.
+		j := newStoredJSON(st)
+		vs := make([]validation.Errors, len(items))
 		for i, it := range items {
-			var v validation.Errors
-			checkJSON(&v, st, fmt.Sprintf("items[%d].result", i), it.Result)
+			j.check(&vs[i], fmt.Sprintf("items[%d].result", i), it.Result)
 			if invalid[i] != nil {
-				v.Merge("", invalid[i])
-			} else if err := checkPayloads(st, fmt.Sprintf("items[%d].enqueue", i), it.Enqueue); err != nil {
-				v.Merge("", err.(*validation.Error))
+				vs[i].Merge("", invalid[i])
+			} else {
+				j.payloads(&vs[i], fmt.Sprintf("items[%d].enqueue", i), it.Enqueue)
 			}
-			out[i] = v.Err()
+		}
+		var total validation.Errors
+		j.total(&total, "items")
+		out := make([]error, len(items))
+		for i := range items {
+			if err := total.Err(); err != nil {
+				vs[i].Merge("", err.(*validation.Error))
+			}
+			out[i] = vs[i].Err()
 		}
 		return out
 	}

@@ -30,7 +30,7 @@ const taskJSON = `{"id":"8f0e3a4e-4f5e-4a51-9e0e-2b1b8c1d9a11","queue":"q","stat
 	`"result":null,"deadline":null,"run_at":"2026-01-01T00:00:00Z","idempotency_key":null,"created_at":"2026-01-01T00:00:00Z",` +
 	`"claimed_at":null,"finished_at":null,"updated_at":"2026-01-01T00:00:00Z","lease_expires_at":null,"cancel_requested_at":null,` +
 	`"unique_key":null,"retry":null,"snoozes":0,"group_key":null,"timeout_seconds":null,"timeout_at":null,"metadata":{},` +
-	`"trace":null,"progress":null}`
+	`"trace":null,"progress":null,"schedule_name":null,"schedule_tick":null}`
 
 // flaky answers the first `failures` requests with status, then with ok.
 type flaky struct {
@@ -325,11 +325,12 @@ func TestDefaultWorkerID(t *testing.T) {
 func TestTaskMarshalsNullsLikeTheServer(t *testing.T) {
 	t.Parallel()
 	withPolicy := strings.Replace(taskJSON, `"unique_key":null,"retry":null,"snoozes":0,"group_key":null,"timeout_seconds":null,`+
-		`"timeout_at":null,"metadata":{},"trace":null,"progress":null`,
+		`"timeout_at":null,"metadata":{},"trace":null,"progress":null,"schedule_name":null,"schedule_tick":null`,
 		`"unique_key":"u","retry":{"base_seconds":0.5,"max_seconds":600,"jitter":"full"},"snoozes":2,"group_key":"g",`+
 			`"timeout_seconds":30,"timeout_at":"2026-01-01T00:00:30Z","metadata":{"tenant":"acme"},`+
 			`"trace":{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","tracestate":null},`+
-			`"progress":{"percent":12.5,"message":"m","details":{"n":1},"updated_at":"2026-01-01T00:00:10Z"}`, 1)
+			`"progress":{"percent":12.5,"message":"m","details":{"n":1},"updated_at":"2026-01-01T00:00:10Z"},`+
+			`"schedule_name":"nightly","schedule_tick":"2026-01-01T02:30:00Z"`, 1)
 	require.NotEqual(t, taskJSON, withPolicy)
 	for _, in := range []string{taskJSON, withPolicy} {
 		var task client.Task

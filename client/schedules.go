@@ -39,7 +39,8 @@ const (
 
 // ScheduleTask is the submission each tick of a schedule makes: a
 // SubmitParams without RunAt, Deadline or IdempotencyKey (each tick's task
-// gets the key schedule:<name>:<tick>).
+// is marked with the schedule and the tick instead: Task.ScheduleName,
+// Task.ScheduleTick).
 type ScheduleTask struct {
 	Queue       string
 	Payload     any

@@ -115,6 +115,11 @@ type Task struct {
 	// the last claim). (Task.Progress reports one, from a Runner's handler.)
 	LastProgress *Progress `json:"progress"`
 
+	// ScheduleName and ScheduleTick name the recurring schedule and the
+	// tick that made the task ("" and nil for any other task).
+	ScheduleName string     `json:"schedule_name"`
+	ScheduleTick *time.Time `json:"schedule_tick"`
+
 	// progress reports for a Runner's handler (see Task.Progress).
 	progress *progressReporter
 }
@@ -220,6 +225,7 @@ func (t Task) MarshalJSON() ([]byte, error) {
 		IdempotencyKey *string           `json:"idempotency_key"`
 		UniqueKey      *string           `json:"unique_key"`
 		GroupKey       *string           `json:"group_key"`
+		ScheduleName   *string           `json:"schedule_name"`
 		Payload        json.RawMessage   `json:"payload"`
 		Result         json.RawMessage   `json:"result"`
 		TimeoutSeconds *int              `json:"timeout_seconds"`
@@ -228,7 +234,7 @@ func (t Task) MarshalJSON() ([]byte, error) {
 		plain: plain(t), WorkerID: nullable(t.WorkerID), LeaseID: nullable(t.LeaseID),
 		LastError: nullable(t.LastError), DeadReason: nullable(string(t.DeadReason)),
 		IdempotencyKey: nullable(t.IdempotencyKey), UniqueKey: nullable(t.UniqueKey), GroupKey: nullable(t.GroupKey),
-		Payload: rawOrNull(t.Payload), Result: rawOrNull(t.Result),
+		ScheduleName: nullable(t.ScheduleName), Payload: rawOrNull(t.Payload), Result: rawOrNull(t.Result),
 		TimeoutSeconds: nullableInt(t.TimeoutSeconds), Metadata: nonNilMetadata(t.Metadata),
 	})
 }

@@ -266,12 +266,14 @@ type TaskStore interface {
 	// their events. It returns every task it loaded, as fn left it; like
 	// Held's, they carry no payload.
 	UpdateHeld(ctx context.Context, workerID string, fn TaskDecideFunc) ([]*task.Task, error)
-	// CheckJSON returns nil when storage can hold raw as a task's payload or
-	// result, else an error saying why not, fit for the client: valid JSON
-	// that the database cannot store (a \u0000 escape, an unpaired
-	// surrogate, a number out of range) must be refused before a statement
-	// fails on it.
-	CheckJSON(raw json.RawMessage) error
+	// StoredJSONSize returns how many bytes raw takes once stored as a
+	// task's payload or result (the text reads of the task carry), or, when
+	// storage cannot or will not hold it, an error saying why, fit for the
+	// client: valid JSON that the database cannot store (a \u0000 escape,
+	// an unpaired surrogate, a number out of range) must be refused before a
+	// statement fails on it, and a number whose stored form is far longer
+	// than written is refused too.
+	StoredJSONSize(raw json.RawMessage) (int64, error)
 	// Attempts returns the task's ended attempts, oldest first (the
 	// running one is the task itself: task.Task.RunningAttempt).
 	Attempts(ctx context.Context, id uuid.UUID) ([]task.Attempt, error)
@@ -282,14 +284,13 @@ type TaskStore interface {
 	// Parents returns the task's parents in depends_on order, with every
 	// column, without locking them.
 	Parents(ctx context.Context, id uuid.UUID) ([]*task.Task, error)
-	// LockTasks locks, in id order, the tasks with these ids, those that
-	// hold these idempotency keys and the unfinished ones
-	// (task.UnfinishedStatuses) that hold these unique keys, and returns
-	// them (missing ones are absent), with every column. A holder of a
-	// unique key that finished while LockTasks waited for its lock is
-	// returned finished; one returned unfinished stays so until the
-	// transaction ends.
-	LockTasks(ctx context.Context, ids []uuid.UUID, keys []IdempotencyKey, unique []UniqueKey) ([]*task.Task, error)
+	// LockTasks locks, in id order, the tasks p names (see LockParams)
+	// and returns them (missing ones are absent), with every column. A
+	// holder of a unique key that finished while LockTasks waited for its
+	// lock is returned finished; one returned unfinished stays so until the
+	// transaction ends. A task outside p.Visible is neither locked nor
+	// returned, as if missing.
+	LockTasks(ctx context.Context, p LockParams) ([]*task.Task, error)
 	// UpdateProgress locks the tasks with these ids (in id order), lets fn
 	// decide for each one that exists (a progress report, or the
 	// announcement of one), writes the progress of the changed ones with
@@ -321,6 +322,20 @@ type TaskStore interface {
 type Parent struct {
 	ID     uuid.UUID
 	Status task.Status
+}
+
+// LockParams name the tasks LockTasks locks: those with IDs, those that
+// hold Keys, and the unfinished ones (task.UnfinishedStatuses) that hold
+// Unique.
+type LockParams struct {
+	IDs    []uuid.UUID
+	Keys   []IdempotencyKey
+	Unique []UniqueKey
+	// Visible, when not nil, restricts them to the queues matching one of
+	// these patterns (an API key's, as BulkBatchParams.Visible): a task of
+	// a queue the principal may not see is never locked, so that naming
+	// one cannot make its writers wait.
+	Visible []string
 }
 
 // IdempotencyKey names the task of a queue that holds an idempotency key.
@@ -522,6 +537,10 @@ type QueueFilter struct {
 	Visible []string
 	// CountsOnly leaves out each queue's Totals and Rates.
 	CountsOnly bool
+	// Names, when not nil, is the page: these queues, in this order (those
+	// holding tasks or settings), instead of a page by name; the filters
+	// and Limit are not used.
+	Names []string
 }
 
 // QueuePage is a page of queues.

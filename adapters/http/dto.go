@@ -61,6 +61,10 @@ type TaskJSON struct {
 	// Progress is the holder's last progress report (null: none since
 	// the last claim).
 	Progress *ProgressJSON `json:"progress"`
+	// ScheduleName and ScheduleTick name the recurring schedule and the
+	// tick that made the task (null both: not a schedule's).
+	ScheduleName *string    `json:"schedule_name"`
+	ScheduleTick *time.Time `json:"schedule_tick"`
 }
 
 // TraceJSON is a task's W3C trace context.
@@ -94,7 +98,7 @@ func taskJSON(t *task.Task) TaskJSON {
 		UpdatedAt: s.UpdatedAt.UTC(), LeaseExpiresAt: optTime(s.LeaseExpiresAt),
 		CancelRequestedAt: optTime(s.CancelRequestedAt),
 		UniqueKey:         optString(s.UniqueKey), Retry: retryJSONOf(s.Retry), Snoozes: s.Snoozes,
-		GroupKey: optString(s.GroupKey),
+		GroupKey: optString(s.GroupKey), ScheduleName: optString(s.ScheduleName), ScheduleTick: optTime(s.ScheduleTick),
 	}
 	if s.LeaseID != uuid.Nil {
 		out.LeaseID = optString(s.LeaseID.String())

@@ -53,6 +53,10 @@ type ServerConfig struct {
 	Auth AuthMode
 	// RateLimits are the per-key request limits by scope.
 	RateLimits RateLimits
+	// ClientRateLimit limits, per client address, the attempts made without
+	// a working credential (a token or session that names nothing usable)
+	// and the dashboard's logins; zero Rate: no limit.
+	ClientRateLimit RateLimit
 	// TLS, when enabled, serves HTTPS with a certificate reloaded by
 	// ReloadTLS.
 	TLS TLSConfig
@@ -84,7 +88,7 @@ func DefaultServerConfig() ServerConfig {
 		EventsHeartbeat:     defaultEventsHeartbeat,
 		MaxInFlightRequests: DefaultMaxInFlightRequests, MaxInFlightClaims: DefaultMaxInFlightClaims,
 		MaxInFlightWaits:     DefaultMaxInFlightWaits,
-		MaxInFlightBodyBytes: DefaultMaxInFlightBodyBytes, RateLimits: DefaultRateLimits()}
+		MaxInFlightBodyBytes: DefaultMaxInFlightBodyBytes, RateLimits: DefaultRateLimits(), ClientRateLimit: DefaultClientRateLimit}
 }
 
 // Validate reports whether the config can be used.
@@ -147,6 +151,9 @@ type Deps struct {
 	Schedules ports.ScheduleService
 	// Bulk, when set, serves the bulk actions and queue purges.
 	Bulk ports.BulkService
+	// Limits are the rate limits the server enforces, shared with the
+	// dashboard; nil: the server makes its own from the config.
+	Limits *Limits
 	// Observe, when set, receives every finished request.
 	Observe ObserveFunc
 	// Routes are extra routes to mount.
@@ -179,9 +186,12 @@ type Server struct {
 	tracer      trace.Tracer
 	// auth says requests must carry a key; access holds each route's
 	// requirement, limiter each key's rate limit.
-	auth    bool
-	access  map[*mux.Route]Access
-	limiter *limiter
+	auth   bool
+	access map[*mux.Route]Access
+	limits *Limits
+	// jsonRoutes are the API's routes, which take JSON bodies (the extra
+	// routes, such as the dashboard's forms, take their own).
+	jsonRoutes map[*mux.Route]bool
 	// cert is the TLS certificate (nil: plain HTTP).
 	cert *certificate
 
@@ -200,10 +210,14 @@ func NewServer(cfg ServerConfig, d Deps) *Server {
 	s := &Server{
 		cfg: cfg, tasks: d.Tasks, workers: d.Workers, queues: d.Queues, health: d.Health,
 		events: d.Events, logger: d.Logger, extraRoutes: d.Routes, onShutdown: d.OnShutdown,
-		keys: d.Keys, schedules: d.Schedules, bulk: d.Bulk, tracer: d.Tracer, auth: cfg.AuthEnabled(), access: map[*mux.Route]Access{}, limiter: newLimiter(cfg.RateLimits),
+		keys: d.Keys, schedules: d.Schedules, bulk: d.Bulk, tracer: d.Tracer, auth: cfg.AuthEnabled(), access: map[*mux.Route]Access{}, jsonRoutes: map[*mux.Route]bool{},
+		limits: d.Limits,
 	}
 	if s.logger == nil {
 		s.logger = zap.NewNop()
+	}
+	if s.limits == nil {
+		s.limits = NewLimits(cfg.RateLimits, cfg.ClientRateLimit)
 	}
 	if cfg.TLS.Enabled() {
 		s.cert = &certificate{cfg: cfg.TLS}
@@ -224,8 +238,10 @@ func NewServer(cfg ServerConfig, d Deps) *Server {
 	if s.tracer != nil {
 		r.Use(s.withTracing)
 	}
+	r.Use(s.withJSONBody)
 	r.Use(s.withAuth)
-	var h http.Handler = r
+	r.Use(s.withTextQuery)
+	h := s.withLocalRequests(r)
 	h = withAccessLog(d.Observe)(h)
 	h = withCorrelation(s.logger)(h)
 	s.handler = h

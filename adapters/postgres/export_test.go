@@ -22,3 +22,10 @@ var (
 
 // SearchSQL is BulkStore.Search's statement, for plan tests.
 var SearchSQL = searchSQL
+
+// JSONRenderedSize is the mirror of jsonb's rule without the size policies
+// (jsonRenderedSize), for the differential target.
+func JSONRenderedSize(raw []byte) (int64, error) {
+	_, n, err := jsonRenderedSize(raw)
+	return n, err
+}

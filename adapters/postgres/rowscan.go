@@ -107,6 +107,8 @@ var taskRowFields = rowFields[taskRow]{
 	"tracestate":          func(r *taskRow) any { return &r.Tracestate },
 	"progress":            func(r *taskRow) any { return &r.Progress },
 	"awaited":             func(r *taskRow) any { return &r.Awaited },
+	"schedule_name":       func(r *taskRow) any { return &r.ScheduleName },
+	"schedule_tick":       func(r *taskRow) any { return &r.ScheduleTick },
 }
 
 // taskRowNowFields are taskRowNow's columns.

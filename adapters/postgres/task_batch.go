@@ -109,6 +109,10 @@ func newTaskArraysOf(ts []*task.Task) (newTaskArrays, error) {
 	}
 	for i, t := range ts {
 		v := t.Snapshot()
+		if v.ScheduleTick != nil {
+			// Its mark has no column here: a tick's task is created alone.
+			return newTaskArrays{}, fmt.Errorf("insert tasks: task %s is a schedule's tick: create it with Create", v.ID)
+		}
 		a.ids[i], a.queues[i], a.priorities[i], a.maxAtt[i], a.runAts[i] = v.ID.String(), v.Queue, int64(v.Priority), int64(v.MaxAttempts), timeText(v.RunAt)
 		if len(v.Payload) > 0 {
 			a.payloads[i] = sql.NullString{String: string(v.Payload), Valid: true}

@@ -22,7 +22,7 @@ const taskColumns = `id, seq, queue, status, priority, payload, tags, attempts, 
 	idempotency_key, created_at, claimed_at, finished_at, updated_at,
 	lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id,
 	unique_key, snoozes, retry_base_seconds, retry_max_seconds, retry_jitter,
-	blockers, has_dependants, group_key, grank,
+	blockers, has_dependants, group_key, grank, schedule_name, schedule_tick,
 	timeout_seconds, timeout_at, metadata, traceparent, tracestate, progress, awaited`
 
 // heldTaskColumns are taskColumns but the payload: what the lease protocol
@@ -32,7 +32,7 @@ const heldTaskColumns = `id, seq, queue, status, priority, tags, attempts, max_a
 	idempotency_key, created_at, claimed_at, finished_at, updated_at,
 	lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id,
 	unique_key, snoozes, retry_base_seconds, retry_max_seconds, retry_jitter,
-	blockers, has_dependants, group_key, grank,
+	blockers, has_dependants, group_key, grank, schedule_name, schedule_tick,
 	timeout_seconds, timeout_at, metadata, traceparent, tracestate, progress, awaited`
 
 // taskRow is one row of tasks.
@@ -77,6 +77,10 @@ type taskRow struct {
 	Tracestate     sql.NullString `db:"tracestate"`
 	Progress       []byte         `db:"progress"`
 	Awaited        bool           `db:"awaited"`
+	// ScheduleName and ScheduleTick mark a schedule's tick's task
+	// (migrations/0017).
+	ScheduleName sql.NullString `db:"schedule_name"`
+	ScheduleTick sql.NullTime   `db:"schedule_tick"`
 }
 
 // taskRowNow is a task row with the transaction's now().
@@ -133,6 +137,8 @@ func (r *taskRow) toDomain() *task.Task {
 		Trace:          task.Trace{Parent: r.Traceparent.String, State: r.Tracestate.String},
 		Progress:       progressOf(r.Progress),
 		Awaited:        r.Awaited,
+		ScheduleName:   r.ScheduleName.String,
+		ScheduleTick:   utcPtr(r.ScheduleTick),
 	})
 }
 
@@ -166,15 +172,16 @@ func (s *TaskStore) Create(ctx context.Context, fn ports.TaskCreateFunc) (*task.
 		err = s.st.tx.GetContext(ctx, &row, `
 			INSERT INTO tasks (id, queue, status, priority, payload, tags, attempts, max_attempts,
 				deadline, run_at, idempotency_key, created_at, updated_at, payload_bytes,
-				unique_key, retry_base_seconds, retry_max_seconds, retry_jitter, group_key, grank,
+				unique_key, retry_base_seconds, retry_max_seconds, retry_jitter, group_key, schedule_name, schedule_tick, grank,
 				timeout_seconds, metadata, traceparent, tracestate, awaited)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, $13, $14, $15, $16, $17, $18,
-				`+fmt.Sprintf(fairRankSQL, "$2::text", "$18::text")+`, $19, $20, $21, $22, $23)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, $13, $14, $15, $16, $17, $18, $19, $20,
+				`+fmt.Sprintf(fairRankSQL, "$2::text", "$18::text")+`, $21, $22, $23, $24, $25)
 			ON CONFLICT DO NOTHING
 			RETURNING `+taskColumns,
 			v.ID, v.Queue, string(v.Status), v.Priority, nullJSON(v.Payload), pq.StringArray(v.Tags),
 			v.Attempts, v.MaxAttempts, v.Deadline, v.RunAt, nullString(v.IdempotencyKey), v.CreatedAt, payloadBytes,
 			nullString(v.UniqueKey), retry.Base, retry.Max, retry.Jitter, nullString(v.GroupKey),
+			nullString(v.ScheduleName), v.ScheduleTick,
 			nullInt(v.TimeoutSeconds), metadataJSON(v.Metadata), nullString(v.Trace.Parent), nullString(v.Trace.State), v.Awaited)
 		if err == nil {
 			s.st.Record(e)
@@ -187,8 +194,9 @@ func (s *TaskStore) Create(ctx context.Context, fn ports.TaskCreateFunc) (*task.
 			return nil, false, fmt.Errorf("insert task: %w", err)
 		}
 		// The queue already holds this idempotency key, or an unfinished
-		// task with this unique key (perhaps committed by a concurrent
-		// submission this statement waited for).
+		// task with this unique key, or (a schedule's tick) the tick has
+		// its task (perhaps committed by a concurrent submission this
+		// statement waited for).
 		existing, err := s.existing(ctx, []*task.Task{t})
 		if err != nil {
 			return nil, false, err
@@ -347,6 +355,15 @@ func prefixed(prefix, columns string) string {
 		parts[i] = prefix + strings.TrimSpace(p)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// utcPtr is timePtr in UTC.
+func utcPtr(t sql.NullTime) *time.Time {
+	if !t.Valid {
+		return nil
+	}
+	u := t.Time.UTC()
+	return &u
 }
 
 func timePtr(t sql.NullTime) *time.Time {

@@ -138,7 +138,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &te):
 		status, msg = http.StatusConflict, fmt.Sprintf("Not possible now: the task is %s.", te.From)
 	case errors.As(err, &ve):
-		status, msg = http.StatusBadRequest, ve.Error()
+		status, msg = http.StatusUnprocessableEntity, ve.Error()
 	case errors.Is(err, ports.ErrUnavailable):
 		status, msg = http.StatusServiceUnavailable, "The database is unavailable; try again in a moment."
 		w.Header().Set("Retry-After", "2")

@@ -102,16 +102,16 @@ func (f Filter) check(v *validation.Errors) {
 			v.Add("dead_reason", "only DEAD tasks have a dead reason")
 		}
 	}
-	if n := utf8.RuneCountInString(f.GroupKey); n > MaxGroupKeyLength || strings.ContainsRune(f.GroupKey, 0) {
-		v.Add("group_key", fmt.Sprintf("must be 1 to %d characters, without NUL", MaxGroupKeyLength))
+	if n := utf8.RuneCountInString(f.GroupKey); n > MaxGroupKeyLength || !validation.Text(f.GroupKey) {
+		v.Add("group_key", fmt.Sprintf("must be 1 to %d characters of valid UTF-8, without NUL", MaxGroupKeyLength))
 	}
 	if f.CreatedAfter != nil && f.CreatedBefore != nil && !f.CreatedAfter.Before(*f.CreatedBefore) {
 		v.Add("created_after", "must be before created_before")
 	}
 	checkMetadataFilter(v, f.Metadata)
 	for _, text := range [][2]string{{"error_contains", f.ErrorContains}, {"text", f.Text}} {
-		if utf8.RuneCountInString(text[1]) > MaxFilterTextLength || strings.ContainsRune(text[1], 0) || !utf8.ValidString(text[1]) {
-			v.Add(text[0], fmt.Sprintf("must be 1 to %d characters, without NUL", MaxFilterTextLength))
+		if utf8.RuneCountInString(text[1]) > MaxFilterTextLength || !validation.Text(text[1]) {
+			v.Add(text[0], fmt.Sprintf("must be 1 to %d characters of valid UTF-8, without NUL", MaxFilterTextLength))
 		}
 	}
 }

@@ -208,8 +208,9 @@ type Snapshot struct {
 	// BLOCKED.
 	Blockers int
 	// HasDependants is true once a task was submitted depending on this
-	// one while it was unfinished: its end (DONE or DEAD) must be passed
-	// on to them (ParentsFinished).
+	// one, whatever this one's status then: its end (DONE or DEAD) is
+	// passed on to them (ParentsFinished), and retention keeps it while
+	// one of them is unfinished.
 	HasDependants bool
 	// UniqueKey, when not empty, is held by the task while it is
 	// unfinished: no other unfinished task of its queue has it.
@@ -240,6 +241,11 @@ type Snapshot struct {
 	// Awaited is true once a producer waited for the task to finish:
 	// storage announces its end (DONE or DEAD) when it commits.
 	Awaited bool
+	// ScheduleName and ScheduleTick, when ScheduleTick is not nil, mark
+	// the task of a recurring schedule's tick. Only SubmitTick sets them,
+	// never a submission: storage finds a tick's task by them alone.
+	ScheduleName string
+	ScheduleTick *time.Time
 }
 
 // Task is a unit of work in a queue. Its fields are reachable only through
@@ -369,6 +375,30 @@ func Submit(p SubmitParams, now time.Time) (*Task, event.Event, error) {
 		t.s.GroupKey = *p.GroupKey
 	}
 	return t, t.event(event.TaskSubmitted, "", "", now), nil
+}
+
+// SubmitTick creates the PENDING task of the tick of the recurring
+// schedule name, at time now: the schedule's submission p, marked as the
+// tick's (Snapshot.ScheduleName, ScheduleTick). Only the scheduler calls it;
+// nothing a client sends reaches the mark, so no producer can make a task
+// the scheduler takes for a tick's. p may not carry an idempotency key (a
+// schedule's task is found by its mark).
+func SubmitTick(p SubmitParams, name string, tick, now time.Time) (*Task, event.Event, error) {
+	if p.IdempotencyKey != "" {
+		return nil, event.Event{}, fmt.Errorf("submit the tick of schedule %q: a tick's task has no idempotency key", name)
+	}
+	t, e, err := Submit(p, now)
+	if err != nil {
+		return nil, e, err
+	}
+	tick = tick.UTC()
+	t.s.ScheduleName, t.s.ScheduleTick = name, &tick
+	return t, e, nil
+}
+
+// IsTick reports whether t is the task of the tick of the schedule name.
+func (t *Task) IsTick(name string, tick time.Time) bool {
+	return t.s.ScheduleTick != nil && t.s.ScheduleName == name && t.s.ScheduleTick.Equal(tick)
 }
 
 // ClaimParams identify the claiming worker and the lease it gets.

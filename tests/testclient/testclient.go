@@ -70,6 +70,10 @@ type Task struct {
 	Trace *Trace `json:"trace"`
 	// Progress is the holder's last progress report.
 	Progress *Progress `json:"progress"`
+	// ScheduleName and ScheduleTick name the schedule and tick that made
+	// the task.
+	ScheduleName *string    `json:"schedule_name"`
+	ScheduleTick *time.Time `json:"schedule_tick"`
 }
 
 // Trace is a task's W3C trace context.

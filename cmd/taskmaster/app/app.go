@@ -136,13 +136,14 @@ type httpParams struct {
 	Schedules ports.ScheduleService
 	Bulk      ports.BulkService
 	Telemetry *telemetry.Provider
+	Limits    *httpadapter.Limits
 }
 
 func newHTTPServer(p httpParams) *httpadapter.Server {
 	deps := httpadapter.Deps{
 		Tasks: p.Tasks, Workers: p.Workers, Queues: p.Queues, Health: p.Health,
 		Logger: p.Logger, Observe: p.Observe, Routes: p.Routes, Events: p.Events, Keys: p.Keys, Schedules: p.Schedules,
-		Bulk: p.Bulk,
+		Bulk: p.Bulk, Limits: p.Limits,
 		// A stopping server answers waiting long-poll claims at once.
 		OnShutdown: []func(){p.Notifier.CloseWaits},
 	}

@@ -310,6 +310,9 @@ func printTask(e *env, t *client.Task) error {
 	if t.Snoozes > 0 {
 		row("Snoozes", fmt.Sprint(t.Snoozes))
 	}
+	if t.ScheduleName != "" {
+		row("Schedule", t.ScheduleName+", tick "+when(t.ScheduleTick))
+	}
 	row("Created", when(&t.CreatedAt))
 	row("Run at", when(&t.RunAt))
 	row("Deadline", when(t.Deadline))
