@@ -58,6 +58,10 @@ func IsConnectionFailure(err error) bool {
 	if err == nil {
 		return false
 	}
+	var connect *connectError
+	if errors.As(err, &connect) {
+		return !refusedForGood(connect.err)
+	}
 	var pqErr *pq.Error
 	if errors.As(err, &pqErr) {
 		return pqErr.Code.Class() == pqerror.ClassConnectionException || unavailableCodes[pqErr.Code]
@@ -76,6 +80,62 @@ func IsConnectionFailure(err error) bool {
 		return true
 	}
 	return false
+}
+
+// connectError is a failure to establish a connection (connectErrors
+// marks them).
+type connectError struct{ err error }
+
+func (e *connectError) Error() string { return e.err.Error() }
+func (e *connectError) Unwrap() error { return e.err }
+
+// connectErrors wraps a driver connector so that the errors of Connect are
+// marked as connectError. A failure to connect is a connection failure
+// whatever its cause, bar a server that refused the connection for good:
+// with several hosts, lib/pq joins each host's error, and one host
+// refused while another is a standby ("server is in hot standby mode",
+// which lib/pq reports as a plain error) is a primary not there yet.
+type connectErrors struct{ driver.Connector }
+
+// Connect implements driver.Connector.
+func (c connectErrors) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, &connectError{err: err}
+	}
+	return conn, nil
+}
+
+// refusedForGood reports whether a server answered an attempt to connect
+// with an error that waiting does not cure, such as a failed authentication
+// (class 28), a database that does not exist (3D000) or an unknown run-time
+// parameter (42704): a mistake in the configuration, which stays a 500 and is
+// logged.
+func refusedForGood(err error) bool {
+	found := false
+	walkErrors(err, func(e error) {
+		if pqErr, ok := e.(*pq.Error); ok && pqErr.Code.Class() != pqerror.ClassConnectionException && !unavailableCodes[pqErr.Code] {
+			found = true
+		}
+	})
+	return found
+}
+
+// walkErrors calls fn on err and every error it wraps, joined ones
+// included.
+func walkErrors(err error, fn func(error)) {
+	if err == nil {
+		return
+	}
+	fn(err)
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		walkErrors(u.Unwrap(), fn)
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			walkErrors(e, fn)
+		}
+	}
 }
 
 // isStaleConnection reports whether err says that an established connection

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -23,7 +22,8 @@ import (
 
 // Config is the whole service configuration.
 type Config struct {
-	// DatabaseURL is the PostgreSQL connection URL.
+	// DatabaseURL is the PostgreSQL connection string: a URL or key=value
+	// pairs, with one host or several (postgres.ParseConnString).
 	DatabaseURL string
 	// HTTP configures the API server.
 	HTTP httpadapter.ServerConfig
@@ -111,8 +111,8 @@ func (c Config) Validate() error {
 	}
 	if c.DatabaseURL == "" {
 		add("TASKMASTER_DATABASE_URL", errors.New("is required"))
-	} else if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		add("TASKMASTER_DATABASE_URL", errors.New("must be a postgres:// URL"))
+	} else {
+		add("TASKMASTER_DATABASE_URL", checkConnString(c.DatabaseURL))
 	}
 	add("TASKMASTER_HTTP_ADDR", c.HTTP.Validate())
 	requests, claims, bodyBytes := c.HTTP.ValidateAdmission()
@@ -193,6 +193,14 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// checkConnString refuses what libpq would not take as a connection string.
+func checkConnString(v string) error {
+	if _, err := postgres.ParseConnString(v); err != nil {
+		return fmt.Errorf("must be a postgres:// URL or key=value pairs, as libpq takes them: %w", err)
+	}
+	return nil
+}
+
 // minLeaderLeaseTTL is the shortest leadership lease accepted: leaders renew
 // every third of it.
 const minLeaderLeaseTTL = time.Second
@@ -220,7 +228,7 @@ type setting struct {
 
 func settings() []setting {
 	return []setting{
-		{"TASKMASTER_DATABASE_URL", "database-url", "PostgreSQL URL",
+		{"TASKMASTER_DATABASE_URL", "database-url", "PostgreSQL connection string: postgres://user@host1:5432,host2:5432/db?... or host=host1,host2 dbname=db ... (a writable primary among the hosts)",
 			func(c *Config, v string) error { c.DatabaseURL = v; return nil },
 			func(c *Config) string { return c.DatabaseURL }},
 		{"TASKMASTER_HTTP_ADDR", "http-addr", "listen address host:port",

@@ -57,3 +57,31 @@ func TestLeaderLeaseTTL(t *testing.T) {
 		require.ErrorContains(t, err, "TASKMASTER_LEADER_LEASE_SECONDS", v)
 	}
 }
+
+func TestDatabaseURLTakesBothFormsOfLibpq(t *testing.T) {
+	t.Parallel()
+	for _, v := range []string{
+		"postgres://u@h1:5432,h2:5433/db?target_session_attrs=read-write",
+		"postgresql://u@%2Fvar%2Frun%2Fpostgresql/db",
+		"host=h1,h2 port=5432,5433 dbname=db user=u connect_timeout=3",
+	} {
+		env := map[string]string{}
+		cfg, err := app.LoadConfig("serve", nil, func(k string) string {
+			if k == "TASKMASTER_DATABASE_URL" {
+				return v
+			}
+			return env[k]
+		}, io.Discard)
+		require.NoError(t, err, v)
+		require.Equal(t, v, cfg.DatabaseURL)
+	}
+	for _, v := range []string{"mysql://h/db", "localhost", "postgres://h/db?sslmode", "postgres://[::1/db", "host='h"} {
+		_, err := app.LoadConfig("serve", nil, func(k string) string {
+			if k == "TASKMASTER_DATABASE_URL" {
+				return v
+			}
+			return ""
+		}, io.Discard)
+		require.ErrorContains(t, err, "TASKMASTER_DATABASE_URL", v)
+	}
+}
