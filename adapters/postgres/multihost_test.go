@@ -2,8 +2,10 @@ package postgres_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"net"
+	"net/url"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -11,10 +13,12 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/adapters/postgres/localpg"
+	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
 	"github.com/taskmaster/taskmaster/ports"
 )
 
@@ -130,6 +134,61 @@ func TestConnectTimeoutAppliesToEachHost(t *testing.T) {
 		silent, primary.Port()), postgres.DefaultConnConfig())
 	require.Equal(t, primary.Port(), serverPort(t, db))
 	require.Positive(t, accepted.Load(), "the silent host was tried first")
+}
+
+// Every new connection dials the host by its name, so a name that a
+// failover manager moves to the new primary is followed: nothing between
+// the configuration and the dialer resolves it once and keeps the address
+// (and Go's resolver keeps no cache).
+func TestEveryNewConnectionDialsTheHostName(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(pgtest.NewDatabase(t))
+	require.NoError(t, err)
+	u.Host = "localhost:" + u.Port()
+	dsn, err := postgres.DefaultConnConfig().DSN(u.String())
+	require.NoError(t, err)
+	connector, err := pq.NewConnector(dsn)
+	require.NoError(t, err)
+	dialed := &recordingDialer{DialerContext: postgres.DefaultConnConfig().Dialer().(pq.DialerContext)}
+	connector.Dialer(dialed)
+	db := sql.OpenDB(connector)
+	t.Cleanup(func() { _ = db.Close() })
+	db.SetMaxIdleConns(0) // every statement on a new connection
+	for range 3 {
+		_, err := db.ExecContext(t.Context(), `SELECT 1`)
+		require.NoError(t, err)
+	}
+	require.Equal(t, []string{u.Host, u.Host, u.Host}, dialed.addresses())
+}
+
+// recordingDialer notes the address of every dial.
+type recordingDialer struct {
+	pq.DialerContext
+	mu   sync.Mutex
+	seen []string
+}
+
+func (d *recordingDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	d.mu.Lock()
+	d.seen = append(d.seen, address)
+	d.mu.Unlock()
+	return d.DialerContext.DialContext(ctx, network, address)
+}
+
+func (d *recordingDialer) Dial(network, address string) (net.Conn, error) {
+	return d.DialContext(context.Background(), network, address)
+}
+
+func (d *recordingDialer) DialTimeout(network, address string, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return d.DialContext(ctx, network, address)
+}
+
+func (d *recordingDialer) addresses() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.seen...)
 }
 
 // silentServer listens on a port, accepts connections and never answers;
