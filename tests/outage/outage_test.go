@@ -109,6 +109,7 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	})
 	stoppedAt := l.MarkDown()
 	require.NoError(t, pg.Stop(), "fast shutdown")
+	l.MarkGone()
 	t.Logf("database stopped (fast shutdown) in %v with %d of %d submits acknowledged", time.Since(stoppedAt).Round(time.Millisecond), l.AckedCount(), tasks)
 
 	for _, in := range instances {
@@ -202,6 +203,7 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	require.Positive(t, f.Refused503, "the clients felt the outage")
 	require.Less(t, f.Slowest503, workload.AnswerWithin, "no request hung on the dead database")
 	require.Zero(t, f.RefusedAfter, "requests sent after the database was back were refused: %v", f.RefusedAfterWhat)
+	require.Empty(t, f.Vanished, "tasks held by workers that the database does not know")
 	t.Logf("%d requests answered 503 during the outage, the slowest in %v; the first request after the restart succeeded %v after it",
 		f.Refused503, f.Slowest503.Round(time.Millisecond), f.FirstSuccess.Round(time.Millisecond))
 

@@ -134,6 +134,7 @@ type EventStream struct {
 	lastID  string
 	seen    map[string]int
 	resumed int
+	lost    int
 }
 
 // NewEventStream returns a stream of url's events; Run reads it.
@@ -207,6 +208,13 @@ func (s *EventStream) Seen() map[string]int {
 	return out
 }
 
+// LostNotices is how many stream.events_lost notices the stream got.
+func (s *EventStream) LostNotices() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lost
+}
+
 // Resumed is how many times the stream was opened again after it ended.
 func (s *EventStream) Resumed() int {
 	s.mu.Lock()
@@ -229,11 +237,17 @@ func (s *EventStream) read(body io.Reader) {
 				Type   string `json:"type"`
 				TaskID string `json:"task_id"`
 			}
-			if json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &e) == nil && e.Type == "task.completed" {
-				s.mu.Lock()
-				s.seen[e.TaskID]++
-				s.mu.Unlock()
+			if json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &e) != nil {
+				continue
 			}
+			s.mu.Lock()
+			switch e.Type {
+			case "task.completed":
+				s.seen[e.TaskID]++
+			case "stream.events_lost":
+				s.lost++
+			}
+			s.mu.Unlock()
 		}
 	}
 }
@@ -244,6 +258,7 @@ func (s *EventStream) read(body io.Reader) {
 func (s *EventStream) RequireEveryCompletionOnce(t *testing.T, done []string) {
 	t.Helper()
 	seen := s.Seen()
+	require.Zero(t, s.LostNotices(), "stream.events_lost notices")
 	require.Len(t, seen, len(done), "every completion streamed, nothing else")
 	for _, id := range done {
 		require.Equal(t, 1, seen[id], "task %s: task.completed streamed %d times", id, seen[id])

@@ -63,9 +63,10 @@ const WaitFor = 45 * time.Second
 // Ledger is what the clients saw, to check against the database.
 type Ledger struct {
 	mu sync.Mutex
-	// down is when the database began to go away, up when it accepted
-	// connections again (zero until then).
-	down, up time.Time
+	// down is when the database began to go away, gone when it was
+	// certainly gone (stopped, killed), up when it accepted connections
+	// again (zero until then).
+	down, gone, up time.Time
 	// acked is the task id each idempotency key's 2xx answer named, and
 	// ackedAt when that answer came.
 	acked   map[string]string
@@ -85,11 +86,12 @@ type Ledger struct {
 	// they were sent and the answer's body.
 	refusedAfterWhat []string
 	// firstSuccess is how long after up the first request sent after it
-	// succeeded; lastDown is when the last request refused during the outage
-	// was answered, and back when the first request sent after down
-	// succeeded.
-	firstSuccess   time.Duration
-	lastDown, back time.Time
+	// succeeded; back is when the first request sent after gone succeeded.
+	firstSuccess time.Duration
+	back         time.Time
+	// vanished lists the tasks a worker held whose report was answered 404:
+	// the database no longer holds them (a failover lost their submit).
+	vanished []string
 	// status500 counts the 500 answers; unexpected lists every answer that
 	// was neither success nor a 503 problem with Retry-After.
 	status500  int
@@ -108,6 +110,15 @@ func (l *Ledger) MarkDown() time.Time {
 	defer l.mu.Unlock()
 	l.down = time.Now()
 	return l.down
+}
+
+// MarkGone records that the database is certainly gone (a stop or a kill
+// returned): the gap is counted from here.
+func (l *Ledger) MarkGone() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.gone = time.Now()
+	return l.gone
 }
 
 // MarkUp records that the database accepts connections again (a restart
@@ -181,9 +192,12 @@ type Figures struct {
 	// FirstSuccess is how long after the database was back the first
 	// request sent after it succeeded.
 	FirstSuccess time.Duration
-	// Gap is how long clients were refused: from the database going away
-	// to the first success of a request sent after that.
+	// Gap is how long clients were refused: from the database being gone
+	// (MarkGone) to the first success of a request sent after that.
 	Gap time.Duration
+	// Vanished are the tasks a worker held whose report was answered 404
+	// (the database no longer holds them).
+	Vanished []string
 	// Unexpected are the answers that were neither success nor a 503
 	// problem with Retry-After.
 	Unexpected []string
@@ -195,9 +209,9 @@ func (l *Ledger) Figures() Figures {
 	defer l.mu.Unlock()
 	f := Figures{Refused503: l.refused503, Slowest503: l.slowest503, RefusedAfter: l.refusedAfter,
 		RefusedAfterWhat: slices.Clone(l.refusedAfterWhat), Status500: l.status500, FirstSuccess: l.firstSuccess,
-		Unexpected: slices.Clone(l.unexpected)}
+		Vanished: slices.Clone(l.vanished), Unexpected: slices.Clone(l.unexpected)}
 	if !l.back.IsZero() {
-		f.Gap = l.back.Sub(l.down)
+		f.Gap = l.back.Sub(l.gone)
 	}
 	return f
 }
@@ -225,7 +239,6 @@ func (l *Ledger) answered(what string, code int, header http.Header, body []byte
 		case l.up.IsZero() || sent.Before(l.up):
 			l.refused503++
 			l.slowest503 = max(l.slowest503, elapsed)
-			l.lastDown = time.Now()
 		default:
 			l.refusedAfter++
 			l.refusedAfterWhat = append(l.refusedAfterWhat, fmt.Sprintf("%s sent %v after up: %s", what, sent.Sub(l.up).Round(time.Millisecond), body))
@@ -237,7 +250,7 @@ func (l *Ledger) answered(what string, code int, header http.Header, body []byte
 		if !l.up.IsZero() && !sent.Before(l.up) && l.firstSuccess == 0 {
 			l.firstSuccess = time.Since(l.up)
 		}
-		if !l.down.IsZero() && !sent.Before(l.down) && l.back.IsZero() {
+		if !l.gone.IsZero() && !sent.Before(l.gone) && l.back.IsZero() {
 			l.back = time.Now()
 		}
 		l.mu.Unlock()
@@ -474,9 +487,11 @@ func (w *worker) complete(ctx context.Context, tk leaseRef) {
 			"worker_id": w.id, "lease_id": tk.LeaseID, "result": map[string]string{"by": key},
 		})
 		cutOff := ctx.Err() != nil // the test's own stop cut the answer off: it may have been applied
-		again := cutOff || w.l.answered("complete", code, header, data, err, start, http.StatusOK, http.StatusConflict)
+		again := cutOff || w.l.answered("complete", code, header, data, err, start, http.StatusOK, http.StatusConflict, http.StatusNotFound)
 		w.l.mu.Lock()
 		switch {
+		case !again && code == http.StatusNotFound:
+			w.l.vanished = append(w.l.vanished, tk.ID)
 		case again:
 			if w.l.unsure[tk.ID] == nil {
 				w.l.unsure[tk.ID] = map[string]bool{}
