@@ -210,7 +210,7 @@ func Open(ctx context.Context, databaseURL string, cfg PoolConfig) (*sqlx.DB, er
 	connector.Dialer(cfg.Conn.Dialer())
 	var conns driver.Connector = connectErrors{connector}
 	if cfg.StatementCacheSize >= 0 {
-		conns = NewCachingConnector(connector, cfg.StatementCacheSize)
+		conns = NewCachingConnector(conns, cfg.StatementCacheSize)
 	}
 	db := sqlx.NewDb(sql.OpenDB(conns), "postgres")
 	db.SetMaxOpenConns(cfg.MaxOpen)

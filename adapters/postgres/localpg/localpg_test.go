@@ -217,6 +217,32 @@ func TestStandbyFollowsItsPrimaryAndIsPromoted(t *testing.T) {
 	require.Equal(t, 2, n)
 }
 
+// Through PgBouncer in transaction pooling, two client connections share
+// one server connection: each holds it only for a transaction.
+func TestPgBouncerPoolsTransactions(t *testing.T) {
+	t.Parallel()
+	srv := start(t, localpg.Config{DataDir: t.TempDir(), Fast: true})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := localpg.StartPgBouncer(ctx, localpg.BouncerConfig{Dir: t.TempDir(), ServerPort: srv.Port(), PoolSize: 1})
+	require.NoError(t, err)
+	t.Cleanup(b.Stop)
+	db := open(t, b.URL("postgres"))
+	a, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer a.Close()
+	c, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer c.Close()
+	var pidA, pidC int
+	require.NoError(t, a.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pidA))
+	require.NoError(t, c.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pidC), "a second client while the first stays connected")
+	require.Equal(t, pidA, pidC, "one server connection serves both")
+	b.Stop()
+	b.Stop()
+	require.Error(t, c.PingContext(ctx), "stopped")
+}
+
 func TestFindBinaries(t *testing.T) {
 	t.Parallel()
 	dir, err := localpg.FindBinaries()

@@ -64,7 +64,7 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 func newDatabase(lc fx.Lifecycle, cfg Config, logger *zap.Logger) (*sqlx.DB, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	db, err := postgres.Open(ctx, cfg.DatabaseURL, cfg.Pool)
+	db, err := postgres.Open(ctx, cfg.DatabaseURL, cfg.PoolConfig())
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +79,7 @@ func newDatabase(lc fx.Lifecycle, cfg Config, logger *zap.Logger) (*sqlx.DB, err
 
 // newNotifier listens for task wake-ups on one dedicated connection.
 func newNotifier(lc fx.Lifecycle, cfg Config, logger *zap.Logger) *postgres.Notifier {
-	n := postgres.NewNotifier(cfg.DatabaseURL, cfg.Pool.Conn, logger.Named("notifier"))
+	n := postgres.NewNotifier(cfg.ListenURL(), cfg.Pool.Conn, logger.Named("notifier"))
 	lc.Append(fx.Hook{OnStart: n.Start, OnStop: n.Stop})
 	return n
 }

@@ -85,3 +85,40 @@ func TestDatabaseURLTakesBothFormsOfLibpq(t *testing.T) {
 		require.ErrorContains(t, err, "TASKMASTER_DATABASE_URL", v)
 	}
 }
+
+func TestListenDatabaseURL(t *testing.T) {
+	t.Parallel()
+	cfg, err := load(map[string]string{})
+	require.NoError(t, err)
+	require.Equal(t, cfg.DatabaseURL, cfg.ListenURL(), "by default the notifier listens on the main database")
+	cfg, err = load(map[string]string{"TASKMASTER_LISTEN_DATABASE_URL": "host=pg-primary port=5432 dbname=db"})
+	require.NoError(t, err)
+	require.Equal(t, "host=pg-primary port=5432 dbname=db", cfg.ListenURL())
+	_, err = load(map[string]string{"TASKMASTER_LISTEN_DATABASE_URL": "pg-primary"})
+	require.ErrorContains(t, err, "TASKMASTER_LISTEN_DATABASE_URL")
+}
+
+func TestTransactionPooling(t *testing.T) {
+	t.Parallel()
+	cfg, err := load(map[string]string{})
+	require.NoError(t, err)
+	require.False(t, cfg.TransactionPooling)
+	require.Zero(t, cfg.PoolConfig().StatementCacheSize, "the default cache")
+
+	cfg, err = load(map[string]string{"TASKMASTER_DB_TRANSACTION_POOLING": "on", "TASKMASTER_LISTEN_DATABASE_URL": "host=pg dbname=db"})
+	require.NoError(t, err)
+	require.True(t, cfg.TransactionPooling)
+	require.Negative(t, cfg.PoolConfig().StatementCacheSize, "no prepared statements behind a transaction pooler")
+
+	_, err = load(map[string]string{"TASKMASTER_DB_TRANSACTION_POOLING": "on"})
+	require.ErrorContains(t, err, "TASKMASTER_LISTEN_DATABASE_URL: is required")
+	_, err = load(map[string]string{"TASKMASTER_DB_TRANSACTION_POOLING": "on", "TASKMASTER_LISTEN_DATABASE_URL": "host=pg",
+		"TASKMASTER_DB_STATEMENT_CACHE_SIZE": "64"})
+	require.ErrorContains(t, err, "TASKMASTER_DB_STATEMENT_CACHE_SIZE: must be 0")
+	cfg, err = load(map[string]string{"TASKMASTER_DB_TRANSACTION_POOLING": "on", "TASKMASTER_LISTEN_DATABASE_URL": "host=pg",
+		"TASKMASTER_DB_STATEMENT_CACHE_SIZE": "0"})
+	require.NoError(t, err)
+	require.Negative(t, cfg.PoolConfig().StatementCacheSize)
+	_, err = load(map[string]string{"TASKMASTER_DB_TRANSACTION_POOLING": "maybe"})
+	require.ErrorContains(t, err, "TASKMASTER_DB_TRANSACTION_POOLING")
+}
