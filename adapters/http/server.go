@@ -146,6 +146,38 @@ type Deps struct {
 	// OnShutdown runs when Stop begins, before in-flight requests are
 	// awaited (it answers waiting long-poll claims).
 	OnShutdown []func()
+	// Reads serve the reads that may lag; its zero fields fall back to the
+	// services above.
+	Reads Reads
+}
+
+// Reads are the services of the reads that may lag behind the primary,
+// which a read replica may serve (TASKMASTER_READ_DATABASE_URL): the
+// listings of tasks, workers and schedules, and the queue statistics and
+// detail. Reads that must see what a request just wrote (a task by id,
+// claims, reports, everything that changes state) never use them.
+type Reads struct {
+	Tasks     ports.TaskService
+	Workers   ports.WorkerService
+	Queues    ports.QueueService
+	Schedules ports.ScheduleService
+}
+
+// or completes r with d's services where it has none.
+func (r Reads) or(d Deps) Reads {
+	if r.Tasks == nil {
+		r.Tasks = d.Tasks
+	}
+	if r.Workers == nil {
+		r.Workers = d.Workers
+	}
+	if r.Queues == nil {
+		r.Queues = d.Queues
+	}
+	if r.Schedules == nil {
+		r.Schedules = d.Schedules
+	}
+	return r
 }
 
 // Server serves the API.
@@ -165,6 +197,8 @@ type Server struct {
 	keys        ports.KeyService
 	schedules   ports.ScheduleService
 	bulk        ports.BulkService
+	// reads serve the reads that may lag (Deps.Reads, completed).
+	reads Reads
 	// auth says requests must carry a key; access holds each route's
 	// requirement, limiter each key's rate limit.
 	auth    bool
@@ -193,6 +227,7 @@ func NewServer(cfg ServerConfig, d Deps) *Server {
 	if s.logger == nil {
 		s.logger = zap.NewNop()
 	}
+	s.reads = d.Reads.or(d)
 	if cfg.TLS.Enabled() {
 		s.cert = &certificate{cfg: cfg.TLS}
 	}

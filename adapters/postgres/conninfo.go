@@ -353,6 +353,17 @@ func (p ConnParams) defaultPorts() {
 // defaultPort is libpq's DEF_PGPORT.
 const defaultPort = "5432"
 
+// CheckDriverSupport refuses what the driver parses but mishandles:
+// target_session_attrs=prefer-standby, with which lib/pq 1.12 tries its
+// hosts again and again, forever, while none answers (it retries as "any"
+// without leaving the loop), so a request would hang instead of failing.
+func (p ConnParams) CheckDriverSupport() error {
+	if p["target_session_attrs"] == "prefer-standby" {
+		return errors.New(`target_session_attrs=prefer-standby is not supported (lib/pq retries forever when no host answers); use "any" or "standby"`)
+	}
+	return nil
+}
+
 // Hosts returns the host list: one "host:port" per host, in order (the
 // default host and port where the string names none). For logs: it holds
 // no credentials.

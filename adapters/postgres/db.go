@@ -143,6 +143,9 @@ func (c ConnConfig) DSN(databaseURL string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("database connection string: %w", err)
 	}
+	if err := p.CheckDriverSupport(); err != nil {
+		return "", fmt.Errorf("database connection string: %w", err)
+	}
 	params := c.params()
 	params["binary_parameters"] = "yes"
 	// lib/pq ignores context deadlines while it connects: only
@@ -199,7 +202,22 @@ func (d dialer) DialContext(ctx context.Context, network, address string) (net.C
 // Open connects to databaseURL with cfg's pool size and connection bounds
 // (see ConnConfig.DSN and ConnConfig.Dialer) and checks the connection.
 func Open(ctx context.Context, databaseURL string, cfg PoolConfig) (*sqlx.DB, error) {
-	dsn, err := cfg.Conn.DSN(databaseURL)
+	connector, err := newConnector(databaseURL, cfg.Conn)
+	if err != nil {
+		return nil, err
+	}
+	db := openPool(connector, cfg)
+	if err := db.PingContext(ctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	return db, nil
+}
+
+// newConnector returns the driver connector of databaseURL with conn's
+// settings and dialer, its failures to connect marked (connectErrors).
+func newConnector(databaseURL string, conn ConnConfig) (driver.Connector, error) {
+	dsn, err := conn.DSN(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
@@ -207,21 +225,22 @@ func Open(ctx context.Context, databaseURL string, cfg PoolConfig) (*sqlx.DB, er
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
-	connector.Dialer(cfg.Conn.Dialer())
-	var conns driver.Connector = connectErrors{connector}
+	connector.Dialer(conn.Dialer())
+	return connectErrors{connector}, nil
+}
+
+// openPool returns a pool of connector's connections sized by cfg, each
+// keeping prepared statements unless cfg turns them off.
+func openPool(connector driver.Connector, cfg PoolConfig) *sqlx.DB {
 	if cfg.StatementCacheSize >= 0 {
-		conns = NewCachingConnector(conns, cfg.StatementCacheSize)
+		connector = NewCachingConnector(connector, cfg.StatementCacheSize)
 	}
-	db := sqlx.NewDb(sql.OpenDB(conns), "postgres")
+	db := sqlx.NewDb(sql.OpenDB(connector), "postgres")
 	db.SetMaxOpenConns(cfg.MaxOpen)
 	if cfg.MaxIdle == 0 {
 		cfg.MaxIdle = cfg.MaxOpen
 	}
 	db.SetMaxIdleConns(cfg.MaxIdle)
 	db.SetConnMaxLifetime(cfg.MaxLifetime)
-	if err := db.PingContext(ctx); err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("connect to database: %w", err)
-	}
-	return db, nil
+	return db
 }

@@ -27,6 +27,8 @@ const maxTxAttempts = 3
 type TxRunner struct {
 	db     *sqlx.DB
 	logger watermill.LoggerAdapter
+	// opts begin every transaction (read-only ones for NewReadOnlyTxRunner).
+	opts *sql.TxOptions
 }
 
 var _ ports.TxRunner = (*TxRunner)(nil)
@@ -34,6 +36,14 @@ var _ ports.TxRunner = (*TxRunner)(nil)
 // NewTxRunner returns a TxRunner over db.
 func NewTxRunner(db *sqlx.DB) *TxRunner {
 	return &TxRunner{db: db, logger: watermill.NopLogger{}}
+}
+
+// NewReadOnlyTxRunner returns a TxRunner over db whose transactions are
+// read-only (BEGIN READ ONLY): the use cases that only read run on it against
+// a read replica, or against the primary when it serves their reads, and a
+// write that slipped into one fails instead of being made.
+func NewReadOnlyTxRunner(db *sqlx.DB) *TxRunner {
+	return &TxRunner{db: db, logger: watermill.NopLogger{}, opts: &sql.TxOptions{ReadOnly: true}}
 }
 
 // Run implements ports.TxRunner. A transaction that fails on a deadlock, a
@@ -74,7 +84,7 @@ func (e *beginError) Error() string { return "begin: " + e.err.Error() }
 func (e *beginError) Unwrap() error { return e.err }
 
 func (r *TxRunner) runOnce(ctx context.Context, fn func(ctx context.Context, st ports.Stores) error) (err error) {
-	tx, err := r.db.BeginTxx(ctx, nil)
+	tx, err := r.db.BeginTxx(ctx, r.opts)
 	if err != nil {
 		return &beginError{err: err}
 	}

@@ -56,7 +56,7 @@ func (h *Handler) overviewData(r *http.Request) (overviewData, error) {
 	}
 	seriesDone := make(chan seriesRead, 1)
 	go func() {
-		m, err := h.d.Dashboard.RateSeries(ctx, nil)
+		m, err := h.reads(r).Dashboard.RateSeries(ctx, nil)
 		seriesDone <- seriesRead{m, err}
 	}()
 	limit := queuePage
@@ -67,7 +67,7 @@ func (h *Handler) overviewData(r *http.Request) (overviewData, error) {
 	var err error
 	for err == nil {
 		var p ports.QueuePage
-		if p, err = h.d.Queues.Queues(ctx, q); err != nil {
+		if p, err = h.reads(r).Queues.Queues(ctx, q); err != nil {
 			break
 		}
 		for _, qs := range p.Queues {
@@ -151,7 +151,7 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	name := r.PathValue("queue")
 	data := queueData{Stats: queueRow{QueueStats: ports.QueueStats{Queue: name}}, Filter: taskFilterOf(r)}
-	d, err := h.d.Queues.Queue(ctx, name)
+	d, err := h.reads(r).Queues.Queue(ctx, name)
 	switch {
 	case errors.Is(err, queue.ErrNotFound):
 	case err != nil:
@@ -162,7 +162,7 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 		data.Stats.QueueStats, data.Stats.Paused = d.QueueStats, d.Settings.Paused
 		data.Settings, data.Leased, data.LeasedSample, data.Averages = d.Settings, d.Leased, d.LeasedSample, d.Averages
 	}
-	series, err := h.d.Dashboard.RateSeries(ctx, []string{name})
+	series, err := h.reads(r).Dashboard.RateSeries(ctx, []string{name})
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -250,12 +250,12 @@ func (h *Handler) taskPage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, &pageError{status: http.StatusNotFound, msg: "Task not found."})
 		return
 	}
-	detail, err := h.d.Tasks.Describe(ctx, id)
+	detail, err := h.reads(r).Tasks.Describe(ctx, id)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	attempts, err := h.d.Tasks.Attempts(ctx, id)
+	attempts, err := h.reads(r).Tasks.Attempts(ctx, id)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -303,12 +303,12 @@ type workerRow struct {
 
 func (h *Handler) workersPage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	ws, err := h.d.Workers.List(ctx)
+	ws, err := h.reads(r).Workers.List(ctx)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	held, err := h.d.Dashboard.HeldCounts(ctx)
+	held, err := h.reads(r).Dashboard.HeldCounts(ctx)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -332,7 +332,7 @@ func (h *Handler) drainWorker(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) schedulesPage(w http.ResponseWriter, r *http.Request) {
 	var rows []schedule.Snapshot
 	if h.d.Schedules != nil {
-		all, err := h.d.Schedules.List(r.Context())
+		all, err := h.reads(r).Schedules.List(r.Context())
 		if err != nil {
 			h.fail(w, r, err)
 			return
@@ -372,7 +372,7 @@ type deadData struct {
 }
 
 func (h *Handler) deadPage(w http.ResponseWriter, r *http.Request) {
-	groups, err := h.d.Dashboard.DeadCounts(r.Context())
+	groups, err := h.reads(r).Dashboard.DeadCounts(r.Context())
 	if err != nil {
 		h.fail(w, r, err)
 		return

@@ -44,6 +44,7 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 			newHTTPServer,
 		),
 		outboxOptions(),
+		readOptions(),
 		securityOptions(),
 		dashboardOptions(),
 		fx.Invoke(func(*httpadapter.Server) {}),
@@ -104,13 +105,14 @@ type httpParams struct {
 	Keys      ports.KeyService
 	Schedules ports.ScheduleService
 	Bulk      ports.BulkService
+	Reads     Reads
 }
 
 func newHTTPServer(p httpParams) *httpadapter.Server {
 	srv := httpadapter.NewServer(p.Config, httpadapter.Deps{
 		Tasks: p.Tasks, Workers: p.Workers, Queues: p.Queues, Health: p.Health,
 		Logger: p.Logger, Observe: p.Observe, Routes: p.Routes, Events: p.Events, Keys: p.Keys, Schedules: p.Schedules,
-		Bulk: p.Bulk,
+		Bulk: p.Bulk, Reads: p.Reads.HTTP,
 		// A stopping server answers waiting long-poll claims at once.
 		OnShutdown: []func(){p.Notifier.CloseWaits},
 	})

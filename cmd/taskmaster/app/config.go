@@ -29,6 +29,13 @@ type Config struct {
 	// wake-ups instead of DatabaseURL: a session of its own, which a
 	// transaction-pooling PgBouncer cannot give (ListenURL).
 	ListenDatabaseURL string
+	// ReadDatabaseURL, when set, is a read replica of DatabaseURL's primary
+	// (a hot standby): the reads that may lag (listings, queue statistics,
+	// the dashboard's pages) go to it while it is at most ReadMaxLag behind.
+	ReadDatabaseURL string
+	// ReadMaxLag is how far behind the primary the read replica may be for
+	// the reads to go to it.
+	ReadMaxLag time.Duration
 	// TransactionPooling says that DatabaseURL goes through a
 	// transaction-pooling PgBouncer: consecutive transactions of one
 	// connection may run on different server sessions, so no prepared
@@ -109,6 +116,7 @@ func DefaultConfig() Config {
 		LogLevel:               "info",
 		LogFormat:              "json",
 		MetricsMaxQueues:       metrics.DefaultMaxQueueSeries,
+		ReadMaxLag:             postgres.DefaultReadMaxLag,
 	}
 }
 
@@ -128,6 +136,12 @@ func (c Config) Validate() error {
 	}
 	if c.ListenDatabaseURL != "" {
 		add("TASKMASTER_LISTEN_DATABASE_URL", checkConnString(c.ListenDatabaseURL))
+	}
+	if c.ReadDatabaseURL != "" {
+		add("TASKMASTER_READ_DATABASE_URL", checkConnString(c.ReadDatabaseURL))
+	}
+	if c.ReadMaxLag < 100*time.Millisecond {
+		add("TASKMASTER_READ_MAX_LAG_MS", errors.New("must be at least 100"))
 	}
 	if c.TransactionPooling {
 		if c.ListenDatabaseURL == "" {
@@ -239,10 +253,11 @@ func (c Config) ListenURL() string {
 
 // checkConnString refuses what libpq would not take as a connection string.
 func checkConnString(v string) error {
-	if _, err := postgres.ParseConnString(v); err != nil {
+	p, err := postgres.ParseConnString(v)
+	if err != nil {
 		return fmt.Errorf("must be a postgres:// URL or key=value pairs, as libpq takes them: %w", err)
 	}
-	return nil
+	return p.CheckDriverSupport()
 }
 
 // minLeaderLeaseTTL is the shortest leadership lease accepted: leaders renew
@@ -278,6 +293,12 @@ func settings() []setting {
 		{"TASKMASTER_LISTEN_DATABASE_URL", "listen-database-url", "PostgreSQL connection string of the session that LISTENs for task wake-ups, when TASKMASTER_DATABASE_URL goes through a transaction-pooling PgBouncer (empty: TASKMASTER_DATABASE_URL)",
 			func(c *Config, v string) error { c.ListenDatabaseURL = v; return nil },
 			func(c *Config) string { return c.ListenDatabaseURL }},
+		{"TASKMASTER_READ_DATABASE_URL", "read-database-url", "PostgreSQL connection string of a read replica (a hot standby): listings, queue statistics and the dashboard's pages read from it while it keeps up (empty: the primary)",
+			func(c *Config, v string) error { c.ReadDatabaseURL = v; return nil },
+			func(c *Config) string { return c.ReadDatabaseURL }},
+		{"TASKMASTER_READ_MAX_LAG_MS", "read-max-lag-ms", "the primary serves the reads that may lag while the read replica is more than this behind",
+			millisSetter(func(c *Config, d time.Duration) { c.ReadMaxLag = d }),
+			func(c *Config) string { return millis(c.ReadMaxLag) }},
 		{"TASKMASTER_HTTP_ADDR", "http-addr", "listen address host:port",
 			func(c *Config, v string) error { c.HTTP.Addr = v; return nil },
 			func(c *Config) string { return c.HTTP.Addr }},

@@ -75,7 +75,9 @@ func TestDatabaseURLTakesBothFormsOfLibpq(t *testing.T) {
 		require.NoError(t, err, v)
 		require.Equal(t, v, cfg.DatabaseURL)
 	}
-	for _, v := range []string{"mysql://h/db", "localhost", "postgres://h/db?sslmode", "postgres://[::1/db", "host='h"} {
+	for _, v := range []string{"mysql://h/db", "localhost", "postgres://h/db?sslmode", "postgres://[::1/db", "host='h",
+		// lib/pq loops forever on it when no host answers.
+		"postgres://h1,h2/db?target_session_attrs=prefer-standby"} {
 		_, err := app.LoadConfig("serve", nil, func(k string) string {
 			if k == "TASKMASTER_DATABASE_URL" {
 				return v
