@@ -270,21 +270,79 @@ func (s *Server) Kill() error {
 	default:
 	}
 	pid := s.cmd.Process.Pid
-	// Frozen, the postmaster starts no new backend while its children are killed; backends
-	// run in sessions of their own, so each is killed by its pid.
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil && !errors.Is(err, syscall.ESRCH) {
+	// Backends run in sessions of their own: each is killed by its pid.
+	if err := KillProcessTree(pid); err != nil {
 		return fmt.Errorf("kill postgres: %w", err)
-	}
-	for _, child := range children(pid) {
-		if err := syscall.Kill(child, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-			return fmt.Errorf("kill postgres process %d: %w", child, err)
-		}
 	}
 	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("kill postgres: %w", err)
 	}
 	<-s.done
 	return nil
+}
+
+// KillProcessTree kills pid and every process descended from it with SIGKILL, as a crash of
+// their machine would. Each is frozen (SIGSTOP) before its children are listed, so that none
+// starts another (a postmaster restarting a backend, a supervisor restarting its server) while
+// the tree is taken down. Processes already gone are skipped.
+func KillProcessTree(pid int) error {
+	var all []int
+	var freeze func(p int) error
+	freeze = func(p int) error {
+		if err := syscall.Kill(p, syscall.SIGSTOP); err != nil {
+			if errors.Is(err, syscall.ESRCH) {
+				return nil
+			}
+			return fmt.Errorf("stop process %d: %w", p, err)
+		}
+		all = append(all, p)
+		for _, c := range children(p) {
+			if err := freeze(c); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := freeze(pid); err != nil {
+		return err
+	}
+	for i := len(all) - 1; i >= 0; i-- {
+		if err := syscall.Kill(all[i], syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("kill process %d: %w", all[i], err)
+		}
+	}
+	return nil
+}
+
+// ServerUserCommand returns a command that runs as the user localpg runs servers as (the
+// unprivileged "postgres" when the caller is root), in a process group of its own, signalled
+// (SIGINT) when the calling process dies: for the other PostgreSQL tools a test drives
+// (pg_autoctl, pgbouncer).
+func ServerUserCommand(name string, args ...string) (*exec.Cmd, error) {
+	o, err := serverOwner()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(name, args...)
+	cmd.Dir = "/"
+	cmd.SysProcAttr = o.sysProcAttr()
+	return cmd, nil
+}
+
+// PrepareServerUserDir creates dir if needed and gives it (and what it holds) to the server's
+// user, with every parent directory reachable by that user.
+func PrepareServerUserDir(dir string) error {
+	o, err := serverOwner()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := o.makeReachable(dir); err != nil {
+		return err
+	}
+	return o.chownTree(dir)
 }
 
 // Promote makes a standby (Config.Primary) a primary, as a failover manager does
