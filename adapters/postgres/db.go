@@ -235,6 +235,8 @@ func openPool(connector driver.Connector, cfg PoolConfig) *sqlx.DB {
 	if cfg.StatementCacheSize >= 0 {
 		connector = NewCachingConnector(connector, cfg.StatementCacheSize)
 	}
+	// Outermost, so that it sees the errors of prepared statements too.
+	connector = guardingConnector{connector}
 	db := sqlx.NewDb(sql.OpenDB(connector), "postgres")
 	db.SetMaxOpenConns(cfg.MaxOpen)
 	if cfg.MaxIdle == 0 {

@@ -225,3 +225,46 @@ func silentServer(t *testing.T) (int, *atomic.Int64) {
 	})
 	return ln.Addr().(*net.TCPAddr).Port, &accepted
 }
+
+// A server that became a standby under a pooled connection (a pooler that
+// keeps its client connections, repointed by a failover manager to a node
+// that is now a standby): the write is refused at BEGIN, the connection is
+// dropped and the transaction run again on a new one, which goes to the host
+// that takes writes; with no such host, it is unavailable (503), never an
+// error of the request (500).
+func TestAWriteOnAServerThatBecameAStandbyMovesToTheWritableHost(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	primary, standby := replicaPair(t)
+	bouncer, err := localpg.StartPgBouncer(ctx, localpg.BouncerConfig{Dir: t.TempDir(), ServerPort: primary.Port(), PoolSize: 2})
+	require.NoError(t, err)
+	t.Cleanup(bouncer.Stop)
+	_, err = open(t, primary.URL("postgres"), postgres.DefaultConnConfig()).ExecContext(ctx, `CREATE TABLE written (id int)`)
+	require.NoError(t, err)
+	insert := func(ctx context.Context, st ports.Stores) error {
+		_, err := postgres.TxOf(st).ExecContext(ctx, `INSERT INTO written VALUES (1)`)
+		return err
+	}
+	// Through the pooler first, the primary directly second.
+	noCache := func(url string) *sqlx.DB {
+		db, err := postgres.Open(ctx, url, postgres.PoolConfig{MaxOpen: 2, Conn: postgres.DefaultConnConfig(), StatementCacheSize: -1})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = db.Close() })
+		return db
+	}
+	both := noCache(fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable", bouncer.Port(), primary.Port()))
+	onlyBouncer := noCache(bouncer.URL("postgres"))
+	require.NoError(t, postgres.NewTxRunner(both).Run(ctx, insert))
+	require.NoError(t, postgres.NewTxRunner(onlyBouncer).Run(ctx, insert))
+
+	// The pooler now pools to the standby; the client connections stay.
+	require.NoError(t, bouncer.PointAt(ctx, standby.Port()))
+	err = postgres.NewTxRunner(onlyBouncer).Run(ctx, insert)
+	require.ErrorIs(t, err, ports.ErrUnavailable, "no host takes writes: %v", err)
+	require.NoError(t, postgres.NewTxRunner(both).Run(ctx, insert), "run again on the host that takes writes")
+	require.Equal(t, primary.Port(), serverPort(t, both))
+	var n int
+	require.NoError(t, open(t, primary.URL("postgres"), postgres.ConnConfig{}).GetContext(ctx, &n, `SELECT count(*) FROM written`))
+	require.Equal(t, 3, n)
+}

@@ -55,7 +55,10 @@ func NewReadOnlyTxRunner(db *sqlx.DB) *TxRunner {
 // renewing the job's lease row for that term (see fence).
 // So is one whose BEGIN met a pooled connection that the server had closed
 // (after a database restart every idle connection is such a one; nothing
-// ran, and each try discards one of them), up to the pool's size.
+// ran, and each try discards one of them), or whose write met a server that
+// no longer takes writes (readOnlyServerError: demoted under a pooled
+// connection; the connection is discarded and the next one goes to the
+// primary), up to the pool's size.
 // Connection failures come back marked with ports.ErrUnavailable
 // (TranslateError), including a COMMIT whose connection broke: its outcome
 // is unknown, so it must not be acknowledged as done.
@@ -64,8 +67,13 @@ func (r *TxRunner) Run(ctx context.Context, fn func(ctx context.Context, st port
 	staleBudget := max(r.db.Stats().MaxOpenConnections, maxTxAttempts)
 	for attempt := 1; attempt <= maxTxAttempts; {
 		err = r.runOnce(ctx, fn)
-		var begin *beginError
-		if errors.As(err, &begin) && isStaleConnection(begin.err) && staleBudget > 0 {
+		var (
+			begin    *beginError
+			readOnly *readOnlyServerError
+		)
+		if (errors.As(err, &begin) && isStaleConnection(begin.err) || errors.As(err, &readOnly)) && staleBudget > 0 {
+			// Nothing of the transaction was committed: run it again on
+			// another connection.
 			staleBudget--
 			continue
 		}

@@ -37,6 +37,9 @@ type BouncerConfig struct {
 // Bouncer is a running PgBouncer started by StartPgBouncer. Stop it with Stop.
 type Bouncer struct {
 	port     int
+	cfg      BouncerConfig
+	dir      string
+	owner    *owner
 	cmd      *exec.Cmd
 	done     chan struct{}
 	stopOnce sync.Once
@@ -105,35 +108,11 @@ func StartPgBouncer(ctx context.Context, cfg BouncerConfig) (*Bouncer, error) {
 }
 
 func launchBouncer(ctx context.Context, cfg BouncerConfig, dir string, port int, o *owner) (*Bouncer, error) {
+	b := &Bouncer{port: port, cfg: cfg, dir: dir, owner: o, done: make(chan struct{}), logPath: filepath.Join(dir, "pgbouncer.log")}
+	if err := b.writeConfig(); err != nil {
+		return nil, err
+	}
 	ini := filepath.Join(dir, "pgbouncer.ini")
-	users := filepath.Join(dir, "userlist.txt")
-	logPath := filepath.Join(dir, "pgbouncer.log")
-	conf := strings.Join([]string{
-		"[databases]",
-		fmt.Sprintf("* = host=127.0.0.1 port=%d", cfg.ServerPort),
-		"[pgbouncer]",
-		"listen_addr = 127.0.0.1",
-		fmt.Sprintf("listen_port = %d", port),
-		"unix_socket_dir =",
-		"auth_type = trust",
-		"auth_file = " + users,
-		"pool_mode = " + cfg.PoolMode,
-		fmt.Sprintf("default_pool_size = %d", cfg.PoolSize),
-		fmt.Sprintf("max_client_conn = %d", cfg.MaxClients),
-		"ignore_startup_parameters = " + strings.Join(IgnoredStartupParameters, ","),
-		"logfile = " + logPath,
-		"admin_users = " + Superuser,
-		"",
-	}, "\n")
-	if err := os.WriteFile(ini, []byte(conf), 0o644); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(users, []byte(fmt.Sprintf("%q \"\"\n", Superuser)), 0o644); err != nil {
-		return nil, err
-	}
-	if err := o.chownTree(dir); err != nil {
-		return nil, err
-	}
 	cmd := exec.Command(PgBouncerBinary, ini)
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard // it logs to logfile
@@ -141,7 +120,7 @@ func launchBouncer(ctx context.Context, cfg BouncerConfig, dir string, port int,
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("run pgbouncer: %w", err)
 	}
-	b := &Bouncer{port: port, cmd: cmd, done: make(chan struct{}), logPath: logPath}
+	b.cmd = cmd
 	go func() {
 		_ = cmd.Wait()
 		close(b.done)
@@ -151,6 +130,59 @@ func launchBouncer(ctx context.Context, cfg BouncerConfig, dir string, port int,
 		return nil, err
 	}
 	return b, nil
+}
+
+// writeConfig writes the pooler's configuration and user list for b.cfg.
+func (b *Bouncer) writeConfig() error {
+	users := filepath.Join(b.dir, "userlist.txt")
+	conf := strings.Join([]string{
+		"[databases]",
+		fmt.Sprintf("* = host=127.0.0.1 port=%d", b.cfg.ServerPort),
+		"[pgbouncer]",
+		"listen_addr = 127.0.0.1",
+		fmt.Sprintf("listen_port = %d", b.port),
+		"unix_socket_dir =",
+		"auth_type = trust",
+		"auth_file = " + users,
+		"pool_mode = " + b.cfg.PoolMode,
+		fmt.Sprintf("default_pool_size = %d", b.cfg.PoolSize),
+		fmt.Sprintf("max_client_conn = %d", b.cfg.MaxClients),
+		"ignore_startup_parameters = " + strings.Join(IgnoredStartupParameters, ","),
+		"logfile = " + b.logPath,
+		"admin_users = " + Superuser,
+		"",
+	}, "\n")
+	if err := os.WriteFile(filepath.Join(b.dir, "pgbouncer.ini"), []byte(conf), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(users, []byte(fmt.Sprintf("%q \"\"\n", Superuser)), 0o644); err != nil {
+		return err
+	}
+	return b.owner.chownTree(b.dir)
+}
+
+// PointAt makes the pooler pool to the server at port from now on, as a
+// failover manager repoints a pooler: its configuration is rewritten and
+// reloaded, and its server connections to the former server are closed once
+// released (RECONNECT). Client connections stay open: their next
+// transaction runs on the new server.
+func (b *Bouncer) PointAt(ctx context.Context, port int) error {
+	b.cfg.ServerPort = port
+	if err := b.writeConfig(); err != nil {
+		return err
+	}
+	db, err := sql.Open("postgres", b.URL("pgbouncer"))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	for _, cmd := range []string{`RELOAD`, `RECONNECT`} {
+		if _, err := db.ExecContext(ctx, cmd); err != nil {
+			return fmt.Errorf("pgbouncer: %s: %w", cmd, err)
+		}
+	}
+	return nil
 }
 
 // waitReady polls a query through the pooler until it answers, the pooler exits, ctx ends or
