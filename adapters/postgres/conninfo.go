@@ -259,7 +259,7 @@ func indexOrEnd(s, chars string) int {
 // parseKeyValues parses the key=value form as conninfo_parse does: pairs
 // separated by whitespace, optional whitespace around '=', a value either
 // single-quoted (\' and \\ escaped, whitespace kept) or unquoted up to the
-// next whitespace (a backslash escapes the next character); '' is an empty
+// next whitespace (a backslash escapes the next character); ” is an empty
 // value.
 func parseKeyValues(s string) (ConnParams, error) {
 	p := ConnParams{}

@@ -100,29 +100,6 @@ func openURL(t *testing.T, url string) *sqlx.DB {
 	return db
 }
 
-// serveEnv are the settings of the instances: short intervals, so that the
-// background jobs act within the test; every event kept for the checks.
-func serveEnv(databaseURL string) []string {
-	return []string{
-		"TASKMASTER_DATABASE_URL=" + databaseURL,
-		"TASKMASTER_DB_MAX_CONNS=8",
-		"TASKMASTER_HEARTBEAT_STALE_THRESHOLD_SECONDS=1.5",
-		"TASKMASTER_HEARTBEAT_DEAD_THRESHOLD_SECONDS=60",
-		"TASKMASTER_REAPER_INTERVAL_MS=200",
-		"TASKMASTER_LEASE_REAPER_INTERVAL_MS=100",
-		"TASKMASTER_DEADLINE_REAPER_INTERVAL_MS=300",
-		"TASKMASTER_RETENTION_INTERVAL_MS=300",
-		"TASKMASTER_RETENTION_TTL=1h",
-		"TASKMASTER_LEADER_LEASE_SECONDS=2",
-		// A waiting long poll looks again only when notified: the one that
-		// waits across the failover must be woken by the notifier, which
-		// has to listen again on the new primary.
-		"TASKMASTER_CLAIM_SAFETY_INTERVAL_MS=3600000",
-		"TASKMASTER_CLAIM_POLL_INTERVAL_MS=60000",
-		"TASKMASTER_OUTBOX_RETENTION=1h",
-	}
-}
-
 // failover is one run: the database's URL, the instances, the ledger and
 // the stream, up to the promotion.
 type failover struct {
@@ -160,7 +137,7 @@ func start(t *testing.T, url string) *failover {
 	bin := binary.Build(t)
 	var urls []string
 	for range 2 {
-		in := binary.Serve(t, bin, serveEnv(url)...)
+		in := binary.Serve(t, bin, workload.ServeEnv(url)...)
 		f.instances = append(f.instances, in)
 		urls = append(urls, in.URL)
 	}

@@ -15,17 +15,14 @@ package outage_test
 import (
 	"context"
 	"net/http"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jmoiron/sqlx"
 	_ "github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskmaster/taskmaster/adapters/postgres"
-	"github.com/taskmaster/taskmaster/adapters/postgres/localpg"
 	"github.com/taskmaster/taskmaster/tests/binary"
 	"github.com/taskmaster/taskmaster/tests/workload"
 )
@@ -46,18 +43,7 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	cfg := workload.DefaultConfig(queue)
 	tasks := cfg.Tasks()
 
-	pg, err := localpg.Start(ctx, localpg.Config{DataDir: filepath.Join(t.TempDir(), "pg"), Fast: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pg.Stop() })
-	admin, err := sqlx.Connect("postgres", pg.URL("postgres"))
-	require.NoError(t, err)
-	_, err = admin.Exec(`CREATE DATABASE taskmaster`)
-	require.NoError(t, err)
-	require.NoError(t, admin.Close())
-	databaseURL := pg.URL("taskmaster")
-	db, err := sqlx.Open("postgres", databaseURL)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
+	pg, databaseURL, db := workload.StartDatabase(t)
 
 	bin := binary.Build(t)
 	var instances []*binary.Process
@@ -127,8 +113,9 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	}
 
 	restartAt := time.Now()
-	pg, err = pg.StartAgain(ctx) // the Cleanup above stops this one
+	pg, err := pg.StartAgain(ctx)
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = pg.Stop() })
 	started := l.MarkUp()
 	t.Logf("database down for %v; start took %v", started.Sub(stoppedAt).Round(time.Millisecond), started.Sub(restartAt).Round(time.Millisecond))
 	for _, in := range instances {

@@ -21,8 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jmoiron/sqlx"
-	_ "github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskmaster/taskmaster/adapters/postgres"
@@ -40,46 +38,23 @@ func TestServiceThroughPgBouncerTransactionPooling(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pg, err := localpg.Start(ctx, localpg.Config{DataDir: filepath.Join(t.TempDir(), "pg"), Fast: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pg.Stop() })
-	admin, err := sqlx.Connect("postgres", pg.URL("postgres"))
-	require.NoError(t, err)
-	_, err = admin.Exec(`CREATE DATABASE taskmaster`)
-	require.NoError(t, err)
-	require.NoError(t, admin.Close())
+	pg, databaseURL, db := workload.StartDatabase(t)
 	const poolSize = 6
 	bouncer, err := localpg.StartPgBouncer(ctx, localpg.BouncerConfig{Dir: filepath.Join(t.TempDir(), "pgbouncer"), ServerPort: pg.Port(), PoolSize: poolSize})
 	require.NoError(t, err)
 	t.Cleanup(bouncer.Stop)
-	db, err := sqlx.Open("postgres", pg.URL("taskmaster")) // the checks' own, direct
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
 
 	bin := binary.Build(t)
 	var instances []*binary.Process
 	var urls []string
 	for range 2 {
-		in := binary.Serve(t, bin,
-			"TASKMASTER_DATABASE_URL="+bouncer.URL("taskmaster"),
-			"TASKMASTER_LISTEN_DATABASE_URL="+pg.URL("taskmaster"),
+		in := binary.Serve(t, bin, workload.ServeEnv(bouncer.URL("taskmaster"),
+			"TASKMASTER_LISTEN_DATABASE_URL="+databaseURL,
 			// No prepared statements: they belong to a server session, and
 			// the next transaction may run on another.
 			"TASKMASTER_DB_TRANSACTION_POOLING=on",
 			"TASKMASTER_DB_MAX_CONNS=20", // more than the pooler's server connections
-			"TASKMASTER_HEARTBEAT_STALE_THRESHOLD_SECONDS=1.5",
-			"TASKMASTER_HEARTBEAT_DEAD_THRESHOLD_SECONDS=60",
-			"TASKMASTER_REAPER_INTERVAL_MS=200",
-			"TASKMASTER_LEASE_REAPER_INTERVAL_MS=100",
-			"TASKMASTER_DEADLINE_REAPER_INTERVAL_MS=300",
-			"TASKMASTER_RETENTION_INTERVAL_MS=300",
-			"TASKMASTER_RETENTION_TTL=1h",
-			"TASKMASTER_LEADER_LEASE_SECONDS=2",
-			// Long polls look again only when notified.
-			"TASKMASTER_CLAIM_SAFETY_INTERVAL_MS=3600000",
-			"TASKMASTER_CLAIM_POLL_INTERVAL_MS=60000",
-			"TASKMASTER_OUTBOX_RETENTION=1h",
-		)
+		)...)
 		instances = append(instances, in)
 		urls = append(urls, in.URL)
 	}

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,7 +23,10 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	_ "github.com/lib/pq" // the checks' own connections
 	"github.com/stretchr/testify/require"
+
+	"github.com/taskmaster/taskmaster/adapters/postgres/localpg"
 )
 
 // Config sizes a workload.
@@ -51,6 +55,50 @@ func DefaultConfig(queue string) Config {
 		BeatEvery: 500 * time.Millisecond,
 		Pace:      50 * time.Millisecond,
 	}
+}
+
+// ServeEnv are the settings of `taskmaster serve` processes under a
+// workload: the database, short intervals so that every background job acts
+// within a test (the lease and heartbeat reapers, deadlines, retention, the
+// leadership leases), long polls that look again only when notified (so
+// that a woken one proves the notifier works), every event kept for the
+// checks. extra settings come after, and so win.
+func ServeEnv(databaseURL string, extra ...string) []string {
+	return append([]string{
+		"TASKMASTER_DATABASE_URL=" + databaseURL,
+		"TASKMASTER_DB_MAX_CONNS=8",
+		"TASKMASTER_HEARTBEAT_STALE_THRESHOLD_SECONDS=1.5",
+		"TASKMASTER_HEARTBEAT_DEAD_THRESHOLD_SECONDS=60",
+		"TASKMASTER_REAPER_INTERVAL_MS=200",
+		"TASKMASTER_LEASE_REAPER_INTERVAL_MS=100",
+		"TASKMASTER_DEADLINE_REAPER_INTERVAL_MS=300",
+		"TASKMASTER_RETENTION_INTERVAL_MS=300",
+		"TASKMASTER_RETENTION_TTL=1h",
+		"TASKMASTER_LEADER_LEASE_SECONDS=2",
+		"TASKMASTER_CLAIM_SAFETY_INTERVAL_MS=3600000",
+		"TASKMASTER_CLAIM_POLL_INTERVAL_MS=60000",
+		"TASKMASTER_OUTBOX_RETENTION=1h",
+	}, extra...)
+}
+
+// StartDatabase starts a PostgreSQL server of the test's own (a database
+// outage or a pooler must not touch the harness's shared server) with an
+// empty database "taskmaster", and returns the server, that database's URL
+// and a pool on it for the checks; the server stops when the test ends.
+func StartDatabase(t *testing.T) (*localpg.Server, string, *sqlx.DB) {
+	t.Helper()
+	pg, err := localpg.Start(t.Context(), localpg.Config{DataDir: filepath.Join(t.TempDir(), "pg"), Fast: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pg.Stop() })
+	admin, err := sqlx.Connect("postgres", pg.URL("postgres"))
+	require.NoError(t, err)
+	_, err = admin.Exec(`CREATE DATABASE taskmaster`)
+	require.NoError(t, err)
+	require.NoError(t, admin.Close())
+	db, err := sqlx.Open("postgres", pg.URL("taskmaster"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	return pg, pg.URL("taskmaster"), db
 }
 
 // Tasks is how many tasks the producers submit.

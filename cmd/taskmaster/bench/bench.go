@@ -74,8 +74,8 @@ const (
 // Report is one scenario's result. The JSON field names are a contract
 // for tools that compare runs.
 type Report struct {
-	Scenario              string       `json:"scenario"`
-	Auth                  bool         `json:"auth"`
+	Scenario string `json:"scenario"`
+	Auth     bool   `json:"auth"`
 	// Via is how the server reached its database (Options.Via).
 	Via                   string       `json:"via"`
 	Tasks                 int          `json:"tasks"`
