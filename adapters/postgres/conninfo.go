@@ -259,8 +259,8 @@ func indexOrEnd(s, chars string) int {
 // parseKeyValues parses the key=value form as conninfo_parse does: pairs
 // separated by whitespace, optional whitespace around '=', a value either
 // single-quoted (\' and \\ escaped, whitespace kept) or unquoted up to the
-// next whitespace (a backslash escapes the next character); ” is an empty
-// value.
+// next whitespace (a backslash escapes the next character); a pair of
+// quotes with nothing between is an empty value.
 func parseKeyValues(s string) (ConnParams, error) {
 	p := ConnParams{}
 	r := []rune(s)
