@@ -20,6 +20,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	_ "github.com/lib/pq" // postgres driver
 
+	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/adapters/postgres/localpg"
 )
 
@@ -45,7 +46,12 @@ func startEnvironment(ctx context.Context, opts Options, log io.Writer) (*enviro
 		env := &environment{api: newAPI(strings.TrimRight(opts.URL, "/"), opts.Workers+opts.Producers), stop: func() {}}
 		env.api.key = opts.APIKey
 		if opts.DatabaseURL != "" {
-			db, err := sqlx.Open("postgres", opts.DatabaseURL)
+			// Either of libpq's forms, several hosts included.
+			p, err := postgres.ParseConnString(opts.DatabaseURL)
+			if err != nil {
+				return nil, fmt.Errorf("--database-url: %w", err)
+			}
+			db, err := sqlx.Open("postgres", p.String())
 			if err != nil {
 				return nil, err
 			}
