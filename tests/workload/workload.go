@@ -116,9 +116,10 @@ type Ledger struct {
 	// again (zero until then).
 	down, gone, up time.Time
 	// acked is the task id each idempotency key's 2xx answer named, and
-	// ackedAt when that answer came.
-	acked   map[string]string
-	ackedAt map[string]time.Time
+	// ackedAt when that answer came, and sentAt when the request it
+	// answered was sent.
+	acked           map[string]string
+	ackedAt, sentAt map[string]time.Time
 	// completed is, per task, the "worker/lease" of each complete answered 200.
 	completed map[string][]string
 	// unsure is, per task, the "worker/lease" of completes sent without a
@@ -148,7 +149,7 @@ type Ledger struct {
 
 // NewLedger returns an empty ledger.
 func NewLedger() *Ledger {
-	return &Ledger{acked: map[string]string{}, ackedAt: map[string]time.Time{}, completed: map[string][]string{},
+	return &Ledger{acked: map[string]string{}, ackedAt: map[string]time.Time{}, sentAt: map[string]time.Time{}, completed: map[string][]string{},
 		unsure: map[string]map[string]bool{}}
 }
 
@@ -192,6 +193,21 @@ func (l *Ledger) AckedSince(since time.Time) []string {
 	defer l.mu.Unlock()
 	var keys []string
 	for k, at := range l.ackedAt {
+		if !at.Before(since) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// AckedSentSince returns the idempotency keys of the submits acknowledged
+// whose request was sent at or after since: each was committed after it.
+func (l *Ledger) AckedSentSince(since time.Time) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var keys []string
+	for k, at := range l.sentAt {
 		if !at.Before(since) {
 			keys = append(keys, k)
 		}
@@ -398,6 +414,7 @@ func (p *producer) run(ctx context.Context) {
 				for k, key := range keys {
 					p.l.acked[key] = ids[k]
 					p.l.ackedAt[key] = now
+					p.l.sentAt[key] = start
 				}
 				p.l.mu.Unlock()
 			}
