@@ -173,7 +173,7 @@ func (s *Server) handleListQueues(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	page, err := s.queues.Queues(r.Context(), q)
+	page, err := s.reads.Queues.Queues(r.Context(), q)
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -226,7 +226,7 @@ func queueQueryOf(values url.Values) (ports.QueueQuery, error) {
 }
 
 func (s *Server) handleGetQueue(w http.ResponseWriter, r *http.Request) {
-	d, err := s.queues.Queue(r.Context(), mux.Vars(r)["queue"])
+	d, err := s.reads.Queues.Queue(r.Context(), mux.Vars(r)["queue"])
 	if err != nil {
 		writeError(w, r, err)
 		return

@@ -126,7 +126,7 @@ type workersResponse struct {
 }
 
 func (s *Server) handleListWorkers(w http.ResponseWriter, r *http.Request) {
-	ws, err := s.workers.List(r.Context())
+	ws, err := s.reads.Workers.List(r.Context())
 	if err != nil {
 		writeError(w, r, err)
 		return

@@ -585,3 +585,50 @@ func (c *waitsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(taskWaitersDesc, prometheus.GaugeValue, float64(s.Awaiting))
 	ch <- prometheus.MustNewConstMetric(taskWaiterWakeupsDesc, prometheus.CounterValue, float64(s.Finished))
 }
+
+// ReadFigures say where this process serves the reads that may lag: on the
+// read replica or the primary, and how far behind the replica was at its
+// last check (LagKnown false when the check failed).
+type ReadFigures struct {
+	OnReplica bool
+	Lag       time.Duration
+	LagKnown  bool
+}
+
+// ObserveReads exports, read at scrape time from figures,
+// taskmaster_read_replica_in_use (1 while the reads that may lag go to the
+// read replica, 0 while the primary serves them) and
+// taskmaster_read_replica_lag_seconds (absent while the replica cannot be
+// checked). Call it once, and only with a read replica configured.
+func (r *Registry) ObserveReads(figures func() ReadFigures) {
+	r.reg.MustRegister(&readsCollector{figures: figures})
+}
+
+var (
+	replicaInUseDesc = prometheus.NewDesc(Namespace+"_read_replica_in_use",
+		"1 while the reads that may lag (listings, queue statistics, dashboard pages) go to the read replica, 0 while the primary serves them.", nil, nil)
+	replicaLagDesc = prometheus.NewDesc(Namespace+"_read_replica_lag_seconds",
+		"How far behind the primary the read replica was at its last check (an upper bound: the age of the last transaction it replayed while it had not replayed all it received); absent while it cannot be checked.", nil, nil)
+)
+
+// readsCollector reads the read replica's figures at scrape time.
+type readsCollector struct {
+	figures func() ReadFigures
+}
+
+func (c *readsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- replicaInUseDesc
+	ch <- replicaLagDesc
+}
+
+func (c *readsCollector) Collect(ch chan<- prometheus.Metric) {
+	f := c.figures()
+	inUse := 0.0
+	if f.OnReplica {
+		inUse = 1
+	}
+	ch <- prometheus.MustNewConstMetric(replicaInUseDesc, prometheus.GaugeValue, inUse)
+	if f.LagKnown {
+		ch <- prometheus.MustNewConstMetric(replicaLagDesc, prometheus.GaugeValue, f.Lag.Seconds())
+	}
+}

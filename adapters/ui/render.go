@@ -37,7 +37,10 @@ type page struct {
 	Flash string
 	// PollMillis is the live regions' refresh interval.
 	PollMillis int64
-	Data       any
+	// Reads says where the page's reads came from, when a read replica
+	// is configured.
+	Reads string
+	Data  any
 }
 
 // parsePages parses each page template with the layout.
@@ -91,6 +94,7 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, nam
 	if p.Flash == "" {
 		p.Flash = flashOf(r)
 	}
+	p.Reads = h.readNotice(r)
 	root := "layout"
 	if frag := r.Header.Get(fragmentHeader); frag != "" && t.Lookup("live") != nil {
 		root = "live"
@@ -197,6 +201,40 @@ func flashOf(r *http.Request) string {
 		return fmt.Sprintf(f, strconv.FormatInt(n, 10))
 	}
 	return f
+}
+
+// afterAction reports whether r is the page an action redirected to (its
+// address carries the action's outcome, ?ok=...).
+func afterAction(r *http.Request) bool { return r.URL.Query().Has("ok") }
+
+// readNotice says where the page's reads came from, when a read replica is
+// configured: the replica and how far behind it was, or the primary and why.
+func (h *Handler) readNotice(r *http.Request) string {
+	if h.d.ReadSource == nil || h.d.Reads == nil {
+		return ""
+	}
+	st := h.d.ReadSource.ReadStatus()
+	switch {
+	case afterAction(r):
+		return "Read from the primary, to show your change."
+	case st.OnReplica && st.Lag < 100*time.Millisecond:
+		return "Read from a replica, caught up with the primary."
+	case st.OnReplica:
+		return fmt.Sprintf("Read from a replica, up to %s behind the primary.", roundLag(st.Lag))
+	case st.Reason == "lagging":
+		return fmt.Sprintf("Read from the primary: the replica is %s behind (more than %s).", roundLag(st.Lag), roundLag(st.MaxLag))
+	default:
+		return "Read from the primary: the replica is " + st.Reason + "."
+	}
+}
+
+// roundLag rounds a lag for reading: tenths of a second under ten seconds,
+// seconds above.
+func roundLag(d time.Duration) time.Duration {
+	if d < 10*time.Second {
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Second)
 }
 
 // redirectDone sends the browser back to where after an action.

@@ -47,6 +47,7 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 			newHTTPServer,
 		),
 		outboxOptions(),
+		readOptions(),
 		securityOptions(),
 		dashboardOptions(),
 		fx.Invoke(func(*httpadapter.Server) {}),
@@ -67,7 +68,7 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 func newDatabase(lc fx.Lifecycle, cfg Config, logger *zap.Logger) (*sqlx.DB, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	db, err := postgres.Open(ctx, cfg.DatabaseURL, cfg.Pool)
+	db, err := postgres.Open(ctx, cfg.DatabaseURL, cfg.PoolConfig())
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +83,7 @@ func newDatabase(lc fx.Lifecycle, cfg Config, logger *zap.Logger) (*sqlx.DB, err
 
 // newNotifier listens for task wake-ups on one dedicated connection.
 func newNotifier(lc fx.Lifecycle, cfg Config, logger *zap.Logger) *postgres.Notifier {
-	n := postgres.NewNotifier(cfg.DatabaseURL, cfg.Pool.Conn, logger.Named("notifier"))
+	n := postgres.NewNotifier(cfg.ListenURL(), cfg.Pool.Conn, logger.Named("notifier"))
 	lc.Append(fx.Hook{OnStart: n.Start, OnStop: n.Stop})
 	return n
 }
@@ -137,13 +138,14 @@ type httpParams struct {
 	Bulk      ports.BulkService
 	Telemetry *telemetry.Provider
 	Limits    *httpadapter.Limits
+	Reads     Reads
 }
 
 func newHTTPServer(p httpParams) *httpadapter.Server {
 	deps := httpadapter.Deps{
 		Tasks: p.Tasks, Workers: p.Workers, Queues: p.Queues, Health: p.Health,
 		Logger: p.Logger, Observe: p.Observe, Routes: p.Routes, Events: p.Events, Keys: p.Keys, Schedules: p.Schedules,
-		Bulk: p.Bulk, Limits: p.Limits,
+		Bulk: p.Bulk, Limits: p.Limits, Reads: p.Reads.HTTP,
 		// A stopping server answers waiting long-poll claims at once.
 		OnShutdown: []func(){p.Notifier.CloseWaits},
 	}
