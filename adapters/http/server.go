@@ -139,6 +139,8 @@ type Deps struct {
 	Schedules ports.ScheduleService
 	// Bulk, when set, serves the bulk actions and queue purges.
 	Bulk ports.BulkService
+	// Limits, when set, serves the named limits.
+	Limits ports.LimitService
 	// Observe, when set, receives every finished request.
 	Observe ObserveFunc
 	// Routes are extra routes to mount.
@@ -165,6 +167,7 @@ type Server struct {
 	keys        ports.KeyService
 	schedules   ports.ScheduleService
 	bulk        ports.BulkService
+	limits      ports.LimitService
 	// auth says requests must carry a key; access holds each route's
 	// requirement, limiter each key's rate limit.
 	auth    bool
@@ -188,7 +191,7 @@ func NewServer(cfg ServerConfig, d Deps) *Server {
 	s := &Server{
 		cfg: cfg, tasks: d.Tasks, workers: d.Workers, queues: d.Queues, health: d.Health,
 		events: d.Events, logger: d.Logger, extraRoutes: d.Routes, onShutdown: d.OnShutdown,
-		keys: d.Keys, schedules: d.Schedules, bulk: d.Bulk, auth: cfg.AuthEnabled(), access: map[*mux.Route]Access{}, limiter: newLimiter(cfg.RateLimits),
+		keys: d.Keys, schedules: d.Schedules, bulk: d.Bulk, limits: d.Limits, auth: cfg.AuthEnabled(), access: map[*mux.Route]Access{}, limiter: newLimiter(cfg.RateLimits),
 	}
 	if s.logger == nil {
 		s.logger = zap.NewNop()

@@ -38,8 +38,9 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 			newNotifier,
 			func(n *postgres.Notifier) ports.TaskNotifier { return n },
 			newTaskService,
-			fx.Annotate(application.NewWorkerService, fx.As(new(ports.WorkerService))),
-			fx.Annotate(application.NewQueueService, fx.As(new(ports.QueueService))),
+			func(s *application.TaskService) ports.TaskService { return s },
+			application.NewWorkerService,
+			func(s *application.WorkerService) ports.WorkerService { return s },
 			newScheduleService,
 			newHTTPServer,
 		),
@@ -53,6 +54,7 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 		reapersModule(),
 		schedulerModule(),
 		bulkModule(),
+		pushModule(),
 		fx.StartTimeout(60 * time.Second),
 		fx.StopTimeout(60 * time.Second),
 	}
@@ -84,7 +86,7 @@ func newNotifier(lc fx.Lifecycle, cfg Config, logger *zap.Logger) *postgres.Noti
 	return n
 }
 
-func newTaskService(tx ports.TxRunner, cfg application.Config, n ports.TaskNotifier) ports.TaskService {
+func newTaskService(tx ports.TxRunner, cfg application.Config, n ports.TaskNotifier) *application.TaskService {
 	return application.NewTaskService(tx, cfg, application.WithNotifier(n))
 }
 
@@ -104,13 +106,14 @@ type httpParams struct {
 	Keys      ports.KeyService
 	Schedules ports.ScheduleService
 	Bulk      ports.BulkService
+	Limits    ports.LimitService
 }
 
 func newHTTPServer(p httpParams) *httpadapter.Server {
 	srv := httpadapter.NewServer(p.Config, httpadapter.Deps{
 		Tasks: p.Tasks, Workers: p.Workers, Queues: p.Queues, Health: p.Health,
 		Logger: p.Logger, Observe: p.Observe, Routes: p.Routes, Events: p.Events, Keys: p.Keys, Schedules: p.Schedules,
-		Bulk: p.Bulk,
+		Bulk: p.Bulk, Limits: p.Limits,
 		// A stopping server answers waiting long-poll claims at once.
 		OnShutdown: []func(){p.Notifier.CloseWaits},
 	})

@@ -68,6 +68,8 @@ type Config struct {
 	// MetricsMaxQueues is how many queues have per-queue series of their
 	// own in /metrics; the others are summed under queue="_other".
 	MetricsMaxQueues int
+	// Push configures push delivery.
+	Push PushConfig
 }
 
 // DefaultConfig returns the documented defaults.
@@ -97,6 +99,7 @@ func DefaultConfig() Config {
 		LogLevel:               "info",
 		LogFormat:              "json",
 		MetricsMaxQueues:       metrics.DefaultMaxQueueSeries,
+		Push:                   DefaultPushConfig(),
 	}
 }
 
@@ -174,6 +177,7 @@ func (c Config) Validate() error {
 		add("TASKMASTER_OUTBOX_*", c.Outbox.Validate())
 	}
 	c.validateSecurity(add)
+	c.validatePush(add)
 	if c.MetricsMaxQueues < 1 {
 		add("TASKMASTER_METRICS_MAX_QUEUES", errors.New("must be at least 1"))
 	}
@@ -353,7 +357,7 @@ func settings() []setting {
 func LoadConfig(name string, args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
 	cfg := DefaultConfig()
 	var errs []error
-	all := append(settings(), securitySettings()...)
+	all := append(append(settings(), securitySettings()...), pushSettings()...)
 	for _, s := range all {
 		if v := getenv(s.env); v != "" {
 			if err := s.set(&cfg, v); err != nil {
