@@ -68,7 +68,9 @@ type Deps struct {
 	Dashboard ports.DashboardService
 	// Bulk, when set, offers retry and cancel of every task matching a
 	// filter.
-	Bulk   ports.BulkService
+	Bulk ports.BulkService
+	// Limits, when set, shows the named limits.
+	Limits ports.LimitService
 	Logger *zap.Logger
 }
 
@@ -127,6 +129,7 @@ func (h *Handler) routes() {
 	m.Handle("GET /ui/workers", h.read(h.workersPage))
 	m.Handle("POST /ui/workers/{id}/drain", h.act(h.drainWorker))
 	m.Handle("GET /ui/schedules", h.read(h.schedulesPage))
+	m.Handle("GET /ui/limits", h.read(h.limitsPage))
 	m.Handle("POST /ui/schedules/{name}/{action}", h.act(h.scheduleAction))
 	h.extraRoutes(m)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
