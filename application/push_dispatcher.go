@@ -229,7 +229,7 @@ func (d *Dispatcher) run(ctx context.Context) {
 	defer refresh.Stop()
 	for {
 		d.refresh(ctx, deliverCtx, &deliveries)
-		d.writeStats(ctx, false)
+		d.writeStats(ctx)
 		select {
 		case <-ctx.Done():
 		case <-refresh.C:
@@ -347,8 +347,13 @@ func (d *Dispatcher) refresh(ctx, deliverCtx context.Context, deliveries *sync.W
 	if len(names) > worker.MaxQueues {
 		names = names[:worker.MaxQueues]
 	}
-	if len(names) > 0 && !drained && (registered == nil || !slices.Equal(registered, names)) {
-		d.register(ctx, names)
+	if len(names) > 0 && !drained && (registered == nil || !slices.Equal(registered, names)) && d.register(ctx, names) && registered == nil {
+		// The loops waiting for the registration may claim now.
+		d.mu.Lock()
+		for _, r := range d.runners {
+			r.signal()
+		}
+		d.mu.Unlock()
 	}
 	if prune {
 		if err := d.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
@@ -387,18 +392,20 @@ func (d *Dispatcher) logOnce(queue, msg string) {
 	d.logger.Error(msg, zap.String("queue", queue))
 }
 
-// register registers (again) the dispatcher's worker, listing queues.
-func (d *Dispatcher) register(ctx context.Context, queues []string) {
+// register registers (again) the dispatcher's worker, listing queues, and
+// reports whether it did.
+func (d *Dispatcher) register(ctx context.Context, queues []string) bool {
 	_, _, err := d.workers.Register(ctx, worker.RegisterParams{ID: d.cfg.WorkerID, Queues: queues})
 	if err != nil {
 		if ctx.Err() == nil {
 			d.logger.Warn("push dispatcher: register worker", zap.Error(err))
 		}
-		return
+		return false
 	}
 	d.mu.Lock()
 	d.registered = append([]string{}, queues...)
 	d.mu.Unlock()
+	return true
 }
 
 // ready reports whether the worker is registered and not drained.
@@ -716,9 +723,9 @@ func (d *Dispatcher) heartbeat(ctx context.Context) {
 
 // writeStats writes the queues' delivery statistics when they changed (or
 // every pushStatsFresh while there are any).
-func (d *Dispatcher) writeStats(ctx context.Context, force bool) {
+func (d *Dispatcher) writeStats(ctx context.Context) {
 	d.mu.Lock()
-	if !force && time.Since(d.statsAt) < pushStatsEvery {
+	if time.Since(d.statsAt) < pushStatsEvery {
 		d.mu.Unlock()
 		return
 	}
@@ -737,7 +744,7 @@ func (d *Dispatcher) writeStats(ctx context.Context, force bool) {
 			stats = append(stats, st)
 		}
 	}
-	if !dirty && (len(stats) == 0 || time.Since(d.statsAt) < pushStatsFresh) && !force {
+	if !dirty && (len(stats) == 0 || time.Since(d.statsAt) < pushStatsFresh) {
 		d.mu.Unlock()
 		return
 	}
