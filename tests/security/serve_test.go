@@ -100,7 +100,7 @@ func TestAuthDefaultsAndTheFirstKey(t *testing.T) {
 
 // HTTPS with the configured certificate; after the files are renewed,
 // SIGHUP makes every new connection get the new certificate, without a
-// restart. TASKMASTER_METRICS_ADDR serves metrics without a key, while the
+// restart; an expired certificate is refused and the one in use kept. TASKMASTER_METRICS_ADDR serves metrics without a key, while the
 // API wants one.
 func TestTLSReloadOnSIGHUPAndTheMetricsListener(t *testing.T) {
 	t.Parallel()
@@ -119,6 +119,14 @@ func TestTLSReloadOnSIGHUPAndTheMetricsListener(t *testing.T) {
 	ca.Issue(t, 1002, certFile, keyFile)
 	p.Signal(t, syscall.SIGHUP)
 	logged(t, p, "SIGHUP: TLS certificate reloaded")
+	require.Equal(t, int64(1002), ca.Serial(t, p.URL+"/healthz"))
+
+	// An expired certificate is refused, loudly, and the one in use stays.
+	ca.IssueValid(t, 1003, certFile, keyFile, time.Now().Add(-2*time.Hour), time.Now().Add(-time.Minute))
+	p.Signal(t, syscall.SIGHUP)
+	refused := logged(t, p, "SIGHUP: TLS certificate not reloaded; the previous one stays in use")
+	require.Contains(t, refused["error"], "expired")
+	require.Len(t, p.Logged("SIGHUP: TLS certificate reloaded"), 1)
 	require.Equal(t, int64(1002), ca.Serial(t, p.URL+"/healthz"))
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool}}
 	defer tr.CloseIdleConnections()
