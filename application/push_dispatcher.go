@@ -53,9 +53,6 @@ const (
 	// pushErrorExcerpt is how much of a failing answer's body the task's
 	// error keeps.
 	pushErrorExcerpt = 1024
-	// pushHandBackDelay is how long a task a stopping dispatcher hands back
-	// waits before another instance delivers it.
-	pushHandBackDelay = 1
 	// pushMinClaimGap spaces a queue's claims that came back empty at
 	// once (a closed notifier on shutdown, a queue that turned paused).
 	pushMinClaimGap = 100 * time.Millisecond
@@ -121,9 +118,9 @@ func (c *DispatcherConfig) defaults() {
 //
 // Stop stops claiming, lets the deliveries in flight finish for
 // DrainTimeout, then cancels the others and hands their tasks back
-// (snoozed for a second, the attempt given back), so another instance
-// delivers them: an endpoint may thus see a task again (delivery is at
-// least once; Taskmaster-Task-Id names it).
+// (released: claimable at once, the attempt given back), so another
+// instance delivers them: an endpoint may thus see a task again (delivery
+// is at least once; Taskmaster-Task-Id names it).
 type Dispatcher struct {
 	lifecycle.Base
 	tasks   *TaskService
@@ -602,13 +599,13 @@ func (d *Dispatcher) report(v task.Snapshot, rep ports.DeliveryReport) {
 }
 
 // handBack gives back the task of a delivery that a stopping dispatcher
-// cancelled: PENDING again in a second, the attempt given back.
+// cancelled (task.Task.Release): PENDING again at once, the attempt given
+// back, for another instance to deliver.
 func (d *Dispatcher) handBack(v task.Snapshot) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	delay := pushHandBackDelay
 	lease := v.LeaseID
-	if _, err := d.tasks.Snooze(ctx, ports.SnoozeCommand{TaskID: v.ID, WorkerID: d.cfg.WorkerID, LeaseID: &lease, DelaySeconds: &delay}); err != nil {
+	if _, err := d.tasks.Release(ctx, ports.ReleaseCommand{TaskID: v.ID, WorkerID: d.cfg.WorkerID, LeaseID: &lease}); err != nil {
 		d.logger.Warn("push dispatcher: hand back", zap.String("task_id", v.ID.String()), zap.Error(err))
 	}
 }

@@ -423,6 +423,6 @@ func TestPushStoppingInstanceHandsDeliveriesBack(t *testing.T) {
 	require.Equal(t, []string{"1", "1"}, []string{got[0].header.Get("Taskmaster-Attempt"), got[1].header.Get("Taskmaster-Attempt")},
 		"the handed-back attempt was given back")
 	as := attemptsOf(t, c, tk.ID)
-	require.Equal(t, "snoozed", *as[0].Outcome)
+	require.Equal(t, "released", *as[0].Outcome)
 	require.Equal(t, "completed", *as[1].Outcome)
 }
