@@ -133,6 +133,11 @@ type Dispatcher struct {
 
 	total *slots
 
+	// loops counts the claim loops running, those of queues no longer
+	// served included (they end at once): a stop waits for every one
+	// before it waits for the deliveries they start.
+	loops sync.WaitGroup
+
 	mu         sync.Mutex
 	runners    map[string]*pushRunner
 	inflight   map[uuid.UUID]*pushDelivery
@@ -162,7 +167,6 @@ type pushRunner struct {
 	cfg    atomic.Pointer[runnerConfig]
 	slots  *slots
 	cancel context.CancelFunc
-	done   chan struct{}
 	// changed is closed and replaced when cfg changes.
 	changedMu sync.Mutex
 	changed   chan struct{}
@@ -235,18 +239,10 @@ func (d *Dispatcher) run(ctx context.Context) {
 		break
 	}
 
-	// Stopping: no more claims; the deliveries in flight have DrainTimeout
-	// to finish, then they are cancelled and handed back.
-	d.mu.Lock()
-	runners := make([]*pushRunner, 0, len(d.runners))
-	for _, r := range d.runners {
-		runners = append(runners, r)
-	}
-	d.mu.Unlock()
-	for _, r := range runners {
-		r.cancel()
-		<-r.done
-	}
+	// Stopping: no more claims (ctx, which every loop's context derives
+	// from, is done); the deliveries in flight have DrainTimeout to
+	// finish, then they are cancelled and handed back.
+	d.loops.Wait()
 	if !waitTimeout(&deliveries, d.cfg.DrainTimeout) {
 		d.logger.Info("push dispatcher: handing back deliveries in flight", zap.Int("deliveries", d.inFlight()))
 		stopDeliveries()
@@ -311,12 +307,12 @@ func (d *Dispatcher) refresh(ctx, deliverCtx context.Context, deliveries *sync.W
 		r := d.runners[q.Queue]
 		if r == nil {
 			rctx, cancel := context.WithCancel(ctx)
-			r = &pushRunner{name: q.Queue, slots: newSlots(q.Push.MaxInFlight), cancel: cancel, done: make(chan struct{}),
-				changed: make(chan struct{})}
+			r = &pushRunner{name: q.Queue, slots: newSlots(q.Push.MaxInFlight), cancel: cancel, changed: make(chan struct{})}
 			r.cfg.Store(cfg)
 			d.runners[q.Queue] = r
+			d.loops.Add(1)
 			go func() {
-				defer close(r.done)
+				defer d.loops.Done()
 				d.claimLoop(rctx, r, deliverCtx, deliveries)
 			}()
 			continue
