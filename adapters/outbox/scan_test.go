@@ -167,7 +167,7 @@ func TestScannerKnowsEveryEventField(t *testing.T) {
 	require.Len(t, eventFields, len(readFields)+len(skippedFields))
 	// Fields only operators' audit events carry (rare next to transitions)
 	// may send their events to encoding/json.
-	auditOnly := map[string]bool{"settings": true, "filter": true}
+	auditOnly := map[string]bool{"settings": true, "filter": true, "limit": true}
 	for name, kind := range skippedFields {
 		if auditOnly[name] {
 			continue
