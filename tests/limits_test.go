@@ -219,12 +219,14 @@ func TestGroupAndNamedLimitsHoldAcrossThreeInstances(t *testing.T) {
 
 	require.LessOrEqual(t, peak.Load(), int64(sharedMax), "the named limit's max_running exceeded")
 	require.Positive(t, peak.Load())
+	// Each bucket refilled and was taken from again (more than its burst):
+	// the limits held the claims back, they did not stop them.
 	for _, g := range groups {
 		n := requireWithinBucket(t, byKey[g], groupBurst, groupRate)
-		require.GreaterOrEqual(t, float64(n), groupRate*2, "group %s kept moving", g)
+		require.Greater(t, n, groupBurst, "group %s kept moving", g)
 	}
 	n := requireWithinBucket(t, byKey["shared"], sharedBurst, sharedRate)
-	require.GreaterOrEqual(t, float64(n), sharedRate*2, "the shared queues kept moving")
+	require.Greater(t, n, sharedBurst, "the shared queues kept moving")
 	var claimed int
 	require.NoError(t, db.Get(&claimed, `SELECT count(*) FROM tasks WHERE queue = ANY($1) AND claimed_at IS NOT NULL`, pq.StringArray(shared)))
 	require.Equal(t, n, claimed)
