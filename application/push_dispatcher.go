@@ -527,9 +527,16 @@ func (d *Dispatcher) deliver(dl *pushDelivery, r *pushRunner, cfg *runnerConfig,
 	if len(body) == 0 {
 		body = []byte("null")
 	}
-	header := make(map[string]string, len(cfg.headers)+4)
+	header := make(map[string]string, len(cfg.headers)+6)
 	for k, val := range cfg.headers {
 		header[k] = val
+	}
+	if v.Trace.Parent != "" {
+		// The task's trace continues at the endpoint (W3C trace context).
+		header[push.HeaderTraceparent] = v.Trace.Parent
+		if v.Trace.State != "" {
+			header[push.HeaderTracestate] = v.Trace.State
+		}
 	}
 	header[push.HeaderTaskID] = v.ID.String()
 	header[push.HeaderAttempt] = strconv.Itoa(v.Attempts)

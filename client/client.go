@@ -91,6 +91,7 @@ type Client struct {
 	retry     RetryPolicy
 	userAgent string
 	apiKey    string // sent as a bearer token when not empty (auth.go)
+	headers   []HeaderFunc
 }
 
 // Option configures a Client.
@@ -103,6 +104,15 @@ func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc
 
 // WithRetryPolicy replaces DefaultRetryPolicy.
 func WithRetryPolicy(p RetryPolicy) Option { return func(c *Client) { c.retry = p } }
+
+// HeaderFunc sets headers of a request from the context of its call.
+type HeaderFunc func(ctx context.Context, h http.Header)
+
+// WithHeaders makes every request carry the headers f sets from its
+// call's context: clientotel.Propagation sets the W3C trace context
+// (traceparent, tracestate) of ctx's OpenTelemetry span, so that the
+// tasks a call creates keep the caller's trace.
+func WithHeaders(f HeaderFunc) Option { return func(c *Client) { c.headers = append(c.headers, f) } }
 
 // WithUserAgent sets the User-Agent header.
 func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua } }
@@ -306,6 +316,9 @@ func (c *Client) once(ctx context.Context, k call, target string, body []byte, c
 	req.Header.Set(HeaderCorrelationID, cid)
 	if c.apiKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	for _, h := range c.headers {
+		h(ctx, req.Header)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

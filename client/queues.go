@@ -26,6 +26,9 @@ type QueueSettings struct {
 	RateLimit *RateLimit `json:"rate_limit"`
 	// MaxRunningPerGroup caps the RUNNING tasks of each group_key.
 	MaxRunningPerGroup *int `json:"max_running_per_group"`
+	// DefaultTimeoutSeconds limits each attempt of the queue's tasks that
+	// have no TimeoutSeconds of their own, from its claim.
+	DefaultTimeoutSeconds *int `json:"default_timeout_seconds"`
 	// RateLimitPerGroup gives each group_key a token bucket of its own.
 	RateLimitPerGroup *RateLimit `json:"rate_limit_per_group"`
 	// Limits are the named limits the queue draws on (see PutLimit).
@@ -148,6 +151,10 @@ type LeasedTask struct {
 	WorkerID       string    `json:"worker_id"`
 	ClaimedAt      time.Time `json:"claimed_at"`
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+	// ProgressPercent is the task's last progress report's percent (nil:
+	// none since its claim), ProgressMessage its message.
+	ProgressPercent *float64 `json:"progress_percent"`
+	ProgressMessage string   `json:"progress_message"`
 }
 
 // Queue returns one queue's detail (IsQueueNotFound when it holds no task
@@ -170,8 +177,12 @@ type QueuePatch struct {
 	ClearRateLimit          bool
 	MaxRunningPerGroup      *int
 	ClearMaxRunningPerGroup bool
-	RateLimitPerGroup       *RateLimit
-	ClearRateLimitPerGroup  bool
+	// DefaultTimeoutSeconds (1-86400) applies to the attempts claimed
+	// after the change.
+	DefaultTimeoutSeconds      *int
+	ClearDefaultTimeoutSeconds bool
+	RateLimitPerGroup          *RateLimit
+	ClearRateLimitPerGroup     bool
 	// Limits replaces the named limits the queue draws on (each must
 	// exist); ClearLimits removes them all.
 	Limits      []string
@@ -215,6 +226,7 @@ func (c *Client) UpdateQueue(ctx context.Context, name string, p QueuePatch) (*Q
 		setting("max_running", p.MaxRunning, p.MaxRunning != nil, p.ClearMaxRunning),
 		setting("rate_limit", p.RateLimit, p.RateLimit != nil, p.ClearRateLimit),
 		setting("max_running_per_group", p.MaxRunningPerGroup, p.MaxRunningPerGroup != nil, p.ClearMaxRunningPerGroup),
+		setting("default_timeout_seconds", p.DefaultTimeoutSeconds, p.DefaultTimeoutSeconds != nil, p.ClearDefaultTimeoutSeconds),
 		setting("rate_limit_per_group", p.RateLimitPerGroup, p.RateLimitPerGroup != nil, p.ClearRateLimitPerGroup),
 		setting("limits", p.Limits, p.Limits != nil, p.ClearLimits),
 		setting("push", p.Push.request(), p.Push != nil, p.ClearPush),

@@ -20,7 +20,8 @@ import (
 // remain, unless wrapped with NonRetryable), and Snooze(d) as the error puts
 // it back for d without spending an attempt. ctx is
 // cancelled when the runner stops waiting for the handler; context.Cause(ctx)
-// says why: ErrShutdown, ErrTaskLost, ErrTaskCancelled or ErrTaskTimeout.
+// says why: ErrShutdown, ErrTaskLost, ErrTaskCancelled, ErrTaskTimeout or
+// ErrTaskTimeLimit. The handler may report its progress with t.Progress.
 type HandlerFunc func(ctx context.Context, t Task) (result any, err error)
 
 // Next is a handler result that completes the task with Result and
@@ -56,6 +57,13 @@ var (
 	// handler ran past RunnerConfig.TaskTimeout. The runner fails the task
 	// (retried while attempts remain) unless the handler still succeeds.
 	ErrTaskTimeout = errors.New("taskmaster: task timed out")
+	// ErrTaskTimeLimit is the cause of a handler context cancelled because
+	// the task's time limit on its attempt (Task.TimeoutAt: the task's
+	// TimeoutSeconds, else its queue's default) is up. The server ends the
+	// attempt itself (outcome timed_out, retried after backoff or DEAD
+	// exhausted), so whatever the handler returns is dropped, as for a lost
+	// task.
+	ErrTaskTimeLimit = errors.New("taskmaster: the task's time limit is up")
 )
 
 // NonRetryable marks err as not worth retrying: the runner fails the task
@@ -149,6 +157,11 @@ type RunnerConfig struct {
 	// Past it the runner gives up on the report and the server takes the
 	// task back. Reports go through even while shutting down.
 	ReportTimeout time.Duration
+	// HandlerContext, when set, derives each handler's context from the
+	// runner's and the task: clientotel.TaskContext starts it with the
+	// task's trace (Task.Trace), so the handler's spans continue the trace
+	// the task was submitted under.
+	HandlerContext func(ctx context.Context, t Task) context.Context
 	// Logger receives the runner's logs (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -904,7 +917,12 @@ func (r *Runner) nextIdle(idle time.Duration) time.Duration {
 // returned as well (or the runner abandons it at shutdown), so that never
 // more than Concurrency handlers run.
 func (r *Runner) start(handlerCtx context.Context, t Task, leasesFrom time.Time) {
+	received := time.Now()
+	if r.cfg.HandlerContext != nil {
+		handlerCtx = r.cfg.HandlerContext(handlerCtx, t)
+	}
 	taskCtx, cancel := context.WithCancelCause(handlerCtx)
+	t.progress = &progressReporter{client: r.client, workerID: r.cfg.WorkerID, reportTimeout: r.cfg.ReportTimeout}
 	j := &job{task: t, cancel: cancel, stop: make(chan struct{}), returned: make(chan struct{})}
 	if length := leaseLength(t); length > 0 && !r.plainBeats.Load() {
 		r.heldLease(length)
@@ -920,11 +938,21 @@ func (r *Runner) start(handlerCtx context.Context, t Task, leasesFrom time.Time)
 	r.mu.Lock()
 	r.inflight[ref] = j
 	r.mu.Unlock()
-	var timeout *time.Timer
+	var timeout, limit *time.Timer
 	if r.cfg.TaskTimeout > 0 {
 		timeout = time.AfterFunc(r.cfg.TaskTimeout, func() {
 			if j.halt(ErrTaskTimeout) {
 				r.log.Warn("handler ran past TaskTimeout; cancelling it", "task_id", t.ID, "timeout", r.cfg.TaskTimeout)
+			}
+		})
+	}
+	if d, ok := t.timeLimit(); ok {
+		// The server's clock ended the attempt at TimeoutAt; the claim's
+		// answer came after ClaimedAt, so counting the limit from its
+		// arrival stops the handler no earlier than the server does.
+		limit = time.AfterFunc(max(time.Until(received.Add(d)), 0), func() {
+			if j.halt(ErrTaskTimeLimit) {
+				r.log.Warn("the task's time limit is up; cancelling its handler and dropping its outcome", "task_id", t.ID, "limit", d)
 			}
 		})
 	}
@@ -936,6 +964,9 @@ func (r *Runner) start(handlerCtx context.Context, t Task, leasesFrom time.Time)
 				timeout.Stop()
 			}
 			j.lease.end()
+			if limit != nil {
+				limit.Stop()
+			}
 			cancel(nil)
 			if !keep {
 				r.mu.Lock()
@@ -1014,8 +1045,8 @@ func (r *Runner) work(ctx context.Context, j *job) (keep bool) {
 	j.lease.end()
 	cause := j.halted()
 	switch {
-	case errors.Is(cause, ErrTaskLost):
-		r.log.Warn("dropping the outcome of a lost task", "task_id", t.ID, "handler_returned", returned)
+	case errors.Is(cause, ErrTaskLost), errors.Is(cause, ErrTaskTimeLimit):
+		r.log.Warn("dropping the outcome of a lost task", "task_id", t.ID, "handler_returned", returned, "cause", cause)
 		return false
 	case cause != nil && !returned:
 		r.log.Warn("handler did not return after its context was cancelled; failing its task", "task_id", t.ID, "cause", cause)
@@ -1035,8 +1066,8 @@ func (r *Runner) work(ctx context.Context, j *job) (keep bool) {
 // the drain to release.
 func (r *Runner) report(ctx context.Context, j *job, o outcome) bool {
 	t := j.task
-	if errors.Is(j.halted(), ErrTaskLost) {
-		r.log.Warn("dropping the outcome of a lost task", "task_id", t.ID, "handler_returned", true)
+	if cause := j.halted(); errors.Is(cause, ErrTaskLost) || errors.Is(cause, ErrTaskTimeLimit) {
+		r.log.Warn("dropping the outcome of a lost task", "task_id", t.ID, "handler_returned", true, "cause", cause)
 		return false
 	}
 	if o.err == nil {

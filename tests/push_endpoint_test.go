@@ -162,7 +162,7 @@ type attemptJSON struct {
 	HTTPStatus *int    `json:"http_status"`
 }
 
-func attemptsOf(t *testing.T, c *testclient.Client, id string) []attemptJSON {
+func deliveryAttempts(t *testing.T, c *testclient.Client, id string) []attemptJSON {
 	t.Helper()
 	var out struct {
 		Attempts []attemptJSON `json:"attempts"`

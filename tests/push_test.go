@@ -23,8 +23,8 @@ import (
 )
 
 // A 2xx completes the task with the answer's JSON as its result. The
-// endpoint gets the payload as a JSON POST with the task's id, attempt and
-// queue, and a signature that a receiver written from the documented
+// endpoint gets the payload as a JSON POST with the task's id, attempt,
+// queue and trace context, and a signature that a receiver written from the documented
 // recipe accepts with the secret the PATCH showed once. The attempt shows
 // the HTTP status; the queue's detail, its recent deliveries; its GET, no
 // secret.
@@ -42,7 +42,9 @@ func TestPushDeliveryCompletesWithTheAnswerAsResult(t *testing.T) {
 	require.Equal(t, 10, p.MaxInFlight)
 	require.Equal(t, []int{400, 401, 403, 404, 410, 422}, p.NonRetryableStatuses)
 
-	tk := c.Submit(jsonObj{"queue": "emails", "payload": jsonObj{"to": "a@example.com"}, "tags": []string{"eu"}})
+	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	tk := c.Submit(jsonObj{"queue": "emails", "payload": jsonObj{"to": "a@example.com"}, "tags": []string{"eu"},
+		"traceparent": traceparent, "tracestate": "vendor=1"})
 	done := waitStatus(t, c, tk.ID, "DONE", 20*time.Second)
 	require.JSONEq(t, `{"sent":true,"id":"m-1"}`, string(done.Result))
 
@@ -55,12 +57,14 @@ func TestPushDeliveryCompletesWithTheAnswerAsResult(t *testing.T) {
 	require.Equal(t, "1", d.header.Get("Taskmaster-Attempt"))
 	require.Equal(t, "emails", d.header.Get("Taskmaster-Queue"))
 	require.Equal(t, "Bearer hook-token", d.header.Get("Authorization"))
+	require.Equal(t, traceparent, d.header.Get("Traceparent"), "the task's trace continues at the endpoint")
+	require.Equal(t, "vendor=1", d.header.Get("Tracestate"))
 	require.NoError(t, verifySignature(p.Secret, d.header.Get("Taskmaster-Signature"), d.body, time.Now()))
 	require.Error(t, verifySignature(p.Secret, d.header.Get("Taskmaster-Signature"), append(d.body, ' '), time.Now()),
 		"a changed body fails")
 	require.Error(t, verifySignature("tmpush_other", d.header.Get("Taskmaster-Signature"), d.body, time.Now()))
 
-	as := attemptsOf(t, c, tk.ID)
+	as := deliveryAttempts(t, c, tk.ID)
 	require.Len(t, as, 1)
 	require.Equal(t, "completed", *as[0].Outcome)
 	require.Equal(t, 201, *as[0].HTTPStatus)
@@ -107,7 +111,7 @@ func TestPush500IsRetriedThenDead(t *testing.T) {
 	for i, d := range ep.deliveries() {
 		require.Equal(t, fmt.Sprint(i+1), d.header.Get("Taskmaster-Attempt"))
 	}
-	as := attemptsOf(t, c, tk.ID)
+	as := deliveryAttempts(t, c, tk.ID)
 	require.Len(t, as, 3)
 	for _, a := range as {
 		require.Equal(t, 500, *a.HTTPStatus)
@@ -136,7 +140,7 @@ func TestPush429RetryAfterIsRespected(t *testing.T) {
 	require.Len(t, got, 2)
 	gap := got[1].at.Sub(got[0].at)
 	require.GreaterOrEqual(t, gap, 2*time.Second, "the second delivery came %s after the first", gap)
-	as := attemptsOf(t, c, tk.ID)
+	as := deliveryAttempts(t, c, tk.ID)
 	require.Equal(t, 429, *as[0].HTTPStatus)
 	require.Equal(t, 200, *as[1].HTTPStatus)
 }
@@ -179,7 +183,7 @@ func TestPushTimeoutFailsTheAttempt(t *testing.T) {
 	pushQueue(t, c, "slow", ep.URL, jsonObj{"timeout_seconds": 1})
 	tk := c.Submit(jsonObj{"queue": "slow", "retry": jsonObj{"base_seconds": 0.1, "max_seconds": 0.1}})
 	waitStatus(t, c, tk.ID, "DONE", 30*time.Second)
-	as := attemptsOf(t, c, tk.ID)
+	as := deliveryAttempts(t, c, tk.ID)
 	require.Len(t, as, 2)
 	require.Nil(t, as[0].HTTPStatus)
 	require.Equal(t, "failed", *as[0].Outcome)
@@ -201,7 +205,7 @@ func TestPushFollowsNoRedirect(t *testing.T) {
 	dead := waitStatus(t, c, tk.ID, "DEAD", 20*time.Second)
 	require.Contains(t, dead.Error(), "HTTP 302 (redirects are not followed; Location: "+target.URL)
 	require.Empty(t, target.deliveries())
-	require.Equal(t, 302, *attemptsOf(t, c, tk.ID)[0].HTTPStatus)
+	require.Equal(t, 302, *deliveryAttempts(t, c, tk.ID)[0].HTTPStatus)
 }
 
 // A host allowed by a pattern that resolves to a private address is
@@ -422,7 +426,7 @@ func TestPushStoppingInstanceHandsDeliveriesBack(t *testing.T) {
 	require.Len(t, got, 2)
 	require.Equal(t, []string{"1", "1"}, []string{got[0].header.Get("Taskmaster-Attempt"), got[1].header.Get("Taskmaster-Attempt")},
 		"the handed-back attempt was given back")
-	as := attemptsOf(t, c, tk.ID)
+	as := deliveryAttempts(t, c, tk.ID)
 	require.Equal(t, "released", *as[0].Outcome)
 	require.Equal(t, "completed", *as[1].Outcome)
 }

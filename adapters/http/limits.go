@@ -64,7 +64,7 @@ func (s *Server) handlePutLimit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	info, created, err := s.limits.Put(r.Context(), mux.Vars(r)["name"],
+	info, created, err := s.namedLimits.Put(r.Context(), mux.Vars(r)["name"],
 		queue.LimitParams{PerSecond: req.PerSecond, Burst: req.Burst, MaxRunning: req.MaxRunning})
 	if err != nil {
 		writeError(w, r, err)
@@ -78,7 +78,7 @@ func (s *Server) handlePutLimit(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleGetLimit(w http.ResponseWriter, r *http.Request) {
-	info, err := s.limits.Get(r.Context(), mux.Vars(r)["name"])
+	info, err := s.namedLimits.Get(r.Context(), mux.Vars(r)["name"])
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -91,7 +91,7 @@ type limitsResponse struct {
 }
 
 func (s *Server) handleListLimits(w http.ResponseWriter, r *http.Request) {
-	infos, err := s.limits.List(r.Context())
+	infos, err := s.namedLimits.List(r.Context())
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -104,7 +104,7 @@ func (s *Server) handleListLimits(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleDeleteLimit(w http.ResponseWriter, r *http.Request) {
-	l, err := s.limits.Delete(r.Context(), mux.Vars(r)["name"])
+	l, err := s.namedLimits.Delete(r.Context(), mux.Vars(r)["name"])
 	if err != nil {
 		writeError(w, r, err)
 		return

@@ -60,7 +60,10 @@ type QueueSettingsJSON struct {
 	MaxRunning         *int           `json:"max_running"`
 	RateLimit          *RateLimitJSON `json:"rate_limit"`
 	MaxRunningPerGroup *int           `json:"max_running_per_group"`
-	RateLimitPerGroup  *RateLimitJSON `json:"rate_limit_per_group"`
+	// DefaultTimeoutSeconds is the time limit of the attempts of the
+	// queue's tasks that have none of their own (null: none).
+	DefaultTimeoutSeconds *int           `json:"default_timeout_seconds"`
+	RateLimitPerGroup     *RateLimitJSON `json:"rate_limit_per_group"`
 	// Limits are the named limits the queue draws on.
 	Limits []string `json:"limits"`
 	// Push is the queue's push delivery (null: workers claim its tasks).
@@ -127,6 +130,10 @@ type LeasedTaskJSON struct {
 	WorkerID       string    `json:"worker_id"`
 	ClaimedAt      time.Time `json:"claimed_at"`
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+	// ProgressPercent and ProgressMessage are the task's last progress
+	// report's (null: none since its claim).
+	ProgressPercent *float64 `json:"progress_percent"`
+	ProgressMessage *string  `json:"progress_message"`
 }
 
 // QueueSettingsResponse answers PATCH /queues/v1/{queue}.
@@ -139,7 +146,7 @@ type QueueSettingsResponse struct {
 func settingsJSON(s queue.Settings) QueueSettingsJSON {
 	out := QueueSettingsJSON{Paused: s.Paused, MaxRunning: s.MaxRunning, MaxRunningPerGroup: s.MaxRunningPerGroup,
 		RateLimit: rateLimitJSON(s.RateLimit), RateLimitPerGroup: rateLimitJSON(s.RateLimitPerGroup),
-		Limits: append([]string{}, s.Limits...)}
+		Limits: append([]string{}, s.Limits...), DefaultTimeoutSeconds: s.DefaultTimeoutSeconds}
 	if p := s.Push; p != nil {
 		out.Push = &PushJSON{URL: p.URL, TimeoutSeconds: p.TimeoutSeconds, MaxInFlight: p.MaxInFlight,
 			HeaderNames: append([]string{}, p.HeaderNames...), NonRetryableStatuses: append([]int{}, p.NonRetryableStatuses...),
@@ -212,7 +219,12 @@ func queueDetailJSON(d *ports.QueueDetail) QueueDetailJSON {
 		Deliveries: deliveriesJSON(d.Deliveries),
 	}
 	for i, t := range d.LeasedSample {
-		out.LeasedSample[i] = LeasedTaskJSON{ID: t.ID.String(), WorkerID: t.WorkerID, ClaimedAt: t.ClaimedAt.UTC(), LeaseExpiresAt: t.LeaseExpiresAt.UTC()}
+		out.LeasedSample[i] = LeasedTaskJSON{ID: t.ID.String(), WorkerID: t.WorkerID, ClaimedAt: t.ClaimedAt.UTC(), LeaseExpiresAt: t.LeaseExpiresAt.UTC(),
+			ProgressPercent: t.ProgressPercent}
+		if t.ProgressPercent != nil {
+			m := t.ProgressMessage
+			out.LeasedSample[i].ProgressMessage = &m
+		}
 	}
 	for _, a := range d.Averages {
 		out.AvgExecutionSeconds[windowKey(a.Window)] = a.ExecutionSeconds
@@ -301,9 +313,11 @@ type patchQueueRequest struct {
 	MaxRunning         json.RawMessage `json:"max_running"`
 	RateLimit          json.RawMessage `json:"rate_limit"`
 	MaxRunningPerGroup json.RawMessage `json:"max_running_per_group"`
-	RateLimitPerGroup  json.RawMessage `json:"rate_limit_per_group"`
-	Limits             json.RawMessage `json:"limits"`
-	Push               json.RawMessage `json:"push"`
+	// DefaultTimeoutSeconds: seconds, or null to clear.
+	DefaultTimeoutSeconds json.RawMessage `json:"default_timeout_seconds"`
+	RateLimitPerGroup     json.RawMessage `json:"rate_limit_per_group"`
+	Limits                json.RawMessage `json:"limits"`
+	Push                  json.RawMessage `json:"push"`
 }
 
 // pushRequest is the push object of a PATCH: an absent field keeps what
@@ -336,20 +350,21 @@ func (req patchQueueRequest) patch() (queue.Patch, error) {
 		}
 		p.Paused = &b
 	}
-	limit := func(field string, raw json.RawMessage) queue.Optional[int] {
+	integer := func(field string, raw json.RawMessage, most int) queue.Optional[int] {
 		o := queue.Optional[int]{Set: raw != nil}
 		if raw == nil || isNull(raw) {
 			return o
 		}
 		var n int
 		if err := json.Unmarshal(raw, &n); err != nil {
-			v.Add(field, fmt.Sprintf("must be null or an integer from 1 to %d", queue.MaxLimit))
+			v.Add(field, fmt.Sprintf("must be null or an integer from 1 to %d", most))
 		}
 		o.Value = &n
 		return o
 	}
-	p.MaxRunning = limit("max_running", req.MaxRunning)
-	p.MaxRunningPerGroup = limit("max_running_per_group", req.MaxRunningPerGroup)
+	p.MaxRunning = integer("max_running", req.MaxRunning, queue.MaxLimit)
+	p.MaxRunningPerGroup = integer("max_running_per_group", req.MaxRunningPerGroup, queue.MaxLimit)
+	p.DefaultTimeoutSeconds = integer("default_timeout_seconds", req.DefaultTimeoutSeconds, queue.MaxDefaultTimeoutSeconds)
 	rate := func(field string, raw json.RawMessage) queue.Optional[queue.RateLimit] {
 		o := queue.Optional[queue.RateLimit]{Set: raw != nil}
 		if raw != nil && !isNull(raw) {

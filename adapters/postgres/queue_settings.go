@@ -11,10 +11,10 @@ import (
 )
 
 // queueSettingColumns are the setting columns of queue_settings
-// (migrations 0013, 0021), without the queue's name, the buckets and the
-// sealed secrets: what a queue's settings are made of.
+// (migrations 0013, 0019, 0021), without the queue's name, the buckets and
+// the sealed secrets: what a queue's settings are made of.
 const queueSettingColumns = `paused, max_running, rate_per_second, rate_burst, max_running_per_group,
-	group_rate_per_second, group_rate_burst, limits,
+	default_timeout_seconds, group_rate_per_second, group_rate_burst, limits,
 	push_url, push_timeout_seconds, push_max_in_flight, push_header_names, push_non_retryable_statuses,
 	push_secret_rotated_at, push_previous_secret_expires_at`
 
@@ -44,6 +44,8 @@ type settingColumns struct {
 	RatePerSecond      sql.NullFloat64 `db:"rate_per_second"`
 	RateBurst          sql.NullInt64   `db:"rate_burst"`
 	MaxRunningPerGroup sql.NullInt64   `db:"max_running_per_group"`
+	// DefaultTimeout is default_timeout_seconds (migration 0019).
+	DefaultTimeout     sql.NullInt64   `db:"default_timeout_seconds"`
 	GroupRatePerSecond sql.NullFloat64 `db:"group_rate_per_second"`
 	GroupRateBurst     sql.NullInt64   `db:"group_rate_burst"`
 	Limits             pq.StringArray  `db:"limits"`
@@ -82,6 +84,9 @@ func (c *settingColumns) settings(paused bool) queue.Settings {
 	s.RateLimit = rateLimit(c.RatePerSecond, c.RateBurst)
 	if c.MaxRunningPerGroup.Valid {
 		s.MaxRunningPerGroup = intPtr(c.MaxRunningPerGroup.Int64)
+	}
+	if c.DefaultTimeout.Valid {
+		s.DefaultTimeoutSeconds = intPtr(c.DefaultTimeout.Int64)
 	}
 	s.RateLimitPerGroup = rateLimit(c.GroupRatePerSecond, c.GroupRateBurst)
 	if len(c.Limits) > 0 {
@@ -127,7 +132,7 @@ func bucketOf(tokens sql.NullFloat64, at sql.NullTime) queue.Bucket {
 func (r *queueSettingsRow) setSettings(s queue.Settings) {
 	r.Paused = s.Paused
 	c := settingColumns{MaxRunning: nullIntPtr(s.MaxRunning), MaxRunningPerGroup: nullIntPtr(s.MaxRunningPerGroup),
-		Limits: pq.StringArray(s.Limits)}
+		DefaultTimeout: nullIntPtr(s.DefaultTimeoutSeconds), Limits: pq.StringArray(s.Limits)}
 	c.RatePerSecond, c.RateBurst = nullRate(s.RateLimit)
 	c.GroupRatePerSecond, c.GroupRateBurst = nullRate(s.RateLimitPerGroup)
 	if c.Limits == nil {

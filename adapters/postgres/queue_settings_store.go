@@ -54,12 +54,12 @@ func (s *QueueSettingsStore) Update(ctx context.Context, name string, fn ports.Q
 			group_rate_per_second = $9, group_rate_burst = $10, limits = $11,
 			push_url = $12, push_timeout_seconds = $13, push_max_in_flight = $14, push_header_names = $15,
 			push_non_retryable_statuses = $16, push_secret_rotated_at = $17, push_previous_secret_expires_at = $18,
-			push_secret = $19, push_previous_secret = $20, push_headers = $21
+			push_secret = $19, push_previous_secret = $20, push_headers = $21, default_timeout_seconds = $22
 		WHERE queue = $1`,
 		name, row.Paused, c.MaxRunning, c.RatePerSecond, c.RateBurst, c.MaxRunningPerGroup, row.UpdatedAt,
 		queue.RateLimitChanged(before, after), c.GroupRatePerSecond, c.GroupRateBurst, c.Limits,
 		c.PushURL, c.PushTimeout, c.PushMaxInFlight, c.PushHeaderNames, c.PushNonRetryable, c.PushRotatedAt, c.PushPreviousUntil,
-		row.PushSecret, row.PushPreviousSecret, row.PushHeaders); err != nil {
+		row.PushSecret, row.PushPreviousSecret, row.PushHeaders, c.DefaultTimeout); err != nil {
 		return queue.Settings{}, time.Time{}, fmt.Errorf("save queue settings: %w", err)
 	}
 	if queue.GroupRateLimitChanged(before, after) {

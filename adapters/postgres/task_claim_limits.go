@@ -43,12 +43,14 @@ import (
 // never touch a settings row's lock.
 
 // claimSettingsSQL reads the settings rows of queues $1 that restrict
-// claims. claimLockSettingsSQL locks those with a limit that the claim may
-// take from (push queues when $2, the others otherwise).
+// claims or give their attempts a default time limit. claimLockSettingsSQL
+// locks those with a limit that the claim may take from (push queues when
+// $2, the others otherwise).
 const (
 	claimRestricts = `(paused OR max_running IS NOT NULL OR rate_per_second IS NOT NULL OR max_running_per_group IS NOT NULL
 		OR group_rate_per_second IS NOT NULL OR limits <> '{}' OR push_url IS NOT NULL)`
-	claimSettingsSQL     = `SELECT ` + queueSettingsColumns + ` FROM queue_settings WHERE queue = ANY($1) AND ` + claimRestricts
+	claimSettingsSQL = `SELECT ` + queueSettingsColumns + ` FROM queue_settings WHERE queue = ANY($1) AND (` + claimRestricts +
+		` OR default_timeout_seconds IS NOT NULL)`
 	claimLockSettingsSQL = `SELECT ` + queueSettingsColumns + ` FROM queue_settings
 		WHERE queue = ANY($1) AND NOT paused AND ` + claimRestricts + ` AND (push_url IS NOT NULL) = $2
 		ORDER BY queue FOR NO KEY UPDATE`
@@ -153,6 +155,9 @@ type claimLimits struct {
 	queues   map[string]*limitedQueue
 	limits   map[string]*namedLimit
 	now      time.Time
+	// timeouts are the default time limits of the queues that have one
+	// (default_timeout_seconds).
+	timeouts map[string]int
 }
 
 // limited reports whether any of the claim's queues has a limit.
@@ -177,6 +182,12 @@ func (s *TaskStore) claimLimits(ctx context.Context, queues []string, push bool)
 	}
 	limited := false
 	for i := range rows {
+		if rows[i].DefaultTimeout.Valid {
+			if l.timeouts == nil {
+				l.timeouts = map[string]int{}
+			}
+			l.timeouts[rows[i].Queue] = int(rows[i].DefaultTimeout.Int64)
+		}
 		st := rows[i].settings()
 		switch {
 		case st.ClosedTo(push):

@@ -138,7 +138,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &te):
 		status, msg = http.StatusConflict, fmt.Sprintf("Not possible now: the task is %s.", te.From)
 	case errors.As(err, &ve):
-		status, msg = http.StatusBadRequest, ve.Error()
+		status, msg = http.StatusUnprocessableEntity, ve.Error()
 	case errors.Is(err, ports.ErrUnavailable):
 		status, msg = http.StatusServiceUnavailable, "The database is unavailable; try again in a moment."
 		w.Header().Set("Retry-After", "2")
@@ -240,6 +240,7 @@ var funcs = template.FuncMap{
 	"millis":           func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) + " ms" },
 	"host":             func(p *queue.Push) string { return p.Host() },
 	"floatPtr":         func(f *float64) string { return strconv.FormatFloat(*f, 'f', 1, 64) },
+	"bar":              progressBar,
 }
 
 // fmtStatus is an HTTP status, or "no response" for 0.
@@ -281,6 +282,32 @@ func deliveryStatuses(m map[int]int) []deliveryStatus {
 		return a.Status - b.Status
 	})
 	return out
+}
+
+// progressView is what a progress bar shows: its value (0-100), its text
+// and its accessible name.
+type progressView struct {
+	Value       float64
+	Text, Label string
+}
+
+// progressBar is the bar of a progress report's percent (a float64 or a
+// *float64), named label for assistive technology.
+func progressBar(pct any, label string) progressView {
+	var v float64
+	switch p := pct.(type) {
+	case float64:
+		v = p
+	case *float64:
+		if p != nil {
+			v = *p
+		}
+	}
+	text := strconv.FormatFloat(v, 'f', -1, 64)
+	if len(text) > 5 {
+		text = strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return progressView{Value: v, Text: text + "%", Label: "progress of " + label}
 }
 
 // jsonPart is a payload or result with what its download link needs.

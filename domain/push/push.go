@@ -30,6 +30,10 @@ const (
 	// HeaderSignature carries the signature: t=<unix seconds>,v1=<hex>
 	// (a second v1 while a rotated-out secret still signs).
 	HeaderSignature = "Taskmaster-Signature"
+	// HeaderTraceparent and HeaderTracestate carry the task's W3C trace
+	// context, when it has one.
+	HeaderTraceparent = "Traceparent"
+	HeaderTracestate  = "Tracestate"
 )
 
 // MaxRetryAfter bounds how long an endpoint's Retry-After may hold a task

@@ -21,6 +21,9 @@ const (
 	MaxLimit = 1_000_000
 	// MaxRatePerSecond bounds a rate limit's per_second.
 	MaxRatePerSecond = 1_000_000
+	// MaxDefaultTimeoutSeconds bounds default_timeout_seconds (24 h, the
+	// longest time limit of a task: task.MaxTimeoutSeconds).
+	MaxDefaultTimeoutSeconds = 24 * 60 * 60
 )
 
 // RateLimit is a token bucket: claims take one token per task; the bucket
@@ -56,6 +59,10 @@ type Settings struct {
 	// dispatchers deliver its tasks to an HTTP endpoint, and workers'
 	// claims pass it by.
 	Push *Push `json:"push"`
+	// DefaultTimeoutSeconds, when set, is the time limit of each attempt
+	// of the queue's tasks that have none of their own, from the claim
+	// that starts it. It restricts no claim.
+	DefaultTimeoutSeconds *int `json:"default_timeout_seconds"`
 }
 
 // Limited reports whether claims must count or take tokens under the
@@ -84,6 +91,7 @@ func (s Settings) GroupLimited() bool {
 func (s Settings) Clone() Settings {
 	s.MaxRunning, s.RateLimit, s.MaxRunningPerGroup = clone(s.MaxRunning), clone(s.RateLimit), clone(s.MaxRunningPerGroup)
 	s.RateLimitPerGroup = clone(s.RateLimitPerGroup)
+	s.DefaultTimeoutSeconds = clone(s.DefaultTimeoutSeconds)
 	s.Limits = slices.Clone(s.Limits)
 	s.Push = s.Push.Clone()
 	return s
@@ -103,6 +111,9 @@ type Patch struct {
 	// Push, when Set, turns push delivery off (a nil Value) or on and
 	// changes it.
 	Push Optional[PushPatch]
+	// DefaultTimeoutSeconds applies to the attempts claimed after the
+	// change.
+	DefaultTimeoutSeconds Optional[int]
 }
 
 // Optional is a patch of a nullable setting: Set says the patch names it,
@@ -115,7 +126,7 @@ type Optional[T any] struct {
 // Empty reports whether the patch names no setting.
 func (p Patch) Empty() bool {
 	return p.Paused == nil && !p.MaxRunning.Set && !p.RateLimit.Set && !p.MaxRunningPerGroup.Set &&
-		!p.RateLimitPerGroup.Set && !p.Limits.Set && !p.Push.Set
+		!p.DefaultTimeoutSeconds.Set && !p.RateLimitPerGroup.Set && !p.Limits.Set && !p.Push.Set
 }
 
 // Validate checks the values the patch sets, by the API's field names.
@@ -123,7 +134,7 @@ func (p Patch) Validate() error {
 	var v validation.Errors
 	if p.Empty() {
 		v.Add("settings", "name at least one of paused, max_running, rate_limit, max_running_per_group, "+
-			"rate_limit_per_group, limits, push")
+			"default_timeout_seconds, rate_limit_per_group, limits, push")
 	}
 	limit := func(field string, o Optional[int]) {
 		if o.Set && o.Value != nil && (*o.Value < 1 || *o.Value > MaxLimit) {
@@ -132,6 +143,9 @@ func (p Patch) Validate() error {
 	}
 	limit("max_running", p.MaxRunning)
 	limit("max_running_per_group", p.MaxRunningPerGroup)
+	if t := p.DefaultTimeoutSeconds; t.Set && t.Value != nil && (*t.Value < 1 || *t.Value > MaxDefaultTimeoutSeconds) {
+		v.Add("default_timeout_seconds", fmt.Sprintf("must be null or a whole number of seconds from 1 to %d (24 h)", MaxDefaultTimeoutSeconds))
+	}
 	rate := func(field string, o Optional[RateLimit]) {
 		r := o.Value
 		if !o.Set || r == nil {
@@ -198,6 +212,9 @@ func (p Patch) Apply(s Settings) Settings {
 		} else {
 			s.Push = nil
 		}
+	}
+	if p.DefaultTimeoutSeconds.Set {
+		s.DefaultTimeoutSeconds = clone(p.DefaultTimeoutSeconds.Value)
 	}
 	return s
 }

@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -91,8 +92,23 @@ func TestAuthDefaultsAndTheFirstKey(t *testing.T) {
 	require.Equal(t, http.StatusOK, get(t, open.URL+"/queues/v1", key.Key), "the first key works at once")
 	open.Stop(t)
 
+	// Off on a reachable address: it warns, and answers only requests to a
+	// loopback name (a page on another name, even one that resolves to
+	// this host, gets nothing).
 	exposed := binary.Serve(t, bin, "TASKMASTER_DATABASE_URL="+db, "TASKMASTER_HTTP_ADDR=0.0.0.0:0", "TASKMASTER_AUTH=off")
-	require.Equal(t, http.StatusOK, get(t, exposed.URL+"/queues/v1", ""))
+	u, err := url.Parse(exposed.URL)
+	require.NoError(t, err)
+	loopback := "http://127.0.0.1:" + u.Port()
+	require.Equal(t, http.StatusOK, get(t, loopback+"/queues/v1", ""))
+	for path, want := range map[string]int{"/queues/v1": http.StatusForbidden, "/ui/": http.StatusForbidden, "/healthz": http.StatusOK} {
+		req, err := http.NewRequest(http.MethodGet, loopback+path, nil)
+		require.NoError(t, err)
+		req.Host = "taskmaster.example:" + u.Port() // a name that resolves here, not a loopback name
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, want, resp.StatusCode, "%s by another name", path)
+	}
 	warning := logged(t, exposed, "authentication is off on an address other hosts can reach: anyone who reaches it can submit, "+
 		"complete, cancel and read every task; set TASKMASTER_AUTH=on")
 	require.Equal(t, "warn", warning["level"])

@@ -18,6 +18,7 @@ import (
 	"github.com/taskmaster/taskmaster/adapters/metrics"
 	"github.com/taskmaster/taskmaster/adapters/outbox"
 	"github.com/taskmaster/taskmaster/adapters/postgres"
+	"github.com/taskmaster/taskmaster/adapters/telemetry"
 	"github.com/taskmaster/taskmaster/application"
 	"github.com/taskmaster/taskmaster/ports"
 )
@@ -37,9 +38,11 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 			fx.Annotate(postgres.NewHealth, fx.As(new(ports.HealthChecker))),
 			newNotifier,
 			func(n *postgres.Notifier) ports.TaskNotifier { return n },
+			newProgressFlusher,
+			newTelemetry,
 			newTaskService,
 			func(s *application.TaskService) ports.TaskService { return s },
-			application.NewWorkerService,
+			newWorkerService,
 			func(s *application.WorkerService) ports.WorkerService { return s },
 			newScheduleService,
 			newHTTPServer,
@@ -86,46 +89,80 @@ func newNotifier(lc fx.Lifecycle, cfg Config, logger *zap.Logger) *postgres.Noti
 	return n
 }
 
-func newTaskService(tx ports.TxRunner, cfg application.Config, n ports.TaskNotifier) *application.TaskService {
-	return application.NewTaskService(tx, cfg, application.WithNotifier(n))
+func newTaskService(tx ports.TxRunner, cfg application.Config, n ports.TaskNotifier, f *application.ProgressFlusher) *application.TaskService {
+	return application.NewTaskService(tx, cfg, application.WithNotifier(n), application.WithProgressFlusher(f))
+}
+
+func newWorkerService(tx ports.TxRunner, cfg application.Config, f *application.ProgressFlusher) *application.WorkerService {
+	return application.NewWorkerService(tx, cfg, application.WithHeartbeatProgress(f))
+}
+
+// newTelemetry starts exporting the server's spans when the OpenTelemetry
+// environment asks for it (nil otherwise); the spans still held are
+// exported when the app stops, after the HTTP server (fx stops in reverse
+// order of construction).
+func newTelemetry(lc fx.Lifecycle, cfg Config, logger *zap.Logger) (*telemetry.Provider, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, err := telemetry.New(ctx, cfg.Telemetry)
+	if err != nil || p == nil {
+		return nil, err
+	}
+	logger.Info("tracing on: exporting spans over OTLP", zap.String("protocol", cfg.Telemetry.Protocol))
+	lc.Append(fx.StopHook(p.Shutdown))
+	return p, nil
+}
+
+// newProgressFlusher announces the coalesced progress reports of this
+// instance, from start to stop.
+func newProgressFlusher(lc fx.Lifecycle, tx ports.TxRunner, logger *zap.Logger) *application.ProgressFlusher {
+	f := application.NewProgressFlusher(tx, logger)
+	lc.Append(fx.Hook{OnStart: f.Start, OnStop: f.Stop})
+	return f
 }
 
 type httpParams struct {
 	fx.In
-	Lifecycle fx.Lifecycle
-	Config    httpadapter.ServerConfig
-	Tasks     ports.TaskService
-	Workers   ports.WorkerService
-	Queues    ports.QueueService
-	Health    ports.HealthChecker
-	Logger    *zap.Logger
-	Routes    []httpadapter.Route     `group:"routes"`
-	Observe   httpadapter.ObserveFunc `optional:"true"`
-	Notifier  *postgres.Notifier
-	Events    ports.EventStreams `optional:"true"`
-	Keys      ports.KeyService
-	Schedules ports.ScheduleService
-	Bulk      ports.BulkService
-	Limits    ports.LimitService
+	Lifecycle   fx.Lifecycle
+	Config      httpadapter.ServerConfig
+	Tasks       ports.TaskService
+	Workers     ports.WorkerService
+	Queues      ports.QueueService
+	Health      ports.HealthChecker
+	Logger      *zap.Logger
+	Routes      []httpadapter.Route     `group:"routes"`
+	Observe     httpadapter.ObserveFunc `optional:"true"`
+	Notifier    *postgres.Notifier
+	Events      ports.EventStreams `optional:"true"`
+	Keys        ports.KeyService
+	Schedules   ports.ScheduleService
+	Bulk        ports.BulkService
+	Telemetry   *telemetry.Provider
+	Limits      *httpadapter.Limits
+	NamedLimits ports.LimitService
 }
 
 func newHTTPServer(p httpParams) *httpadapter.Server {
-	srv := httpadapter.NewServer(p.Config, httpadapter.Deps{
+	deps := httpadapter.Deps{
 		Tasks: p.Tasks, Workers: p.Workers, Queues: p.Queues, Health: p.Health,
 		Logger: p.Logger, Observe: p.Observe, Routes: p.Routes, Events: p.Events, Keys: p.Keys, Schedules: p.Schedules,
-		Bulk: p.Bulk, Limits: p.Limits,
+		Bulk: p.Bulk, Limits: p.Limits, NamedLimits: p.NamedLimits,
 		// A stopping server answers waiting long-poll claims at once.
 		OnShutdown: []func(){p.Notifier.CloseWaits},
-	})
+	}
+	if p.Telemetry != nil {
+		deps.Tracer = p.Telemetry.Tracer()
+	}
+	srv := httpadapter.NewServer(p.Config, deps)
 	p.Lifecycle.Append(fx.Hook{OnStart: srv.Start, OnStop: srv.Stop})
 	return srv
 }
 
 // observeInFlight exports the HTTP server's admission counts as metrics.
 func observeInFlight(reg *metrics.Registry, srv *httpadapter.Server) {
-	reg.ObserveInFlight(func() (int64, int64, int64) {
+	reg.ObserveInFlight(func() metrics.InFlightFigures {
 		n := srv.InFlight()
-		return n.Requests, n.Claims, n.BodyBytes
+		return metrics.InFlightFigures{Requests: n.Requests, Claims: n.Claims, Waits: n.Waits, BodyBytes: n.BodyBytes}
 	})
 }
 
@@ -135,7 +172,7 @@ func observeWaits(reg *metrics.Registry, n *postgres.Notifier) {
 		s := n.Stats()
 		return metrics.WaitFigures{
 			Waiting: s.Waiting, Notified: s.Notified, Due: s.Due, Everyone: s.Everyone, Passed: s.Passed,
-			DuePending: s.DuePending, DueDropped: s.DueDropped,
+			DuePending: s.DuePending, DueDropped: s.DueDropped, Awaiting: s.Awaiting, Finished: s.Finished,
 		}
 	})
 }

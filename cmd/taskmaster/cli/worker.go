@@ -86,6 +86,12 @@ func workerFlags(fs *flag.FlagSet, e *env) {
 // error. Exit 75 and codes not listed in --non-retryable-exit are
 // retryable.
 //
+// The command gets the task's trace context as TRACEPARENT and TRACESTATE
+// (when the task has one), and reports progress by writing lines
+// "progress <percent> <message>" to file descriptor 3 (TASKMASTER_PROGRESS_FD).
+// A command still running when its task's time limit is up is stopped
+// (SIGTERM, then SIGKILL), like one cancelled by shutdown.
+//
 // SIGINT, SIGTERM and SIGHUP drain (see client.Runner.Run); a second one
 // stops at once: every command's process group is killed and the tasks are
 // released.
@@ -220,8 +226,21 @@ func (h *execHandler) handle(ctx context.Context, t client.Task) (any, error) {
 		"TASKMASTER_QUEUE="+t.Queue,
 		"TASKMASTER_ATTEMPT="+strconv.Itoa(t.Attempts),
 		"TASKMASTER_MAX_ATTEMPTS="+strconv.Itoa(t.MaxAttempts),
+		"TASKMASTER_PROGRESS_FD="+strconv.Itoa(progressFD),
 	)
-	run, err := runCommand(ctx, commandSpec{command: h.command, env: env, stdin: payload, forced: h.forced})
+	if t.Trace != nil {
+		env = append(env, "TRACEPARENT="+t.Trace.Traceparent)
+		if t.Trace.Tracestate != "" {
+			env = append(env, "TRACESTATE="+t.Trace.Tracestate)
+		}
+	}
+	progress, err := newProgressPipe(ctx, t)
+	if err != nil {
+		return nil, fmt.Errorf("progress pipe: %w", err)
+	}
+	run, err := runCommand(ctx, commandSpec{command: h.command, env: env, stdin: payload, forced: h.forced,
+		extraFiles: []*os.File{progress.w}})
+	progress.close()
 	if err != nil {
 		return nil, fmt.Errorf("command could not start: %w", err)
 	}
@@ -260,6 +279,10 @@ type commandSpec struct {
 	stdin   []byte
 	// forced, when closed, makes a stop kill at once.
 	forced <-chan struct{}
+	// extraFiles are given to the command from file descriptor 3 on; the
+	// worker's copies are closed once the command has started (or failed
+	// to).
+	extraFiles []*os.File
 }
 
 // commandRun is how a command ended and what it printed.
@@ -309,8 +332,12 @@ func runCommand(ctx context.Context, c commandSpec) (*commandRun, error) {
 	// and Wait returns when the process exits, not when every holder of
 	// its output has closed it.
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, stdoutW, stderrW
+	cmd.ExtraFiles = c.extraFiles
 	g.join(cmd)
 	err = cmd.Start()
+	for _, f := range c.extraFiles {
+		_ = f.Close() // the command holds its copy now
+	}
 	stdinR.Close()
 	stdoutW.Close()
 	stderrW.Close()
