@@ -543,6 +543,12 @@ func (d *Dispatcher) deliver(dl *pushDelivery, r *pushRunner, cfg *runnerConfig,
 	header[push.HeaderQueue] = v.Queue
 	header[push.HeaderSignature] = push.Signature(time.Now().Unix(), body, cfg.secrets...)
 	timeout := time.Duration(cfg.q.Push.TimeoutSeconds) * time.Second
+	if v.TimeoutAt != nil && v.ClaimedAt != nil {
+		// The attempt's time limit (the task's, or its queue's default)
+		// bounds its delivery too: both times are the database's, their
+		// difference is the limit.
+		timeout = min(timeout, max(v.TimeoutAt.Sub(*v.ClaimedAt), time.Second))
+	}
 	resp := d.sender.Send(dl.ctx, ports.Delivery{URL: cfg.q.Push.URL, Timeout: timeout, Body: body, Header: header})
 	if resp.Err == nil || resp.TimedOut || dl.ctx.Err() == nil {
 		r.stats.add(resp.Status, resp.Latency)
@@ -563,7 +569,7 @@ func (d *Dispatcher) deliver(dl *pushDelivery, r *pushRunner, cfg *runnerConfig,
 		rep.Retryable = true
 		rep.Error = resp.Err.Error()
 		if resp.TimedOut {
-			rep.Error = fmt.Sprintf("no response within %s (push.timeout_seconds)", timeout)
+			rep.Error = fmt.Sprintf("no response within %s (push.timeout_seconds, or the attempt's time limit)", timeout)
 		}
 	default:
 		verdict := push.Judge(resp.Status, cfg.q.Push.NonRetryableStatuses, resp.RetryAfter, time.Now())

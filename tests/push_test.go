@@ -187,7 +187,7 @@ func TestPushTimeoutFailsTheAttempt(t *testing.T) {
 	require.Len(t, as, 2)
 	require.Nil(t, as[0].HTTPStatus)
 	require.Equal(t, "failed", *as[0].Outcome)
-	require.Equal(t, "no response within 1s (push.timeout_seconds)", *as[0].Error)
+	require.Equal(t, "no response within 1s (push.timeout_seconds, or the attempt's time limit)", *as[0].Error)
 	require.Equal(t, 200, *as[1].HTTPStatus)
 }
 
