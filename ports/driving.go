@@ -61,6 +61,10 @@ type HeartbeatCommand struct {
 	ListsTasks bool
 	// Tasks are the tasks the worker holds, each under the lease it knows.
 	Tasks []task.LeaseRef
+	// ClaimsInFlight are the request ids of the worker's claims it had sent
+	// but had no answer to when it listed Tasks: the tasks they made
+	// RUNNING are not taken back as orphaned (task.Listing.WithClaimsInFlight).
+	ClaimsInFlight []string
 	// Progress, when not nil, holds a progress report for Tasks[i] at i
 	// (nil where the item carries none): each is stored as
 	// TaskService.ReportProgress stores one, with the renewal.
