@@ -154,6 +154,8 @@ type Deps struct {
 	// Limits are the rate limits the server enforces, shared with the
 	// dashboard; nil: the server makes its own from the config.
 	Limits *Limits
+	// NamedLimits, when set, serves the named limits (/limits/v1).
+	NamedLimits ports.LimitService
 	// Observe, when set, receives every finished request.
 	Observe ObserveFunc
 	// Routes are extra routes to mount.
@@ -217,7 +219,8 @@ type Server struct {
 	bulk        ports.BulkService
 	tracer      trace.Tracer
 	// reads serve the reads that may lag (Deps.Reads, completed).
-	reads Reads
+	reads       Reads
+	namedLimits ports.LimitService
 	// auth says requests must carry a key; access holds each route's
 	// requirement, limiter each key's rate limit.
 	auth   bool
@@ -245,7 +248,7 @@ func NewServer(cfg ServerConfig, d Deps) *Server {
 		cfg: cfg, tasks: d.Tasks, workers: d.Workers, queues: d.Queues, health: d.Health,
 		events: d.Events, logger: d.Logger, extraRoutes: d.Routes, onShutdown: d.OnShutdown,
 		keys: d.Keys, schedules: d.Schedules, bulk: d.Bulk, tracer: d.Tracer, auth: cfg.AuthEnabled(), access: map[*mux.Route]Access{}, jsonRoutes: map[*mux.Route]bool{},
-		limits: d.Limits,
+		limits: d.Limits, namedLimits: d.NamedLimits,
 	}
 	if s.logger == nil {
 		s.logger = zap.NewNop()

@@ -195,6 +195,7 @@ type StreamStats struct {
 type Registry struct {
 	reg          *prometheus.Registry
 	httpDuration *prometheus.HistogramVec
+	pushDuration *prometheus.HistogramVec
 	logger       *zap.Logger
 }
 
@@ -215,11 +216,18 @@ func NewRegistry(p Params) *Registry {
 			Help:      "Duration of HTTP requests by route template, method and status.",
 			Buckets:   prometheus.DefBuckets,
 		}, []string{"route", "method", "status"}),
+		pushDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace,
+			Name:      "push_delivery_seconds",
+			Help:      "Duration of this instance's push deliveries by queue and response status class (2xx, 3xx, 4xx, 5xx; none: timeout or connection error).",
+			Buckets:   prometheus.DefBuckets,
+		}, []string{"queue", "status_class"}),
 	}
 	r.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		r.httpDuration,
+		r.pushDuration,
 	)
 	if p.DB != nil {
 		r.reg.MustRegister(collectors.NewDBStatsCollector(p.DB, Namespace))
@@ -274,6 +282,16 @@ func (c *streamsCollector) Collect(ch chan<- prometheus.Metric) {
 // adapter's ObserveFunc.
 func (r *Registry) ObserveHTTP(route, method string, status int, elapsed time.Duration) {
 	r.httpDuration.WithLabelValues(route, method, strconv.Itoa(status)).Observe(elapsed.Seconds())
+}
+
+// ObserveDelivery records one push delivery to queue's endpoint that got
+// status (0: none) after latency.
+func (r *Registry) ObserveDelivery(queue string, status int, latency time.Duration) {
+	class := "none"
+	if status >= 100 && status < 600 {
+		class = strconv.Itoa(status/100) + "xx"
+	}
+	r.pushDuration.WithLabelValues(queue, class).Observe(latency.Seconds())
 }
 
 // InFlightFigures are what the requests served at the moment hold of the

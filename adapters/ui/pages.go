@@ -173,9 +173,11 @@ type queueData struct {
 	Leased       int64
 	LeasedSample []ports.LeasedTask
 	Averages     []ports.QueueAverage
-	Tasks        []*task.Task
-	Next         string
-	Filter       taskFilter
+	// Deliveries are a push queue's recent deliveries (nil: none).
+	Deliveries *ports.DeliverySummary
+	Tasks      []*task.Task
+	Next       string
+	Filter     taskFilter
 	queueExtra
 }
 
@@ -208,6 +210,7 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 		data.Known = true
 		data.Stats.QueueStats, data.Stats.Paused = d.QueueStats, d.Settings.Paused
 		data.Settings, data.Leased, data.LeasedSample, data.Averages = d.Settings, d.Leased, d.LeasedSample, d.Averages
+		data.Deliveries = d.Deliveries
 	}
 	series, err := h.reads(r).Dashboard.RateSeries(ctx, []string{name})
 	if err != nil {
@@ -451,6 +454,19 @@ func (h *Handler) schedulesPage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h.render(w, r, http.StatusOK, "schedules", page{Title: "Schedules", Nav: "schedules", Data: rows})
+}
+
+// limitsPage lists the named limits, with the queues naming each.
+func (h *Handler) limitsPage(w http.ResponseWriter, r *http.Request) {
+	var rows []ports.LimitInfo
+	if h.d.NamedLimits != nil {
+		var err error
+		if rows, err = h.d.NamedLimits.List(r.Context()); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+	}
+	h.render(w, r, http.StatusOK, "limits", page{Title: "Limits", Nav: "limits", Data: rows})
 }
 
 func (h *Handler) scheduleAction(w http.ResponseWriter, r *http.Request) {

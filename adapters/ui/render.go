@@ -272,8 +272,54 @@ var funcs = template.FuncMap{
 	"pair": func(id fmt.Stringer, part string, v *jsonView) jsonPart {
 		return jsonPart{ID: id.String(), Part: part, V: v}
 	},
-	"has": func(ids []uuid.UUID, id uuid.UUID) bool { return slices.Contains(ids, id) },
-	"bar": progressBar,
+	"has":              func(ids []uuid.UUID, id uuid.UUID) bool { return slices.Contains(ids, id) },
+	"statusOf":         fmtStatus,
+	"deliveryStatuses": deliveryStatuses,
+	"millis":           func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) + " ms" },
+	"host":             func(p *queue.Push) string { return p.Host() },
+	"floatPtr":         func(f *float64) string { return strconv.FormatFloat(*f, 'f', 1, 64) },
+	"bar":              progressBar,
+}
+
+// fmtStatus is an HTTP status, or "no response" for 0.
+func fmtStatus(status int) string {
+	if status == 0 {
+		return "no response"
+	}
+	return strconv.Itoa(status)
+}
+
+// deliveryStatus is one answer status of a push queue's recent
+// deliveries and how many had it.
+type deliveryStatus struct {
+	Status int
+	Count  int
+	// Class is the status's class for styling: ok (2xx), warn (429, 3xx,
+	// 503) or bad.
+	Class string
+}
+
+// deliveryStatuses orders a delivery summary's statuses, the most
+// frequent first.
+func deliveryStatuses(m map[int]int) []deliveryStatus {
+	out := make([]deliveryStatus, 0, len(m))
+	for status, n := range m {
+		class := "bad"
+		switch {
+		case status >= 200 && status < 300:
+			class = "ok"
+		case status == 429 || status == 503 || (status >= 300 && status < 400):
+			class = "warn"
+		}
+		out = append(out, deliveryStatus{Status: status, Count: n, Class: class})
+	}
+	slices.SortFunc(out, func(a, b deliveryStatus) int {
+		if a.Count != b.Count {
+			return b.Count - a.Count
+		}
+		return a.Status - b.Status
+	})
+	return out
 }
 
 // progressView is what a progress bar shows: its value (0-100), its text

@@ -73,7 +73,9 @@ type Deps struct {
 	// Limits, when set, are the rate limits the dashboard shares with the
 	// API (required with authentication on).
 	Limits Limits
-	Logger *zap.Logger
+	// NamedLimits, when set, shows the named limits.
+	NamedLimits ports.LimitService
+	Logger      *zap.Logger
 	// Reads, when set, serve the pages' reads, which may lag: a read
 	// replica's services (TASKMASTER_READ_DATABASE_URL). A page shown just
 	// after an action (its address carries the action's outcome) reads
@@ -175,6 +177,7 @@ func (h *Handler) routes() {
 	m.Handle("GET /ui/workers", h.read(h.workersPage))
 	m.Handle("POST /ui/workers/{id}/drain", h.act(h.drainWorker))
 	m.Handle("GET /ui/schedules", h.read(h.schedulesPage))
+	m.Handle("GET /ui/limits", h.read(h.limitsPage))
 	m.Handle("POST /ui/schedules/{name}/{action}", h.act(h.scheduleAction))
 	h.extraRoutes(m)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -93,6 +93,8 @@ type Config struct {
 	// (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_EXPORTER, ...) asks of
 	// tracing: off unless it asks.
 	Telemetry telemetry.Config
+	// Push configures push delivery.
+	Push PushConfig
 }
 
 // DefaultConfig returns the documented defaults.
@@ -127,6 +129,7 @@ func DefaultConfig() Config {
 		LogFormat:              "json",
 		MetricsMaxQueues:       metrics.DefaultMaxQueueSeries,
 		ReadMaxLag:             postgres.DefaultReadMaxLag,
+		Push:                   DefaultPushConfig(),
 	}
 }
 
@@ -228,6 +231,7 @@ func (c Config) Validate() error {
 		add("TASKMASTER_OUTBOX_*", c.Outbox.Validate())
 	}
 	c.validateSecurity(add)
+	c.validatePush(add)
 	if c.MetricsMaxQueues < 1 {
 		add("TASKMASTER_METRICS_MAX_QUEUES", errors.New("must be at least 1"))
 	}
@@ -476,7 +480,7 @@ func settings() []setting {
 func LoadConfig(name string, args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
 	cfg := DefaultConfig()
 	var errs []error
-	all := append(settings(), securitySettings()...)
+	all := append(append(settings(), securitySettings()...), pushSettings()...)
 	for _, s := range all {
 		if v := getenv(s.env); v != "" {
 			if err := s.set(&cfg, v); err != nil {

@@ -55,6 +55,7 @@ func (r *Reapers) All() []*application.BackgroundService {
 func reapersModule() fx.Option {
 	return fx.Options(
 		fx.Provide(
+			func() InstanceID { return InstanceID(postgres.NewInstanceID()) },
 			newElector,
 			func() application.NowFunc { return time.Now },
 			newReapers,
@@ -65,8 +66,8 @@ func reapersModule() fx.Option {
 
 // newElector returns the leadership elector of this instance, on the main
 // pool: leadership holds no connection between its short transactions.
-func newElector(db *sqlx.DB, cfg Config, logger *zap.Logger) ports.Elector {
-	e := postgres.NewElector(db, postgres.NewInstanceID(), cfg.LeaderLeaseTTL)
+func newElector(db *sqlx.DB, cfg Config, id InstanceID, logger *zap.Logger) ports.Elector {
+	e := postgres.NewElector(db, string(id), cfg.LeaderLeaseTTL)
 	logger.Info("instance", zap.String("instance_id", e.Owner()))
 	return e
 }

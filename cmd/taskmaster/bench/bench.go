@@ -137,6 +137,8 @@ type Report struct {
 	Queues *QueueFigures `json:"queues,omitempty"`
 	// Waiters holds the waiters scenario's figures.
 	Waiters *WaiterFigures `json:"waiters,omitempty"`
+	// Push holds the push scenario's figures.
+	Push *PushFigures `json:"push,omitempty"`
 }
 
 // Scenarios are the scenario names, in the order "all" runs them.
@@ -230,7 +232,7 @@ func parseOptions(args []string, stderr io.Writer) (Options, error) {
 	fs.SetOutput(stderr)
 	scenario := fs.String("scenario", "batch", strings.Join(Scenarios, ", ")+", or all (comma-separated list allowed)")
 	o := Options{}
-	fs.IntVar(&o.Tasks, "tasks", 0, "tasks per scenario (defaults: batch 200000, single 20000, backlog 1000000 backlog rows, latency rate x duration, projection 200000 single-event messages, streams 100000)")
+	fs.IntVar(&o.Tasks, "tasks", 0, "tasks per scenario (defaults: batch 200000, single 20000, backlog 1000000 backlog rows, latency rate x duration, projection 200000 single-event messages, streams 100000, push 20000 plus rate x duration paced)")
 	fs.IntVar(&o.Streams, "streams", 500, "concurrent event streams in the streams scenario")
 	fs.IntVar(&o.Producers, "producers", 4, "concurrent producers")
 	fs.IntVar(&o.Workers, "workers", 8, "concurrent HTTP workers (single uses 16)")

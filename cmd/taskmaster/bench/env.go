@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -131,6 +132,11 @@ func startEnvironment(ctx context.Context, opts Options, log io.Writer) (*enviro
 		"TASKMASTER_HTTP_ADDR="+addr,
 		"TASKMASTER_LOG_LEVEL=warn",
 	), authEnv...), viaEnv...)
+	if slices.Contains(opts.Scenarios, "push") {
+		// The push scenario's endpoint; other scenarios run without push
+		// delivery (no dispatcher at all).
+		cmd.Env = append(cmd.Env, "TASKMASTER_PUSH_ALLOWED_HOSTS="+pushEndpointHost)
+	}
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
