@@ -28,6 +28,7 @@ import (
 
 	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/adapters/postgres/localpg"
+	"github.com/taskmaster/taskmaster/cmd/taskmaster/app"
 	"github.com/taskmaster/taskmaster/tests/binary"
 	"github.com/taskmaster/taskmaster/tests/workload"
 )
@@ -42,7 +43,7 @@ const (
 )
 
 // jobs are the background jobs, as named in leader_leases.
-var jobs = []string{"deadline-reaper", "heartbeat-reaper", "lease-reaper", "purge-jobs", "retention", "scheduler"}
+var jobs = app.LeaderJobs()
 
 // cluster is a primary, its standby and the database "taskmaster" on them.
 type cluster struct {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/adapters/postgres/localpg"
+	"github.com/taskmaster/taskmaster/cmd/taskmaster/app"
 	"github.com/taskmaster/taskmaster/tests/binary"
 	"github.com/taskmaster/taskmaster/tests/workload"
 )
@@ -32,7 +33,7 @@ import (
 const queue = "pooled"
 
 // jobs are the background jobs, as named in leader_leases.
-var jobs = []string{"deadline-reaper", "heartbeat-reaper", "lease-reaper", "purge-jobs", "retention", "scheduler"}
+var jobs = app.LeaderJobs()
 
 func TestServiceThroughPgBouncerTransactionPooling(t *testing.T) {
 	t.Parallel()

@@ -2,6 +2,7 @@ package app
 
 import (
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -22,6 +23,16 @@ const (
 	TimeoutReaperName   = "timeout-reaper"
 	RetentionName       = "retention"
 )
+
+// LeaderJobs names every background job that one instance at a time leads
+// (its row in leader_leases), sorted: what a test or an operator checks is
+// led after a failover.
+func LeaderJobs() []string {
+	jobs := []string{HeartbeatReaperName, DeadlineReaperName, LeaseReaperName, TimeoutReaperName, RetentionName,
+		SchedulerName, PurgeJobsName}
+	slices.Sort(jobs)
+	return jobs
+}
 
 // Reapers are the background jobs `taskmaster serve` runs, each on the one
 // instance that holds its leadership lease.
