@@ -745,7 +745,12 @@ class Worker:
         for ref in res.lost:
             job = self._job(ref)
             if job is not None and job.halt(TaskLost("the server no longer gives this worker the task")):
-                self.log.warning("task %s lost: cancelling its handler and dropping its outcome", ref.id)
+                if job.handler_done.is_set():
+                    # Its report is under way (and may be what finished it):
+                    # it stops retrying, if it must.
+                    self.log.debug("task %s no longer held; its report is under way", ref.id)
+                else:
+                    self.log.warning("task %s lost: asking its handler to stop and dropping its outcome", ref.id)
         for ref in res.cancel:
             job = self._job(ref)
             if job is not None and job.halt(TaskCancelled("the task was cancelled by an operator")):

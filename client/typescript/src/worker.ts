@@ -668,7 +668,11 @@ export class Worker {
     }
     for (const ref of res.lost) {
       const j = this.inflight.get(key(ref));
-      if (j?.halt(new TaskLost("the server no longer gives this worker the task"))) this.log.warn(`task ${ref.id} lost: aborting its handler and dropping its outcome`);
+      // A job whose handler is done has its report under way (which may be
+      // what finished the task): it stops retrying, if it must.
+      if (j?.halt(new TaskLost("the server no longer gives this worker the task")) && !j.handlerDone) {
+        this.log.warn(`task ${ref.id} lost: aborting its handler and dropping its outcome`);
+      }
     }
     for (const ref of res.cancel) {
       const j = this.inflight.get(key(ref));
