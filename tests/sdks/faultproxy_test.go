@@ -30,7 +30,7 @@ import (
 //	POST /_faults/lose-claim-answers {"count": n}    cut the connection instead of
 //	     answering the next n claims whose answer carries tasks (the server committed them)
 //	POST /_faults/answer {"path_suffix": "/complete", "status": 503, "retry_after": 1, "ms": 4000}
-//	     answer requests whose path ends so (""": every request) with that status, without
+//	     answer requests whose path ends so ("": every request) with that status, without
 //	     forwarding them, for ms milliseconds
 //	POST /_faults/partition {"ms": 5000}             hold every request unanswered for ms, then cut it
 //	POST /_faults/reset                               disarm everything
@@ -127,9 +127,12 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("Content-Type", "application/problem+json")
 		w.WriteHeader(a.Status)
+		typ := "about:blank"
+		if slug, ok := cannedSlugs[a.Status]; ok {
+			typ = "urn:problem-type:taskmaster:" + slug
+		}
 		_ = json.NewEncoder(w).Encode(map[string]any{
-			"type":  "urn:problem-type:taskmaster:" + map[bool]string{true: "rate-limited", false: "unavailable"}[a.Status == http.StatusTooManyRequests],
-			"title": http.StatusText(a.Status), "status": a.Status, "detail": "injected by the test's fault proxy",
+			"type": typ, "title": http.StatusText(a.Status), "status": a.Status, "detail": "injected by the test's fault proxy",
 		})
 		return
 	}
@@ -226,6 +229,16 @@ func (p *faultProxy) control(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// cannedSlugs are the problem types of the statuses the proxy answers with
+// (others go out as about:blank, as from a proxy that is not ours).
+var cannedSlugs = map[int]string{
+	http.StatusUnauthorized:        "unauthorized",
+	http.StatusForbidden:           "forbidden",
+	http.StatusTooManyRequests:     "rate-limited",
+	http.StatusServiceUnavailable:  "unavailable",
+	http.StatusInternalServerError: "internal-error",
 }
 
 func (p *faultProxy) partitioned() time.Time {

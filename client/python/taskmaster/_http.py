@@ -110,44 +110,53 @@ class Transport:
         self.retry = retry
         self.user_agent = user_agent
         self._ssl = ssl_context
-        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._idle: List[http.client.HTTPConnection] = []
 
-    # Connections.
+    # Connections: a pool of kept-alive connections shared by every thread.
+
+    _MAX_IDLE = 32
 
     def _new_conn(self, timeout: float) -> http.client.HTTPConnection:
         if self._https:
             return http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=self._ssl)
         return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
 
-    def _conn(self, fresh: bool, timeout: float) -> Tuple[http.client.HTTPConnection, bool]:
-        """A connected connection, and whether it is this thread's kept one."""
-        conn: Optional[http.client.HTTPConnection] = None if fresh else getattr(self._local, "conn", None)
-        kept = not fresh
+    def _checkout(self, fresh: bool, timeout: float) -> http.client.HTTPConnection:
+        """A connected connection: a kept one, unless ``fresh`` asks for a
+        new one (a request that must not go out on a connection the server
+        may have closed meanwhile)."""
+        conn: Optional[http.client.HTTPConnection] = None
+        if not fresh:
+            with self._lock:
+                if self._idle:
+                    conn = self._idle.pop()
         if conn is None:
             conn = self._new_conn(timeout)
-            if kept:
-                self._local.conn = conn
         conn.timeout = timeout
         if conn.sock is None:
             try:
                 conn.connect()
             except OSError as e:
-                self._drop(conn, kept)
+                conn.close()
                 raise TransportError(f"taskmaster: connect to {self.base_url}: {e}", sent=False) from e
         else:
             conn.sock.settimeout(timeout)
-        return conn, kept
+        return conn
 
-    def _drop(self, conn: http.client.HTTPConnection, kept: bool) -> None:
+    def _checkin(self, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            if len(self._idle) < self._MAX_IDLE:
+                self._idle.append(conn)
+                return
         conn.close()
-        if kept and getattr(self._local, "conn", None) is conn:
-            self._local.conn = None
 
     def close(self) -> None:
-        """Closes the calling thread's kept connection."""
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            self._drop(conn, True)
+        """Closes the kept connections."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
 
     # Requests.
 
@@ -193,13 +202,15 @@ class Transport:
         deadline: Optional[float] = None,
         stop: Optional[Callable[[], bool]] = None,
         correlation_id: Optional[str] = None,
+        timeout: Optional[float] = None,
     ) -> Response:
         """Sends one call with retries and returns its 2xx answer, or raises
         the last Problem or TransportError.
 
         ``wait`` is how long the server may hold the answer back (a long
         poll): each try may take it plus the timeout. ``deadline`` (a
-        time.monotonic() value) and ``stop`` end the retries early.
+        time.monotonic() value) and ``stop`` end the retries early;
+        ``timeout`` replaces the client's timeout for each try.
         """
         policy = retry or self.retry
         data = None if body is _NO_BODY else json.dumps(body, separators=(",", ":"), allow_nan=False).encode("utf-8")
@@ -211,7 +222,7 @@ class Transport:
             attempt += 1
             retry_after: Optional[float] = None
             try:
-                return self._once(method, target, path, data, headers, mode, wait, cid)
+                return self._once(method, target, path, data, headers, mode, wait, cid, timeout)
             except Problem as p:
                 err: Exception = p
                 retry_after = p.retry_after
@@ -232,19 +243,21 @@ class Transport:
 
     def _once(
         self, method: str, target: str, path: str, data: Optional[bytes], headers: Dict[str, str],
-        mode: str, wait: float, cid: str,
+        mode: str, wait: float, cid: str, try_timeout: Optional[float],
     ) -> Response:
-        timeout = self.timeout + max(wait, 0.0)
-        conn, kept = self._conn(mode == UNSENT, timeout)
+        timeout = (self.timeout if try_timeout is None else try_timeout) + max(wait, 0.0)
+        conn = self._checkout(mode == UNSENT, timeout)
         try:
             conn.request(method, target, body=data, headers=headers)
             resp = conn.getresponse()
             raw = resp.read()
         except (OSError, http.client.HTTPException) as e:
-            self._drop(conn, kept)
+            conn.close()
             raise TransportError(f"taskmaster: {method} {path}: {type(e).__name__}: {e}") from e
-        if resp.will_close or not kept:
-            self._drop(conn, kept)
+        if resp.will_close:
+            conn.close()
+        else:
+            self._checkin(conn)
         hdrs = {k.lower(): v for k, v in resp.getheaders()}
         if 200 <= resp.status < 300:
             if not raw:

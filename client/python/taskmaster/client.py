@@ -9,7 +9,7 @@ import ssl
 import time
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Generator, Iterator, List, Optional, Sequence, Union
 
 from . import __version__
 from ._http import SAFE, UNSENT, Response, RetryPolicy, Transport, new_id, parse_retry_after
@@ -254,7 +254,7 @@ class Client:
         return self._t
 
     def close(self) -> None:
-        """Closes the calling thread's kept connection."""
+        """Closes the connections the client keeps alive."""
         self._t.close()
 
     def __enter__(self) -> "Client":
@@ -541,7 +541,7 @@ class Client:
         last_event_id: Optional[str] = None,
         reconnect: bool = True,
         read_timeout: Optional[float] = 60.0,
-    ) -> Iterator[Event]:
+    ) -> Generator[Event, None, None]:
         """Follows the lifecycle event stream (``GET /events/v1``).
 
         Yields every event in commit order. With ``reconnect``, a stream
@@ -626,12 +626,13 @@ class Client:
         under its lease; ``[]`` for none) it renews their leases and lets
         the server take back what it holds unlisted; the answer names the
         tasks it lost, those to cancel, and whether to drain. Without, it
-        renews nothing."""
+        renews nothing. ``timeout`` bounds the call, retries included."""
         kw: Dict[str, Any] = {}
         if tasks is not None:
             kw["body"] = {"tasks": [t.to_json() for t in tasks]}
         if timeout is not None:
             kw["deadline"] = time.monotonic() + timeout
+            kw["timeout"] = timeout
         r = self._t.call("POST", _path("/workers/v1", worker_id) + "/heartbeat", **kw)
         return decode(HeartbeatResult, r.data)
 

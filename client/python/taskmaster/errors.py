@@ -163,6 +163,10 @@ class KeyNotFound(NotFound):
     """404 key-not-found."""
 
 
+class MethodNotAllowed(Problem):
+    """405: the route does not answer this method."""
+
+
 class Conflict(Problem):
     """409: any conflict with the state of the thing."""
 
@@ -221,6 +225,7 @@ _BY_SLUG: Dict[str, Type[Problem]] = {
     "schedule-not-found": ScheduleNotFound,
     "key-not-found": KeyNotFound,
     "purge-job-not-found": NotFound,
+    "method-not-allowed": MethodNotAllowed,
     "lease-lost": LeaseLost,
     "invalid-transition": InvalidTransition,
     "worker-dead": WorkerDead,
@@ -240,6 +245,7 @@ _BY_STATUS: Dict[int, Type[Problem]] = {
     401: Unauthorized,
     403: Forbidden,
     404: NotFound,
+    405: MethodNotAllowed,
     409: Conflict,
     413: BodyTooLarge,
     422: ValidationError,

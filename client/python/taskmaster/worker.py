@@ -399,15 +399,20 @@ class Worker:
         self._register(first=True)
         if not self._registered:
             return  # stopped before the server could be reached
-        beats = threading.Thread(target=self._supervise, name=f"taskmaster-heartbeat-{self.worker_id}", daemon=True)
         self._beats_done = threading.Event()
-        beats.start()
+        loops = [
+            threading.Thread(target=self._beat_loop, name=f"taskmaster-heartbeat-{self.worker_id}", daemon=True),
+            threading.Thread(target=self._watch_loop, name=f"taskmaster-watch-{self.worker_id}", daemon=True),
+        ]
+        for th in loops:
+            th.start()
         try:
             self._claim_loop()
             self._drain()
         finally:
             self._beats_done.set()
-            beats.join()
+            for th in loops:
+                th.join()
         self.log.info("worker stopped")
         if self._fatal is not None:
             raise self._fatal
@@ -693,17 +698,17 @@ class Worker:
             return self.lease_margin
         return min(max(lease_len * 0.1, 0.25), 5.0)
 
-    def _supervise(self) -> None:
-        """Heartbeats every interval, and between them watches the leases,
-        the task timeout and the handlers asked to stop."""
-        next_beat = time.monotonic() + self._interval
-        warned = False
+    def _watch_loop(self) -> None:
+        """Watches the leases, the task timeout and the handlers asked to
+        stop, on its own thread: a heartbeat that hangs must not keep a
+        lease that runs out from stopping its handler."""
         while not self._beats_done.wait(0.05):
-            now = time.monotonic()
-            self._watch(now)
-            if now < next_beat:
-                continue
-            next_beat = now + self._interval
+            self._watch(time.monotonic())
+
+    def _beat_loop(self) -> None:
+        """Heartbeats every interval, listing the tasks held."""
+        warned = False
+        while not self._beats_done.wait(self._interval):
             held = self._held()
             if not warned and any(j.lease_len < 3 * self._interval for j in held):
                 warned = True

@@ -26,6 +26,7 @@ class ConformanceTest(unittest.TestCase):
         support.require_server(self)
         self.queue = os.environ.get("TASKMASTER_CONFORMANCE_QUEUE") or support.unique("conformance-py")
         self.c = support.client()
+        self.addCleanup(self.c.close)
         self.tmp = tempfile.TemporaryDirectory()
         self.addCleanup(self.tmp.cleanup)
         self.log_path = os.path.join(self.tmp.name, "conformance.log")

@@ -473,7 +473,7 @@ export class Client {
    * back what it holds unlisted; the answer names the tasks it lost, those
    * to cancel, and whether to drain. Without, it renews nothing.
    */
-  heartbeat(workerId: string, tasks?: LeaseRef[], o: RequestOptions & { deadline?: number } = {}): Promise<HeartbeatResult> {
+  heartbeat(workerId: string, tasks?: LeaseRef[], o: RequestOptions & { deadline?: number; timeoutMs?: number } = {}): Promise<HeartbeatResult> {
     const call: CallOptions = { ...o };
     if (tasks !== undefined) call.body = { tasks };
     return this.data<HeartbeatResult>("POST", "/workers/v1/" + enc(workerId) + "/heartbeat", call);

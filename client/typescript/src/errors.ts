@@ -102,6 +102,8 @@ export class QueueNotFound extends NotFound { override name = "QueueNotFound"; }
 export class ScheduleNotFound extends NotFound { override name = "ScheduleNotFound"; }
 /** 404 key-not-found. */
 export class KeyNotFound extends NotFound { override name = "KeyNotFound"; }
+/** 405: the route does not answer this method. */
+export class MethodNotAllowed extends Problem { override name = "MethodNotAllowed"; }
 /** 409: a conflict with the state of the thing. */
 export class Conflict extends Problem { override name = "Conflict"; }
 /** 409 lease-lost: another worker or lease holds the task; drop it, never repeat the report. */
@@ -138,6 +140,7 @@ const bySlug: Record<string, ProblemClass> = {
   "schedule-not-found": ScheduleNotFound,
   "key-not-found": KeyNotFound,
   "purge-job-not-found": NotFound,
+  "method-not-allowed": MethodNotAllowed,
   "lease-lost": LeaseLost,
   "invalid-transition": InvalidTransition,
   "worker-dead": WorkerDead,
@@ -157,6 +160,7 @@ const byStatus: Record<number, ProblemClass> = {
   401: Unauthorized,
   403: Forbidden,
   404: NotFound,
+  405: MethodNotAllowed,
   409: Conflict,
   413: BodyTooLarge,
   422: ValidationProblem,

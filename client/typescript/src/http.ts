@@ -45,6 +45,8 @@ export interface CallOptions {
   stop?: () => boolean;
   /** Aborts the call. */
   signal?: AbortSignal;
+  /** Replaces the client's timeout for each try, in ms. */
+  timeoutMs?: number;
 }
 
 export interface Answer {
@@ -172,7 +174,7 @@ export class Transport {
       let again: boolean;
       let retryAfter: number | undefined;
       try {
-        return await this.once(method, url, path, body, headers, o.waitMs ?? 0, cid, o.signal);
+        return await this.once(method, url, path, body, headers, (o.timeoutMs ?? this.options.timeoutMs) + Math.max(o.waitMs ?? 0, 0), cid, o.signal);
       } catch (e) {
         if (e instanceof Problem) {
           err = e;
@@ -202,11 +204,11 @@ export class Transport {
     path: string,
     body: string | undefined,
     headers: Record<string, string>,
-    waitMs: number,
+    timeoutMs: number,
     cid: string,
     signal?: AbortSignal,
   ): Promise<Answer> {
-    const timeout = AbortSignal.timeout(this.options.timeoutMs + Math.max(waitMs, 0));
+    const timeout = AbortSignal.timeout(timeoutMs);
     const { signal: both, dispose } = anySignal([timeout, signal]);
     try {
       let resp: Response;

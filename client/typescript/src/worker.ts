@@ -619,13 +619,26 @@ export class Worker {
     return this.o.leaseMarginMs ?? Math.min(Math.max(leaseMs * 0.1, 250), 5000);
   }
 
+  /**
+   * Heartbeats every interval, and watches the leases, the task timeout and
+   * the handlers asked to stop on a timer of its own: a heartbeat that hangs
+   * must not keep a lease that runs out from stopping its handler.
+   */
   private async supervise(done: () => boolean): Promise<void> {
+    const watcher = setInterval(() => this.watch(now()), 50);
+    try {
+      await this.beatLoop(done);
+    } finally {
+      clearInterval(watcher);
+    }
+  }
+
+  private async beatLoop(done: () => boolean): Promise<void> {
     let nextBeat = now() + this.intervalMs;
     let warned = false;
     while (!done()) {
       await sleep(50);
       const t = now();
-      this.watch(t);
       if (t < nextBeat) continue;
       nextBeat = t + this.intervalMs;
       const held = [...this.inflight.values()].filter((j) => !j.lost());
@@ -649,15 +662,16 @@ export class Worker {
   }
 
   private async beat(refs: LeaseRef[]): Promise<HeartbeatResult> {
-    const deadline = Date.now() + Math.max(this.intervalMs, 1000);
-    if (this.plainBeats) return this.client.heartbeat(this.workerId, undefined, { deadline });
+    const timeoutMs = Math.max(this.intervalMs, 1000);
+    const o = { deadline: Date.now() + timeoutMs, timeoutMs };
+    if (this.plainBeats) return this.client.heartbeat(this.workerId, undefined, o);
     try {
-      return await this.client.heartbeat(this.workerId, refs, { deadline });
+      return await this.client.heartbeat(this.workerId, refs, o);
     } catch (e) {
       if (!(e instanceof MalformedRequest)) throw e;
       this.plainBeats = true;
       this.log.warn("the server takes no task lists in heartbeats; sending plain ones:", e.message);
-      return this.client.heartbeat(this.workerId, undefined, { deadline });
+      return this.client.heartbeat(this.workerId, undefined, o);
     }
   }
 
