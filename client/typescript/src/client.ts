@@ -1,5 +1,5 @@
 import { Problem, TransportError } from "./errors.js";
-import { DEFAULT_RETRY_POLICY, Transport, newId, problemFromAnswer, sleep, anySignal, type CallOptions, type RetryPolicy } from "./http.js";
+import { DEFAULT_RETRY_POLICY, Transport, newId, problemFromAnswer, sleep, type CallOptions, type RetryPolicy } from "./http.js";
 import type {
   Attempt,
   BatchSubmitItem,
@@ -397,14 +397,23 @@ export class Client {
       const cid = newId();
       const headers = this.transport.headers(cid, false, "text/event-stream, application/problem+json");
       if (last) headers["Last-Event-ID"] = last;
+      // The caller's signal aborts the connection while it is made, and
+      // cancels the body's reader once it flows: aborting a fetch whose
+      // body is not being read would surface as an uncaught error.
       const ctl = new AbortController();
-      const { signal, dispose } = anySignal([ctl.signal, p.signal]);
+      let reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
+      const onAbort = () => {
+        if (reader) reader.cancel().catch(() => {});
+        else ctl.abort();
+      };
+      p.signal?.addEventListener("abort", onAbort, { once: true });
       try {
         let resp: Response;
         try {
-          resp = await this.transport.options.fetch(this.transport.url("/events/v1", query), { headers, signal });
+          resp = await this.transport.options.fetch(this.transport.url("/events/v1", query), { headers, signal: ctl.signal });
         } catch (e) {
-          if (!reconnect || p.signal?.aborted) throw new TransportError(`taskmaster: GET /events/v1: ${String(e)}`, { sent: true, cause: e });
+          if (p.signal?.aborted) return;
+          if (!reconnect) throw new TransportError(`taskmaster: GET /events/v1: ${String(e)}`, { sent: true, cause: e });
           await sleep(delay, undefined, p.signal);
           continue;
         }
@@ -414,13 +423,17 @@ export class Client {
           await sleep(Math.max(delay, (err.retryAfter ?? 0) * 1000), undefined, p.signal);
           continue;
         }
+        if (!resp.body) throw new TransportError("taskmaster: GET /events/v1: no body", { sent: true });
+        reader = resp.body.getReader();
         let id: string | null = null;
         let data: string[] = [];
         let buf = "";
         const decoder = new TextDecoder();
         try {
-          for await (const chunk of resp.body as unknown as AsyncIterable<Uint8Array>) {
-            buf += decoder.decode(chunk, { stream: true });
+          for (;;) {
+            const { done, value } = await reader.read();
+            if (done) break;
+            buf += decoder.decode(value, { stream: true });
             let nl: number;
             while ((nl = buf.indexOf("\n")) >= 0) {
               const line = buf.slice(0, nl).replace(/\r$/, "");
@@ -451,10 +464,10 @@ export class Client {
           if (!reconnect || p.signal?.aborted) throw e;
         }
       } finally {
-        ctl.abort();
-        dispose();
+        p.signal?.removeEventListener("abort", onAbort);
+        if (reader) await reader.cancel().catch(() => {});
       }
-      if (!reconnect) return;
+      if (!reconnect || p.signal?.aborted) return;
       await sleep(delay, undefined, p.signal);
     }
   }

@@ -127,9 +127,10 @@ export class ServerError extends Problem { override name = "ServerError"; }
 /** 503 unavailable, overloaded, too-many-streams: try again after `retryAfter`. */
 export class Unavailable extends ServerError { override name = "Unavailable"; }
 
-type ProblemClass = new (doc: ProblemDocument, retryAfter?: number) => Problem;
+export type ProblemClass = new (doc: ProblemDocument, retryAfter?: number) => Problem;
 
-const bySlug: Record<string, ProblemClass> = {
+/** The class of each problem type the server uses, by slug. */
+export const PROBLEM_CLASSES: Readonly<Record<string, ProblemClass>> = {
   "malformed-request": MalformedRequest,
   unauthorized: Unauthorized,
   forbidden: Forbidden,
@@ -155,7 +156,8 @@ const bySlug: Record<string, ProblemClass> = {
   "internal-error": ServerError,
 };
 
-const byStatus: Record<number, ProblemClass> = {
+/** The class of a problem whose type is not one of the server's, by status. */
+export const PROBLEM_STATUS_CLASSES: Readonly<Record<number, ProblemClass>> = {
   400: MalformedRequest,
   401: Unauthorized,
   403: Forbidden,
@@ -171,8 +173,8 @@ const byStatus: Record<number, ProblemClass> = {
 /** The problem a document describes, as its class. */
 export function problemFrom(doc: ProblemDocument, retryAfter?: number): Problem {
   const cls =
-    (doc.type.startsWith(PROBLEM_TYPE_PREFIX) ? bySlug[doc.type.slice(PROBLEM_TYPE_PREFIX.length)] : undefined) ??
-    byStatus[doc.status] ??
+    (doc.type.startsWith(PROBLEM_TYPE_PREFIX) ? PROBLEM_CLASSES[doc.type.slice(PROBLEM_TYPE_PREFIX.length)] : undefined) ??
+    PROBLEM_STATUS_CLASSES[doc.status] ??
     (doc.status >= 500 ? ServerError : Problem);
   return new cls(doc, retryAfter);
 }

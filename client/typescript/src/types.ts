@@ -142,8 +142,10 @@ export interface HeartbeatResult extends Worker {
 export interface ItemOutcome {
   id: string;
   outcome: "done" | "requeued" | "dead" | "error";
-  task: Task | null;
-  problem: ProblemDocument | null;
+  /** The task after the report (absent or null for an error). */
+  task?: Task | null;
+  /** Why the item was refused (`error` only). */
+  problem?: ProblemDocument | null;
   enqueued?: Task[];
 }
 
