@@ -1,7 +1,7 @@
 // Package client is the Go SDK of Taskmaster: a small HTTP client for
 // producers (Submit, Get, List, Retry, Cancel), operators (Drain), the
 // worker protocol (Register, Heartbeat and HeartbeatTasks, Claim, Complete,
-// Fail, Extend), and a Runner that turns a handler function into a
+// Fail, Extend, Snooze, Release), and a Runner that turns a handler function into a
 // well-behaved worker speaking the lease protocol.
 //
 // It depends on the standard library only, so any service can import it.

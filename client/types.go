@@ -528,9 +528,11 @@ type Outcome string
 const (
 	// OutcomeDone: the task completed.
 	OutcomeDone Outcome = "done"
-	// OutcomeRequeued: the failed task is PENDING again, after backoff.
+	// OutcomeRequeued: the failed task is PENDING again, after backoff (a
+	// released task: claimable now).
 	OutcomeRequeued Outcome = "requeued"
-	// OutcomeDead: the failed task is DEAD (attempts exhausted, or non-retryable).
+	// OutcomeDead: the failed task is DEAD (attempts exhausted, or
+	// non-retryable; a released task: an operator had asked to cancel it).
 	OutcomeDead Outcome = "dead"
 	// OutcomeError: the server refused the item; see ItemOutcome.Problem.
 	OutcomeError Outcome = "error"
@@ -578,6 +580,9 @@ const (
 	AttemptCancelled AttemptOutcome = "cancelled"
 	// AttemptSnoozed: the holder gave the task back for later.
 	AttemptSnoozed AttemptOutcome = "snoozed"
+	// AttemptReleased: the holder handed the task back, claimable at once,
+	// without spending the attempt (a stopping worker's drain).
+	AttemptReleased AttemptOutcome = "released"
 )
 
 // Attempt is one claim of a task and how it ended.

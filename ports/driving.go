@@ -91,6 +91,21 @@ type FailItem struct {
 	Retryable bool
 }
 
+// ReleaseItem is one task a batch release hands back.
+type ReleaseItem struct {
+	TaskID  uuid.UUID
+	LeaseID *uuid.UUID
+}
+
+// ReleaseCommand hands a held task back, claimable now, without spending
+// an attempt.
+type ReleaseCommand struct {
+	TaskID   uuid.UUID
+	WorkerID string
+	// LeaseID is required: only the current lease may release.
+	LeaseID *uuid.UUID
+}
+
 // CompleteCommand reports a task's success.
 type CompleteCommand struct {
 	TaskID   uuid.UUID
@@ -232,6 +247,12 @@ type TaskService interface {
 	// Snooze puts a held task back to PENDING, claimable DelaySeconds from
 	// now, without spending an attempt.
 	Snooze(ctx context.Context, cmd SnoozeCommand) (*task.Task, error)
+	// Release hands a held task back to PENDING, claimable now, without
+	// spending an attempt (a stopping worker's drain).
+	Release(ctx context.Context, cmd ReleaseCommand) (*task.Task, error)
+	// ReleaseBatch hands many held tasks of one worker back, each fenced on
+	// its own.
+	ReleaseBatch(ctx context.Context, workerID string, items []ReleaseItem) ([]TaskResult, error)
 }
 
 // WorkerService is what workers and operators can do with workers.

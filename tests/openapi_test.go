@@ -460,6 +460,7 @@ func TestOpenAPIResponsesMatchSpec(t *testing.T) {
 	exerciseSchedulesAndSnooze(t, specCalls{expect: expect, problem: problem})
 	exerciseBulk(t, s, specCalls{expect: expect, problem: problem})
 	exerciseQueues(t, specCalls{expect: expect, problem: problem})
+	exerciseRelease(t, specCalls{expect: expect, problem: problem})
 
 	// The router's own problems.
 	problem(404, "not-found", "GET", "/nowhere", "")

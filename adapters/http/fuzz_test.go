@@ -354,6 +354,22 @@ func FuzzSnoozeTask(f *testing.F) {
 	})
 }
 
+func FuzzReleaseTask(f *testing.F) {
+	addReports(f, `{}`, `{"worker_id":"w","lease_id":"`+lease()+`"}`, `{"worker_id":"w"}`, `{"lease_id":"`+lease()+`"}`,
+		`{"worker_id":"w","lease_id":"`+lease()+`","delay_seconds":1}`, `{"worker_id":"w","lease_id":"not-a-uuid"}`)
+	f.Fuzz(func(t *testing.T, id string, body []byte) {
+		serve(t, fuzzChain, http.MethodPost, "/tasks/v1/"+url.PathEscape(id)+"/release", body, nil)
+	})
+}
+
+func FuzzReleaseBatch(f *testing.F) {
+	addBodies(f, batchReportSeeds(``)...)
+	addBodies(f, batchReportSeeds(`,"result":1`)...)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		serve(t, fuzzChain, http.MethodPost, "/tasks/v1/release", body, nil)
+	})
+}
+
 func FuzzCreateSchedule(f *testing.F) {
 	addBodies(f, ``, `{}`, `null`, `{"name":"n","cron":"@daily","task":{"queue":"q"}}`,
 		`{"name":"n","cron":"30 2 * * *","timezone":"Europe/Paris","task":{"queue":"q","payload":{"a":1},"retry":{"base_seconds":2}},"overlap":"allow","paused":true}`,

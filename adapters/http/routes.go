@@ -14,6 +14,7 @@ var batchRoutes = map[string]bool{
 	"/tasks/v1/batch":    true,
 	"/tasks/v1/complete": true,
 	"/tasks/v1/fail":     true,
+	"/tasks/v1/release":  true,
 }
 
 // routes is the whole API surface at a glance, each route with the access
@@ -46,6 +47,7 @@ func (s *Server) routes(r *mux.Router) {
 	s.route(r, post, "/tasks/v1/claim", work, s.handleClaimTasks)
 	s.route(r, post, "/tasks/v1/complete", work, s.handleCompleteBatch)
 	s.route(r, post, "/tasks/v1/fail", work, s.handleFailBatch)
+	s.route(r, post, "/tasks/v1/release", work, s.handleReleaseBatch)
 	s.route(r, get, "/tasks/v1/{id}", readTasks, s.handleGetTask)
 	s.route(r, get, "/tasks/v1/{id}/parents", readInput, s.handleTaskParents)
 	s.route(r, get, "/tasks/v1/{id}/attempts", readTasks, s.handleTaskAttempts)
@@ -55,6 +57,7 @@ func (s *Server) routes(r *mux.Router) {
 	s.route(r, post, "/tasks/v1/{id}/cancel", admin, s.handleCancelTask)
 	s.route(r, post, "/tasks/v1/{id}/extend", work, s.handleExtendLease)
 	s.route(r, post, "/tasks/v1/{id}/snooze", work, s.handleSnoozeTask)
+	s.route(r, post, "/tasks/v1/{id}/release", work, s.handleReleaseTask)
 
 	s.route(r, post, "/workers/v1/register", work, s.handleRegisterWorker)
 	s.route(r, post, "/workers/v1/{id}/heartbeat", work, s.handleHeartbeat)

@@ -590,6 +590,11 @@ func TestTaskStoreUpdateEachSavesWhatTheDomainDecided(t *testing.T) {
 			e, err := t.Snooze(task.SnoozeParams{WorkerID: v.WorkerID, LeaseID: v.LeaseID, DelaySeconds: 5}, now)
 			return []event.Event{e}, err
 		},
+		func(t *task.Task, now time.Time) ([]event.Event, error) {
+			v := t.Snapshot()
+			e, err := t.Release(task.ReleaseParams{WorkerID: v.WorkerID, LeaseID: v.LeaseID}, now)
+			return []event.Event{e}, err
+		},
 	}
 	var ids []uuid.UUID
 	for i := range reports {
@@ -621,5 +626,18 @@ func TestTaskStoreUpdateEachSavesWhatTheDomainDecided(t *testing.T) {
 		}
 		want.Result, got.Result = nil, nil
 		require.Equal(t, want, got)
+		// The ended attempt is stored with its outcome (each outcome the
+		// database's check accepts).
+		ended, ok := r.Task.EndedAttempt()
+		require.True(t, ok)
+		var stored []task.Attempt
+		f.run(func(ctx context.Context, st ports.Stores) error {
+			var err error
+			stored, err = st.Tasks.Attempts(ctx, r.ID)
+			return err
+		})
+		require.Len(t, stored, 1)
+		require.Equal(t, ended.Outcome, stored[0].Outcome)
+		require.Equal(t, ended.Number, stored[0].Number)
 	}
 }

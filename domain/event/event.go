@@ -55,6 +55,10 @@ const (
 	// (Reason snoozed, DelaySeconds) without spending an attempt: Attempt
 	// is the count after the claim's attempt was given back.
 	TaskSnoozed Type = "task.snoozed"
+	// TaskReleased: the holder handed a RUNNING task back to PENDING,
+	// claimable at once (Reason released), without spending an attempt:
+	// Attempt is the count after the claim's attempt was given back.
+	TaskReleased Type = "task.released"
 )
 
 // Schedule event types. They carry the schedule's name (Schedule) and the

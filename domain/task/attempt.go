@@ -34,12 +34,15 @@ const (
 	// OutcomeSnoozed: the holder gave the task back for later without
 	// spending the attempt.
 	OutcomeSnoozed Outcome = "snoozed"
+	// OutcomeReleased: the holder handed the task back, claimable at once,
+	// without spending the attempt (a stopping worker's drain).
+	OutcomeReleased Outcome = "released"
 )
 
 // Outcomes lists every outcome, in the order the API documents them.
 var Outcomes = []Outcome{
 	OutcomeCompleted, OutcomeFailed, OutcomeLeaseExpired, OutcomeOrphaned, OutcomeWorkerDead,
-	OutcomeCancelled, OutcomeSnoozed,
+	OutcomeCancelled, OutcomeSnoozed, OutcomeReleased,
 }
 
 // Attempt is one claim of a task, from the claim until the task left
@@ -50,7 +53,7 @@ type Attempt struct {
 	TaskID uuid.UUID
 	// Number is the task's attempt count at the claim (1 for the first;
 	// counting starts again at an operator's retry, and an attempt that
-	// ended snoozed gives its number back).
+	// ended snoozed or released gives its number back).
 	Number int
 	// WorkerID held the task.
 	WorkerID string

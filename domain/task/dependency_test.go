@@ -339,5 +339,5 @@ func TestRunningAttempt(t *testing.T) {
 		_, ok := task.Restore(snapshotIn(status)).RunningAttempt()
 		require.False(t, ok, status)
 	}
-	require.Equal(t, []task.Outcome{"completed", "failed", "lease_expired", "orphaned", "worker_dead", "cancelled", "snoozed"}, task.Outcomes)
+	require.Equal(t, []task.Outcome{"completed", "failed", "lease_expired", "orphaned", "worker_dead", "cancelled", "snoozed", "released"}, task.Outcomes)
 }

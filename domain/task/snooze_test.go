@@ -51,8 +51,12 @@ func TestSnoozeDoesNotSpendAnAttempt(t *testing.T) {
 	require.Equal(t, 1, tk.Snapshot().Snoozes)
 }
 
-func TestSnoozeIsFenced(t *testing.T) {
-	t.Parallel()
+// checkHolderReportFenced runs report, a holder's report of a task
+// (worker and lease name the reporter), against every start it must refuse:
+// a stale lease, another worker, a task taken back (a lease error), a
+// finished task (a transition error). A refused report changes nothing.
+func checkHolderReportFenced(t *testing.T, report func(tk *task.Task, worker string, lease uuid.UUID) error) {
+	t.Helper()
 	cases := []struct {
 		name     string
 		worker   string
@@ -72,7 +76,7 @@ func TestSnoozeIsFenced(t *testing.T) {
 			t.Parallel()
 			tk := task.Restore(c.start)
 			before := tk.Snapshot()
-			_, err := tk.Snooze(task.SnoozeParams{WorkerID: c.worker, LeaseID: c.lease, DelaySeconds: 10}, at(time.Minute))
+			err := report(tk, c.worker, c.lease)
 			if c.lost {
 				require.ErrorIs(t, err, task.ErrLeaseLost)
 			}
@@ -80,9 +84,19 @@ func TestSnoozeIsFenced(t *testing.T) {
 				var terr *task.TransitionError
 				require.ErrorAs(t, err, &terr)
 			}
-			require.Equal(t, before, tk.Snapshot(), "a refused snooze changes nothing")
+			require.Equal(t, before, tk.Snapshot(), "a refused report changes nothing")
+			_, ended := tk.EndedAttempt()
+			require.False(t, ended)
 		})
 	}
+}
+
+func TestSnoozeIsFenced(t *testing.T) {
+	t.Parallel()
+	checkHolderReportFenced(t, func(tk *task.Task, worker string, lease uuid.UUID) error {
+		_, err := tk.Snooze(task.SnoozeParams{WorkerID: worker, LeaseID: lease, DelaySeconds: 10}, at(time.Minute))
+		return err
+	})
 }
 
 func TestSnoozeDelayBounds(t *testing.T) {

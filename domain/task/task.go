@@ -121,11 +121,14 @@ const (
 	// RequeueSnoozed: the holder put the task back for later without
 	// spending an attempt.
 	RequeueSnoozed RequeueReason = "snoozed"
+	// RequeueReleased: the holder handed the task back, claimable at once,
+	// without spending an attempt.
+	RequeueReleased RequeueReason = "released"
 )
 
 // RequeueReasons lists every requeue reason.
 var RequeueReasons = []RequeueReason{
-	RequeueFailed, RequeueWorkerDead, RequeueLeaseExpired, RequeueOrphaned, RequeueRetried, RequeueSnoozed,
+	RequeueFailed, RequeueWorkerDead, RequeueLeaseExpired, RequeueOrphaned, RequeueRetried, RequeueSnoozed, RequeueReleased,
 }
 
 // Limits on submitted values.

@@ -705,6 +705,9 @@ var operations = []operation{
 	{"Snooze", only(task.StatusRunning), task.StatusPending, func(tk *task.Task) (event.Event, error) {
 		return tk.Snooze(task.SnoozeParams{WorkerID: holder, LeaseID: leaseID, DelaySeconds: 30}, at(time.Hour))
 	}, only(task.StatusPending)},
+	{"Release", only(task.StatusRunning), task.StatusPending, func(tk *task.Task) (event.Event, error) {
+		return tk.Release(task.ReleaseParams{WorkerID: holder, LeaseID: leaseID}, at(time.Hour))
+	}, only(task.StatusPending)},
 }
 
 func only(s task.Status) []task.Status { return []task.Status{s} }
