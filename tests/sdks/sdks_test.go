@@ -35,7 +35,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,6 +53,7 @@ import (
 	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
 	"github.com/taskmaster/taskmaster/client"
 	"github.com/taskmaster/taskmaster/tests/binary"
+	"github.com/taskmaster/taskmaster/tests/faultproxy"
 	"github.com/taskmaster/taskmaster/tests/spectest"
 )
 
@@ -73,8 +73,8 @@ const (
 type harness struct {
 	db         *sqlx.DB
 	server     *binary.Process
-	proxy      *faultProxy
-	url        string // the proxy's: what the SDKs talk to
+	faults     *faults
+	url        string // the fault proxy's: what the SDKs talk to
 	openapi    string // docs/openapi.yaml as JSON, for the SDKs' contract checks
 	hasRelease bool
 }
@@ -96,9 +96,7 @@ func start(t *testing.T) *harness {
 		"TASKMASTER_REAPER_INTERVAL_MS=500",
 		"TASKMASTER_OUTBOX_POLL_INTERVAL_MS=50",
 	)
-	p := newFaultProxy(t, srv.URL)
-	ts := httptest.NewServer(p)
-	t.Cleanup(ts.Close)
+	f := startFaults(t, srv.URL)
 
 	spec, err := json.Marshal(spectest.Load(t))
 	require.NoError(t, err)
@@ -116,7 +114,7 @@ func start(t *testing.T) *harness {
 	}
 	_ = json.NewDecoder(resp.Body).Decode(&prob)
 	_ = resp.Body.Close()
-	return &harness{db: db, server: srv, proxy: p, url: ts.URL, openapi: specFile,
+	return &harness{db: db, server: srv, faults: f, url: f.proxy.URL(), openapi: specFile,
 		hasRelease: prob.Type != client.ProblemNotFound && resp.StatusCode != http.StatusMethodNotAllowed}
 }
 
@@ -128,6 +126,7 @@ func (h *harness) env(queue string) []string {
 	}
 	return append(os.Environ(),
 		"TASKMASTER_URL="+h.url,
+		"TASKMASTER_FAULTS_URL="+h.faults.control.URL,
 		"TASKMASTER_CONFORMANCE_QUEUE="+queue,
 		"TASKMASTER_OPENAPI_JSON="+h.openapi,
 		"TASKMASTER_SERVER_HAS_RELEASE="+release,
@@ -330,7 +329,7 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 
 func (h *harness) arm(t *testing.T, fault, body string) {
 	t.Helper()
-	resp, err := http.Post(h.url+"/_faults/"+fault, "application/json", strings.NewReader(body))
+	resp, err := http.Post(h.faults.control.URL+"/"+fault, "application/json", strings.NewReader(body))
 	require.NoError(t, err)
 	_ = resp.Body.Close()
 	require.Equal(t, http.StatusNoContent, resp.StatusCode)
@@ -415,7 +414,8 @@ func (h *harness) verify(t *testing.T, queue string) {
 		require.Equal(t, 1, seen[k], "one %s task", k)
 	}
 
-	claims, _ := h.proxy.log()
+	require.Equal(t, 1, h.faults.proxy.Count(faultproxy.Claim, faultproxy.ActionDrop), "one claim answer was dropped")
+	claims, _ := h.faults.log()
 	var lost []claimRecord
 	for _, c := range claims {
 		if c.Lost && strings.HasPrefix(c.WorkerID, "conformance") {

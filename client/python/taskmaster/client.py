@@ -729,6 +729,13 @@ class Client:
         reqs = [{"id": it.id, "lease_id": it.lease_id, "error": _cut(it.error), "retryable": not it.non_retryable} for it in items]
         return self._report_batch("/tasks/v1/fail", worker_id, reqs)
 
+    def release_batch(self, worker_id: str, refs: Sequence[LeaseRef]) -> List[ItemOutcome]:
+        """Hands up to MAX_BATCH held tasks back without spending their
+        attempts (a stopping worker's call), each fenced on its own:
+        ``requeued``, ``dead`` (an operator had asked to cancel it) or
+        ``error``."""
+        return self._report_batch("/tasks/v1/release", worker_id, [r.to_json() for r in refs])
+
     def _report_batch(self, path: str, worker_id: str, items: List[Dict[str, Any]]) -> List[ItemOutcome]:
         data = self._t.call("POST", path, body={"worker_id": worker_id, "items": items}).data
         out = [decode(ItemOutcome, o) for o in data["items"]]

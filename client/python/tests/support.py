@@ -1,9 +1,9 @@
 """What the SDK's tests share: the server they run against, the fault
 proxy in front of it, and polling with a deadline.
 
-The tests talk to TASKMASTER_URL: the fault-injecting proxy that
-tests/sdks (Go) starts in front of a real server on a throwaway
-PostgreSQL. Without it they are skipped (`make test` runs them through
+The tests talk to TASKMASTER_URL: the fault-injecting proxy
+(tests/faultproxy) that tests/sdks (Go) starts in front of a real server on
+a throwaway PostgreSQL, and arm its faults at TASKMASTER_FAULTS_URL. Without it they are skipped (`make test` runs them through
 tests/sdks).
 """
 
@@ -22,11 +22,12 @@ import taskmaster
 T = TypeVar("T")
 
 URL = os.environ.get("TASKMASTER_URL", "")
+FAULTS = os.environ.get("TASKMASTER_FAULTS_URL", "")
 WAIT = 120.0
 
 
 def require_server(case: unittest.TestCase) -> None:
-    if not URL:
+    if not URL or not FAULTS:
         case.skipTest("TASKMASTER_URL is not set: run through tests/sdks (go test ./tests/sdks -run TestPythonSDK)")
 
 
@@ -52,9 +53,9 @@ def eventually(cond: Callable[[], Optional[T]], what: str, timeout: float = WAIT
 
 
 def arm(fault: str, **body: Any) -> None:
-    """Arms a fault of the proxy (tests/sdks/faultproxy_test.go)."""
+    """Arms a fault of the proxy (tests/sdks/faults_test.go)."""
     req = urllib.request.Request(
-        URL + "/_faults/" + fault, data=json.dumps(body).encode(), method="POST",
+        FAULTS + "/" + fault, data=json.dumps(body).encode(), method="POST",
         headers={"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(req, timeout=10) as resp:
@@ -62,7 +63,7 @@ def arm(fault: str, **body: Any) -> None:
 
 
 def proxy_log() -> Dict[str, List[Dict[str, Any]]]:
-    with urllib.request.urlopen(URL + "/_faults/log", timeout=10) as resp:
+    with urllib.request.urlopen(FAULTS + "/log", timeout=10) as resp:
         out: Dict[str, List[Dict[str, Any]]] = json.loads(resp.read())
         return out
 

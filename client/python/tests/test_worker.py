@@ -89,7 +89,7 @@ class WorkerTest(unittest.TestCase):
         ids = [self.c.submit(self.queue, {"i": i}).id for i in range(4)]
         with self.worker(handle, concurrency=4, lease_seconds=30):
             support.eventually(lambda: len(rec.calls) == 4, "four handlers run")
-            support.arm("answer", path_suffix="", status=503, retry_after=1, ms=4000)
+            support.arm("answer", status=503, retry_after=1, ms=4000)
             gate.set()
             support.eventually(lambda: all(self.c.get(i).status == taskmaster.DONE for i in ids), "every task DONE")
         for i in ids:
@@ -114,7 +114,7 @@ class WorkerTest(unittest.TestCase):
         ids = [self.c.submit(self.queue, {"i": i}).id for i in range(3)]
         with self.worker(handle, concurrency=3):
             support.eventually(lambda: len(rec.calls) == 3, "three handlers run")
-            support.arm("answer", path_suffix="/complete", status=429, retry_after=1, ms=2500)
+            support.arm("answer", on=["complete"], status=429, retry_after=1, ms=2500)
             gate.set()
             support.eventually(lambda: all(self.c.get(i).terminal for i in ids), "every task finished")
         for i in ids:
@@ -203,7 +203,7 @@ class WorkerTest(unittest.TestCase):
 
         with self.worker(handle, _expect_error=True) as w:
             support.eventually(lambda: self.c.get(task.id).status == taskmaster.RUNNING, "the task runs")
-            support.arm("answer", path_suffix="/complete", status=401, ms=3000)
+            support.arm("answer", on=["complete"], status=401, ms=3000)
             gate.set()
             support.eventually(lambda: w._stopping.is_set(), "the worker stops")
         self.assertEqual(1, len(self.worker_errors))

@@ -549,6 +549,11 @@ export class Client {
     return this.reportBatch("/tasks/v1/fail", workerId, reqs, o);
   }
 
+  /** Hands up to MAX_BATCH held tasks back without spending their attempts, each fenced on its own. */
+  releaseBatch(workerId: string, refs: LeaseRef[], o: RequestOptions = {}): Promise<ItemOutcome[]> {
+    return this.reportBatch("/tasks/v1/release", workerId, refs, o);
+  }
+
   private async reportBatch(path: string, workerId: string, items: unknown[], o: RequestOptions): Promise<ItemOutcome[]> {
     const out = await this.data<{ items: ItemOutcome[] }>("POST", path, { ...o, body: { worker_id: workerId, items } });
     if (out.items.length !== items.length) throw new TransportError(`taskmaster: batch of ${items.length} answered with ${out.items.length} outcomes`, { sent: true });

@@ -407,10 +407,16 @@ export interface ExtendRequest {
   lease_seconds?: number;
 }
 
-/** A hand-back of a held task by a stopping worker. */
+/** A hand-back of a held task by a stopping worker (schema ReleaseRequest). */
 export interface ReleaseRequest {
   worker_id: string;
   lease_id: string;
+}
+
+/** A hand-back of many held tasks (schema ReleaseBatchRequest). */
+export interface ReleaseBatchRequest {
+  worker_id: string;
+  items: LeaseRef[];
 }
 
 /** A registration (schema RegisterRequest). */

@@ -69,6 +69,8 @@ const MIRRORS: Record<string, string> = {
   FailRequest: "FailRequest",
   SnoozeRequest: "SnoozeRequest",
   ExtendRequest: "ExtendRequest",
+  ReleaseRequest: "ReleaseRequest",
+  ReleaseBatchRequest: "ReleaseBatchRequest",
   RegisterRequest: "RegisterRequest",
   HeartbeatRequest: "HeartbeatRequest",
   CompleteBatchRequest: "CompleteBatchRequest",

@@ -1,18 +1,20 @@
 /**
  * What the SDK's tests share: the server they run against, the fault proxy
  * in front of it, and polling with a deadline. The tests talk to
- * TASKMASTER_URL: the fault-injecting proxy that tests/sdks (Go) starts in
- * front of a real server on a throwaway PostgreSQL. Without it they are
+ * TASKMASTER_URL: the fault-injecting proxy (tests/faultproxy) that
+ * tests/sdks (Go) starts in front of a real server on a throwaway
+ * PostgreSQL, and arm its faults at TASKMASTER_FAULTS_URL. Without it they are
  * skipped (`make test` runs them through tests/sdks).
  */
 import { randomBytes } from "node:crypto";
 import { Client, type ClientOptions } from "../src/index.js";
 
 export const URL = process.env["TASKMASTER_URL"] ?? "";
+export const FAULTS = process.env["TASKMASTER_FAULTS_URL"] ?? "";
 export const WAIT_MS = 120_000;
 
 /** The skip option of node:test for tests that need a server. */
-export const needsServer = URL ? false : "TASKMASTER_URL is not set: run through tests/sdks (go test ./tests/sdks -run TestTypeScriptSDK)";
+export const needsServer = URL && FAULTS ? false : "TASKMASTER_URL is not set: run through tests/sdks (go test ./tests/sdks -run TestTypeScriptSDK)";
 
 export function client(o: ClientOptions = {}): Client {
   return new Client(URL, o);
@@ -32,9 +34,9 @@ export async function eventually<T>(cond: () => Promise<T> | T, what: string, ti
   }
 }
 
-/** Arms a fault of the proxy (tests/sdks/faultproxy_test.go). */
+/** Arms a fault of the proxy (tests/sdks/faults_test.go). */
 export async function arm(fault: string, body: Record<string, unknown>): Promise<void> {
-  const resp = await fetch(`${URL}/_faults/${fault}`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+  const resp = await fetch(`${FAULTS}/${fault}`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
   if (resp.status !== 204) throw new Error(`arm ${fault}: ${resp.status}`);
 }
 
@@ -55,7 +57,7 @@ export interface ReportRecord {
 }
 
 export async function proxyLog(): Promise<{ claims: ClaimRecord[]; reports: ReportRecord[] }> {
-  const resp = await fetch(`${URL}/_faults/log`);
+  const resp = await fetch(`${FAULTS}/log`);
   return (await resp.json()) as { claims: ClaimRecord[]; reports: ReportRecord[] };
 }
 
