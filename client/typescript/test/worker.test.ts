@@ -143,10 +143,10 @@ describe("worker", { skip: needsServer, concurrency: false }, () => {
       } finally {
         rec.leave(ctx);
       }
-    }, { leaseSeconds: 3 }, async () => {
+    }, { leaseSeconds: 5 }, async () => {
       await eventually(() => rec.calls.has(task.id), "the handler runs");
       lease = (await c.get(task.id)).lease_id!;
-      await arm("partition", { ms: 6000 });
+      await arm("partition", { ms: 8000 });
       await eventually(() => rec.causes.get(task.id) !== undefined, "the handler is asked to stop", 30_000);
       assert.ok(rec.causes.get(task.id) instanceof TaskLost);
       await eventually(async () => (await c.get(task.id)).status === "DONE", "the task runs again and completes");
