@@ -89,12 +89,16 @@ func start(t *testing.T) *harness {
 		"TASKMASTER_DATABASE_URL="+databaseURL,
 		"TASKMASTER_LOG_LEVEL=info", // binary.Serve reads the listening address from the info log
 		"TASKMASTER_DB_MAX_CONNS=8",
-		// Heartbeats every 1.5 s: a cancel reaches a handler fast, and a
-		// claim's answer has that long to arrive before a heartbeat that
-		// does not list its tasks may take them back as orphaned (the grace
-		// the protocol gives; at 500 ms the suite's load on two cores
-		// orphaned tasks whose answers were merely slow).
-		"TASKMASTER_HEARTBEAT_STALE_THRESHOLD_SECONDS=4.5",
+		// The server's heartbeat interval (a third of this) is also the
+		// grace a claim's answer has to arrive before a heartbeat that does
+		// not list its tasks may take them back as orphaned: 5 s, so that a
+		// loaded machine's slow answers are not taken for lost ones (at
+		// 500 ms, and even 1.5 s, the whole suite's load on two cores
+		// orphaned tasks whose answers were merely slow, and they ran
+		// twice). The SDKs' workers beat every second all the same
+		// (their own heartbeat interval setting): cancels and lease
+		// renewals need no more.
+		"TASKMASTER_HEARTBEAT_STALE_THRESHOLD_SECONDS=15",
 		"TASKMASTER_HEARTBEAT_DEAD_THRESHOLD_SECONDS=30",
 		"TASKMASTER_LEASE_REAPER_INTERVAL_MS=200",
 		"TASKMASTER_REAPER_INTERVAL_MS=500",
