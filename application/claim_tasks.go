@@ -92,7 +92,10 @@ func (s *TaskService) claimOf(cmd ports.ClaimCommand) (claim, error) {
 }
 
 // claimWaiting subscribes before its second attempt, so a task submitted
-// between an empty attempt and the wait still wakes it. It then looks again
+// between an empty attempt and the wait still wakes it. Before every
+// attempt after the first it checks that its principal's key still works
+// (ports.CheckPrincipal): a key revoked or expired while the claim waited
+// ends the wait with the authentication error and claims nothing. It then looks again
 // only when woken (the notifier wakes as many waiters as tasks came, and
 // again when delayed tasks fall due), when polling for a limited queue
 // (ClaimPollInterval), or at the safety interval; those later attempts give
@@ -111,6 +114,16 @@ func (s *TaskService) claimWaiting(ctx context.Context, cmd claim) (ports.ClaimR
 		}
 	}()
 	for {
+		if cmd.again {
+			// The request was authenticated before its first attempt; a
+			// key revoked or expired while it waited claims nothing.
+			if err := ports.CheckPrincipal(ctx); err != nil {
+				if woken {
+					wait.Pass() // the task it was woken for waits for someone else
+				}
+				return ports.ClaimResult{}, fmt.Errorf("claim tasks: %w", err)
+			}
+		}
 		ans, err := s.claimOnce(ctx, cmd)
 		if err != nil || len(ans.result.Tasks) > 0 {
 			if err != nil && woken {

@@ -43,10 +43,10 @@ func (s *TaskService) CompleteEnqueue(ctx context.Context, cmd ports.CompleteCom
 	}
 	check := func(st ports.Stores) error {
 		var v validation.Errors
-		checkJSON(&v, st, "result", cmd.Result)
-		if err := checkPayloads(st, "enqueue", cmd.Enqueue); err != nil {
-			v.Merge("", err.(*validation.Error))
-		}
+		j := newStoredJSON(st)
+		j.check(&v, "result", cmd.Result)
+		j.payloads(&v, "enqueue", cmd.Enqueue)
+		j.total(&v, "enqueue")
 		return v.Err()
 	}
 	var (

@@ -14,3 +14,11 @@ func (s *TaskService) Queued() (claims, reports int) {
 	}
 	return claims, reports
 }
+
+// KeptSeriesQueues returns how many queues' hours the dashboard service
+// keeps in memory.
+func (s *DashboardService) KeptSeriesQueues() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.asked)
+}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/taskmaster/taskmaster/domain/event"
 	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/domain/validation"
@@ -32,17 +34,45 @@ const MaxHeartbeatTasks = 10000
 // whose response never reached it). A heartbeat that lists nothing renews
 // and orphans nothing.
 func (s *WorkerService) Heartbeat(ctx context.Context, cmd ports.HeartbeatCommand) (ports.HeartbeatResult, error) {
+	var v validation.Errors
 	if len(cmd.Tasks) > MaxHeartbeatTasks {
-		var v validation.Errors
 		v.Add("tasks", fmt.Sprintf("must list at most %d tasks", MaxHeartbeatTasks))
-		return ports.HeartbeatResult{}, v.Err()
+	}
+	progress := map[uuid.UUID]ports.ProgressReport{}
+	for i, p := range cmd.Progress {
+		if p == nil || i >= len(cmd.Tasks) {
+			continue
+		}
+		checkProgressReport(&v, fmt.Sprintf("tasks[%d].", i), *p)
+		progress[cmd.Tasks[i].ID] = *p
+	}
+	if err := v.Err(); err != nil {
+		return ports.HeartbeatResult{}, err
 	}
 	principal := ports.Principal(ctx)
 	if err := principal.CheckWorkerID(cmd.WorkerID); err != nil {
 		return ports.HeartbeatResult{}, err
 	}
-	var out ports.HeartbeatResult
+	var (
+		out      ports.HeartbeatResult
+		reported []*task.Task
+	)
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
+		if len(progress) > 0 {
+			// One allowance for the whole heartbeat, as for every request
+			// that stores several JSON values (see storedJSON).
+			var v validation.Errors
+			j := newStoredJSON(st)
+			for i, p := range cmd.Progress {
+				if p != nil && i < len(cmd.Tasks) {
+					j.check(&v, fmt.Sprintf("tasks[%d].details", i), p.Details)
+				}
+			}
+			j.total(&v, "tasks")
+			if err := v.Err(); err != nil {
+				return err
+			}
+		}
 		// The worker's tasks are locked before its row, in the order reports
 		// lock them (task, then worker), so the two never deadlock. The
 		// worker's owner is checked on the row's load below: another key's
@@ -54,7 +84,14 @@ func (s *WorkerService) Heartbeat(ctx context.Context, cmd ports.HeartbeatComman
 		listing := task.NewListing(cmd.WorkerID, cmd.Tasks, s.cfg.Liveness.HeartbeatInterval())
 		if cmd.ListsTasks {
 			held, err = st.Tasks.UpdateHeld(ctx, cmd.WorkerID, func(t *task.Task, now time.Time) ([]event.Event, bool, error) {
-				return leaseDecision(t, listing, now)
+				es, changed, err := leaseDecision(t, listing, now)
+				if p, ok := progress[t.ID()]; ok && err == nil && listing.Lists(t) {
+					// A listed task's report, under the listed lease.
+					v := t.Snapshot()
+					pe, perr := reportProgress(t, progressParams(p, v.WorkerID, v.LeaseID), now)
+					es, err = append(es, pe...), perr
+				}
+				return es, changed, err
 			})
 		} else {
 			held, err = st.Tasks.Held(ctx, cmd.WorkerID)
@@ -81,10 +118,34 @@ func (s *WorkerService) Heartbeat(ctx context.Context, cmd ports.HeartbeatComman
 				out.Cancel = append(out.Cancel, task.LeaseRef{ID: v.ID, LeaseID: v.LeaseID})
 			}
 		}
+		if len(out.Lost) > 0 {
+			// A lost task whose attempt under this worker ran past its
+			// time limit: the worker must stop it (its reports are
+			// refused), as it stops a cancelled one.
+			ids := make([]uuid.UUID, len(out.Lost))
+			for i, r := range out.Lost {
+				ids[i] = r.ID
+			}
+			timedOut, err := st.Tasks.TimedOutUnder(ctx, cmd.WorkerID, ids)
+			if err != nil {
+				return err
+			}
+			for _, r := range out.Lost {
+				if slices.Contains(timedOut, r.ID) {
+					out.Cancel = append(out.Cancel, r)
+				}
+			}
+		}
+		reported = held
 		return nil
 	})
 	if err != nil {
 		return ports.HeartbeatResult{}, fmt.Errorf("heartbeat: %w", err)
+	}
+	if len(progress) > 0 {
+		for _, t := range reported {
+			s.progress.ScheduleFor(t)
+		}
 	}
 	return out, nil
 }

@@ -14,32 +14,41 @@ import (
 // in one transaction. A task submitted without dependencies costs no more
 // than Get.
 func (s *TaskService) Describe(ctx context.Context, id uuid.UUID) (ports.TaskDetail, error) {
-	out := ports.TaskDetail{DependsOn: []uuid.UUID{}, BlockedBy: []uuid.UUID{}}
+	var out ports.TaskDetail
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
 		t, err := visibleTask(ctx, st, id)
 		if err != nil {
 			return err
 		}
-		if out.Task, err = hideLease(ctx, st, t); err != nil {
-			return err
-		}
-		if !t.Snapshot().HasParents {
-			return nil
-		}
-		parents, err := st.Tasks.DependsOn(ctx, id)
-		if err != nil {
-			return err
-		}
-		for _, p := range parents {
-			out.DependsOn = append(out.DependsOn, p.ID)
-			if p.Status != task.StatusDone {
-				out.BlockedBy = append(out.BlockedBy, p.ID)
-			}
-		}
-		return nil
+		out, err = describeTask(ctx, st, t)
+		return err
 	})
 	if err != nil {
 		return ports.TaskDetail{}, fmt.Errorf("get task: %w", err)
+	}
+	return out, nil
+}
+
+// describeTask is the detail of t, a task the principal may see, as
+// loaded in st's transaction.
+func describeTask(ctx context.Context, st ports.Stores, t *task.Task) (ports.TaskDetail, error) {
+	out := ports.TaskDetail{DependsOn: []uuid.UUID{}, BlockedBy: []uuid.UUID{}}
+	var err error
+	if out.Task, err = hideLease(ctx, st, t); err != nil {
+		return out, err
+	}
+	if !t.Snapshot().HasParents {
+		return out, nil
+	}
+	parents, err := st.Tasks.DependsOn(ctx, t.ID())
+	if err != nil {
+		return out, err
+	}
+	for _, p := range parents {
+		out.DependsOn = append(out.DependsOn, p.ID)
+		if p.Status != task.StatusDone {
+			out.BlockedBy = append(out.BlockedBy, p.ID)
+		}
 	}
 	return out, nil
 }

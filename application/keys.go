@@ -243,6 +243,26 @@ func (s *KeyService) Authenticate(ctx context.Context, token string) (*apikey.Ke
 	return l.key, nil
 }
 
+// Known implements ports.KeyService: the lookup of token this instance
+// remembers (fresh or not) found a usable key.
+func (s *KeyService) Known(token string) bool {
+	if apikey.CheckToken(token) != nil {
+		return false
+	}
+	s.mu.Lock()
+	l := s.lookup[string(apikey.Hash(token))]
+	s.mu.Unlock()
+	if l == nil {
+		return false
+	}
+	select {
+	case <-l.ready:
+		return l.key != nil
+	default:
+		return false
+	}
+}
+
 // fresh returns a lookup of digest that began less than CacheTTL ago, or
 // a new one that the caller must load (mine).
 func (s *KeyService) fresh(digest string) (l *keyLookup, mine bool) {
@@ -282,25 +302,31 @@ func (s *KeyService) load(ctx context.Context, digest string, l *keyLookup) {
 	close(l.ready)
 }
 
-// evict makes room for a lookup: first lookups that are no longer fresh,
-// then any finished one. s.mu is held.
+// evict makes room for a lookup, dropping finished lookups in this order
+// until there is: those that found no usable key, then those no longer
+// fresh, then any. Tokens that name nothing (random ones, sent to load the
+// database) thus never crowd out the keys in use, which Known and the
+// cache keep serving. s.mu is held.
 func (s *KeyService) evict() {
 	if len(s.lookup) < s.cfg.CacheSize {
 		return
 	}
-	for d, l := range s.lookup {
-		if time.Since(l.started) >= s.cfg.CacheTTL {
-			delete(s.lookup, d)
-		}
-	}
-	for d, l := range s.lookup {
-		if len(s.lookup) < s.cfg.CacheSize {
-			return
-		}
-		select {
-		case <-l.ready:
-			delete(s.lookup, d)
-		default:
+	for _, drop := range []func(*keyLookup) bool{
+		func(l *keyLookup) bool { return l.key == nil },
+		func(l *keyLookup) bool { return time.Since(l.started) >= s.cfg.CacheTTL },
+		func(*keyLookup) bool { return true },
+	} {
+		for d, l := range s.lookup {
+			if len(s.lookup) < s.cfg.CacheSize {
+				return
+			}
+			select {
+			case <-l.ready:
+				if drop(l) {
+					delete(s.lookup, d)
+				}
+			default:
+			}
 		}
 	}
 }

@@ -196,3 +196,36 @@ func TestKeyUsageIsSavedInTheBackground(t *testing.T) {
 	require.NoError(t, s.db.Get(&used, `SELECT last_used_at FROM api_keys WHERE id = $1`, k2.ID()))
 	require.NotNil(t, used)
 }
+
+// Lookups of tokens that name no key never crowd a key in use out of the
+// cache: with room for two lookups, twenty unknown tokens later the
+// working key's lookup is still there (Known), and it is looked up no more
+// while fresh. The unknown ones replace each other.
+func TestUnknownTokensNeverEvictAKeyInUse(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := t.Context()
+	tx := &countingTx{TxRunner: s.tx}
+	keys := application.NewKeyService(tx, application.KeyConfig{CacheTTL: time.Second, CacheSize: 2}, nil)
+	_, token := createKey(t, keys, ctx, apikey.CreateParams{Name: "w", Scopes: []apikey.Scope{apikey.ScopeWork}})
+	require.False(t, keys.Known(token), "not looked up yet")
+	looked := time.Now()
+	_, err := keys.Authenticate(ctx, token)
+	require.NoError(t, err)
+	require.True(t, keys.Known(token))
+	for range 20 {
+		random, err := apikey.NewToken()
+		require.NoError(t, err)
+		_, err = keys.Authenticate(ctx, random)
+		require.ErrorIs(t, err, apikey.ErrUnknown)
+		require.False(t, keys.Known(random))
+		require.True(t, keys.Known(token), "the key in use is still remembered")
+	}
+	before := tx.runs.Load()
+	_, err = keys.Authenticate(ctx, token)
+	require.NoError(t, err)
+	if time.Since(looked) < 900*time.Millisecond { // a slow machine may outlive the lookup
+		require.Equal(t, before, tx.runs.Load())
+	}
+	require.False(t, keys.Known("not-a-key"))
+}

@@ -19,8 +19,12 @@ import (
 var queueGlob = regexp.MustCompile(`^(` + task.QueueNameSet + `|[*?]){1,` + strconv.Itoa(task.MaxQueueLength) + `}$`)
 
 // Queues returns a page of queues by name (of the key's queues, for a key
-// limited to some): those that hold tasks or have settings.
+// limited to some): those that hold tasks or have settings. With q.Names,
+// the page is those of the named queues, in their order.
 func (s *QueueService) Queues(ctx context.Context, q ports.QueueQuery) (ports.QueuePage, error) {
+	if q.Names != nil {
+		return s.namedQueues(ctx, q)
+	}
 	f := ports.QueueFilter{Prefix: q.Prefix, Pattern: q.Pattern, MinPending: q.MinPending, Paused: q.Paused, After: q.After, CountsOnly: q.CountsOnly}
 	var v validation.Errors
 	if q.Prefix != "" {
@@ -44,6 +48,31 @@ func (s *QueueService) Queues(ctx context.Context, q ports.QueueQuery) (ports.Qu
 		f.Visible = p.QueuePatterns()
 	}
 	page, err := s.stats.Queues(ctx, f)
+	if err != nil {
+		return ports.QueuePage{}, fmt.Errorf("queue statistics: %w", err)
+	}
+	return page, nil
+}
+
+// namedQueues is Queues for q.Names: the named queues the principal may
+// see (others are left out, like missing ones), at most MaxListLimit.
+func (s *QueueService) namedQueues(ctx context.Context, q ports.QueueQuery) (ports.QueuePage, error) {
+	var v validation.Errors
+	if len(q.Names) > MaxListLimit {
+		v.Add("names", fmt.Sprintf("must name at most %d queues", MaxListLimit))
+	}
+	p := ports.Principal(ctx)
+	names := make([]string, 0, len(q.Names))
+	for _, n := range q.Names {
+		task.CheckQueue(&v, "names", n)
+		if p.QueueAllowed(n) {
+			names = append(names, n)
+		}
+	}
+	if err := v.Err(); err != nil {
+		return ports.QueuePage{}, err
+	}
+	page, err := s.stats.Queues(ctx, ports.QueueFilter{Names: names, CountsOnly: q.CountsOnly})
 	if err != nil {
 		return ports.QueuePage{}, fmt.Errorf("queue statistics: %w", err)
 	}

@@ -65,24 +65,30 @@ func NewLeaseReaper(tx ports.TxRunner, batchSize int) *LeaseReaper {
 func (r *LeaseReaper) Reap(ctx context.Context) (LeaseReport, error) {
 	var rep LeaseReport
 	err := inBatches(ctx, r.tx, r.batch, func(ctx context.Context, st ports.Stores) (LeaseReport, int, error) {
-		var b LeaseReport
 		ts, err := st.Reaper.UpdateExpiredLeases(ctx, r.batch, expireLease)
-		for _, t := range ts {
-			switch v := t.Snapshot(); {
-			case v.Status == task.StatusPending:
-				b.Requeued++
-			case v.DeadReason == task.DeadCancelled:
-				b.Cancelled++
-			default:
-				b.DeadLettered++
-			}
-		}
-		return b, len(ts), err
+		return takebacks(ts), len(ts), err
 	}, rep.add)
 	if err != nil {
 		return rep, fmt.Errorf("reap expired leases: %w", err)
 	}
 	return rep, nil
+}
+
+// takebacks counts what a takeback did to ts: requeued, DEAD cancelled,
+// or DEAD otherwise.
+func takebacks(ts []*task.Task) LeaseReport {
+	var b LeaseReport
+	for _, t := range ts {
+		switch v := t.Snapshot(); {
+		case v.Status == task.StatusPending:
+			b.Requeued++
+		case v.DeadReason == task.DeadCancelled:
+			b.Cancelled++
+		default:
+			b.DeadLettered++
+		}
+	}
+	return b
 }
 
 func expireLease(t *task.Task, now time.Time) ([]event.Event, error) {

@@ -57,16 +57,26 @@ func (s *TaskService) CompleteBatch(ctx context.Context, workerID string, items 
 		return nil, err
 	}
 	refuse := func(st ports.Stores) []error {
-		out := make([]error, len(items))
+		// Each item's values are checked on their own, and all of them
+		// against the request's allowance: beyond it every item fails.
+		j := newStoredJSON(st)
+		vs := make([]validation.Errors, len(items))
 		for i, it := range items {
-			var v validation.Errors
-			checkJSON(&v, st, fmt.Sprintf("items[%d].result", i), it.Result)
+			j.check(&vs[i], fmt.Sprintf("items[%d].result", i), it.Result)
 			if invalid[i] != nil {
-				v.Merge("", invalid[i])
-			} else if err := checkPayloads(st, fmt.Sprintf("items[%d].enqueue", i), it.Enqueue); err != nil {
-				v.Merge("", err.(*validation.Error))
+				vs[i].Merge("", invalid[i])
+			} else {
+				j.payloads(&vs[i], fmt.Sprintf("items[%d].enqueue", i), it.Enqueue)
 			}
-			out[i] = v.Err()
+		}
+		var total validation.Errors
+		j.total(&total, "items")
+		out := make([]error, len(items))
+		for i := range items {
+			if err := total.Err(); err != nil {
+				vs[i].Merge("", err.(*validation.Error))
+			}
+			out[i] = vs[i].Err()
 		}
 		return out
 	}
@@ -188,6 +198,9 @@ func (s *TaskService) reportBatch(ctx context.Context, workerID string, ids []uu
 type report struct {
 	workerID string
 	ids      []uuid.UUID
+	// progress marks a progress report: its task's progress is all that
+	// is saved (TaskStore.UpdateProgress).
+	progress bool
 	refuse   func(ports.Stores) []error
 	decide   ports.TaskUpdateEachFunc
 	// then, when not nil, runs after the request's items were applied and
@@ -227,10 +240,10 @@ func reportInTx(ctx context.Context, st ports.Stores, batch []*pending[report, [
 		i int // the item's index in its request
 	}
 	var (
-		kept    []uuid.UUID
-		at      []ref
-		workers []string
-		seen    = map[string]bool{}
+		kept, progressKept []uuid.UUID
+		at, progressAt     []ref
+		workers            []string
+		seen               = map[string]bool{}
 	)
 	for _, p := range batch {
 		p.err = nil
@@ -241,7 +254,12 @@ func reportInTx(ctx context.Context, st ports.Stores, batch []*pending[report, [
 		}
 		for i, id := range p.req.ids {
 			p.res[i] = ports.TaskResult{ID: id, Err: refused[i]}
-			if refused[i] == nil {
+			switch {
+			case refused[i] != nil:
+			case p.req.progress:
+				progressKept = append(progressKept, id)
+				progressAt = append(progressAt, ref{p: p, i: i})
+			default:
 				kept = append(kept, id)
 				at = append(at, ref{p: p, i: i})
 			}
@@ -251,24 +269,40 @@ func reportInTx(ctx context.Context, st ports.Stores, batch []*pending[report, [
 			workers = append(workers, p.req.workerID)
 		}
 	}
-	applied, err := st.Tasks.UpdateEach(ctx, kept, func(j int, t *task.Task, now time.Time) ([]event.Event, error) {
-		r := at[j]
-		events, err := r.p.req.decide(r.i, t, now)
-		cid := ports.CorrelationID(r.p.ctx)
-		for k := range events {
-			events[k].CorrelationID = cid
+	decide := func(at []ref) ports.TaskUpdateEachFunc {
+		return func(j int, t *task.Task, now time.Time) ([]event.Event, error) {
+			r := at[j]
+			events, err := r.p.req.decide(r.i, t, now)
+			cid := ports.CorrelationID(r.p.ctx)
+			for k := range events {
+				events[k].CorrelationID = cid
+			}
+			return events, err
 		}
-		return events, err
-	})
-	if err != nil {
-		return err
 	}
 	changed := map[*pending[report, []ports.TaskResult]]bool{}
-	for j, res := range applied {
-		at[j].p.res[at[j].i] = res
-		if res.Err == nil {
-			changed[at[j].p] = true
+	settle := func(at []ref, applied []ports.TaskResult) {
+		for j, res := range applied {
+			at[j].p.res[at[j].i] = res
+			if res.Err == nil {
+				changed[at[j].p] = true
+			}
 		}
+	}
+	if len(kept) > 0 || len(progressKept) == 0 {
+		applied, err := st.Tasks.UpdateEach(ctx, kept, decide(at))
+		if err != nil {
+			return err
+		}
+		settle(at, applied)
+	}
+	if len(progressKept) > 0 {
+		// Progress reports save nothing but the progress.
+		applied, err := st.Tasks.UpdateProgress(ctx, progressKept, decide(progressAt))
+		if err != nil {
+			return err
+		}
+		settle(progressAt, applied)
 	}
 	// The reports count as their workers' signs of life. They were fenced
 	// already, so a worker that died since does not undo them. On that read

@@ -193,13 +193,14 @@ func (r SchedulerReport) Fields() []zap.Field {
 // Scheduler runs the due ticks of the recurring schedules: a background
 // job, led by one instance at a time. Each batch is one transaction (fenced
 // by the leader's term, like every background job's) that locks the due
-// schedules, creates each tick's task with the tick's idempotency key
-// (schedule.TickKey) or skips the tick, and advances the schedules' next
-// tick, so a tick's task and the schedule's advance commit together or not
-// at all. A former leader's transaction fails its fence; two instances
-// ticking at once (no leadership) lock different schedules, and the
-// idempotency key would turn a repeat into the same task: each tick creates
-// one task.
+// schedules, creates each tick's task marked with the schedule and the tick
+// (schedule.Schedule.TickTask) or skips the tick, and advances the
+// schedules' next tick, so a tick's task and the schedule's advance commit
+// together or not at all. A former leader's transaction fails its fence;
+// two instances ticking at once (no leadership) lock different schedules,
+// and the mark's unique index would turn a repeat into the same task: each
+// tick creates one task. Only the scheduler marks tasks, so no task a
+// producer submits is taken for a tick's.
 type Scheduler struct {
 	tx    ports.TxRunner
 	parse schedule.ParseFunc
@@ -257,23 +258,23 @@ func (s *Scheduler) tick(ctx context.Context, st ports.Stores, sc *schedule.Sche
 		e, err := sc.Skip(tick, schedule.SkipOverlap, s.parse, now)
 		return false, []event.Event{e}, err
 	}
-	p := sc.TickTask(tick)
-	if p.ID, err = uuid.NewV7(); err != nil {
+	id, err := uuid.NewV7()
+	if err != nil {
 		return false, nil, fmt.Errorf("new task id: %w", err)
 	}
 	t, created, err := st.Tasks.Create(ctx, func(now time.Time) (*task.Task, event.Event, error) {
-		return task.Submit(p, now)
+		return sc.TickTask(tick, id, now)
 	})
 	if err != nil {
 		return false, nil, fmt.Errorf("schedule %s: tick %s: %w", sc.Name(), tick.Format(time.RFC3339), err)
 	}
-	if !created && t.Snapshot().IdempotencyKey != p.IdempotencyKey {
+	if !created && !t.IsTick(sc.Name(), tick) {
 		// An unfinished task held the template's unique key: the
-		// submission returned it.
+		// submission returned it. It is not the tick's, whoever made it.
 		e, err := sc.Skip(tick, schedule.SkipUniqueKey, s.parse, now)
 		return false, []event.Event{e}, err
 	}
-	// A task found by the tick's key (created false) is the tick's own:
-	// one made before the schedule was deleted and created again.
+	// A task found by its mark (created false) is the tick's own: one
+	// made before the schedule was deleted and created again.
 	return created, nil, sc.Ran(tick, t.ID(), s.parse, now)
 }

@@ -54,6 +54,6 @@ func TestSchedulerUnderAFormerLeadersFenceCommitsNothing(t *testing.T) {
 	rep, err = scheduler.Run(ports.WithFence(ctx, newFence))
 	require.NoError(t, err)
 	require.True(t, rep.Idle(), "the tick ran once")
-	require.NoError(t, s.db.GetContext(ctx, &tasks, `SELECT count(*) FROM tasks WHERE idempotency_key LIKE 'schedule:due:%'`))
+	require.NoError(t, s.db.GetContext(ctx, &tasks, `SELECT count(*) FROM tasks WHERE schedule_name = 'due'`))
 	require.Equal(t, 1, tasks)
 }

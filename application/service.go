@@ -10,6 +10,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/taskmaster/taskmaster/domain/backoff"
 	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/domain/worker"
@@ -38,6 +40,12 @@ const (
 	// a wake-up that went astray (tasks locked by a transaction that then
 	// rolled back, delayed tasks submitted before this instance started).
 	DefaultClaimSafetyInterval = 10 * time.Second
+	// MaxAwait is the longest a producer may wait for a task to finish.
+	MaxAwait = 60 * time.Second
+	// DefaultAwaitSafetyInterval is how often a producer waiting for a
+	// task looks again without a notification: the guard against an
+	// announcement that went astray.
+	DefaultAwaitSafetyInterval = 10 * time.Second
 )
 
 // Config holds the policies the use cases apply.
@@ -68,6 +76,11 @@ type Config struct {
 	// ConcurrentBatches is how many shared transactions of one kind run at
 	// once (0: DefaultConcurrentBatches).
 	ConcurrentBatches int
+	// AwaitSafetyInterval is how often a producer waiting for a task
+	// looks again without a notification (0: DefaultAwaitSafetyInterval).
+	// The waiters of an instance look together, at the same multiples of
+	// it, with one statement for all of them.
+	AwaitSafetyInterval time.Duration
 }
 
 // Defaults of the request batching.
@@ -141,6 +154,11 @@ type TaskService struct {
 	// of holders, in shared transactions.
 	claims  *combiner[claim, claimAnswer]
 	reports *combiner[report, []ports.TaskResult]
+	// finished serves the safety checks of waiting producers: one
+	// statement reads the statuses of every task checked at once.
+	finished *combiner[uuid.UUID, bool]
+	// progress announces coalesced progress reports (nil: never).
+	progress *ProgressFlusher
 	// rand jitters retry delays (math/rand/v2's, safe for concurrent use).
 	rand backoff.Source
 }
@@ -156,6 +174,13 @@ func WithNotifier(n ports.TaskNotifier) TaskServiceOption {
 	return func(s *TaskService) { s.notifier = n }
 }
 
+// WithProgressFlusher lets f announce the progress reports that came
+// within a second of their task's previous announcement; without it they
+// are stored and announced only by later reports.
+func WithProgressFlusher(f *ProgressFlusher) TaskServiceOption {
+	return func(s *TaskService) { s.progress = f }
+}
+
 // NewTaskService returns the task use cases over tx.
 func NewTaskService(tx ports.TxRunner, cfg Config, opts ...TaskServiceOption) *TaskService {
 	s := &TaskService{tx: tx, cfg: cfg, rand: rand.Float64}
@@ -168,6 +193,10 @@ func NewTaskService(tx ports.TxRunner, cfg Config, opts ...TaskServiceOption) *T
 	if s.cfg.ClaimSafetyInterval <= 0 {
 		s.cfg.ClaimSafetyInterval = DefaultClaimSafetyInterval
 	}
+	if s.cfg.AwaitSafetyInterval <= 0 {
+		s.cfg.AwaitSafetyInterval = DefaultAwaitSafetyInterval
+	}
+	s.finished = &combiner[uuid.UUID, bool]{run: s.finishedBatch, size: MaxBatch, running: 1}
 	s.claims = &combiner[claim, claimAnswer]{run: s.claimBatch, size: s.cfg.batchRequests(), running: s.cfg.concurrentBatches()}
 	s.reports = &combiner[report, []ports.TaskResult]{run: s.reportsBatch, fits: func(batch []*pending[report, []ports.TaskResult], p *pending[report, []ports.TaskResult]) bool {
 		return !reportsOverlap(batch, p)
@@ -179,13 +208,29 @@ func NewTaskService(tx ports.TxRunner, cfg Config, opts ...TaskServiceOption) *T
 type WorkerService struct {
 	tx  ports.TxRunner
 	cfg Config
+	// progress announces the coalesced progress reports of heartbeats
+	// (nil: never).
+	progress *ProgressFlusher
 }
 
 var _ ports.WorkerService = (*WorkerService)(nil)
 
+// WorkerServiceOption configures a WorkerService.
+type WorkerServiceOption func(*WorkerService)
+
+// WithHeartbeatProgress lets f announce the coalesced progress reports
+// that heartbeats carry (see WithProgressFlusher).
+func WithHeartbeatProgress(f *ProgressFlusher) WorkerServiceOption {
+	return func(s *WorkerService) { s.progress = f }
+}
+
 // NewWorkerService returns the worker use cases over tx.
-func NewWorkerService(tx ports.TxRunner, cfg Config) *WorkerService {
-	return &WorkerService{tx: tx, cfg: cfg}
+func NewWorkerService(tx ports.TxRunner, cfg Config, opts ...WorkerServiceOption) *WorkerService {
+	s := &WorkerService{tx: tx, cfg: cfg}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Liveness returns the thresholds in force.

@@ -145,13 +145,34 @@ func (s *SessionService) Authenticate(ctx context.Context, token string) (*apike
 	return l.session, l.key, nil
 }
 
-// remember keeps a lookup, making room by dropping stale ones first.
+// Known implements ports.SessionService: the lookup of token this instance
+// remembers (fresh or not) found a session.
+func (s *SessionService) Known(token string) bool {
+	if !apikey.WellFormedSession(token) {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.lookup[string(apikey.SessionHash(token))]
+	return ok && l.session != nil
+}
+
+// remember keeps a lookup, making room by dropping, until there is, the
+// lookups that found no session, then stale ones, then any: unknown tokens
+// never crowd out sessions in use.
 func (s *SessionService) remember(digest string, l sessionLookup) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.lookup) >= maxSessionCache {
+	for _, drop := range []func(sessionLookup) bool{
+		func(old sessionLookup) bool { return old.session == nil },
+		func(old sessionLookup) bool { return time.Since(old.started) >= s.cfg.CacheTTL },
+		func(sessionLookup) bool { return true },
+	} {
 		for d, old := range s.lookup {
-			if time.Since(old.started) >= s.cfg.CacheTTL || len(s.lookup) >= maxSessionCache {
+			if len(s.lookup) < maxSessionCache {
+				break
+			}
+			if drop(old) {
 				delete(s.lookup, d)
 			}
 		}

@@ -94,16 +94,6 @@ func prepareBatch(ps []task.SubmitParams, v *validation.Errors) error {
 	return nil
 }
 
-// checkPayloads returns a validation error naming every item of ps
-// ("<list>[i].payload") whose payload storage cannot hold.
-func checkPayloads(st ports.Stores, list string, ps []task.SubmitParams) error {
-	var v validation.Errors
-	for i, p := range ps {
-		checkJSON(&v, st, fmt.Sprintf("%s[%d].payload", list, i), p.Payload)
-	}
-	return v.Err()
-}
-
 // checkBatchQueues returns a forbidden error for the first item whose
 // queue the principal may not use.
 func checkBatchQueues(ctx context.Context, ps []task.SubmitParams) error {

@@ -78,7 +78,11 @@ func (s *TaskService) SubmitGraph(ctx context.Context, ps []task.SubmitParams, s
 		if err := checkPayloads(st, "tasks", ps); err != nil {
 			return err
 		}
-		locked, err := st.Tasks.LockTasks(ctx, ids, keys, unique)
+		// Only tasks the principal may see are locked: naming another
+		// queue's task is refused (checkParents) without waiting for, or
+		// holding up, that task's writers.
+		locked, err := st.Tasks.LockTasks(ctx, ports.LockParams{IDs: ids, Keys: keys, Unique: unique,
+			Visible: ports.Principal(ctx).QueuePatterns()})
 		if err != nil {
 			return err
 		}
@@ -158,7 +162,6 @@ func (g *graph) build(now time.Time) (ports.TaskGraph, error) {
 		v         validation.Errors
 		newKeys   = map[ports.IdempotencyKey]*task.Task{}
 		newUnique = map[ports.UniqueKey]*task.Task{}
-		marked    = map[uuid.UUID]bool{}
 	)
 	for i, p := range g.ps {
 		if t := g.holder(p, newKeys, newUnique); t != nil {
@@ -211,8 +214,7 @@ func (g *graph) build(now time.Time) (ports.TaskGraph, error) {
 				continue
 			}
 			out.Dependencies = append(out.Dependencies, ports.Dependency{Parent: parent.ID(), Child: t.ID(), Position: ref.Index})
-			if parent.AddDependant() && !g.isNew(parent) && !marked[parent.ID()] {
-				marked[parent.ID()] = true
+			if parent.AddDependant() && !g.isNew(parent) {
 				out.Dependants = append(out.Dependants, parent.ID())
 			}
 		}

@@ -2,7 +2,6 @@ package application
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -55,15 +54,4 @@ func (s *TaskService) Submit(ctx context.Context, p task.SubmitParams) (*task.Ta
 		return nil, false, fmt.Errorf("submit task: %w", err)
 	}
 	return out, created, nil
-}
-
-// checkJSON adds to v, on field, why storage cannot hold the JSON value raw
-// (an absent value is stored as none).
-func checkJSON(v *validation.Errors, st ports.Stores, field string, raw json.RawMessage) {
-	if len(raw) == 0 {
-		return
-	}
-	if err := st.Tasks.CheckJSON(raw); err != nil {
-		v.Add(field, err.Error())
-	}
 }

@@ -20,16 +20,9 @@ import (
 // did not reach the server, so a transport error cannot create a duplicate;
 // with one, every transport error and 5xx is retried.
 func (c *Client) Submit(ctx context.Context, p SubmitParams) (*Task, error) {
-	if p.Ref != "" || len(p.DependsOn) > 0 {
-		return nil, errors.New("taskmaster: Ref and DependsOn need SubmitBatch")
-	}
-	req, err := p.request()
+	req, mode, err := p.single()
 	if err != nil {
-		return nil, fmt.Errorf("taskmaster: %w", err)
-	}
-	mode := retryUnsent
-	if p.IdempotencyKey != "" {
-		mode = retrySafe
+		return nil, err
 	}
 	var t Task
 	if _, err := c.do(ctx, call{method: http.MethodPost, path: "/tasks/v1", body: req, out: &t, mode: mode}); err != nil {
@@ -86,6 +79,22 @@ func (c *Client) SubmitBatch(ctx context.Context, ps []SubmitParams) ([]Task, []
 	return out.Tasks, out.Created, nil
 }
 
+// single is the body of a submission of one task and how it may be
+// retried: after any transport error or 5xx only with an idempotency key.
+func (p SubmitParams) single() (submitRequest, retryMode, error) {
+	if p.Ref != "" || len(p.DependsOn) > 0 {
+		return submitRequest{}, 0, errors.New("taskmaster: Ref and DependsOn need SubmitBatch")
+	}
+	req, err := p.request()
+	if err != nil {
+		return req, 0, fmt.Errorf("taskmaster: %w", err)
+	}
+	if p.IdempotencyKey != "" {
+		return req, retrySafe, nil
+	}
+	return req, retryUnsent, nil
+}
+
 // request is the submission's JSON body.
 func (p SubmitParams) request() (submitRequest, error) {
 	req := submitRequest{
@@ -93,6 +102,7 @@ func (p SubmitParams) request() (submitRequest, error) {
 		Deadline: p.Deadline, RunAt: p.RunAt, IdempotencyKey: p.IdempotencyKey,
 		Ref: p.Ref, DependsOn: p.DependsOn,
 		UniqueKey: p.UniqueKey, Retry: p.Retry, GroupKey: p.GroupKey,
+		TimeoutSeconds: p.TimeoutSeconds, Metadata: p.Metadata, Traceparent: p.Traceparent, Tracestate: p.Tracestate,
 	}
 	raw, err := marshalValue(p.Payload)
 	if err != nil {
@@ -137,7 +147,7 @@ func (c *Client) Attempts(ctx context.Context, id string) ([]Attempt, error) {
 
 // List returns a page of tasks, newest first.
 func (c *Client) List(ctx context.Context, p ListParams) (*TaskPage, error) {
-	return c.ListFiltered(ctx, TaskFilter{Queue: p.Queue, Status: string(p.Status)}, p.Limit, p.Cursor)
+	return c.ListFiltered(ctx, TaskFilter{Queue: p.Queue, Status: string(p.Status), Metadata: p.Metadata}, p.Limit, p.Cursor)
 }
 
 // Retry moves a DEAD task back to PENDING (attempts reset). Any other

@@ -32,6 +32,8 @@ type TaskFilter struct {
 	// Text must occur in the task's last error or idempotency key, ignoring
 	// case (1-200 characters).
 	Text string `json:"text,omitempty"`
+	// Metadata are pairs the task's metadata must all hold.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // BulkResult is what a bulk action or a purge did.
@@ -182,6 +184,9 @@ func (c *Client) ListFiltered(ctx context.Context, f TaskFilter, limit int, curs
 	set("group_key", f.GroupKey)
 	set("error_contains", f.ErrorContains)
 	set("text", f.Text)
+	for k, v := range f.Metadata {
+		q.Set("metadata."+k, v)
+	}
 	if f.CreatedAfter != nil {
 		set("created_after", f.CreatedAfter.Format(time.RFC3339Nano))
 	}

@@ -37,9 +37,11 @@ const DefaultURL = "http://127.0.0.1:8080"
 // HeaderCorrelationID carries a request's correlation id both ways.
 const HeaderCorrelationID = "X-Correlation-Id"
 
-// RetryPolicy bounds the retries of one call. Transport errors and 5xx
-// answers are retried with jittered exponential backoff; 4xx answers never
-// are (a 409 lease-lost in particular is final).
+// RetryPolicy bounds the retries of one call. Transport errors, 5xx, 429
+// (after its Retry-After) and, for calls safe to repeat, 408 answers are
+// retried with jittered exponential backoff; other 4xx answers never are (a
+// 409 lease-lost in particular is final). A Runner's reports retry for as
+// long as RunnerConfig.ReportTimeout instead of MaxAttempts times.
 type RetryPolicy struct {
 	// MaxAttempts is the most tries of one call, the first included (1
 	// disables retries).
@@ -89,6 +91,7 @@ type Client struct {
 	retry     RetryPolicy
 	userAgent string
 	apiKey    string // sent as a bearer token when not empty (auth.go)
+	headers   []HeaderFunc
 }
 
 // Option configures a Client.
@@ -101,6 +104,15 @@ func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc
 
 // WithRetryPolicy replaces DefaultRetryPolicy.
 func WithRetryPolicy(p RetryPolicy) Option { return func(c *Client) { c.retry = p } }
+
+// HeaderFunc sets headers of a request from the context of its call.
+type HeaderFunc func(ctx context.Context, h http.Header)
+
+// WithHeaders makes every request carry the headers f sets from its
+// call's context: clientotel.Propagation sets the W3C trace context
+// (traceparent, tracestate) of ctx's OpenTelemetry span, so that the
+// tasks a call creates keep the caller's trace.
+func WithHeaders(f HeaderFunc) Option { return func(c *Client) { c.headers = append(c.headers, f) } }
 
 // WithUserAgent sets the User-Agent header.
 func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua } }
@@ -154,6 +166,30 @@ func correlationID(ctx context.Context) string {
 	return "tmc-" + hex.EncodeToString(b[:])
 }
 
+type persistentKey struct{}
+
+// withPersistentRetry makes the calls made with ctx retry what they may
+// retry until ctx ends, instead of RetryPolicy.MaxAttempts times, and honour
+// Retry-After in full (not capped at MaxDelay): a Runner's reports, which
+// must outlive an outage or a throttling key, ReportTimeout bounding them.
+// A wait that would pass ctx's deadline ends the call at once with the
+// last error.
+func withPersistentRetry(ctx context.Context) context.Context {
+	return context.WithValue(ctx, persistentKey{}, true)
+}
+
+type triesKey struct{}
+
+// withTries makes the call made with ctx count its tries into *n.
+func withTries(ctx context.Context, n *int) context.Context {
+	return context.WithValue(ctx, triesKey{}, n)
+}
+
+// minPersistentDelay is the shortest wait between the tries of a persistent
+// call, whatever the policy says (a BaseDelay of 0 must not make a report
+// spin against an unavailable server).
+const minPersistentDelay = 50 * time.Millisecond
+
 // retryMode says when a call may be sent again.
 type retryMode int
 
@@ -196,16 +232,27 @@ func (c *Client) do(ctx context.Context, k call) (int, error) {
 	}
 	target := u.String()
 	cid := correlationID(ctx)
+	persistent := ctx.Value(persistentKey{}) != nil
+	tries, _ := ctx.Value(triesKey{}).(*int)
 
 	for attempt := 1; ; attempt++ {
+		if tries != nil {
+			*tries = attempt
+		}
 		status, retryAfter, err := c.once(ctx, k, target, body, cid)
 		if err == nil {
 			return status, nil
 		}
-		if !c.retryable(ctx, k.mode, status, err) || attempt >= c.retry.MaxAttempts {
+		if !c.retryable(ctx, k.mode, status, err) || (!persistent && attempt >= c.retry.MaxAttempts) {
 			return status, err
 		}
 		wait := max(c.retry.delay(attempt), min(retryAfter, c.retry.MaxDelay))
+		if persistent {
+			wait = max(c.retry.delay(attempt), retryAfter, minPersistentDelay)
+			if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
+				return status, err
+			}
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -229,6 +276,9 @@ func (c *Client) retryable(ctx context.Context, mode retryMode, status int, err 
 	}
 	if status == http.StatusTooManyRequests {
 		return true // refused before doing anything: resend after Retry-After
+	}
+	if status == http.StatusRequestTimeout {
+		return mode == retrySafe // the server (or a proxy) gave up waiting for the request
 	}
 	if mode == retryUnsent {
 		return status == http.StatusServiceUnavailable
@@ -266,6 +316,9 @@ func (c *Client) once(ctx context.Context, k call, target string, body []byte, c
 	req.Header.Set(HeaderCorrelationID, cid)
 	if c.apiKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	for _, h := range c.headers {
+		h(ctx, req.Header)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

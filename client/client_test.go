@@ -29,7 +29,8 @@ const taskJSON = `{"id":"8f0e3a4e-4f5e-4a51-9e0e-2b1b8c1d9a11","queue":"q","stat
 	`"tags":[],"attempts":0,"max_attempts":3,"worker_id":null,"lease_id":null,"last_error":null,"dead_reason":null,` +
 	`"result":null,"deadline":null,"run_at":"2026-01-01T00:00:00Z","idempotency_key":null,"created_at":"2026-01-01T00:00:00Z",` +
 	`"claimed_at":null,"finished_at":null,"updated_at":"2026-01-01T00:00:00Z","lease_expires_at":null,"cancel_requested_at":null,` +
-	`"unique_key":null,"retry":null,"snoozes":0,"group_key":null}`
+	`"unique_key":null,"retry":null,"snoozes":0,"group_key":null,"timeout_seconds":null,"timeout_at":null,"metadata":{},` +
+	`"trace":null,"progress":null,"schedule_name":null,"schedule_tick":null}`
 
 // flaky answers the first `failures` requests with status, then with ok.
 type flaky struct {
@@ -323,8 +324,13 @@ func TestDefaultWorkerID(t *testing.T) {
 
 func TestTaskMarshalsNullsLikeTheServer(t *testing.T) {
 	t.Parallel()
-	withPolicy := strings.Replace(taskJSON, `"unique_key":null,"retry":null,"snoozes":0,"group_key":null`,
-		`"unique_key":"u","retry":{"base_seconds":0.5,"max_seconds":600,"jitter":"full"},"snoozes":2,"group_key":"g"`, 1)
+	withPolicy := strings.Replace(taskJSON, `"unique_key":null,"retry":null,"snoozes":0,"group_key":null,"timeout_seconds":null,`+
+		`"timeout_at":null,"metadata":{},"trace":null,"progress":null,"schedule_name":null,"schedule_tick":null`,
+		`"unique_key":"u","retry":{"base_seconds":0.5,"max_seconds":600,"jitter":"full"},"snoozes":2,"group_key":"g",`+
+			`"timeout_seconds":30,"timeout_at":"2026-01-01T00:00:30Z","metadata":{"tenant":"acme"},`+
+			`"trace":{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","tracestate":null},`+
+			`"progress":{"percent":12.5,"message":"m","details":{"n":1},"updated_at":"2026-01-01T00:00:10Z"},`+
+			`"schedule_name":"nightly","schedule_tick":"2026-01-01T02:30:00Z"`, 1)
 	require.NotEqual(t, taskJSON, withPolicy)
 	for _, in := range []string{taskJSON, withPolicy} {
 		var task client.Task
@@ -545,13 +551,13 @@ func TestQueuesCarryEveryServedField(t *testing.T) {
 		`"last_15m":{"enqueued":0.6,"claimed":0.4,"completed":0.33,"dead_lettered":0.07}},` +
 		`"totals":{"submitted":9,"claimed":7,"completed":5,"failed":2,"dead_lettered":{"exhausted":1},"requeued":{"failed":1},"cleaned":0},` +
 		`"stats_as_of":"2026-01-01T00:00:00.5Z","paused":true,` +
-		`"settings":{"paused":true,"max_running":5,"rate_limit":{"per_second":2.5,"burst":10},"max_running_per_group":null}}`
+		`"settings":{"paused":true,"max_running":5,"rate_limit":{"per_second":2.5,"burst":10},"max_running_per_group":null,"default_timeout_seconds":600}}`
 	const idle = `{"queue":"idle","pending":0,"running":0,"done":1,"dead":0,"blocked":0,"active_workers":0,"oldest_pending_age_seconds":null,` +
 		`"rates":{"last_1m":{"enqueued":0,"claimed":0,"completed":0,"dead_lettered":0},` +
 		`"last_5m":{"enqueued":0,"claimed":0,"completed":0,"dead_lettered":0},` +
 		`"last_15m":{"enqueued":0,"claimed":0,"completed":0,"dead_lettered":0}},` +
 		`"totals":{"submitted":1,"claimed":1,"completed":1,"failed":0,"dead_lettered":{},"requeued":{},"cleaned":0},"stats_as_of":null,` +
-		`"paused":false,"settings":{"paused":false,"max_running":null,"rate_limit":null,"max_running_per_group":null}}`
+		`"paused":false,"settings":{"paused":false,"max_running":null,"rate_limit":null,"max_running_per_group":null,"default_timeout_seconds":null}}`
 	srv := httptest.NewServer(&flaky{ok: `{"queues":[` + queue + `,` + idle + `]}`})
 	defer srv.Close()
 

@@ -26,6 +26,9 @@ type QueueSettings struct {
 	RateLimit *RateLimit `json:"rate_limit"`
 	// MaxRunningPerGroup caps the RUNNING tasks of each group_key.
 	MaxRunningPerGroup *int `json:"max_running_per_group"`
+	// DefaultTimeoutSeconds limits each attempt of the queue's tasks that
+	// have no TimeoutSeconds of their own, from its claim.
+	DefaultTimeoutSeconds *int `json:"default_timeout_seconds"`
 }
 
 // RateLimit is a token bucket shared by every instance: claims take one
@@ -139,6 +142,10 @@ type LeasedTask struct {
 	WorkerID       string    `json:"worker_id"`
 	ClaimedAt      time.Time `json:"claimed_at"`
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+	// ProgressPercent is the task's last progress report's percent (nil:
+	// none since its claim), ProgressMessage its message.
+	ProgressPercent *float64 `json:"progress_percent"`
+	ProgressMessage string   `json:"progress_message"`
 }
 
 // Queue returns one queue's detail (IsQueueNotFound when it holds no task
@@ -161,6 +168,10 @@ type QueuePatch struct {
 	ClearRateLimit          bool
 	MaxRunningPerGroup      *int
 	ClearMaxRunningPerGroup bool
+	// DefaultTimeoutSeconds (1-86400) applies to the attempts claimed
+	// after the change.
+	DefaultTimeoutSeconds      *int
+	ClearDefaultTimeoutSeconds bool
 }
 
 // QueueSettingsResult is a queue's settings after a change.
@@ -193,6 +204,7 @@ func (c *Client) UpdateQueue(ctx context.Context, name string, p QueuePatch) (*Q
 		setting("max_running", p.MaxRunning, p.MaxRunning != nil, p.ClearMaxRunning),
 		setting("rate_limit", p.RateLimit, p.RateLimit != nil, p.ClearRateLimit),
 		setting("max_running_per_group", p.MaxRunningPerGroup, p.MaxRunningPerGroup != nil, p.ClearMaxRunningPerGroup),
+		setting("default_timeout_seconds", p.DefaultTimeoutSeconds, p.DefaultTimeoutSeconds != nil, p.ClearDefaultTimeoutSeconds),
 	); err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -19,14 +20,16 @@ import (
 // remain, unless wrapped with NonRetryable), and Snooze(d) as the error puts
 // it back for d without spending an attempt. ctx is
 // cancelled when the runner stops waiting for the handler; context.Cause(ctx)
-// says why: ErrShutdown, ErrTaskLost, ErrTaskCancelled or ErrTaskTimeout.
+// says why: ErrShutdown, ErrTaskLost, ErrTaskCancelled, ErrTaskTimeout or
+// ErrTaskTimeLimit. The handler may report its progress with t.Progress.
 type HandlerFunc func(ctx context.Context, t Task) (result any, err error)
 
 // Next is a handler result that completes the task with Result and
 // creates Enqueue in the same transaction, or neither: the step to the next
 // stage of a pipeline (see CompleteParams.Enqueue). An enqueue the server
-// refuses (invalid, or a key without the produce scope) fails the task as
-// non-retryable, like a result it refuses.
+// refuses as invalid (422) fails the task as non-retryable, like a result
+// it refuses; a key without the produce scope (403) stops the runner, as
+// every authentication and authorization problem does (see Run).
 type Next struct {
 	// Result is the task's result, as a handler would return it.
 	Result any
@@ -38,10 +41,13 @@ var (
 	// ErrShutdown is the cause of a handler context cancelled because the
 	// runner is shutting down and the drain timeout passed.
 	ErrShutdown = errors.New("taskmaster: runner shutting down")
-	// ErrTaskLost is the cause of a handler context cancelled because the
-	// server says this worker no longer holds the task (its lease ran out,
-	// it was taken back or given to another worker). Whatever the handler
-	// returns is dropped: the server would refuse its report.
+	// ErrTaskLost is the cause of a handler context cancelled because this
+	// worker no longer holds the task: the server says so (its lease ran
+	// out, it was taken back or given to another worker), or the runner
+	// could not renew its lease for three quarters of it, by its own clock,
+	// so that the handler stops before the server gives the task to
+	// another worker. Whatever the handler returns is dropped: the server
+	// would refuse its report.
 	ErrTaskLost = errors.New("taskmaster: task lost")
 	// ErrTaskCancelled is the cause of a handler context cancelled because
 	// an operator cancelled the running task. The runner fails the task
@@ -51,6 +57,13 @@ var (
 	// handler ran past RunnerConfig.TaskTimeout. The runner fails the task
 	// (retried while attempts remain) unless the handler still succeeds.
 	ErrTaskTimeout = errors.New("taskmaster: task timed out")
+	// ErrTaskTimeLimit is the cause of a handler context cancelled because
+	// the task's time limit on its attempt (Task.TimeoutAt: the task's
+	// TimeoutSeconds, else its queue's default) is up. The server ends the
+	// attempt itself (outcome timed_out, retried after backoff or DEAD
+	// exhausted), so whatever the handler returns is dropped, as for a lost
+	// task.
+	ErrTaskTimeLimit = errors.New("taskmaster: the task's time limit is up")
 )
 
 // NonRetryable marks err as not worth retrying: the runner fails the task
@@ -95,6 +108,11 @@ type RunnerConfig struct {
 	// in-flight tasks, which renews their leases, so a lease only has to
 	// outlast a few missed heartbeats, not the longest handler: a short one
 	// hands the tasks of a runner that stopped beating to others sooner.
+	// The runner heartbeats at least every third of the shortest lease it
+	// holds, whatever the heartbeat interval; a handler whose lease it
+	// could not renew for three quarters of it (counted on its own clock
+	// from the sending of the last heartbeat that renewed it) is stopped
+	// with ErrTaskLost.
 	LeaseSeconds int
 	// TaskTimeout, when positive, bounds each handler: past it, the
 	// handler's context is cancelled (cause ErrTaskTimeout) and the task is
@@ -105,7 +123,9 @@ type RunnerConfig struct {
 	// CancelGrace is how long the runner waits for a handler whose context
 	// it cancelled (shutdown, lost, cancelled or timed-out task) before it
 	// stops waiting: it then fails the task on the handler's behalf (or, for
-	// a lost task, drops it) and frees the handler's slot (default 5 s).
+	// a lost task, drops it; on shutdown, releases it). The handler keeps
+	// its slot until it returns, so that never more than Concurrency
+	// handlers run at once (default 5 s).
 	CancelGrace time.Duration
 	// ClaimWait is how long a claim that finds nothing waits on the server
 	// for a task (a long poll, see ClaimParams.Wait), so that a task
@@ -124,11 +144,24 @@ type RunnerConfig struct {
 	// MaxIdleInterval caps the wait between those claims (default 5 s).
 	MaxIdleInterval time.Duration
 	// HeartbeatInterval overrides the interval the server asks for at
-	// registration (0: as the server asks).
+	// registration (0: as the server asks). The runner beats more often
+	// when it holds a lease shorter than three intervals (see
+	// LeaseSeconds).
 	HeartbeatInterval time.Duration
-	// ReportTimeout bounds one complete or fail report, retries included
-	// (default 30 s). Reports go through even while shutting down.
+	// ReportTimeout bounds the delivery of one report (complete, fail,
+	// snooze, or the release of a drain), retries included (default 30 s).
+	// A report that fails with a transport error, a 5xx, a 408 or a 429 is
+	// retried (after Retry-After) until it is accepted, the server says the
+	// task is no longer this worker's, or ReportTimeout runs out; the task
+	// stays listed by the heartbeats meanwhile, which renews its lease.
+	// Past it the runner gives up on the report and the server takes the
+	// task back. Reports go through even while shutting down.
 	ReportTimeout time.Duration
+	// HandlerContext, when set, derives each handler's context from the
+	// runner's and the task: clientotel.TaskContext starts it with the
+	// task's trace (Task.Trace), so the handler's spans continue the trace
+	// the task was submitted under.
+	HandlerContext func(ctx context.Context, t Task) context.Context
 	// Logger receives the runner's logs (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -240,8 +273,24 @@ func DefaultWorkerID() string {
 // outcome dropped; a cancelled task's handler is cancelled (cause
 // ErrTaskCancelled) and the task failed; on drain the runner claims no
 // more tasks and finishes those it holds (Run still returns only when its
-// context ends). Against a server without leases (one that refuses task
-// lists in heartbeats) it falls back to plain heartbeats.
+// context ends). A handler whose lease the runner could not renew in time
+// is cancelled (ErrTaskLost) by the runner's own clock, before the server
+// can give the task to another worker. Against a server without leases
+// (one that refuses task lists in heartbeats) it falls back to plain
+// heartbeats.
+//
+// What it guarantees, and where it stops:
+//   - a report (complete, fail, snooze) is retried through transport
+//     errors, 5xx, 408 and 429 (after Retry-After) until it is accepted, the
+//     server says the task is no longer this worker's, or ReportTimeout
+//     runs out; meanwhile the task stays listed by the heartbeats;
+//   - only the server's answers about the result itself (422, 413) fail a
+//     task the handler completed (as non-retryable); 401 and 403 stop the
+//     runner (Run returns the problem) without failing or releasing tasks;
+//   - never more than Concurrency handlers run at once: a handler keeps its
+//     slot until it returns, even past TaskTimeout and CancelGrace;
+//   - on shutdown, tasks whose handlers did not finish are released (back
+//     to PENDING without spending an attempt), all in one request.
 type Runner struct {
 	client  *Client
 	cfg     RunnerConfig
@@ -257,13 +306,21 @@ type Runner struct {
 	mu       sync.Mutex
 	started  bool
 	inflight map[LeaseRef]*job // by task and lease: what heartbeats list
+	releases []*job            // tasks the drain hands back (still in flight)
+	stopRun  context.CancelCauseFunc
+	fatalErr error // why the runner stopped on its own (401, 403)
 
 	wg      sync.WaitGroup // task goroutines
 	abandon chan struct{}  // closed when shutdown stops waiting for handlers
 
 	plainBeats atomic.Bool   // the server takes no task lists: beat without
+	leaseBeat  atomic.Int64  // a third of the shortest lease held so far (ns; 0: none)
+	retune     chan struct{} // tells the heartbeat loop leaseBeat shrank
 	drainOnce  sync.Once     // closes draining
 	draining   chan struct{} // closed once the server asked the runner to drain
+	hurryOnce  sync.Once     // closes hurry
+	hurry      chan struct{} // closed by StopAndCancel: no waiting for DrainTimeout
+	fatalOnce  sync.Once
 }
 
 // job is one task in flight.
@@ -274,6 +331,9 @@ type job struct {
 	once  sync.Once
 	stop  chan struct{} // closed when the runner gives up on the handler
 	cause error         // why stop was closed; set before
+
+	returned chan struct{} // closed when the handler returned
+	lease    *leaseWatch   // nil when the lease's length is unknown
 }
 
 // halt cancels the handler with cause and tells work to stop waiting for
@@ -302,6 +362,61 @@ func (j *job) halted() error {
 	}
 }
 
+// handlerReturned reports whether the handler returned.
+func (j *job) handlerReturned() bool {
+	select {
+	case <-j.returned:
+		return true
+	default:
+		return false
+	}
+}
+
+// leaseWatch stops a running handler whose lease the runner could not
+// renew in time. The lease is renewed by every heartbeat that lists the
+// task and is answered; it is counted on the runner's own clock from when
+// that heartbeat was sent (no server time is compared with a local one),
+// or, before the first, from when the claim's answer arrived (from when
+// the claim was first sent, when it took more than one try). Once three
+// quarters of the lease passed without a renewal, the handler is halted
+// with ErrTaskLost: the last quarter is the margin in which it stops
+// before the server may give the task to another worker.
+type leaseWatch struct {
+	length time.Duration
+	mu     sync.Mutex
+	timer  *time.Timer
+	done   bool
+}
+
+// An unrenewed lease counts as lost after leaseWatchNum/leaseWatchDen of
+// it.
+const (
+	leaseWatchNum = 3
+	leaseWatchDen = 4
+)
+
+func (w *leaseWatch) limit() time.Duration { return w.length * leaseWatchNum / leaseWatchDen }
+
+// renew counts the lease from from.
+func (w *leaseWatch) renew(from time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.timer.Reset(time.Until(from.Add(w.limit())))
+	}
+}
+
+// end stops watching: the handler returned, or the runner gave up on it.
+func (w *leaseWatch) end() {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.done = true
+	w.timer.Stop()
+}
+
 // NewRunner returns a runner that handles tasks with handler.
 func NewRunner(c *Client, cfg RunnerConfig, handler HandlerFunc) (*Runner, error) {
 	if c == nil || handler == nil {
@@ -319,6 +434,8 @@ func NewRunner(c *Client, cfg RunnerConfig, handler HandlerFunc) (*Runner, error
 		inflight: map[LeaseRef]*job{},
 		abandon:  make(chan struct{}),
 		draining: make(chan struct{}),
+		hurry:    make(chan struct{}),
+		retune:   make(chan struct{}, 1),
 	}, nil
 }
 
@@ -347,12 +464,36 @@ func (r *Runner) InFlight() []Task {
 	return out
 }
 
+// StopAndCancel stops the runner now, as a second Ctrl-C would: it stops
+// claiming as if Run's context ended and, without waiting DrainTimeout,
+// cancels every handler's context (cause ErrShutdown); handlers get
+// CancelGrace to return, and the tasks whose handlers did not finish are
+// released. Run then returns. It may be called at any time, more than
+// once, before Run too (Run then stops as soon as it registered).
+func (r *Runner) StopAndCancel() {
+	r.hurryOnce.Do(func() { close(r.hurry) })
+	r.mu.Lock()
+	stop := r.stopRun
+	r.mu.Unlock()
+	if stop != nil {
+		stop(ErrShutdown)
+	}
+}
+
 // Run works until ctx is cancelled, then drains: it stops claiming, waits
 // up to DrainTimeout for in-flight handlers, cancels the contexts of those
 // still running (cause ErrShutdown), waits up to CancelGrace more, and
-// fails the tasks whose handlers have not returned as retryable so they
-// are requeued. It keeps heartbeating until the drain is over. It returns
-// nil after a drain, or an error when the worker cannot register (a 4xx).
+// releases the tasks whose handlers did not finish (back to PENDING,
+// claimable at once, without spending their attempts), in one request. It
+// keeps heartbeating until the drain is over. Reports still being
+// delivered are waited for (each at most ReportTimeout).
+//
+// It returns nil after a drain; an error when the worker cannot register
+// (a 4xx); and, after stopping on its own, the *Problem of a 401 or 403
+// answer to any of its calls: a key revoked, expired or without the scope
+// or queue it needs. Such a stop fails and releases nothing (the server
+// refuses the key): the tasks the runner held go back to the queue when
+// their leases run out.
 //
 // A claim waiting on the server when ctx is cancelled is not cut off: it
 // runs out (at most ClaimWait, which is why that is cut to DrainTimeout)
@@ -382,14 +523,21 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	r.slots = make(chan struct{}, capacity)
 	r.log.Info("worker registered", "queues", r.cfg.Queues, "concurrency", capacity, "heartbeat_interval", r.heartbeatInterval())
-	if lease := time.Duration(r.cfg.LeaseSeconds) * time.Second; lease > 0 && lease < 3*r.heartbeatInterval() {
-		r.log.Warn("LeaseSeconds is under three heartbeat intervals: a late heartbeat may let a lease run out", "lease", lease)
-	}
 
 	// Handlers and reports outlive ctx (the drain); they keep its values.
 	detached := context.WithoutCancel(ctx)
 	handlerCtx, cancelHandlers := context.WithCancelCause(detached)
 	defer cancelHandlers(ErrShutdown)
+	runCtx, stopRun := context.WithCancelCause(ctx)
+	defer stopRun(nil)
+	r.mu.Lock()
+	r.stopRun = stopRun
+	r.mu.Unlock()
+	select {
+	case <-r.hurry: // StopAndCancel came first
+		stopRun(ErrShutdown)
+	default:
+	}
 	beatCtx, stopBeats := context.WithCancel(detached)
 	var beats sync.WaitGroup
 	beats.Add(1)
@@ -398,13 +546,53 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.heartbeatLoop(beatCtx)
 	}()
 
-	r.claimLoop(ctx, handlerCtx)
+	r.claimLoop(runCtx, handlerCtx)
 	r.drain(cancelHandlers)
 
 	stopBeats()
 	beats.Wait()
+	if err := r.fatal(); err != nil {
+		r.log.Error("worker stopped: the server refused its credentials", "error", err)
+		return fmt.Errorf("taskmaster runner: stopped: %w", err)
+	}
 	r.log.Info("worker stopped")
 	return nil
+}
+
+// fatal returns why the runner stopped on its own, or nil.
+func (r *Runner) fatal() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fatalErr
+}
+
+// stopFor stops the runner on its own because the server refused its
+// credentials (err is a 401 or 403): nothing it could send would be
+// accepted, so it stops claiming and cancels its handlers now, and
+// neither fails nor releases their tasks.
+func (r *Runner) stopFor(err error) {
+	r.fatalOnce.Do(func() {
+		r.mu.Lock()
+		r.fatalErr = err
+		r.mu.Unlock()
+		r.log.Error("the server refused this worker's credentials: stopping the worker, without failing or releasing its tasks "+
+			"(the server takes them back when their leases run out)", "error", err)
+		r.StopAndCancel()
+	})
+}
+
+// isAuthProblem reports whether err is a 401 or a 403: the server refuses
+// the key, whatever the request.
+func isAuthProblem(err error) bool {
+	p, ok := AsProblem(err)
+	return ok && (p.Status == http.StatusUnauthorized || p.Status == http.StatusForbidden)
+}
+
+// isResultProblem reports whether err is the server refusing what a report
+// carries (422 invalid, 413 too large): sending it again cannot help.
+func isResultProblem(err error) bool {
+	p, ok := AsProblem(err)
+	return ok && (p.Status == http.StatusUnprocessableEntity || p.Status == http.StatusRequestEntityTooLarge)
 }
 
 // register registers (or re-registers) the worker. The first registration
@@ -420,7 +608,7 @@ func (r *Runner) register(ctx context.Context, first bool) error {
 			r.listCap = reg.MaxHeartbeatTasks
 			return nil
 		}
-		if p, ok := AsProblem(err); ok && p.Status < 500 {
+		if p, ok := AsProblem(err); ok && p.Status < 500 && p.Status != http.StatusTooManyRequests {
 			return fmt.Errorf("taskmaster runner: register %s: %w", r.cfg.WorkerID, err)
 		}
 		if !first {
@@ -446,6 +634,40 @@ func (r *Runner) heartbeatInterval() time.Duration {
 	return r.interval
 }
 
+// beatInterval is the heartbeat interval in force: heartbeatInterval,
+// shortened to a third of the shortest lease the runner held so far, so
+// that a lease is renewed twice before the lease watch would give it up.
+func (r *Runner) beatInterval() time.Duration {
+	d := r.heartbeatInterval()
+	if third := time.Duration(r.leaseBeat.Load()); third > 0 && third < d {
+		return max(third, minBeatInterval)
+	}
+	return d
+}
+
+// minBeatInterval is the shortest heartbeat interval a short lease makes
+// the runner use.
+const minBeatInterval = 100 * time.Millisecond
+
+// heldLease notes that the runner holds a lease of length d: the heartbeats
+// must come often enough to renew it (see beatInterval).
+func (r *Runner) heldLease(d time.Duration) {
+	third := int64(d / 3)
+	for {
+		cur := r.leaseBeat.Load()
+		if cur != 0 && cur <= third {
+			return
+		}
+		if r.leaseBeat.CompareAndSwap(cur, third) {
+			break
+		}
+	}
+	select {
+	case r.retune <- struct{}{}:
+	default:
+	}
+}
+
 // heartbeatListCap is the most tasks a heartbeat may list: the server's
 // cap, or MaxHeartbeatTasks when it did not say.
 func (r *Runner) heartbeatListCap() int {
@@ -462,52 +684,68 @@ func (r *Runner) heartbeatListCap() int {
 // again: its tasks were taken back, and their late reports will be refused
 // as lease-lost.
 func (r *Runner) heartbeatLoop(ctx context.Context) {
-	interval := r.heartbeatInterval()
+	interval := r.beatInterval()
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-r.retune:
+			if next := r.beatInterval(); next != interval {
+				r.log.Info("heartbeating every third of the shortest lease held, to renew it in time", "interval", next)
+				interval = next
+				t.Reset(interval)
+			}
+			continue
 		case <-t.C:
 		}
+		sent, listed := time.Now(), r.held()
 		bctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
-		res, err := r.beat(bctx)
+		res, err := r.beat(bctx, listed)
 		cancel()
 		switch {
 		case err == nil:
-			r.act(res)
+			r.act(res, listed, sent)
 		case IsWorkerDead(err) || IsWorkerNotFound(err):
 			r.reregister(ctx, err)
 		case ctx.Err() != nil:
 			return
+		case isAuthProblem(err):
+			r.stopFor(err)
 		default:
 			r.log.Warn("heartbeat failed", "error", err)
 		}
-		if next := r.heartbeatInterval(); next != interval {
+		if next := r.beatInterval(); next != interval {
 			interval = next
 			t.Reset(interval)
 		}
 	}
 }
 
-// beat sends one heartbeat listing the tasks in flight, or a plain one to a
-// server that takes no task lists (it answers the list as an unknown field).
-func (r *Runner) beat(ctx context.Context) (*HeartbeatResult, error) {
+// beat sends one heartbeat listing the tasks listed, or a plain one to a
+// server that takes no task lists (it answers the list as an unknown
+// field).
+func (r *Runner) beat(ctx context.Context, listed []LeaseRef) (*HeartbeatResult, error) {
 	if r.plainBeats.Load() {
 		return r.client.Heartbeat(ctx, r.cfg.WorkerID)
 	}
-	res, err := r.client.HeartbeatTasks(ctx, r.cfg.WorkerID, r.held())
+	res, err := r.client.HeartbeatTasks(ctx, r.cfg.WorkerID, listed)
 	if isType(err, ProblemMalformedRequest) {
 		r.plainBeats.Store(true)
 		r.log.Warn("the server takes no task lists in heartbeats (it has no leases); sending plain heartbeats", "error", err)
+		r.mu.Lock()
+		for _, j := range r.inflight {
+			j.lease.end() // nothing renews a lease now
+		}
+		r.mu.Unlock()
 		return r.client.Heartbeat(ctx, r.cfg.WorkerID)
 	}
 	return res, err
 }
 
-// held lists the tasks in flight that the runner still holds (not those the
-// server said it lost), under their leases.
+// held lists the tasks in flight that the runner still holds (not those it
+// lost), under their leases.
 func (r *Runner) held() []LeaseRef {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -520,12 +758,22 @@ func (r *Runner) held() []LeaseRef {
 	return out
 }
 
-// act carries out a heartbeat's answer: it halts the lost and cancelled
-// tasks' handlers and stops claiming on drain.
-func (r *Runner) act(res *HeartbeatResult) {
+// act carries out the answer to a heartbeat sent at sent listing listed:
+// the leases of the listed tasks still held were renewed; it halts the
+// lost and cancelled tasks' handlers and stops claiming on drain.
+func (r *Runner) act(res *HeartbeatResult, listed []LeaseRef, sent time.Time) {
+	lost := make(map[LeaseRef]bool, len(res.Lost))
 	for _, ref := range res.Lost {
+		lost[ref] = true
 		if j := r.job(ref); j != nil && j.halt(ErrTaskLost) {
 			r.log.Warn("task lost: the server no longer gives this worker the task; cancelling its handler and dropping its outcome", "task_id", ref.ID)
+		}
+	}
+	if !r.plainBeats.Load() {
+		for _, ref := range listed {
+			if j := r.job(ref); j != nil && !lost[ref] && j.lease != nil {
+				j.lease.renew(sent)
+			}
 		}
 	}
 	for _, ref := range res.Cancel {
@@ -549,7 +797,12 @@ func (r *Runner) job(ref LeaseRef) *job {
 
 func (r *Runner) reregister(ctx context.Context, cause error) {
 	r.log.Warn("the server no longer knows this worker as alive; registering again", "error", cause)
-	if err := r.register(ctx, false); err != nil && ctx.Err() == nil {
+	err := r.register(ctx, false)
+	switch {
+	case err == nil || ctx.Err() != nil:
+	case isAuthProblem(err):
+		r.stopFor(err)
+	default:
 		r.log.Error("register again failed", "error", err)
 	}
 }
@@ -594,16 +847,28 @@ func (r *Runner) claimLoop(ctx, handlerCtx context.Context) {
 		// claimed tasks are handled (within the drain) even when ctx ended
 		// meanwhile. The timeout only guards against a server that never
 		// answers.
-		begin := time.Now()
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait+r.cfg.ReportTimeout)
+		begin, tries := time.Now(), 0
+		cctx, cancel := context.WithTimeout(withTries(context.WithoutCancel(ctx), &tries), wait+r.cfg.ReportTimeout)
 		tasks, err := r.client.Claim(cctx, ClaimParams{WorkerID: r.cfg.WorkerID, Limit: n, Wait: wait, LeaseSeconds: r.cfg.LeaseSeconds})
 		cancel()
+		// The leases started when the server committed the claim, just
+		// before it answered (a long poll waits before it claims). An
+		// answer to a repeat, though, carries the tasks of an earlier try
+		// whose answer was lost: their leases may have started as early as
+		// the first try was sent.
+		leasesFrom := time.Now()
+		if tries > 1 {
+			leasesFrom = begin
+		}
 		for range n - len(tasks) {
 			<-r.slots
 		}
 		switch {
 		case err != nil && (IsWorkerDead(err) || IsWorkerNotFound(err)):
 			r.reregister(ctx, err)
+			continue
+		case err != nil && isAuthProblem(err):
+			r.stopFor(err)
 			continue
 		case err != nil:
 			r.log.Warn("claim failed", "error", err)
@@ -623,7 +888,7 @@ func (r *Runner) claimLoop(ctx, handlerCtx context.Context) {
 		}
 		idle = 0
 		for _, t := range tasks {
-			r.start(handlerCtx, t)
+			r.start(handlerCtx, t, leasesFrom)
 		}
 	}
 }
@@ -646,16 +911,34 @@ func (r *Runner) nextIdle(idle time.Duration) time.Duration {
 	return min(idle*2, r.cfg.MaxIdleInterval)
 }
 
-// start runs t on a goroutine holding one slot. The task is in flight (and
-// listed by heartbeats) until its outcome is reported or dropped.
-func (r *Runner) start(handlerCtx context.Context, t Task) {
+// start runs t, whose lease is counted from leasesFrom, on a goroutine
+// holding one slot. The task is in flight (and listed by heartbeats) until
+// its outcome is reported or dropped; the slot is held until the handler
+// returned as well (or the runner abandons it at shutdown), so that never
+// more than Concurrency handlers run.
+func (r *Runner) start(handlerCtx context.Context, t Task, leasesFrom time.Time) {
+	received := time.Now()
+	if r.cfg.HandlerContext != nil {
+		handlerCtx = r.cfg.HandlerContext(handlerCtx, t)
+	}
 	taskCtx, cancel := context.WithCancelCause(handlerCtx)
-	j := &job{task: t, cancel: cancel, stop: make(chan struct{})}
+	t.progress = &progressReporter{client: r.client, workerID: r.cfg.WorkerID, reportTimeout: r.cfg.ReportTimeout}
+	j := &job{task: t, cancel: cancel, stop: make(chan struct{}), returned: make(chan struct{})}
+	if length := leaseLength(t); length > 0 && !r.plainBeats.Load() {
+		r.heldLease(length)
+		j.lease = &leaseWatch{length: length}
+		j.lease.timer = time.AfterFunc(j.lease.limit()-time.Since(leasesFrom), func() {
+			if !j.handlerReturned() && j.halt(ErrTaskLost) {
+				r.log.Warn("lease not renewed in time: the server may give the task to another worker; cancelling its handler and dropping its outcome",
+					"task_id", t.ID, "lease", length)
+			}
+		})
+	}
 	ref := t.Ref()
 	r.mu.Lock()
 	r.inflight[ref] = j
 	r.mu.Unlock()
-	var timeout *time.Timer
+	var timeout, limit *time.Timer
 	if r.cfg.TaskTimeout > 0 {
 		timeout = time.AfterFunc(r.cfg.TaskTimeout, func() {
 			if j.halt(ErrTaskTimeout) {
@@ -663,21 +946,51 @@ func (r *Runner) start(handlerCtx context.Context, t Task) {
 			}
 		})
 	}
+	if d, ok := t.timeLimit(); ok {
+		// The server's clock ended the attempt at TimeoutAt; the claim's
+		// answer came after ClaimedAt, so counting the limit from its
+		// arrival stops the handler no earlier than the server does.
+		limit = time.AfterFunc(max(time.Until(received.Add(d)), 0), func() {
+			if j.halt(ErrTaskTimeLimit) {
+				r.log.Warn("the task's time limit is up; cancelling its handler and dropping its outcome", "task_id", t.ID, "limit", d)
+			}
+		})
+	}
 	r.wg.Add(1)
 	go func() {
+		keep := false
 		defer func() {
 			if timeout != nil {
 				timeout.Stop()
 			}
+			j.lease.end()
+			if limit != nil {
+				limit.Stop()
+			}
 			cancel(nil)
-			r.mu.Lock()
-			delete(r.inflight, ref)
-			r.mu.Unlock()
+			if !keep {
+				r.mu.Lock()
+				delete(r.inflight, ref)
+				r.mu.Unlock()
+			}
+			select {
+			case <-j.returned:
+			case <-r.abandon:
+			}
 			<-r.slots
 			r.wg.Done()
 		}()
-		r.work(taskCtx, j)
+		keep = r.work(taskCtx, j)
 	}()
+}
+
+// leaseLength is the length of the lease t was claimed under (renewals
+// keep it), from the claim's answer; 0 when it does not say.
+func leaseLength(t Task) time.Duration {
+	if t.LeaseExpiresAt == nil || t.ClaimedAt == nil {
+		return 0
+	}
+	return max(t.LeaseExpiresAt.Sub(*t.ClaimedAt), 0)
 }
 
 // outcome is what a handler returned.
@@ -690,12 +1003,14 @@ type outcome struct {
 // job (lost, cancelled, timed out) it gives the handler CancelGrace to
 // return; when shutdown abandons the handler, or it does not return in that
 // grace, the runner stops waiting: the task is failed as retryable on the
-// handler's behalf (a lost one is dropped) and the handler's eventual
-// outcome is dropped.
-func (r *Runner) work(ctx context.Context, j *job) {
+// handler's behalf (a lost one is dropped; at shutdown it is released) and
+// the handler's eventual outcome is dropped. It reports whether the task
+// stays in flight for the drain to release it.
+func (r *Runner) work(ctx context.Context, j *job) (keep bool) {
 	t := j.task
 	done := make(chan outcome, 1)
 	go func() {
+		defer close(j.returned)
 		defer func() {
 			if v := recover(); v != nil {
 				done <- outcome{err: fmt.Errorf("handler panic: %v", v)}
@@ -725,112 +1040,139 @@ func (r *Runner) work(ctx context.Context, j *job) {
 			returned = false
 		}
 	}
+	// From here on the runner is done with the handler: a lease it cannot
+	// renew no longer stops anything, and the report's delivery decides.
+	j.lease.end()
 	cause := j.halted()
 	switch {
-	case errors.Is(cause, ErrTaskLost):
-		r.log.Warn("dropping the outcome of a lost task", "task_id", t.ID, "handler_returned", returned)
-		return
+	case errors.Is(cause, ErrTaskLost), errors.Is(cause, ErrTaskTimeLimit):
+		r.log.Warn("dropping the outcome of a lost task", "task_id", t.ID, "handler_returned", returned, "cause", cause)
+		return false
 	case cause != nil && !returned:
 		r.log.Warn("handler did not return after its context was cancelled; failing its task", "task_id", t.ID, "cause", cause)
 		r.fail(t, cause.Error()+": the handler did not return", false)
-		return
+		return false
 	case cause != nil && o.err != nil:
 		r.fail(t, cause.Error()+": "+o.err.Error(), false)
-		return
+		return false
 	case !returned:
-		r.log.Warn("handler did not return after its context was cancelled; requeueing its task", "task_id", t.ID)
-		r.fail(t, "worker shut down before the handler finished", false)
-		return
+		r.log.Warn("handler did not return after its context was cancelled; releasing its task", "task_id", t.ID)
+		return r.releaseLater(j)
 	}
-	r.report(ctx, j, o)
+	return r.report(ctx, j, o)
 }
 
-func (r *Runner) report(ctx context.Context, j *job, o outcome) {
+// report reports a handler's outcome; it returns true for a task left for
+// the drain to release.
+func (r *Runner) report(ctx context.Context, j *job, o outcome) bool {
 	t := j.task
-	if errors.Is(j.halted(), ErrTaskLost) {
-		r.log.Warn("dropping the outcome of a lost task", "task_id", t.ID, "handler_returned", true)
-		return
+	if cause := j.halted(); errors.Is(cause, ErrTaskLost) || errors.Is(cause, ErrTaskTimeLimit) {
+		r.log.Warn("dropping the outcome of a lost task", "task_id", t.ID, "handler_returned", true, "cause", cause)
+		return false
 	}
 	if o.err == nil {
-		var enqueue []SubmitParams
-		switch n := o.result.(type) {
-		case Next:
-			o.result, enqueue = n.Result, n.Enqueue
-		case *Next:
-			if n != nil {
-				o.result, enqueue = n.Result, n.Enqueue
-			}
-		}
-		result, err := marshalValue(o.result)
-		if err != nil {
-			r.fail(t, "handler result cannot be encoded as JSON: "+err.Error(), true)
-			return
-		}
-		if _, err := (CompleteItem{Enqueue: enqueue}).request(); err != nil {
-			r.fail(t, "the handler's enqueue cannot be sent: "+err.Error(), true)
-			return
-		}
-		rctx, cancel := r.reportContext()
-		defer cancel()
-		_, err = r.client.Complete(rctx, t.ID, CompleteParams{WorkerID: r.cfg.WorkerID, LeaseID: t.LeaseID, Result: result, Enqueue: enqueue})
-		if p, ok := AsProblem(err); ok && p.Status < 500 && !heldElsewhere(err) {
-			// The server refused the result itself (too large, say) or the
-			// enqueue; it would refuse it again, so the task cannot succeed
-			// this way.
-			r.fail(t, "the server rejected the handler's result: "+err.Error(), true)
-			return
-		}
-		r.reported(t, "complete", err)
-		return
-	}
-	if cause := context.Cause(ctx); cause != nil && errors.Is(cause, ErrShutdown) {
-		// Cancelled by shutdown: whatever the handler says, the task did not
-		// fail on its merits.
-		r.fail(t, "worker shut down: "+o.err.Error(), false)
-		return
+		r.complete(t, o.result)
+		return false
 	}
 	if d, ok := SnoozeDelay(o.err); ok {
 		r.snooze(t, d)
-		return
+		return false
+	}
+	if errors.Is(context.Cause(ctx), ErrShutdown) {
+		// Cancelled by shutdown: whatever the handler says, the task did not
+		// fail on its merits. It goes back without spending its attempt.
+		r.log.Info("handler stopped by shutdown; releasing its task", "task_id", t.ID, "error", o.err)
+		return r.releaseLater(j)
 	}
 	r.fail(t, o.err.Error(), IsNonRetryable(o.err))
+	return false
+}
+
+// complete reports a handler's result. A result the server refuses (422,
+// 413) fails the task as non-retryable: it would be refused again.
+func (r *Runner) complete(t Task, value any) {
+	var enqueue []SubmitParams
+	switch n := value.(type) {
+	case Next:
+		value, enqueue = n.Result, n.Enqueue
+	case *Next:
+		if n != nil {
+			value, enqueue = n.Result, n.Enqueue
+		}
+	}
+	result, err := marshalValue(value)
+	if err != nil {
+		r.fail(t, "handler result cannot be encoded as JSON: "+err.Error(), true)
+		return
+	}
+	if _, err := (CompleteItem{Enqueue: enqueue}).request(); err != nil {
+		r.fail(t, "the handler's enqueue cannot be sent: "+err.Error(), true)
+		return
+	}
+	err = r.deliver(t, "complete", func(ctx context.Context) error {
+		_, err := r.client.Complete(ctx, t.ID, CompleteParams{WorkerID: r.cfg.WorkerID, LeaseID: t.LeaseID, Result: result, Enqueue: enqueue})
+		return err
+	})
+	if err != nil {
+		r.fail(t, "the server rejected the handler's result: "+err.Error(), true)
+	}
 }
 
 // snooze puts t back for d, without spending its attempt. A snooze the
 // server refuses as invalid (a delay out of range) fails the task,
 // retryable, so that it is not lost.
 func (r *Runner) snooze(t Task, d time.Duration) {
-	rctx, cancel := r.reportContext()
-	defer cancel()
-	_, err := r.client.Snooze(rctx, t.ID, SnoozeParams{WorkerID: r.cfg.WorkerID, LeaseID: t.LeaseID, Delay: d})
-	if IsValidation(err) {
+	err := r.deliver(t, "snooze", func(ctx context.Context) error {
+		_, err := r.client.Snooze(ctx, t.ID, SnoozeParams{WorkerID: r.cfg.WorkerID, LeaseID: t.LeaseID, Delay: d})
+		return err
+	})
+	if err != nil {
 		r.fail(t, "the server refused the handler's snooze: "+err.Error(), false)
-		return
 	}
-	r.reported(t, "snooze", err)
 }
 
 func (r *Runner) fail(t Task, msg string, nonRetryable bool) {
-	rctx, cancel := r.reportContext()
-	defer cancel()
-	_, err := r.client.Fail(rctx, t.ID, FailParams{WorkerID: r.cfg.WorkerID, LeaseID: t.LeaseID, Error: msg, NonRetryable: nonRetryable})
-	r.reported(t, "fail", err)
+	err := r.deliver(t, "fail", func(ctx context.Context) error {
+		_, err := r.client.Fail(ctx, t.ID, FailParams{WorkerID: r.cfg.WorkerID, LeaseID: t.LeaseID, Error: msg, NonRetryable: nonRetryable})
+		return err
+	})
+	if err != nil {
+		r.log.Error("the server refused a failure report", "task_id", t.ID, "error", err)
+	}
 }
 
 func (r *Runner) reportContext() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), r.cfg.ReportTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ReportTimeout)
+	return withPersistentRetry(ctx), cancel
 }
 
-// reported logs a report's failure. A task no longer held (lease lost,
-// already finished, deleted) is dropped: the report is never retried.
-func (r *Runner) reported(t Task, what string, err error) {
+// deliver sends a report of t with send until the server accepts it, says
+// the task is no longer this worker's, or ReportTimeout runs out:
+// transport errors, 5xx, 408 and 429 are retried (429 after its
+// Retry-After). The task stays in flight meanwhile, so the heartbeats keep
+// listing it and renewing its lease. It returns the server's refusal of
+// what the report carries (422, 413), for the caller to act on; every other
+// end is dealt with here: a task held elsewhere is dropped, a 401 or 403
+// stops the runner, and a report given up is logged (the server takes the
+// task back).
+func (r *Runner) deliver(t Task, what string, send func(context.Context) error) error {
+	ctx, cancel := r.reportContext()
+	defer cancel()
+	err := send(ctx)
 	switch {
 	case err == nil:
+		return nil
 	case heldElsewhere(err):
 		r.log.Warn("task no longer held by this worker; dropping it", "task_id", t.ID, "report", what, "error", err)
+	case isAuthProblem(err):
+		r.stopFor(err)
+	case isResultProblem(err):
+		return err
 	default:
-		r.log.Error("report failed", "task_id", t.ID, "report", what, "error", err)
+		r.log.Error("report failed, giving up on it; the server will take the task back", "task_id", t.ID, "report", what,
+			"report_timeout", r.cfg.ReportTimeout, "error", err)
 	}
+	return nil
 }
 
 // heldElsewhere reports whether a report's error says the worker no longer
@@ -840,9 +1182,83 @@ func heldElsewhere(err error) bool {
 	return IsLeaseLost(err) || IsInvalidTransition(err) || isType(err, ProblemTaskNotFound)
 }
 
-// drain waits for in-flight tasks: up to DrainTimeout, then cancels their
-// contexts, up to CancelGrace more, then abandons the rest (their tasks
-// are failed as retryable).
+// releaseLater leaves j in flight, listed by the heartbeats, for the drain
+// to release with the others in one request. It returns true.
+func (r *Runner) releaseLater(j *job) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.releases = append(r.releases, j)
+	return true
+}
+
+// releaseHeld hands the tasks the drain left back (see ReleaseBatch), in
+// as few requests as the batch limit allows, then forgets them.
+func (r *Runner) releaseHeld() {
+	r.mu.Lock()
+	jobs := r.releases
+	r.releases = nil
+	r.mu.Unlock()
+	if len(jobs) == 0 {
+		return
+	}
+	defer func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, j := range jobs {
+			delete(r.inflight, j.task.Ref())
+		}
+	}()
+	if r.fatal() != nil {
+		r.log.Warn("not releasing the tasks the drain left: the server refuses this worker's credentials", "tasks", len(jobs))
+		return
+	}
+	for len(jobs) > 0 {
+		n := min(len(jobs), MaxBatch)
+		r.release(jobs[:n])
+		jobs = jobs[n:]
+	}
+}
+
+// release hands jobs back in one request, delivered like a report.
+func (r *Runner) release(jobs []*job) {
+	refs := make([]LeaseRef, len(jobs))
+	for i, j := range jobs {
+		refs[i] = j.task.Ref()
+	}
+	ctx, cancel := r.reportContext()
+	defer cancel()
+	out, err := r.client.ReleaseBatch(ctx, r.cfg.WorkerID, refs)
+	switch {
+	case err == nil:
+		for i, o := range out {
+			switch {
+			case o.Outcome != OutcomeError:
+				r.log.Info("task released", "task_id", refs[i].ID, "outcome", o.Outcome)
+			case heldElsewhere(o.Err()):
+				r.log.Warn("task no longer held by this worker; dropping it", "task_id", refs[i].ID, "report", "release", "error", o.Err())
+			default:
+				r.log.Error("the server refused a release", "task_id", refs[i].ID, "error", o.Err())
+			}
+		}
+	case isType(err, ProblemNotFound, ProblemMethodNotAllowed):
+		// A server that offers no release: a retryable failure hands the
+		// tasks back, at the price of an attempt each.
+		r.log.Warn("the server offers no release; failing the tasks as retryable instead (each spends an attempt)", "tasks", len(jobs))
+		for _, j := range jobs {
+			r.fail(j.task, "worker shut down before the handler finished", false)
+		}
+	case isAuthProblem(err):
+		r.stopFor(err)
+	default:
+		r.log.Error("release failed, giving up on it; the server will take the tasks back", "tasks", len(jobs),
+			"report_timeout", r.cfg.ReportTimeout, "error", err)
+	}
+}
+
+// drain waits for in-flight tasks: up to DrainTimeout (unless
+// StopAndCancel hurries it), then cancels their contexts, up to CancelGrace
+// more, then abandons the rest; last, it releases the tasks whose handlers
+// did not finish.
 func (r *Runner) drain(cancelHandlers context.CancelCauseFunc) {
 	done := make(chan struct{})
 	go func() {
@@ -852,16 +1268,21 @@ func (r *Runner) drain(cancelHandlers context.CancelCauseFunc) {
 	if n := len(r.InFlight()); n > 0 {
 		r.log.Info("draining", "in_flight", n, "timeout", r.cfg.DrainTimeout)
 	}
-	if waitOr(done, r.cfg.DrainTimeout) {
-		return
+	timer := time.NewTimer(r.cfg.DrainTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		r.log.Warn("drain timeout; cancelling handlers", "in_flight", len(r.InFlight()))
+	case <-r.hurry:
+		r.log.Warn("stopping now; cancelling handlers", "in_flight", len(r.InFlight()))
 	}
-	r.log.Warn("drain timeout; cancelling handlers", "in_flight", len(r.InFlight()))
 	cancelHandlers(ErrShutdown)
-	if waitOr(done, r.cfg.CancelGrace) {
-		return
+	if !waitOr(done, r.cfg.CancelGrace) {
+		close(r.abandon)
+		<-done
 	}
-	close(r.abandon)
-	<-done
+	r.releaseHeld()
 }
 
 // waitOr waits for done up to d and reports whether it closed.

@@ -39,7 +39,8 @@ const (
 
 // ScheduleTask is the submission each tick of a schedule makes: a
 // SubmitParams without RunAt, Deadline or IdempotencyKey (each tick's task
-// gets the key schedule:<name>:<tick>).
+// is marked with the schedule and the tick instead: Task.ScheduleName,
+// Task.ScheduleTick).
 type ScheduleTask struct {
 	Queue       string
 	Payload     any
@@ -48,17 +49,24 @@ type ScheduleTask struct {
 	Tags        []string
 	UniqueKey   string
 	Retry       *Backoff
+	// TimeoutSeconds limits each attempt of each tick's task (0: the
+	// queue's default).
+	TimeoutSeconds int
+	// Metadata is each tick's task's metadata.
+	Metadata map[string]string
 }
 
 // scheduleTaskJSON is a schedule's task as the API shows it.
 type scheduleTaskJSON struct {
-	Queue       string          `json:"queue"`
-	Payload     json.RawMessage `json:"payload"`
-	Priority    int             `json:"priority"`
-	MaxAttempts int             `json:"max_attempts"`
-	Tags        []string        `json:"tags"`
-	UniqueKey   *string         `json:"unique_key"`
-	Retry       *Backoff        `json:"retry"`
+	Queue          string            `json:"queue"`
+	Payload        json.RawMessage   `json:"payload"`
+	Priority       int               `json:"priority"`
+	MaxAttempts    int               `json:"max_attempts"`
+	Tags           []string          `json:"tags"`
+	UniqueKey      *string           `json:"unique_key"`
+	Retry          *Backoff          `json:"retry"`
+	TimeoutSeconds *int              `json:"timeout_seconds"`
+	Metadata       map[string]string `json:"metadata"`
 }
 
 // Schedule is the API's schedule object.
@@ -98,7 +106,11 @@ func (s *Schedule) UnmarshalJSON(b []byte) error {
 		s.LastTaskID = *in.LastTaskID
 	}
 	t := in.Task
-	s.Task = ScheduleTask{Queue: t.Queue, Priority: t.Priority, MaxAttempts: t.MaxAttempts, Tags: t.Tags, Retry: t.Retry}
+	s.Task = ScheduleTask{Queue: t.Queue, Priority: t.Priority, MaxAttempts: t.MaxAttempts, Tags: t.Tags, Retry: t.Retry,
+		Metadata: t.Metadata}
+	if t.TimeoutSeconds != nil {
+		s.Task.TimeoutSeconds = *t.TimeoutSeconds
+	}
 	if len(t.Payload) > 0 && string(t.Payload) != "null" {
 		s.Task.Payload = t.Payload
 	}
@@ -124,7 +136,7 @@ func (s Schedule) MarshalJSON() ([]byte, error) {
 
 func (t ScheduleTask) request() (submitRequest, error) {
 	return SubmitParams{Queue: t.Queue, Payload: t.Payload, Priority: t.Priority, MaxAttempts: t.MaxAttempts,
-		Tags: t.Tags, UniqueKey: t.UniqueKey, Retry: t.Retry}.request()
+		Tags: t.Tags, UniqueKey: t.UniqueKey, Retry: t.Retry, TimeoutSeconds: t.TimeoutSeconds, Metadata: t.Metadata}.request()
 }
 
 // ScheduleParams describe a new recurring schedule.

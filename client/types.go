@@ -99,7 +99,61 @@ type Task struct {
 	Snoozes int `json:"snoozes"`
 	// GroupKey is the task's group in its queue ("" when none).
 	GroupKey string `json:"group_key"`
+	// TimeoutSeconds is the task's own time limit on each attempt (0:
+	// its queue's default_timeout_seconds at each claim, or none).
+	TimeoutSeconds int `json:"timeout_seconds"`
+	// TimeoutAt is when the running attempt's time limit is up (nil unless
+	// RUNNING under a limit): the server ends the attempt then, whatever
+	// its heartbeats say (attempt outcome timed_out).
+	TimeoutAt *time.Time `json:"timeout_at"`
+	// Metadata is the producer's data (empty when none).
+	Metadata map[string]string `json:"metadata"`
+	// Trace is the W3C trace context the task was submitted under (nil:
+	// none); clientotel.TaskContext continues it.
+	Trace *Trace `json:"trace"`
+	// LastProgress is the holder's last progress report (nil: none since
+	// the last claim). (Task.Progress reports one, from a Runner's handler.)
+	LastProgress *Progress `json:"progress"`
+
+	// ScheduleName and ScheduleTick name the recurring schedule and the
+	// tick that made the task ("" and nil for any other task).
+	ScheduleName string     `json:"schedule_name"`
+	ScheduleTick *time.Time `json:"schedule_tick"`
+
+	// progress reports for a Runner's handler (see Task.Progress).
+	progress *progressReporter
 }
+
+// Trace is a task's W3C trace context.
+type Trace struct {
+	// Traceparent is version-traceid-parentid-flags.
+	Traceparent string `json:"traceparent"`
+	// Tracestate is the vendor-specific entries ("" when none).
+	Tracestate string `json:"tracestate"`
+}
+
+// MarshalJSON writes the trace as the server does: no tracestate as null.
+func (tr Trace) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Traceparent string  `json:"traceparent"`
+		Tracestate  *string `json:"tracestate"`
+	}{tr.Traceparent, nullable(tr.Tracestate)})
+}
+
+// Progress is a task's last progress report.
+type Progress struct {
+	// Percent is from 0 to 100.
+	Percent float64 `json:"percent"`
+	// Message says what the worker is doing ("" when nothing).
+	Message string `json:"message"`
+	// Details is the worker's JSON value (nil: none).
+	Details json.RawMessage `json:"details"`
+	// UpdatedAt is when the server stored the report.
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Finished reports whether the task is DONE or DEAD.
+func (t Task) Finished() bool { return t.Status == StatusDone || t.Status == StatusDead }
 
 // Jitter says how a retry delay is randomised.
 type Jitter string
@@ -164,21 +218,39 @@ func (t Task) MarshalJSON() ([]byte, error) {
 	type plain Task
 	return json.Marshal(struct {
 		plain
-		WorkerID       *string         `json:"worker_id"`
-		LeaseID        *string         `json:"lease_id"`
-		LastError      *string         `json:"last_error"`
-		DeadReason     *string         `json:"dead_reason"`
-		IdempotencyKey *string         `json:"idempotency_key"`
-		UniqueKey      *string         `json:"unique_key"`
-		GroupKey       *string         `json:"group_key"`
-		Payload        json.RawMessage `json:"payload"`
-		Result         json.RawMessage `json:"result"`
+		WorkerID       *string           `json:"worker_id"`
+		LeaseID        *string           `json:"lease_id"`
+		LastError      *string           `json:"last_error"`
+		DeadReason     *string           `json:"dead_reason"`
+		IdempotencyKey *string           `json:"idempotency_key"`
+		UniqueKey      *string           `json:"unique_key"`
+		GroupKey       *string           `json:"group_key"`
+		ScheduleName   *string           `json:"schedule_name"`
+		Payload        json.RawMessage   `json:"payload"`
+		Result         json.RawMessage   `json:"result"`
+		TimeoutSeconds *int              `json:"timeout_seconds"`
+		Metadata       map[string]string `json:"metadata"`
 	}{
 		plain: plain(t), WorkerID: nullable(t.WorkerID), LeaseID: nullable(t.LeaseID),
 		LastError: nullable(t.LastError), DeadReason: nullable(string(t.DeadReason)),
 		IdempotencyKey: nullable(t.IdempotencyKey), UniqueKey: nullable(t.UniqueKey), GroupKey: nullable(t.GroupKey),
-		Payload: rawOrNull(t.Payload), Result: rawOrNull(t.Result),
+		ScheduleName: nullable(t.ScheduleName), Payload: rawOrNull(t.Payload), Result: rawOrNull(t.Result),
+		TimeoutSeconds: nullableInt(t.TimeoutSeconds), Metadata: nonNilMetadata(t.Metadata),
 	})
+}
+
+func nullableInt(n int) *int {
+	if n == 0 {
+		return nil
+	}
+	return &n
+}
+
+func nonNilMetadata(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
 }
 
 func nullable(s string) *string {
@@ -225,7 +297,9 @@ type HeartbeatResult struct {
 	// them and drop their reports. Empty unless the heartbeat listed tasks.
 	Lost []LeaseRef `json:"lost"`
 	// Cancel are tasks the worker holds that an operator asked to cancel:
-	// stop them and fail them (they end DEAD, reason cancelled).
+	// stop them and fail them (they end DEAD, reason cancelled); and listed
+	// tasks whose attempt under this worker ran past its time limit (also
+	// in Lost: stop them, drop their reports).
 	Cancel []LeaseRef `json:"cancel"`
 	// Drain is true once the worker must stop claiming.
 	Drain bool `json:"drain"`
@@ -326,7 +400,8 @@ type QueueTotals struct {
 	DeadLettered map[DeadReason]int64 `json:"dead_lettered"`
 	// Requeued counts transitions back to PENDING by reason: "failed"
 	// (retry after backoff), "worker_dead", "lease_expired", "orphaned",
-	// "retried" (by an operator).
+	// "retried" (by an operator), "snoozed", "timed_out" (an attempt ran
+	// past its time limit).
 	Requeued map[string]int64 `json:"requeued"`
 	// Cleaned counts finished tasks deleted by retention.
 	Cleaned int64 `json:"cleaned"`
@@ -373,22 +448,41 @@ type SubmitParams struct {
 	// customer; 1-128 characters): claims take turns across a queue's
 	// groups, and the queue's max_running_per_group caps each group.
 	GroupKey string
+	// TimeoutSeconds limits each attempt of the task, from its claim
+	// (1-86400; 0: the queue's default_timeout_seconds). An attempt still
+	// running at its limit is ended by the server (retried after backoff,
+	// or DEAD exhausted), whatever its heartbeats say; the Runner cancels
+	// its handler's context then.
+	TimeoutSeconds int
+	// Metadata is free-form data of the task (at most 32 keys of 1-64
+	// characters of [A-Za-z0-9_.-], values of at most 512 characters): a
+	// tenant, a request id. Tasks can be listed and bulk-changed by it.
+	Metadata map[string]string
+	// Traceparent and Tracestate, when set, are the task's own W3C trace
+	// context (SubmitBatch items). Without them the task keeps the trace
+	// context of the call's headers (see WithHeaders and
+	// clientotel.Propagation).
+	Traceparent, Tracestate string
 }
 
 type submitRequest struct {
-	Queue          string          `json:"queue"`
-	Payload        json.RawMessage `json:"payload,omitempty"`
-	Priority       int             `json:"priority,omitempty"`
-	MaxAttempts    int             `json:"max_attempts,omitempty"`
-	Tags           []string        `json:"tags,omitempty"`
-	Deadline       *time.Time      `json:"deadline,omitempty"`
-	RunAt          *time.Time      `json:"run_at,omitempty"`
-	IdempotencyKey string          `json:"idempotency_key,omitempty"`
-	Ref            string          `json:"ref,omitempty"`
-	DependsOn      []string        `json:"depends_on,omitempty"`
-	UniqueKey      string          `json:"unique_key,omitempty"`
-	Retry          *Backoff        `json:"retry,omitempty"`
-	GroupKey       string          `json:"group_key,omitempty"`
+	Queue          string            `json:"queue"`
+	Payload        json.RawMessage   `json:"payload,omitempty"`
+	Priority       int               `json:"priority,omitempty"`
+	MaxAttempts    int               `json:"max_attempts,omitempty"`
+	Tags           []string          `json:"tags,omitempty"`
+	Deadline       *time.Time        `json:"deadline,omitempty"`
+	RunAt          *time.Time        `json:"run_at,omitempty"`
+	IdempotencyKey string            `json:"idempotency_key,omitempty"`
+	Ref            string            `json:"ref,omitempty"`
+	DependsOn      []string          `json:"depends_on,omitempty"`
+	UniqueKey      string            `json:"unique_key,omitempty"`
+	Retry          *Backoff          `json:"retry,omitempty"`
+	GroupKey       string            `json:"group_key,omitempty"`
+	TimeoutSeconds int               `json:"timeout_seconds,omitempty"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
+	Traceparent    string            `json:"traceparent,omitempty"`
+	Tracestate     string            `json:"tracestate,omitempty"`
 }
 
 // ListParams filter a task listing.
@@ -397,6 +491,9 @@ type ListParams struct {
 	Queue string
 	// Status, when set, lists only this status.
 	Status Status
+	// Metadata, when set, lists only the tasks whose metadata holds every
+	// one of these pairs.
+	Metadata map[string]string
 	// Limit is the page size, 1-1000 (0: the server's default, 100).
 	Limit int
 	// Cursor is the previous page's NextCursor.
@@ -583,6 +680,9 @@ const (
 	// AttemptReleased: the holder handed the task back, claimable at once,
 	// without spending the attempt (a stopping worker's drain).
 	AttemptReleased AttemptOutcome = "released"
+	// AttemptTimedOut: the attempt ran past its time limit and the server
+	// ended it (the task retried after backoff, or DEAD exhausted).
+	AttemptTimedOut AttemptOutcome = "timed_out"
 )
 
 // Attempt is one claim of a task and how it ended.

@@ -48,6 +48,9 @@ type SessionService interface {
 	// Logout ends the session (at once on this instance, within the
 	// lookup cache's lifetime on every other one).
 	Logout(ctx context.Context, token string) error
+	// Known reports, without a lookup, whether token named a session the
+	// last time this instance looked it up (while it remembers).
+	Known(token string) bool
 }
 
 // RateSeries are a queue's per-minute counts over the last hour, oldest
@@ -62,6 +65,10 @@ type SeriesReader interface {
 	// when nil), its counts per minute over the last minutes minutes
 	// ending with the current one, and the database time they end at.
 	RateSeries(ctx context.Context, queues []string, minutes int) (map[string]RateSeries, time.Time, error)
+	// ActiveQueues returns up to limit queues with buckets in the last
+	// minutes minutes, the busiest (most events counted) first, then by
+	// name; f's Pattern and Visible filter them as QueueFilter's do.
+	ActiveQueues(ctx context.Context, minutes, limit int, f QueueFilter) ([]string, error)
 }
 
 // DeadCount counts the DEAD tasks of one queue with one dead reason.
@@ -85,8 +92,12 @@ type DashboardReader interface {
 // statistics, restricted to the queues the principal may see.
 type DashboardService interface {
 	// RateSeries returns the named queues' per-minute series over the last
-	// hour (nil queues: every queue).
+	// hour (at most MaxSeriesQueues of them).
 	RateSeries(ctx context.Context, queues []string) (map[string]RateSeries, error)
+	// ActiveQueues returns up to limit queues the principal may see,
+	// matching pattern (a glob, "" for any), the busiest of the last
+	// minutes first.
+	ActiveQueues(ctx context.Context, pattern string, limit int) ([]string, error)
 	// HeldCounts returns how many tasks each worker holds.
 	HeldCounts(ctx context.Context) (map[string]int64, error)
 	// DeadCounts counts the DEAD tasks by queue and reason.

@@ -97,10 +97,27 @@ type TaskResult struct {
 
 // TaskNotifier tells waiting claims that tasks may have become claimable.
 // It wakes as many waiters as tasks became claimable (not every waiter of
-// the queue), and wakes them again when delayed tasks fall due.
+// the queue), and wakes them again when delayed tasks fall due. It also
+// tells producers waiting for a task that it finished.
 type TaskNotifier interface {
 	// Wait subscribes a waiting claim described by spec.
 	Wait(spec WaitSpec) TaskWait
+	// WaitFinished subscribes a producer waiting for task id to finish
+	// (DONE or DEAD) on any instance. Only the ends of awaited tasks are
+	// announced (TaskStore.MarkAwaited), so the waiter subscribes first,
+	// then marks the task.
+	WaitFinished(id uuid.UUID) FinishWait
+}
+
+// FinishWait is one producer's wait for a task's end.
+type FinishWait interface {
+	// C receives (coalesced) when the task may have finished: its end was
+	// announced, or announcements may have been lost (the listening
+	// connection was re-established). It is closed when the notifier
+	// shuts down, so the waiter answers at once.
+	C() <-chan struct{}
+	// Close ends the subscription.
+	Close()
 }
 
 // WaitSpec describes a waiting claim to the notifier.
@@ -249,12 +266,14 @@ type TaskStore interface {
 	// their events. It returns every task it loaded, as fn left it; like
 	// Held's, they carry no payload.
 	UpdateHeld(ctx context.Context, workerID string, fn TaskDecideFunc) ([]*task.Task, error)
-	// CheckJSON returns nil when storage can hold raw as a task's payload or
-	// result, else an error saying why not, fit for the client: valid JSON
-	// that the database cannot store (a \u0000 escape, an unpaired
-	// surrogate, a number out of range) must be refused before a statement
-	// fails on it.
-	CheckJSON(raw json.RawMessage) error
+	// StoredJSONSize returns how many bytes raw takes once stored as a
+	// task's payload or result (the text reads of the task carry), or, when
+	// storage cannot or will not hold it, an error saying why, fit for the
+	// client: valid JSON that the database cannot store (a \u0000 escape,
+	// an unpaired surrogate, a number out of range) must be refused before a
+	// statement fails on it, and a number whose stored form is far longer
+	// than written is refused too.
+	StoredJSONSize(raw json.RawMessage) (int64, error)
 	// Attempts returns the task's ended attempts, oldest first (the
 	// running one is the task itself: task.Task.RunningAttempt).
 	Attempts(ctx context.Context, id uuid.UUID) ([]task.Attempt, error)
@@ -265,14 +284,31 @@ type TaskStore interface {
 	// Parents returns the task's parents in depends_on order, with every
 	// column, without locking them.
 	Parents(ctx context.Context, id uuid.UUID) ([]*task.Task, error)
-	// LockTasks locks, in id order, the tasks with these ids, those that
-	// hold these idempotency keys and the unfinished ones
-	// (task.UnfinishedStatuses) that hold these unique keys, and returns
-	// them (missing ones are absent), with every column. A holder of a
-	// unique key that finished while LockTasks waited for its lock is
-	// returned finished; one returned unfinished stays so until the
-	// transaction ends.
-	LockTasks(ctx context.Context, ids []uuid.UUID, keys []IdempotencyKey, unique []UniqueKey) ([]*task.Task, error)
+	// LockTasks locks, in id order, the tasks p names (see LockParams)
+	// and returns them (missing ones are absent), with every column. A
+	// holder of a unique key that finished while LockTasks waited for its
+	// lock is returned finished; one returned unfinished stays so until the
+	// transaction ends. A task outside p.Visible is neither locked nor
+	// returned, as if missing.
+	LockTasks(ctx context.Context, p LockParams) ([]*task.Task, error)
+	// UpdateProgress locks the tasks with these ids (in id order), lets fn
+	// decide for each one that exists (a progress report, or the
+	// announcement of one), writes the progress of the changed ones with
+	// one statement and records their events. fn may change nothing but
+	// the progress. Results are as UpdateEach's.
+	UpdateProgress(ctx context.Context, ids []uuid.UUID, fn TaskUpdateEachFunc) ([]TaskResult, error)
+	// MarkAwaited sets the task's awaited flag (task.Snapshot.Awaited)
+	// when it is unfinished, and returns the task as it is now
+	// (task.ErrNotFound when absent). Once it returns, a transaction that
+	// moves the task into DONE or DEAD announces it on commit
+	// (TaskNotifier.WaitFinished), or had committed before.
+	MarkAwaited(ctx context.Context, id uuid.UUID) (*task.Task, error)
+	// TimedOutUnder returns those of the tasks with these ids whose last
+	// attempt under the worker ended timed_out (task.OutcomeTimedOut).
+	TimedOutUnder(ctx context.Context, workerID string, ids []uuid.UUID) ([]uuid.UUID, error)
+	// Statuses returns the statuses of the tasks with these ids, without
+	// locking them; absent tasks are missing from it.
+	Statuses(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]task.Status, error)
 	// CreateGraph inserts the new tasks, dependencies and dependants that
 	// fn builds at the database time now, with a statement each, and
 	// records fn's events. Every task must be new: when a concurrent
@@ -286,6 +322,20 @@ type TaskStore interface {
 type Parent struct {
 	ID     uuid.UUID
 	Status task.Status
+}
+
+// LockParams name the tasks LockTasks locks: those with IDs, those that
+// hold Keys, and the unfinished ones (task.UnfinishedStatuses) that hold
+// Unique.
+type LockParams struct {
+	IDs    []uuid.UUID
+	Keys   []IdempotencyKey
+	Unique []UniqueKey
+	// Visible, when not nil, restricts them to the queues matching one of
+	// these patterns (an API key's, as BulkBatchParams.Visible): a task of
+	// a queue the principal may not see is never locked, so that naming
+	// one cannot make its writers wait.
+	Visible []string
 }
 
 // IdempotencyKey names the task of a queue that holds an idempotency key.
@@ -403,6 +453,10 @@ type ReaperStore interface {
 	// UpdateExpiredLeases selects RUNNING tasks whose lease has run out
 	// (task.Task.LeaseExpired).
 	UpdateExpiredLeases(ctx context.Context, limit int, fn TaskUpdateFunc) ([]*task.Task, error)
+	// UpdateTimedOutTasks selects RUNNING tasks whose attempt used up its
+	// time limit (task.Task.TimedOut), earliest limit first. Unlike the
+	// other takebacks, fn may set the task's last error (the timeout's).
+	UpdateTimedOutTasks(ctx context.Context, limit int, fn TaskUpdateFunc) ([]*task.Task, error)
 	// UpdateOverdueTasks selects PENDING tasks whose deadline has passed
 	// (task.Task.ExpireDeadline), earliest deadline first.
 	UpdateOverdueTasks(ctx context.Context, limit int, fn TaskUpdateFunc) ([]*task.Task, error)
@@ -483,6 +537,10 @@ type QueueFilter struct {
 	Visible []string
 	// CountsOnly leaves out each queue's Totals and Rates.
 	CountsOnly bool
+	// Names, when not nil, is the page: these queues, in this order (those
+	// holding tasks or settings), instead of a page by name; the filters
+	// and Limit are not used.
+	Names []string
 }
 
 // QueuePage is a page of queues.
@@ -511,6 +569,10 @@ type LeasedTask struct {
 	WorkerID       string
 	ClaimedAt      time.Time
 	LeaseExpiresAt time.Time
+	// ProgressPercent and ProgressMessage are its last progress report's
+	// (nil and "" when none since its claim).
+	ProgressPercent *float64
+	ProgressMessage string
 }
 
 // QueueAverage is a queue's average durations over a recent window; nil

@@ -57,6 +57,37 @@ type HeartbeatCommand struct {
 	ListsTasks bool
 	// Tasks are the tasks the worker holds, each under the lease it knows.
 	Tasks []task.LeaseRef
+	// Progress, when not nil, holds a progress report for Tasks[i] at i
+	// (nil where the item carries none): each is stored as
+	// TaskService.ReportProgress stores one, with the renewal.
+	Progress []*ProgressReport
+}
+
+// ProgressReport is what a holder reports of its task's progress.
+type ProgressReport struct {
+	// Percent is required: 0 to 100.
+	Percent *float64
+	// Message is at most 1 KiB of UTF-8 (may be empty).
+	Message string
+	// Details, when not empty, is a JSON value of at most 16 KiB.
+	Details json.RawMessage
+}
+
+// ProgressCommand reports a held task's progress.
+type ProgressCommand struct {
+	TaskID   uuid.UUID
+	WorkerID string
+	// LeaseID is required: only the current lease's holder may report.
+	LeaseID *uuid.UUID
+	ProgressReport
+}
+
+// AwaitCommand asks for a task once it has finished, waiting for that.
+type AwaitCommand struct {
+	TaskID uuid.UUID
+	// WaitMillis, when positive, is the longest wait for the task to be
+	// DONE or DEAD (0-60000); nil or 0 answers at once.
+	WaitMillis *int64
 }
 
 // HeartbeatResult is the worker after its heartbeat and what it must act on.
@@ -158,6 +189,9 @@ type ListQuery struct {
 	GroupKey                    string
 	CreatedAfter, CreatedBefore *time.Time
 	ErrorContains, Text         string
+	// Metadata, when not empty, are pairs the tasks' metadata must all
+	// hold (task.Filter.Metadata).
+	Metadata map[string]string
 	// Limit is the page size (1-1000); nil means the default (100).
 	Limit *int
 	// After, when not nil, continues after this task id (the cursor).
@@ -168,7 +202,7 @@ type ListQuery struct {
 func (q ListQuery) Filter() task.Filter {
 	f := task.Filter{
 		Queue: q.Queue, DeadReason: q.DeadReason, GroupKey: q.GroupKey, CreatedAfter: q.CreatedAfter,
-		CreatedBefore: q.CreatedBefore, ErrorContains: q.ErrorContains, Text: q.Text,
+		CreatedBefore: q.CreatedBefore, ErrorContains: q.ErrorContains, Text: q.Text, Metadata: q.Metadata,
 	}
 	if q.Status != "" {
 		f.Statuses = []task.Status{q.Status}
@@ -253,6 +287,16 @@ type TaskService interface {
 	// ReleaseBatch hands many held tasks of one worker back, each fenced on
 	// its own.
 	ReleaseBatch(ctx context.Context, workerID string, items []ReleaseItem) ([]TaskResult, error)
+	// ReportProgress stores a holder's progress report on its task.
+	ReportProgress(ctx context.Context, cmd ProgressCommand) (*task.Task, error)
+	// Await returns a task with its dependencies (as Describe) once it is
+	// DONE or DEAD, or as it is when the wait ends. It holds no database
+	// connection while it waits.
+	Await(ctx context.Context, cmd AwaitCommand) (TaskDetail, error)
+	// SubmitAndAwait submits a task (as Submit) and returns it once it is
+	// DONE or DEAD, or as it is when the wait ends (created false when an
+	// idempotency or unique key named an existing task).
+	SubmitAndAwait(ctx context.Context, p task.SubmitParams, waitMillis *int64) (t *task.Task, created bool, err error)
 }
 
 // WorkerService is what workers and operators can do with workers.
@@ -302,6 +346,10 @@ type QueueQuery struct {
 	// CountsOnly leaves out each queue's Totals and Rates (the dashboard's
 	// overview draws its own rates and reads neither).
 	CountsOnly bool
+	// Names, when not nil, asks for these queues (1-1000, those that exist
+	// and the principal may see), in this order, instead of a page by
+	// name: the other fields but CountsOnly are not used.
+	Names []string
 }
 
 // QueueSettings are a queue's settings as saved.

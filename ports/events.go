@@ -51,9 +51,10 @@ type EventSubscription interface {
 type FeedEvent struct {
 	// ID is the cursor that resumes right after this event.
 	ID string
-	// Type, Queue and Queues are the event's (domain/event.Event), for
-	// filtering.
+	// Type, TaskID, Queue and Queues are the event's (domain/event.Event),
+	// for filtering.
 	Type   event.Type
+	TaskID string
 	Queue  string
 	Queues []string
 	// Data is the event's JSON (an event.Event) as it was stored.

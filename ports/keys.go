@@ -51,6 +51,10 @@ type KeyService interface {
 	// Authenticate returns the usable key token names, or an error for
 	// which apikey.Unauthenticated is true.
 	Authenticate(ctx context.Context, token string) (*apikey.Key, error)
+	// Known reports, without a lookup, whether token named a usable key
+	// the last time this instance looked it up (however long ago, while
+	// it remembers): a client that fails too often may still use it.
+	Known(token string) bool
 	// AnyUsable reports whether some key can authenticate at all.
 	AnyUsable(ctx context.Context) (bool, error)
 }

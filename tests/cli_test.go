@@ -196,7 +196,7 @@ func TestCLIWorkerExec(t *testing.T) {
 }
 
 // On shutdown the worker stops a command that outlives the drain timeout
-// and its task is requeued.
+// and its task is released: requeued without spending its attempt.
 func TestCLIWorkerDrainsOnShutdown(t *testing.T) {
 	t.Parallel()
 	s := testserver.Start(t, nil)
@@ -211,7 +211,11 @@ func TestCLIWorkerDrainsOnShutdown(t *testing.T) {
 	got, err := newSDK(t, s.URL, nil).Get(context.Background(), task.ID)
 	require.NoError(t, err)
 	require.Equal(t, client.StatusPending, got.Status, "requeued, not lost")
-	require.Contains(t, got.LastError, "worker shut down")
+	require.Equal(t, 0, got.Attempts, "released: the attempt was given back")
+	attempts, err := newSDK(t, s.URL, nil).Attempts(context.Background(), task.ID)
+	require.NoError(t, err)
+	require.Len(t, attempts, 1)
+	require.Equal(t, client.AttemptReleased, attempts[0].Outcome)
 }
 
 func TestCLIUsageErrors(t *testing.T) {

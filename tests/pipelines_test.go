@@ -909,3 +909,48 @@ func TestAttemptHistoryKeepsASnooze(t *testing.T) {
 	require.Equal(t, 1, out.Attempts[1].Attempt, "the snooze gave the attempt back")
 	require.Nil(t, out.Attempts[1].Outcome, "running")
 }
+
+// A parent that was already DONE when a dependant was linked to it is kept
+// by retention while that dependant is unfinished, however old it is: the
+// dependant's depends_on keeps it and its worker reads its result. Once
+// the dependant is DONE, retention deletes both in time. A control task
+// as old, without dependants, shows retention ran meanwhile.
+func TestRetentionKeepsAParentDoneBeforeItsDependantWasLinked(t *testing.T) {
+	t.Parallel()
+	s, c := startAPI(t, func(cfg *app.Config) {
+		cfg.RetentionTTL = time.Hour
+		cfg.RetentionInterval = 100 * time.Millisecond
+		cfg.LeaderLeaseTTL = time.Second
+	})
+	queue := "r-" + uuid.NewString()
+	parent := submitAndClaim(t, c, "w", jsonObj{"queue": queue, "payload": "p"})
+	c.Complete(parent.ID, holderBody(parent, jsonObj{"result": "the parent's result"}))
+	control := submitAndClaim(t, c, "w", jsonObj{"queue": queue, "payload": "c"})
+	c.Complete(control.ID, holderBody(control, nil))
+
+	ts, _ := submitGraph(t, c, jsonObj{"queue": queue, "depends_on": []string{parent.ID}, "payload": "child"})
+	child := ts[0]
+	require.Equal(t, "PENDING", child.Status, "its only parent is DONE")
+	// Both finished long ago, as far as retention can tell.
+	stage(t, s, `UPDATE tasks SET finished_at = now() - interval '2 hours' WHERE id IN ($1, $2)`, parent.ID, control.ID)
+
+	testclient.Poll(t, 30*time.Second, "retention deletes the control task", func() bool {
+		return c.Do(http.MethodGet, "/tasks/v1/"+control.ID, nil).Status == http.StatusNotFound
+	})
+	require.Equal(t, "DONE", c.Get(parent.ID).Status, "kept: an unfinished task depends on it")
+	require.Equal(t, []string{parent.ID}, c.Describe(child.ID).DependsOn)
+	var parents struct {
+		Parents []testclient.Task `json:"parents"`
+	}
+	c.Do(http.MethodGet, "/tasks/v1/"+child.ID+"/parents", nil).Expect(t, http.StatusOK, &parents)
+	require.Len(t, parents.Parents, 1)
+	require.JSONEq(t, `"the parent's result"`, string(parents.Parents[0].Result))
+
+	held := claimQueue(t, c, "w2", queue)[child.ID]
+	c.Complete(held.ID, holderBody(held, nil))
+	stage(t, s, `UPDATE tasks SET finished_at = now() - interval '2 hours' WHERE id = $1`, child.ID)
+	testclient.Poll(t, 30*time.Second, "retention deletes the parent once its dependant is done", func() bool {
+		return c.Do(http.MethodGet, "/tasks/v1/"+parent.ID, nil).Status == http.StatusNotFound &&
+			c.Do(http.MethodGet, "/tasks/v1/"+child.ID, nil).Status == http.StatusNotFound
+	})
+}

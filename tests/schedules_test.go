@@ -48,18 +48,19 @@ func getSchedule(t *testing.T, c *testclient.Client, name string) scheduleJSON {
 	return out
 }
 
-// tickCounts returns, per idempotency key, the tasks of a schedule.
+// tickCounts returns, per tick (RFC 3339, UTC), the tasks of a schedule:
+// those the scheduler marked with its name.
 func tickCounts(t *testing.T, s *testserver.Server, name string) map[string]int {
 	t.Helper()
 	var rows []struct {
-		Key string `db:"idempotency_key"`
-		N   int    `db:"n"`
+		Tick time.Time `db:"schedule_tick"`
+		N    int       `db:"n"`
 	}
-	require.NoError(t, s.DB.Select(&rows, `SELECT idempotency_key, count(*) AS n FROM tasks
-		WHERE idempotency_key LIKE $1 GROUP BY idempotency_key`, "schedule:"+name+":%"))
+	require.NoError(t, s.DB.Select(&rows, `SELECT schedule_tick, count(*) AS n FROM tasks
+		WHERE schedule_name = $1 GROUP BY schedule_tick`, name))
 	out := map[string]int{}
 	for _, r := range rows {
-		out[r.Key] = r.N
+		out[r.Tick.UTC().Format(time.RFC3339Nano)] = r.N
 	}
 	return out
 }
@@ -77,7 +78,7 @@ func (everyoneLeads) TTL() time.Duration                         { return time.M
 // An "@every 1s" schedule on three instances creates exactly one task per
 // tick, across a change of leader (the leader is stopped in the middle of
 // its work), and even when every instance runs the scheduler at once,
-// unfenced: each tick's task is counted by its idempotency key.
+// unfenced: each tick's task is counted by its mark.
 func TestScheduleThreeInstancesOneTaskPerTick(t *testing.T) {
 	t.Parallel()
 	t.Run("leader change", func(t *testing.T) {
@@ -134,12 +135,12 @@ func checkOneTaskPerTick(t *testing.T, s *testserver.Server, name string) {
 	counts := tickCounts(t, s, name)
 	for key, n := range counts {
 		require.Equal(t, 1, n, "tick %s", key)
-		at, err := time.Parse(time.RFC3339, strings.TrimPrefix(key, "schedule:"+name+":"))
+		at, err := time.Parse(time.RFC3339, key)
 		require.NoError(t, err, key)
 		require.Zero(t, at.Nanosecond(), key)
 	}
 	var tasks, submitted int
-	require.NoError(t, s.DB.Get(&tasks, `SELECT count(*) FROM tasks WHERE idempotency_key LIKE $1`, "schedule:"+name+":%"))
+	require.NoError(t, s.DB.Get(&tasks, `SELECT count(*) FROM tasks WHERE schedule_name = $1`, name))
 	for _, e := range outboxEvents(t, s) {
 		if e.Type == event.TaskSubmitted {
 			submitted++
@@ -196,6 +197,60 @@ func TestScheduleOverlapSkip(t *testing.T) {
 	require.Equal(t, "overlap", skipped[0].Reason)
 }
 
+// A producer restricted to the schedule's queues plants the keys the
+// scheduler used to find a tick's task by (schedule:<name>:<tick>), for
+// every second of the next forty, with its own payload, before an admin
+// creates the schedule: the scheduler takes none of them for a tick's. Each
+// tick's task is the schedule's own (its payload, marked with the schedule
+// and the tick), the planted tasks stay as they were, and with overlap skip
+// (the default) a later tick fires once the schedule's task is done.
+func TestAPlantedTickKeyIsNeverTakenForTheSchedulesTask(t *testing.T) {
+	t.Parallel()
+	s := startSecured(t, fastScheduler)
+	producer, _ := s.key(t, jsonObj{"scopes": []string{"produce"}, "queues": []string{"a-*"}})
+	var now time.Time
+	require.NoError(t, s.DB.Get(&now, `SELECT now()`))
+	const planted = 42
+	for k := range planted {
+		tick := now.Truncate(time.Second).Add(time.Duration(k-1) * time.Second).UTC().Format(time.RFC3339Nano)
+		producer.Do(http.MethodPost, "/tasks/v1", jsonObj{"queue": "a-jobs", "payload": jsonObj{"from": "planted"},
+			"idempotency_key": "schedule:hijack:" + tick}).Expect(t, http.StatusCreated, nil)
+	}
+	s.admin.Do(http.MethodPost, "/schedules/v1", jsonObj{"name": "hijack", "cron": "@every 1s",
+		"task": jsonObj{"queue": "a-jobs", "payload": jsonObj{"from": "schedule"}, "priority": 100}}).Expect(t, http.StatusCreated, nil)
+
+	var sc scheduleJSON
+	testclient.Poll(t, 30*time.Second, "the first tick", func() bool {
+		sc = getSchedule(t, s.admin, "hijack")
+		return sc.LastTaskID != nil
+	})
+	first := s.admin.Get(*sc.LastTaskID)
+	require.JSONEq(t, `{"from":"schedule"}`, string(first.Payload), "the tick's task is the schedule's own, not a planted one")
+	require.Nil(t, first.IdempotencyKey)
+	require.Equal(t, "hijack", *first.ScheduleName)
+	require.True(t, sc.LastTickAt.Equal(*first.ScheduleTick), "marked with its tick")
+
+	running := submitAndClaimExisting(t, s.admin, "w1", first)
+	s.admin.Complete(running.ID, jsonObj{"worker_id": "w1", "lease_id": running.Lease()})
+	var next scheduleJSON
+	testclient.Poll(t, 30*time.Second, "a later tick, once the schedule's task is done", func() bool {
+		next = getSchedule(t, s.admin, "hijack")
+		return next.LastTaskID != nil && *next.LastTaskID != first.ID
+	})
+	second := s.admin.Get(*next.LastTaskID)
+	require.JSONEq(t, `{"from":"schedule"}`, string(second.Payload))
+	require.True(t, second.ScheduleTick.After(*first.ScheduleTick))
+
+	var kept int
+	require.NoError(t, s.DB.Get(&kept, `SELECT count(*) FROM tasks
+		WHERE payload->>'from' = 'planted' AND status = 'PENDING' AND schedule_name IS NULL`))
+	require.Equal(t, planted, kept, "the planted tasks are as they were")
+	var own, ticks int
+	require.NoError(t, s.DB.Get(&own, `SELECT count(*) FROM tasks WHERE payload->>'from' = 'schedule'`))
+	require.NoError(t, s.DB.Get(&ticks, `SELECT count(*) FROM tasks WHERE schedule_name = 'hijack'`))
+	require.Equal(t, own, ticks, "every task the schedule made is its own")
+}
+
 // A paused schedule creates nothing while another one ticks; resumed, it
 // ticks again, from then on.
 func TestSchedulePausedCreatesNothing(t *testing.T) {
@@ -245,7 +300,7 @@ func TestScheduleMissedTicksCollapseToTheLatest(t *testing.T) {
 	var thisYear time.Time
 	require.NoError(t, s.DB.Get(&thisYear, `SELECT date_trunc('year', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'`))
 	ticks := tickCounts(t, s, "yearly")
-	require.Equal(t, map[string]int{"schedule:yearly:" + thisYear.UTC().Format(time.RFC3339): 1}, ticks,
+	require.Equal(t, map[string]int{thisYear.UTC().Format(time.RFC3339): 1}, ticks,
 		"eleven ticks were due; only the latest ran")
 	require.True(t, thisYear.Equal(*sc.LastTickAt), "last tick %s", sc.LastTickAt)
 	require.True(t, thisYear.AddDate(1, 0, 0).Equal(*sc.NextRunAt), "next run %s", sc.NextRunAt)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskmaster/taskmaster/client"
@@ -46,10 +47,11 @@ func (c *causes) get(id string) error {
 	return c.m[id]
 }
 
-// A runner whose heartbeat came too late: its task's lease ran out, the
-// task went to another worker, and the runner's next heartbeat, listing it,
-// learns it lost it: the handler's context is cancelled with ErrTaskLost and
-// the runner reports nothing for it.
+// A runner whose task was taken from it (given to another worker behind its
+// back, as a lease reaper and a claim would) learns it from its next
+// heartbeat, which lists the task: the server answers it lost, the
+// handler's context is cancelled with ErrTaskLost, and the runner reports
+// nothing for it.
 func TestRunnerAbandonsATaskItLost(t *testing.T) {
 	t.Parallel()
 	s := testserver.Start(t, fastLeases)
@@ -61,8 +63,7 @@ func TestRunnerAbandonsATaskItLost(t *testing.T) {
 	started := make(chan client.Task, 1)
 	var seen causes
 	stop, logs := startRunner(t, c, client.RunnerConfig{
-		WorkerID: "late-beater", Queues: []string{"lost"}, LeaseSeconds: 1,
-		HeartbeatInterval: 1500 * time.Millisecond, // later than the lease
+		WorkerID: "robbed", Queues: []string{"lost"}, HeartbeatInterval: 100 * time.Millisecond,
 	}, func(ctx context.Context, tk client.Task) (any, error) {
 		started <- tk
 		<-ctx.Done()
@@ -75,23 +76,22 @@ func TestRunnerAbandonsATaskItLost(t *testing.T) {
 	thief := newSDK(t, s.URL, nil)
 	_, err = thief.Register(context.Background(), client.RegisterParams{ID: "thief", Queues: []string{"lost"}})
 	require.NoError(t, err)
-	var taken []client.Task
-	require.Eventually(t, func() bool {
-		taken, err = thief.Claim(context.Background(), client.ClaimParams{WorkerID: "thief", LeaseSeconds: 300})
-		require.NoError(t, err)
-		return len(taken) == 1
-	}, 10*time.Second, 10*time.Millisecond, "the lease runs out and the task is claimable again")
+	thiefLease := uuid.NewString()
+	_, err = s.DB.Exec(`UPDATE tasks SET worker_id = 'thief', lease_id = $2 WHERE id = $1`, task.ID, thiefLease)
+	require.NoError(t, err)
 
 	require.Eventually(t, func() bool { return errors.Is(seen.get(task.ID), client.ErrTaskLost) }, 10*time.Second, 10*time.Millisecond)
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "dropping the outcome of a lost task") }, 10*time.Second, 10*time.Millisecond)
+	require.Contains(t, logs.String(), "task lost: the server no longer gives this worker the task")
 	require.NoError(t, stop())
 
 	require.Zero(t, counter.count("POST /tasks/v1/"+task.ID+"/complete"))
 	require.Zero(t, counter.count("POST /tasks/v1/"+task.ID+"/fail"), "a lost task's outcome is dropped, not reported")
+	require.Zero(t, counter.count("POST /tasks/v1/release"))
 	now, err := thief.Get(context.Background(), task.ID)
 	require.NoError(t, err)
 	require.Equal(t, "thief", now.WorkerID)
-	require.Equal(t, taken[0].LeaseID, now.LeaseID)
+	require.Equal(t, thiefLease, now.LeaseID)
 }
 
 // An operator cancels two running tasks: the runner learns it from its
@@ -114,6 +114,7 @@ func TestRunnerFailsTasksAnOperatorCancelled(t *testing.T) {
 	stop, _ := startRunner(t, c, client.RunnerConfig{
 		WorkerID: "cancellable", Queues: []string{"cancel"}, Concurrency: 2,
 		HeartbeatInterval: 50 * time.Millisecond, CancelGrace: 300 * time.Millisecond,
+		DrainTimeout: 100 * time.Millisecond, // the stubborn handler keeps its slot until it returns: do not wait for it
 	}, func(ctx context.Context, tk client.Task) (any, error) {
 		started <- tk.ID
 		var kind string

@@ -270,16 +270,20 @@ func TestRunnerShutdownRequeuesUnfinishedTasks(t *testing.T) {
 		task, err := c.Get(context.Background(), id)
 		require.NoError(t, err)
 		require.Equal(t, client.StatusPending, task.Status, "task %s must be requeued, not lost", id)
-		require.Equal(t, 1, task.Attempts)
+		require.Equal(t, 0, task.Attempts, "released: the attempt was given back")
 		require.Empty(t, task.WorkerID)
-		require.Contains(t, task.LastError, "shut down")
+		require.Empty(t, task.LastError)
+		attempts, err := c.Attempts(context.Background(), id)
+		require.NoError(t, err)
+		require.Len(t, attempts, 1)
+		require.Equal(t, client.AttemptReleased, attempts[0].Outcome)
 	}
 
 	// Never lost: another runner finishes both.
 	stop2, _ := startRunner(t, c, client.RunnerConfig{WorkerID: "rescuer", Queues: []string{"hang"}, Concurrency: 2},
 		func(ctx context.Context, task client.Task) (any, error) { return "rescued", nil })
 	require.Eventually(t, func() bool {
-		return countRows(t, s, `SELECT count(*) FROM tasks WHERE queue = 'hang' AND status = 'DONE' AND attempts = 2 AND result = '"rescued"'`) == 2
+		return countRows(t, s, `SELECT count(*) FROM tasks WHERE queue = 'hang' AND status = 'DONE' AND attempts = 1 AND result = '"rescued"'`) == 2
 	}, 30*time.Second, 10*time.Millisecond)
 	require.NoError(t, stop2())
 }

@@ -18,6 +18,10 @@ import (
 //     long-poll for up to 30 s holding no database connection, so claims get
 //     a cap of their own, sized for many idle workers (the default fits
 //     1,000 workers each with a long poll open, twice over).
+//   - GET /tasks/v1/{id} and POST /tasks/v1 with a wait_ms query parameter
+//     (other than 0) wait up to 60 s for a task to finish, holding no
+//     database connection: they count against MaxInFlightWaits, sized for
+//     many idle producers like the claims' cap.
 //   - GET /events/v1 streams for as long as the client stays; event streams
 //     have their own cap (the events adapter's), not this one.
 //   - The operational endpoints (/healthz, /readyz, /metrics,
@@ -31,12 +35,15 @@ import (
 type admission struct {
 	requests  limit
 	claims    limit
+	waits     limit
 	bodyBytes limit
 }
 
 // Routes counted apart from MaxInFlightRequests (see admission).
 var (
-	claimRoutes  = map[string]bool{"/tasks/v1/claim": true}
+	claimRoutes = map[string]bool{"/tasks/v1/claim": true}
+	// waitRoutes wait for a task to finish when asked to (wait_ms).
+	waitRoutes   = map[string]string{"/tasks/v1/{id}": http.MethodGet, "/tasks/v1": http.MethodPost}
 	streamRoutes = map[string]bool{"/events/v1": true}
 	// operationalRoutes are never refused.
 	operationalRoutes = map[string]bool{
@@ -55,6 +62,7 @@ func newAdmission(cfg ServerConfig) *admission {
 	return &admission{
 		requests:  limit{max: orDefault(int64(cfg.MaxInFlightRequests), DefaultMaxInFlightRequests)},
 		claims:    limit{max: orDefault(int64(cfg.MaxInFlightClaims), DefaultMaxInFlightClaims)},
+		waits:     limit{max: orDefault(int64(cfg.MaxInFlightWaits), DefaultMaxInFlightWaits)},
 		bodyBytes: limit{max: orDefault(cfg.MaxInFlightBodyBytes, DefaultMaxInFlightBodyBytes)},
 	}
 }
@@ -68,12 +76,17 @@ func (a *admission) admit(r *http.Request, tpl string, bodyLimit int64) (release
 	case operationalRoutes[tpl], streamRoutes[tpl]:
 	case claimRoutes[tpl]:
 		count = &a.claims
+	case waitRoutes[tpl] == r.Method && waits(r):
+		count = &a.waits
 	default:
 		count = &a.requests
 	}
 	if count != nil && !count.tryAcquire(1) {
-		if count == &a.claims {
+		switch count {
+		case &a.claims:
 			return nil, fmt.Sprintf("this instance serves at most %d claims at once (long polls included)", count.max)
+		case &a.waits:
+			return nil, fmt.Sprintf("this instance serves at most %d requests waiting for a task (wait_ms) at once", count.max)
 		}
 		return nil, fmt.Sprintf("this instance serves at most %d requests at once", count.max)
 	}
@@ -100,12 +113,23 @@ type InFlight struct {
 	// Claims are the claims (long polls included) counted against
 	// MaxInFlightClaims.
 	Claims int64
+	// Waits are the requests waiting for a task (wait_ms) counted
+	// against MaxInFlightWaits.
+	Waits int64
 	// BodyBytes are the body bytes reserved against MaxInFlightBodyBytes.
 	BodyBytes int64
 }
 
 func (a *admission) inFlight() InFlight {
-	return InFlight{Requests: a.requests.n.Load(), Claims: a.claims.n.Load(), BodyBytes: a.bodyBytes.n.Load()}
+	return InFlight{Requests: a.requests.n.Load(), Claims: a.claims.n.Load(), Waits: a.waits.n.Load(), BodyBytes: a.bodyBytes.n.Load()}
+}
+
+// waits reports whether r asks to wait for its task (a wait_ms query
+// parameter other than empty or 0; a malformed one is refused by the
+// handler, which waits for nothing then).
+func waits(r *http.Request) bool {
+	v := r.URL.Query().Get("wait_ms")
+	return v != "" && v != "0"
 }
 
 // bodyReservation is how many body bytes serving r may buffer: its announced

@@ -104,19 +104,19 @@ var (
 // keyStillWorks reports whether the key a long-running request (an event
 // stream) was authenticated with still works: a revoked or expired key's
 // stream ends within the lookup cache's lifetime of a poll, like its other
-// requests. Cheap: the lookup is cached.
+// requests. Cheap: the lookup is cached (ports.CheckPrincipal).
 func (s *Server) keyStillWorks(r *http.Request) bool {
-	if !s.auth || ports.Principal(r.Context()) == nil {
-		return true
-	}
-	_, err := s.keys.Authenticate(r.Context(), bearerToken(r))
-	return err == nil
+	return ports.CheckPrincipal(r.Context()) == nil
 }
 
 // withAuth is router middleware (it runs after matching): it enforces the
 // matched route's Access. A request to a non-public route must carry a
 // usable key (else 401, with a WWW-Authenticate challenge), within the key's
-// rate limit (else 429), holding one of the route's scopes (else 403). The
+// rate limit (else 429), holding one of the route's scopes (else 403). A
+// token that names no usable key is charged to the client address; once an
+// address has none left, a token this instance has not seen work is a 429
+// without a lookup (so random tokens neither load the database nor crowd
+// real keys out of the lookup cache). The
 // key goes into the request context (ports.WithPrincipal) for the use cases'
 // own rules, and into the request's log lines. With authentication off,
 // every declared route is open and no key is looked at.
@@ -134,15 +134,22 @@ func (s *Server) withAuth(next http.Handler) http.Handler {
 			writeError(w, r, errNoAuthenticator)
 			return
 		}
-		key, err := s.keys.Authenticate(r.Context(), bearerToken(r))
+		token := bearerToken(r)
+		if token != "" && !s.keys.Known(token) && s.limits.ClientSpent(w, r) {
+			// This address's failed authentications are spent: a token
+			// this instance has not seen work costs no lookup.
+			writeProblem(w, r, newProblem(kindRateLimited, "too many requests from this address failed to authenticate; retry after Retry-After seconds", nil))
+			return
+		}
+		key, err := s.keys.Authenticate(r.Context(), token)
 		if err != nil {
-			if apikey.Unauthenticated(err) {
-				w.Header().Set("WWW-Authenticate", challenge(err))
+			if apikey.LookedUp(err) {
+				s.limits.ChargeClient(r)
 			}
 			writeError(w, r, err)
 			return
 		}
-		if !s.limiter.admit(w, key) {
+		if !s.limits.Key(w, key) {
 			writeProblem(w, r, newProblem(kindRateLimited, "the API key's request rate limit is exhausted; retry after Retry-After seconds", nil))
 			return
 		}
@@ -152,6 +159,10 @@ func (s *Server) withAuth(next http.Handler) http.Handler {
 			return
 		}
 		ctx := ports.WithPrincipal(r.Context(), key)
+		ctx = ports.WithPrincipalCheck(ctx, func(ctx context.Context) error {
+			_, err := s.keys.Authenticate(ctx, token)
+			return err
+		})
 		ctx = context.WithValue(ctx, loggerKey{}, requestLogFrom(ctx).with(zap.Stringer("key_id", key.ID())))
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
@@ -176,7 +187,9 @@ func scopeList(scopes []apikey.Scope) string {
 
 // route registers a handler for one method and path with its access.
 func (s *Server) route(r *mux.Router, method, path string, a Access, h http.HandlerFunc) {
-	s.access[r.HandleFunc(path, h).Methods(method)] = a
+	route := r.HandleFunc(path, h).Methods(method)
+	s.access[route] = a
+	s.jsonRoutes[route] = true
 }
 
 // Validate reports whether the mode is known.

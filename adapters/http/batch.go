@@ -50,11 +50,13 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request) {
 		created []bool
 		err     error
 	)
+	end := s.traced(r, ps)
 	if graph {
 		ts, created, err = s.tasks.SubmitGraph(r.Context(), ps, specs)
 	} else {
 		ts, created, err = s.tasks.SubmitBatch(r.Context(), ps)
 	}
+	end(ts, err)
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -124,14 +126,27 @@ func (s *Server) handleCompleteBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	items := make([]ports.CompleteItem, len(req.Items))
+	// Each item's enqueued tasks keep the traces of their submit spans.
+	ends := map[int]func([]*task.Task, error){}
 	for i, it := range req.Items {
 		items[i] = ports.CompleteItem{TaskID: *it.ID.get(), LeaseID: it.LeaseID.get(), Result: it.Result, Enqueue: submitParams(it.Enqueue)}
+		if items[i].Enqueue != nil {
+			ends[i] = s.traced(r, items[i].Enqueue)
+		}
 	}
 	results, err := s.tasks.CompleteBatch(r.Context(), req.WorkerID, items)
+	for i, end := range ends {
+		if err != nil {
+			end(nil, err)
+		} else {
+			end(results[i].Enqueued, results[i].Err)
+		}
+	}
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
+	s.reportSpans(r, "taskmaster.complete", results)
 	writeJSON(w, http.StatusOK, BatchReportResponse{Items: outcomes(r, results)})
 }
 
@@ -156,7 +171,21 @@ func (s *Server) handleFailBatch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	s.reportSpans(r, "taskmaster.fail", results)
 	writeJSON(w, http.StatusOK, BatchReportResponse{Items: outcomes(r, results)})
+}
+
+// reportSpans records the spans of a batch report's items (see taskSpans).
+func (s *Server) reportSpans(r *http.Request, name string, results []ports.TaskResult) {
+	if s.tracer == nil {
+		return
+	}
+	ts := make([]*task.Task, len(results))
+	errs := make([]error, len(results))
+	for i, res := range results {
+		ts[i], errs[i] = res.Task, res.Err
+	}
+	s.taskSpans(r, name, requestStart(r.Context()), ts, errs)
 }
 
 func outcomes(r *http.Request, results []ports.TaskResult) []ItemOutcome {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,7 +27,9 @@ type bulkRequest struct {
 	CreatedBefore *timeValue `json:"created_before"`
 	ErrorContains *string    `json:"error_contains"`
 	Text          *string    `json:"text"`
-	DryRun        bool       `json:"dry_run"`
+	// Metadata are pairs the tasks' metadata must all hold.
+	Metadata map[string]string `json:"metadata"`
+	DryRun   bool              `json:"dry_run"`
 }
 
 func (q bulkRequest) filter() (task.Filter, error) {
@@ -49,6 +52,7 @@ func (q bulkRequest) filter() (task.Filter, error) {
 		CreatedBefore: q.CreatedBefore.get(),
 		ErrorContains: text("error_contains", q.ErrorContains),
 		Text:          text("text", q.Text),
+		Metadata:      q.Metadata,
 	}
 	return f, v.Err()
 }
@@ -179,6 +183,19 @@ func listFilterOf(values url.Values, q *ports.ListQuery, v *validation.Errors) {
 	q.GroupKey = values.Get("group_key")
 	q.ErrorContains = values.Get("error_contains")
 	q.Text = values.Get("text")
+	for name, vals := range values {
+		key, ok := strings.CutPrefix(name, task.MetadataFilterPrefix)
+		if !ok {
+			continue
+		}
+		if len(vals) > 1 {
+			v.Add(name, "must be given once (filters on different keys combine: AND)")
+		}
+		if q.Metadata == nil {
+			q.Metadata = map[string]string{}
+		}
+		q.Metadata[key] = vals[0]
+	}
 	for _, p := range []struct {
 		name string
 		dst  **time.Time

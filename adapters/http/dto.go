@@ -47,6 +47,39 @@ type TaskJSON struct {
 	Snoozes int `json:"snoozes"`
 	// GroupKey is the task's group in its queue (null: none).
 	GroupKey *string `json:"group_key"`
+	// TimeoutSeconds is the task's own time limit on each attempt (null:
+	// its queue's default_timeout_seconds applies, or none).
+	TimeoutSeconds *int `json:"timeout_seconds"`
+	// TimeoutAt is when the running attempt's time limit is up (null
+	// unless RUNNING under a limit).
+	TimeoutAt *time.Time `json:"timeout_at"`
+	// Metadata is the producer's data ({} when none).
+	Metadata map[string]string `json:"metadata"`
+	// Trace is the W3C trace context the task was submitted under (null:
+	// none).
+	Trace *TraceJSON `json:"trace"`
+	// Progress is the holder's last progress report (null: none since
+	// the last claim).
+	Progress *ProgressJSON `json:"progress"`
+	// ScheduleName and ScheduleTick name the recurring schedule and the
+	// tick that made the task (null both: not a schedule's).
+	ScheduleName *string    `json:"schedule_name"`
+	ScheduleTick *time.Time `json:"schedule_tick"`
+}
+
+// TraceJSON is a task's W3C trace context.
+type TraceJSON struct {
+	Traceparent string  `json:"traceparent"`
+	Tracestate  *string `json:"tracestate"`
+}
+
+// ProgressJSON is a task's last progress report.
+type ProgressJSON struct {
+	Percent float64 `json:"percent"`
+	Message string  `json:"message"`
+	// Details is the worker's JSON value (null: none).
+	Details   json.RawMessage `json:"details"`
+	UpdatedAt time.Time       `json:"updated_at"`
 }
 
 func taskJSON(t *task.Task) TaskJSON {
@@ -65,10 +98,25 @@ func taskJSON(t *task.Task) TaskJSON {
 		UpdatedAt: s.UpdatedAt.UTC(), LeaseExpiresAt: optTime(s.LeaseExpiresAt),
 		CancelRequestedAt: optTime(s.CancelRequestedAt),
 		UniqueKey:         optString(s.UniqueKey), Retry: retryJSONOf(s.Retry), Snoozes: s.Snoozes,
-		GroupKey: optString(s.GroupKey),
+		GroupKey: optString(s.GroupKey), ScheduleName: optString(s.ScheduleName), ScheduleTick: optTime(s.ScheduleTick),
 	}
 	if s.LeaseID != uuid.Nil {
 		out.LeaseID = optString(s.LeaseID.String())
+	}
+	out.Metadata = s.Metadata
+	if out.Metadata == nil {
+		out.Metadata = map[string]string{}
+	}
+	if s.TimeoutSeconds > 0 {
+		n := s.TimeoutSeconds
+		out.TimeoutSeconds = &n
+	}
+	out.TimeoutAt = optTime(s.TimeoutAt)
+	if s.Trace.Parent != "" {
+		out.Trace = &TraceJSON{Traceparent: s.Trace.Parent, Tracestate: optString(s.Trace.State)}
+	}
+	if p := s.Progress; p != nil {
+		out.Progress = &ProgressJSON{Percent: p.Percent, Message: p.Message, Details: rawOrNull(p.Details), UpdatedAt: p.UpdatedAt.UTC()}
 	}
 	return out
 }

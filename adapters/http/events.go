@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/taskmaster/taskmaster/domain/event"
 	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/domain/validation"
@@ -44,10 +46,16 @@ const StreamDroppedType = "stream.dropped"
 type eventFilter struct {
 	queues []string
 	types  []string // exact types, or prefixes ending in "*" ("task.*")
+	// tasks, when not empty, are the tasks whose events the stream sends
+	// (by id, lowercase).
+	tasks []string
 }
 
-// eventFilterOf reads the repeatable, comma-separated queue and type
-// parameters.
+// MaxStreamTasks is the most task_id values one stream follows.
+const MaxStreamTasks = 100
+
+// eventFilterOf reads the repeatable, comma-separated queue, type and
+// task_id parameters.
 func eventFilterOf(q url.Values) (eventFilter, error) {
 	var f eventFilter
 	var v validation.Errors
@@ -68,12 +76,28 @@ func eventFilterOf(q url.Values) (eventFilter, error) {
 	for _, q := range f.queues {
 		task.CheckQueue(&v, "queue", q)
 	}
+	for _, raw := range split("task_id") {
+		id, err := uuid.Parse(raw)
+		if err != nil {
+			v.Add("task_id", fmt.Sprintf("%q is not a task id", raw))
+			continue
+		}
+		if s := id.String(); !slices.Contains(f.tasks, s) {
+			f.tasks = append(f.tasks, s)
+		}
+	}
+	if len(f.tasks) > MaxStreamTasks {
+		v.Add("task_id", fmt.Sprintf("must name at most %d tasks", MaxStreamTasks))
+	}
 	return f, v.Err()
 }
 
 // match reports whether e passes the filter. A worker event matches a queue
 // when the worker serves it: it lists the queue, or lists none (any queue).
 func (f eventFilter) match(e ports.FeedEvent) bool {
+	if len(f.tasks) > 0 && !slices.Contains(f.tasks, e.TaskID) {
+		return false
+	}
 	if len(f.types) > 0 && !slices.ContainsFunc(f.types, func(t string) bool {
 		if prefix, ok := strings.CutSuffix(t, "*"); ok {
 			return strings.HasPrefix(string(e.Type), prefix)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -21,12 +23,36 @@ import (
 // characters, U+2028 and U+2029, and replace invalid UTF-8 with U+FFFD, but
 // leave <, > and & alone; raw JSON (payloads, results) is compacted, not
 // escaped.
+//
+// A body that could be large (a batch's thousand tasks, a task with a 32 MiB
+// payload) is never held whole: the appenders hand what they have appended
+// to a spill function between the tasks of a list and every spillSize bytes
+// of a payload or result, which writes it out once it passes spillSize. So
+// a response costs spillSize of buffer, besides the tasks it is made of.
+
+// spillFunc takes the body appended so far; it may write it out and
+// return it emptied. A nil spillFunc keeps everything.
+type spillFunc func(b []byte) []byte
+
+// spill hands b to f, when there is one.
+func (f spillFunc) spill(b []byte) []byte {
+	if f == nil {
+		return b
+	}
+	return f(b)
+}
+
+// spillSize is how much of a body is appended before it is written out.
+const spillSize = 64 << 10
 
 // jsonAppender is a response body that appends its own JSON encoding to b.
-// An error (a time outside years 0-9999, which encoding/json refuses too)
-// sends the body through encoding/json instead.
+// When checkTimes reports a time outside years 0-9999 (which encoding/json
+// refuses too), the body goes through encoding/json instead (which sends
+// nothing); checkTimes runs before anything is written, since the body
+// may be written out as it is appended.
 type jsonAppender interface {
-	appendJSON(b []byte) ([]byte, error)
+	checkTimes() error
+	appendJSON(b []byte, spill spillFunc) ([]byte, error)
 }
 
 // bodyPool recycles response buffers; buffers that grew past maxPooledBody
@@ -38,18 +64,34 @@ const maxPooledBody = 1 << 20
 // errJSONTime is a time encoding/json refuses to encode.
 var errJSONTime = errors.New("json: time outside years 0-9999")
 
-// writeAppended writes v's JSON and a newline (as json.Encoder does) and
-// reports whether it could; when not, nothing was written.
+// writeAppended writes v's JSON and a newline (as json.Encoder does), a
+// spillSize at a time, and reports whether it could; when not, nothing was
+// written.
 func writeAppended(w interface{ Write([]byte) (int, error) }, v jsonAppender) bool {
+	if v.checkTimes() != nil {
+		return false
+	}
 	bp := bodyPool.Get().(*[]byte)
-	b, err := v.appendJSON((*bp)[:0])
+	spilled := false
+	b, err := v.appendJSON((*bp)[:0], func(b []byte) []byte {
+		if len(b) < spillSize {
+			return b
+		}
+		_, _ = w.Write(b) // the client went away; nothing to do
+		spilled = true
+		return b[:0]
+	})
 	if err == nil {
 		b = append(b, '\n')
-		_, _ = w.Write(b) // the client went away; nothing to do
+		_, _ = w.Write(b)
 	}
 	if cap(b) <= maxPooledBody {
 		*bp = b[:0]
 		bodyPool.Put(bp)
+	}
+	if err != nil && spilled {
+		// Part of the body is out: the client must not take it whole.
+		panic(http.ErrAbortHandler)
 	}
 	return err == nil
 }
@@ -131,14 +173,19 @@ func appendJSONString(b []byte, s string) []byte {
 // appendRawJSON appends raw, a valid JSON text (a payload or result as
 // PostgreSQL renders jsonb), without the whitespace between its tokens, as
 // encoding/json compacts a json.RawMessage; empty is null. It does not
-// validate raw: the stored values are valid JSON.
-func appendRawJSON(b []byte, raw json.RawMessage) []byte {
+// validate raw: the stored values are valid JSON. A large raw is handed to
+// spill every spillSize bytes.
+func appendRawJSON(b []byte, raw json.RawMessage, spill spillFunc) []byte {
 	if len(raw) == 0 {
 		return append(b, "null"...)
 	}
 	inString, escaped := false, false
 	start := 0
 	for i, c := range raw {
+		if i-start >= spillSize {
+			b = spill.spill(append(b, raw[start:i]...))
+			start = i
+		}
 		switch {
 		case inString:
 			switch {
@@ -220,23 +267,43 @@ func appendBools(b []byte, bs []bool) []byte {
 	return append(b, ']')
 }
 
+// checkTimes reports errJSONTime when a time of the task is one
+// encoding/json refuses.
+func (t *TaskJSON) checkTimes() error {
+	for _, tm := range [...]*time.Time{&t.RunAt, &t.CreatedAt, &t.UpdatedAt, t.Deadline, t.ClaimedAt,
+		t.FinishedAt, t.LeaseExpiresAt, t.CancelRequestedAt, t.ScheduleTick, t.TimeoutAt} {
+		if !jsonTime(tm) {
+			return errJSONTime
+		}
+	}
+	if t.Progress != nil && !jsonTime(&t.Progress.UpdatedAt) {
+		return errJSONTime
+	}
+	return nil
+}
+
+// checkTaskTimes is checkTimes of every task of ts.
+func checkTaskTimes(ts []TaskJSON) error {
+	for i := range ts {
+		if err := ts[i].checkTimes(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // appendObject appends the task as a JSON object. (Not appendJSON: types
 // that embed TaskJSON would inherit it and lose their own members.)
-func (t *TaskJSON) appendObject(b []byte) ([]byte, error) {
+func (t *TaskJSON) appendObject(b []byte, spill spillFunc) ([]byte, error) {
 	b = append(b, '{')
-	b, err := t.appendFields(b)
+	b, err := t.appendFields(b, spill)
 	return append(b, '}'), err
 }
 
 // appendFields appends the task's members without the braces, so types
-// that embed TaskJSON can add theirs.
-func (t *TaskJSON) appendFields(b []byte) ([]byte, error) {
-	for _, tm := range [...]*time.Time{&t.RunAt, &t.CreatedAt, &t.UpdatedAt, t.Deadline, t.ClaimedAt,
-		t.FinishedAt, t.LeaseExpiresAt, t.CancelRequestedAt} {
-		if !jsonTime(tm) {
-			return b, errJSONTime
-		}
-	}
+// that embed TaskJSON can add theirs. Its times must have been checked
+// (checkTimes).
+func (t *TaskJSON) appendFields(b []byte, spill spillFunc) ([]byte, error) {
 	var err error
 	b = append(b, `"id":`...)
 	b = appendJSONString(b, t.ID)
@@ -247,7 +314,7 @@ func (t *TaskJSON) appendFields(b []byte) ([]byte, error) {
 	b = append(b, `,"priority":`...)
 	b = strconv.AppendInt(b, int64(t.Priority), 10)
 	b = append(b, `,"payload":`...)
-	b = appendRawJSON(b, t.Payload)
+	b = appendRawJSON(b, t.Payload, spill)
 	b = append(b, `,"tags":`...)
 	b = appendStrings(b, t.Tags)
 	b = append(b, `,"attempts":`...)
@@ -263,7 +330,7 @@ func (t *TaskJSON) appendFields(b []byte) ([]byte, error) {
 	b = append(b, `,"dead_reason":`...)
 	b = appendOptString(b, t.DeadReason)
 	b = append(b, `,"result":`...)
-	b = appendRawJSON(b, t.Result)
+	b = appendRawJSON(b, t.Result, spill)
 	b = append(b, `,"deadline":`...)
 	b = appendOptTime(b, t.Deadline)
 	b = append(b, `,"run_at":`...)
@@ -294,16 +361,72 @@ func (t *TaskJSON) appendFields(b []byte) ([]byte, error) {
 	b = strconv.AppendInt(b, int64(t.Snoozes), 10)
 	b = append(b, `,"group_key":`...)
 	b = appendOptString(b, t.GroupKey)
+	b = append(b, `,"timeout_seconds":`...)
+	if t.TimeoutSeconds == nil {
+		b = append(b, "null"...)
+	} else {
+		b = strconv.AppendInt(b, int64(*t.TimeoutSeconds), 10)
+	}
+	b = append(b, `,"timeout_at":`...)
+	b = appendOptTime(b, t.TimeoutAt)
+	b = append(b, `,"metadata":`...)
+	b = appendStringMap(b, t.Metadata)
+	// Traces and progress are rare and short: encoding/json writes them
+	// (its float format and its time checks included).
+	b = append(b, `,"trace":`...)
+	if t.Trace == nil {
+		b = append(b, "null"...)
+	} else if b, err = appendJSONValue(b, t.Trace); err != nil {
+		return b, err
+	}
+	b = append(b, `,"progress":`...)
+	if t.Progress == nil {
+		b = append(b, "null"...)
+	} else if b, err = appendJSONValue(b, t.Progress); err != nil {
+		return b, err
+	}
+	b = append(b, `,"schedule_name":`...)
+	b = appendOptString(b, t.ScheduleName)
+	b = append(b, `,"schedule_tick":`...)
+	b = appendOptTime(b, t.ScheduleTick)
 	return b, nil
+}
+
+// appendStringMap appends m as encoding/json does: keys sorted, null for
+// a nil map.
+func appendStringMap(b []byte, m map[string]string) []byte {
+	if m == nil {
+		return append(b, "null"...)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, k)
+		b = append(b, ':')
+		b = appendJSONString(b, m[k])
+	}
+	return append(b, '}')
 }
 
 // taskBody is one task as a response body.
 type taskBody struct{ task *TaskJSON }
 
-// appendJSON implements jsonAppender.
-func (t taskBody) appendJSON(b []byte) ([]byte, error) { return t.task.appendObject(b) }
+func (t taskBody) checkTimes() error { return t.task.checkTimes() }
 
-func appendTasks(b []byte, ts []TaskJSON) ([]byte, error) {
+// appendJSON implements jsonAppender.
+func (t taskBody) appendJSON(b []byte, spill spillFunc) ([]byte, error) {
+	return t.task.appendObject(b, spill)
+}
+
+// appendTasks appends ts as a JSON array, spilling after each task.
+func appendTasks(b []byte, ts []TaskJSON, spill spillFunc) ([]byte, error) {
 	if ts == nil {
 		return append(b, "null"...), nil
 	}
@@ -313,29 +436,39 @@ func appendTasks(b []byte, ts []TaskJSON) ([]byte, error) {
 			b = append(b, ',')
 		}
 		var err error
-		if b, err = ts[i].appendObject(b); err != nil {
+		if b, err = ts[i].appendObject(b, spill); err != nil {
 			return b, err
 		}
+		b = spill.spill(b)
 	}
 	return append(b, ']'), nil
 }
 
+func (c CompleteResponse) checkTimes() error {
+	if err := c.TaskJSON.checkTimes(); err != nil {
+		return err
+	}
+	return checkTaskTimes(c.Enqueued)
+}
+
 // appendJSON implements jsonAppender.
-func (c CompleteResponse) appendJSON(b []byte) ([]byte, error) {
+func (c CompleteResponse) appendJSON(b []byte, spill spillFunc) ([]byte, error) {
 	b = append(b, '{')
-	b, err := c.appendFields(b)
+	b, err := c.appendFields(b, spill)
 	if err != nil {
 		return b, err
 	}
 	b = append(b, `,"enqueued":`...)
-	b, err = appendTasks(b, c.Enqueued)
+	b, err = appendTasks(b, c.Enqueued, spill)
 	return append(b, '}'), err
 }
 
+func (c claimResponse) checkTimes() error { return checkTaskTimes(c.Tasks) }
+
 // appendJSON implements jsonAppender.
-func (c claimResponse) appendJSON(b []byte) ([]byte, error) {
+func (c claimResponse) appendJSON(b []byte, spill spillFunc) ([]byte, error) {
 	b = append(b, `{"tasks":`...)
-	b, err := appendTasks(b, c.Tasks)
+	b, err := appendTasks(b, c.Tasks, spill)
 	if err != nil {
 		return b, err
 	}
@@ -344,10 +477,53 @@ func (c claimResponse) appendJSON(b []byte) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
+func (l listTasksResponse) checkTimes() error { return checkTaskTimes(l.Tasks) }
+
 // appendJSON implements jsonAppender.
-func (s BatchSubmitResponse) appendJSON(b []byte) ([]byte, error) {
+func (l listTasksResponse) appendJSON(b []byte, spill spillFunc) ([]byte, error) {
 	b = append(b, `{"tasks":`...)
-	b, err := appendTasks(b, s.Tasks)
+	b, err := appendTasks(b, l.Tasks, spill)
+	if err != nil {
+		return b, err
+	}
+	b = append(b, `,"next_cursor":`...)
+	b = appendOptString(b, l.NextCursor)
+	b = append(b, `,"truncated":`...)
+	b = strconv.AppendBool(b, l.Truncated)
+	return append(b, '}'), nil
+}
+
+func (p parentsResponse) checkTimes() error { return checkTaskTimes(p.Parents) }
+
+// appendJSON implements jsonAppender.
+func (p parentsResponse) appendJSON(b []byte, spill spillFunc) ([]byte, error) {
+	b = append(b, `{"parents":`...)
+	b, err := appendTasks(b, p.Parents, spill)
+	return append(b, '}'), err
+}
+
+func (d TaskDetailJSON) checkTimes() error { return d.TaskJSON.checkTimes() }
+
+// appendJSON implements jsonAppender.
+func (d TaskDetailJSON) appendJSON(b []byte, spill spillFunc) ([]byte, error) {
+	b = append(b, '{')
+	b, err := d.appendFields(b, spill)
+	if err != nil {
+		return b, err
+	}
+	b = append(b, `,"depends_on":`...)
+	b = appendStrings(b, d.DependsOn)
+	b = append(b, `,"blocked_by":`...)
+	b = appendStrings(b, d.BlockedBy)
+	return append(b, '}'), nil
+}
+
+func (s BatchSubmitResponse) checkTimes() error { return checkTaskTimes(s.Tasks) }
+
+// appendJSON implements jsonAppender.
+func (s BatchSubmitResponse) appendJSON(b []byte, spill spillFunc) ([]byte, error) {
+	b = append(b, `{"tasks":`...)
+	b, err := appendTasks(b, s.Tasks, spill)
 	if err != nil {
 		return b, err
 	}
@@ -356,8 +532,20 @@ func (s BatchSubmitResponse) appendJSON(b []byte) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
+func (o *ItemOutcome) checkTimes() error {
+	if o.Task != nil {
+		if err := o.Task.checkTimes(); err != nil {
+			return err
+		}
+	}
+	if o.Enqueued != nil {
+		return checkTaskTimes(*o.Enqueued)
+	}
+	return nil
+}
+
 // appendObject appends the outcome as a JSON object.
-func (o *ItemOutcome) appendObject(b []byte) ([]byte, error) {
+func (o *ItemOutcome) appendObject(b []byte, spill spillFunc) ([]byte, error) {
 	var err error
 	b = append(b, `{"id":`...)
 	b = appendJSONString(b, o.ID)
@@ -365,7 +553,7 @@ func (o *ItemOutcome) appendObject(b []byte) ([]byte, error) {
 	b = appendJSONString(b, o.Outcome)
 	if o.Task != nil {
 		b = append(b, `,"task":`...)
-		if b, err = o.Task.appendObject(b); err != nil {
+		if b, err = o.Task.appendObject(b, spill); err != nil {
 			return b, err
 		}
 	}
@@ -377,15 +565,24 @@ func (o *ItemOutcome) appendObject(b []byte) ([]byte, error) {
 	}
 	if o.Enqueued != nil {
 		b = append(b, `,"enqueued":`...)
-		if b, err = appendTasks(b, *o.Enqueued); err != nil {
+		if b, err = appendTasks(b, *o.Enqueued, spill); err != nil {
 			return b, err
 		}
 	}
 	return append(b, '}'), nil
 }
 
+func (r BatchReportResponse) checkTimes() error {
+	for i := range r.Items {
+		if err := r.Items[i].checkTimes(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // appendJSON implements jsonAppender.
-func (r BatchReportResponse) appendJSON(b []byte) ([]byte, error) {
+func (r BatchReportResponse) appendJSON(b []byte, spill spillFunc) ([]byte, error) {
 	if r.Items == nil {
 		return append(b, `{"items":null}`...), nil
 	}
@@ -395,9 +592,10 @@ func (r BatchReportResponse) appendJSON(b []byte) ([]byte, error) {
 			b = append(b, ',')
 		}
 		var err error
-		if b, err = r.Items[i].appendObject(b); err != nil {
+		if b, err = r.Items[i].appendObject(b, spill); err != nil {
 			return b, err
 		}
+		b = spill.spill(b)
 	}
 	return append(b, "]}"...), nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,7 +47,11 @@ func fullTask() TaskJSON {
 		Deadline: &later, RunAt: at, IdempotencyKey: s("k\u2028"), CreatedAt: at.Add(-time.Second),
 		ClaimedAt: &at, FinishedAt: &later, UpdatedAt: later, LeaseExpiresAt: &later, CancelRequestedAt: &at,
 		UniqueKey: s("u<"), Retry: &retryJSON{BaseSeconds: f(0.0000001), MaxSeconds: f(1e21), Jitter: s("full")},
-		Snoozes: 2, GroupKey: s("g&"),
+		Snoozes: 2, GroupKey: s("g&"), ScheduleName: s("nightly<"), ScheduleTick: &at,
+		TimeoutSeconds: func(n int) *int { return &n }(3600), TimeoutAt: &later,
+		Metadata: map[string]string{"z": tricky, "a": "", "tenant.id": "<&>", tricky: "k"},
+		Trace:    &TraceJSON{Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", Tracestate: s("a=" + tricky)},
+		Progress: &ProgressJSON{Percent: 1e-7, Message: tricky, Details: json.RawMessage(`{"n": [1, 2]}`), UpdatedAt: at},
 	}
 }
 
@@ -59,6 +64,7 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 	local.Retry = &retryJSON{}
 	enqueued := []TaskJSON{full, bare}
 	empty := []TaskJSON{}
+	cursor := "AZHCpz1Nd7-EjONLBIFv9Q"
 	problem := Problem{Type: ProblemTypePrefix + "lease-lost", Title: "Lease lost", Status: 409, Detail: "<&> " + tricky,
 		Errors: []validation.FieldError{{Field: "a<", Message: "b&"}}, CurrentStatus: "DONE"}
 	for name, v := range map[string]any{
@@ -81,7 +87,12 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 		"empty batch report": BatchReportResponse{Items: []ItemOutcome{}},
 		"nil batch report":   BatchReportResponse{},
 		// Types that embed TaskJSON keep their own members.
-		"task detail": TaskDetailJSON{TaskJSON: full, DependsOn: []string{"x"}, BlockedBy: []string{}},
+		"task detail":      TaskDetailJSON{TaskJSON: full, DependsOn: []string{"x"}, BlockedBy: []string{}},
+		"bare task detail": TaskDetailJSON{TaskJSON: bare},
+		"listing":          listTasksResponse{Tasks: []TaskJSON{full, bare}, NextCursor: &cursor, Truncated: true},
+		"last listing":     listTasksResponse{Tasks: []TaskJSON{}},
+		"parents":          parentsResponse{Parents: []TaskJSON{bare, full}},
+		"no parents":       parentsResponse{},
 	} {
 		require.Equal(t, encodingJSON(t, v), written(v), name)
 	}
@@ -102,11 +113,51 @@ func TestAppendJSONFallsBackWhereEncodingJSONRefuses(t *testing.T) {
 		"updated_at": func(t *TaskJSON) { t.UpdatedAt = far }, "deadline": func(t *TaskJSON) { t.Deadline = &far },
 		"finished_at": func(t *TaskJSON) { t.FinishedAt = &far }, "lease_expires_at": func(t *TaskJSON) { t.LeaseExpiresAt = &far },
 		"cancel_requested_at": func(t *TaskJSON) { t.CancelRequestedAt = &far },
+		"timeout_at":          func(t *TaskJSON) { t.TimeoutAt = &far },
+		"progress.updated_at": func(t *TaskJSON) { t.Progress.UpdatedAt = far },
+		"schedule_tick":       func(t *TaskJSON) { t.ScheduleTick = &far },
 	} {
 		task := fullTask()
 		set(&task)
 		require.Empty(t, written(task), name)
 	}
+}
+
+// Bodies larger than spillSize are written out as they are appended, a
+// spillSize at a time, and come out byte for byte as encoding/json writes
+// them: a batch of tasks, a task whose payload alone is 40 spills.
+func TestLargeBodiesAreWrittenAsTheyAreAppended(t *testing.T) {
+	t.Parallel()
+	big := fullTask()
+	big.Payload = json.RawMessage(`{"a": "` + strings.Repeat("x y", 40*spillSize/3) + `", "b": [` + strings.Repeat("1, ", 20000) + `2]}`)
+	many := make([]TaskJSON, 300)
+	for i := range many {
+		many[i] = fullTask()
+	}
+	for name, v := range map[string]any{
+		"task":        big,
+		"batch":       BatchSubmitResponse{Tasks: many, Created: make([]bool, len(many))},
+		"claim":       claimResponse{Tasks: append(many, big)},
+		"task detail": TaskDetailJSON{TaskJSON: big, DependsOn: []string{}, BlockedBy: []string{}},
+	} {
+		w := &countingWriter{ResponseRecorder: httptest.NewRecorder()}
+		writeJSON(w, 200, v)
+		require.Equal(t, encodingJSON(t, v), w.Body.String(), name)
+		require.Greater(t, w.writes, 2, "%s: written in parts", name)
+		require.LessOrEqual(t, w.largest, 2*spillSize+4096, "%s: no write holds much more than a spill", name)
+	}
+}
+
+// countingWriter counts the writes of a body and remembers the largest.
+type countingWriter struct {
+	*httptest.ResponseRecorder
+	writes, largest int
+}
+
+func (w *countingWriter) Write(b []byte) (int, error) {
+	w.writes++
+	w.largest = max(w.largest, len(b))
+	return w.ResponseRecorder.Write(b)
 }
 
 func TestAppendRawJSONCompactsAsEncodingJSON(t *testing.T) {
@@ -117,9 +168,9 @@ func TestAppendRawJSONCompactsAsEncodingJSON(t *testing.T) {
 	} {
 		var want bytes.Buffer
 		require.NoError(t, json.Compact(&want, []byte(raw)))
-		require.Equal(t, want.String(), string(appendRawJSON(nil, json.RawMessage(raw))), raw)
+		require.Equal(t, want.String(), string(appendRawJSON(nil, json.RawMessage(raw), nil)), raw)
 	}
-	require.Equal(t, "null", string(appendRawJSON(nil, nil)))
+	require.Equal(t, "null", string(appendRawJSON(nil, nil, nil)))
 }
 
 func FuzzAppendJSONString(f *testing.F) {
@@ -142,6 +193,6 @@ func FuzzAppendRawJSON(f *testing.F) {
 		}
 		var want bytes.Buffer
 		require.NoError(t, json.Compact(&want, []byte(raw)))
-		require.Equal(t, want.String(), string(appendRawJSON(nil, json.RawMessage(raw))))
+		require.Equal(t, want.String(), string(appendRawJSON(nil, json.RawMessage(raw), nil)))
 	})
 }

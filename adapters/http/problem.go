@@ -61,29 +61,32 @@ type problemKind struct {
 }
 
 var (
-	kindMalformed    = problemKind{"malformed-request", "Malformed request", http.StatusBadRequest}
-	kindTooLarge     = problemKind{"body-too-large", "Request body too large", http.StatusRequestEntityTooLarge}
-	kindValidation   = problemKind{"validation-error", "Invalid input", http.StatusUnprocessableEntity}
-	kindTaskNotFound = problemKind{"task-not-found", "Task not found", http.StatusNotFound}
-	kindWorkerNF     = problemKind{"worker-not-found", "Worker not found", http.StatusNotFound}
-	kindWorkerDead   = problemKind{"worker-dead", "Worker is dead", http.StatusConflict}
-	kindLeaseLost    = problemKind{"lease-lost", "Lease lost", http.StatusConflict}
-	kindTransition   = problemKind{"invalid-transition", "Invalid state transition", http.StatusConflict}
-	kindRoute        = problemKind{"not-found", "Not found", http.StatusNotFound}
-	kindMethod       = problemKind{"method-not-allowed", "Method not allowed", http.StatusMethodNotAllowed}
-	kindUnavailable  = problemKind{"unavailable", "Service unavailable", http.StatusServiceUnavailable}
-	kindOverloaded   = problemKind{"overloaded", "Server at capacity", http.StatusServiceUnavailable}
-	kindUnauthorized = problemKind{"unauthorized", "Unauthorized", http.StatusUnauthorized}
-	kindForbidden    = problemKind{"forbidden", "Forbidden", http.StatusForbidden}
-	kindRateLimited  = problemKind{"rate-limited", "Too many requests", http.StatusTooManyRequests}
-	kindKeyNotFound  = problemKind{"key-not-found", "API key not found", http.StatusNotFound}
-	kindScheduleNF   = problemKind{"schedule-not-found", "Schedule not found", http.StatusNotFound}
-	kindScheduleDup  = problemKind{"schedule-exists", "Schedule exists", http.StatusConflict}
-	kindQueueNF      = problemKind{"queue-not-found", "Queue not found", http.StatusNotFound}
-	kindUniqueKey    = problemKind{"unique-key-taken", "Unique key taken", http.StatusConflict}
-	kindPurgeJobNF   = problemKind{"purge-job-not-found", "Purge job not found", http.StatusNotFound}
-	kindStreamsFull  = problemKind{"too-many-streams", "Too many event streams", http.StatusServiceUnavailable}
-	kindInternal     = problemKind{"internal-error", "Internal server error", http.StatusInternalServerError}
+	kindMalformed      = problemKind{"malformed-request", "Malformed request", http.StatusBadRequest}
+	kindTooLarge       = problemKind{"body-too-large", "Request body too large", http.StatusRequestEntityTooLarge}
+	kindValidation     = problemKind{"validation-error", "Invalid input", http.StatusUnprocessableEntity}
+	kindTaskNotFound   = problemKind{"task-not-found", "Task not found", http.StatusNotFound}
+	kindWorkerNF       = problemKind{"worker-not-found", "Worker not found", http.StatusNotFound}
+	kindWorkerDead     = problemKind{"worker-dead", "Worker is dead", http.StatusConflict}
+	kindLeaseLost      = problemKind{"lease-lost", "Lease lost", http.StatusConflict}
+	kindTransition     = problemKind{"invalid-transition", "Invalid state transition", http.StatusConflict}
+	kindRoute          = problemKind{"not-found", "Not found", http.StatusNotFound}
+	kindMethod         = problemKind{"method-not-allowed", "Method not allowed", http.StatusMethodNotAllowed}
+	kindUnavailable    = problemKind{"unavailable", "Service unavailable", http.StatusServiceUnavailable}
+	kindOverloaded     = problemKind{"overloaded", "Server at capacity", http.StatusServiceUnavailable}
+	kindUnauthorized   = problemKind{"unauthorized", "Unauthorized", http.StatusUnauthorized}
+	kindForbidden      = problemKind{"forbidden", "Forbidden", http.StatusForbidden}
+	kindRateLimited    = problemKind{"rate-limited", "Too many requests", http.StatusTooManyRequests}
+	kindMediaType      = problemKind{"unsupported-media-type", "Unsupported media type", http.StatusUnsupportedMediaType}
+	kindHostNotAllowed = problemKind{"host-not-allowed", "Host not allowed", http.StatusForbidden}
+	kindCrossOrigin    = problemKind{"cross-origin", "Cross-origin request", http.StatusForbidden}
+	kindKeyNotFound    = problemKind{"key-not-found", "API key not found", http.StatusNotFound}
+	kindScheduleNF     = problemKind{"schedule-not-found", "Schedule not found", http.StatusNotFound}
+	kindScheduleDup    = problemKind{"schedule-exists", "Schedule exists", http.StatusConflict}
+	kindQueueNF        = problemKind{"queue-not-found", "Queue not found", http.StatusNotFound}
+	kindUniqueKey      = problemKind{"unique-key-taken", "Unique key taken", http.StatusConflict}
+	kindPurgeJobNF     = problemKind{"purge-job-not-found", "Purge job not found", http.StatusNotFound}
+	kindStreamsFull    = problemKind{"too-many-streams", "Too many event streams", http.StatusServiceUnavailable}
+	kindInternal       = problemKind{"internal-error", "Internal server error", http.StatusInternalServerError}
 )
 
 // retryAfter is the Retry-After header (whole seconds) of every answer of the
@@ -207,6 +210,10 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	p := problemFor(err)
+	if apikey.Unauthenticated(err) {
+		// Also a key revoked while its request ran (a waiting claim).
+		w.Header().Set("WWW-Authenticate", challenge(err))
+	}
 	if p.Status >= 500 && p.retryAfter == 0 {
 		loggerFrom(r.Context()).Error("request failed", zap.Error(err), zap.String("method", r.Method), zap.String("path", r.URL.Path))
 	} else if p.Status >= 500 {

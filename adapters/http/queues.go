@@ -61,6 +61,9 @@ type QueueSettingsJSON struct {
 	MaxRunning         *int           `json:"max_running"`
 	RateLimit          *RateLimitJSON `json:"rate_limit"`
 	MaxRunningPerGroup *int           `json:"max_running_per_group"`
+	// DefaultTimeoutSeconds is the time limit of the attempts of the
+	// queue's tasks that have none of their own (null: none).
+	DefaultTimeoutSeconds *int `json:"default_timeout_seconds"`
 }
 
 // RateLimitJSON is a queue's claim rate limit: a token bucket refilled at
@@ -88,6 +91,10 @@ type LeasedTaskJSON struct {
 	WorkerID       string    `json:"worker_id"`
 	ClaimedAt      time.Time `json:"claimed_at"`
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+	// ProgressPercent and ProgressMessage are the task's last progress
+	// report's (null: none since its claim).
+	ProgressPercent *float64 `json:"progress_percent"`
+	ProgressMessage *string  `json:"progress_message"`
 }
 
 // QueueSettingsResponse answers PATCH /queues/v1/{queue}.
@@ -98,7 +105,8 @@ type QueueSettingsResponse struct {
 }
 
 func settingsJSON(s queue.Settings) QueueSettingsJSON {
-	out := QueueSettingsJSON{Paused: s.Paused, MaxRunning: s.MaxRunning, MaxRunningPerGroup: s.MaxRunningPerGroup}
+	out := QueueSettingsJSON{Paused: s.Paused, MaxRunning: s.MaxRunning, MaxRunningPerGroup: s.MaxRunningPerGroup,
+		DefaultTimeoutSeconds: s.DefaultTimeoutSeconds}
 	if r := s.RateLimit; r != nil {
 		out.RateLimit = &RateLimitJSON{PerSecond: r.PerSecond, Burst: r.Burst}
 	}
@@ -139,7 +147,12 @@ func queueDetailJSON(d *ports.QueueDetail) QueueDetailJSON {
 		AvgExecutionSeconds: map[string]*float64{}, AvgQueueWaitSeconds: map[string]*float64{},
 	}
 	for i, t := range d.LeasedSample {
-		out.LeasedSample[i] = LeasedTaskJSON{ID: t.ID.String(), WorkerID: t.WorkerID, ClaimedAt: t.ClaimedAt.UTC(), LeaseExpiresAt: t.LeaseExpiresAt.UTC()}
+		out.LeasedSample[i] = LeasedTaskJSON{ID: t.ID.String(), WorkerID: t.WorkerID, ClaimedAt: t.ClaimedAt.UTC(), LeaseExpiresAt: t.LeaseExpiresAt.UTC(),
+			ProgressPercent: t.ProgressPercent}
+		if t.ProgressPercent != nil {
+			m := t.ProgressMessage
+			out.LeasedSample[i].ProgressMessage = &m
+		}
 	}
 	for _, a := range d.Averages {
 		out.AvgExecutionSeconds[windowKey(a.Window)] = a.ExecutionSeconds
@@ -228,6 +241,8 @@ type patchQueueRequest struct {
 	MaxRunning         json.RawMessage `json:"max_running"`
 	RateLimit          json.RawMessage `json:"rate_limit"`
 	MaxRunningPerGroup json.RawMessage `json:"max_running_per_group"`
+	// DefaultTimeoutSeconds: seconds, or null to clear.
+	DefaultTimeoutSeconds json.RawMessage `json:"default_timeout_seconds"`
 }
 
 type rateLimitRequest struct {
@@ -248,20 +263,21 @@ func (req patchQueueRequest) patch() (queue.Patch, error) {
 		}
 		p.Paused = &b
 	}
-	limit := func(field string, raw json.RawMessage) queue.Optional[int] {
+	integer := func(field string, raw json.RawMessage, most int) queue.Optional[int] {
 		o := queue.Optional[int]{Set: raw != nil}
 		if raw == nil || isNull(raw) {
 			return o
 		}
 		var n int
 		if err := json.Unmarshal(raw, &n); err != nil {
-			v.Add(field, fmt.Sprintf("must be null or an integer from 1 to %d", queue.MaxLimit))
+			v.Add(field, fmt.Sprintf("must be null or an integer from 1 to %d", most))
 		}
 		o.Value = &n
 		return o
 	}
-	p.MaxRunning = limit("max_running", req.MaxRunning)
-	p.MaxRunningPerGroup = limit("max_running_per_group", req.MaxRunningPerGroup)
+	p.MaxRunning = integer("max_running", req.MaxRunning, queue.MaxLimit)
+	p.MaxRunningPerGroup = integer("max_running_per_group", req.MaxRunningPerGroup, queue.MaxLimit)
+	p.DefaultTimeoutSeconds = integer("default_timeout_seconds", req.DefaultTimeoutSeconds, queue.MaxDefaultTimeoutSeconds)
 	if raw := req.RateLimit; raw != nil {
 		p.RateLimit.Set = true
 		if !isNull(raw) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -92,6 +93,29 @@ func newLimiter(limits RateLimits) *limiter {
 	return &limiter{limits: limits, now: time.Now, buckets: map[uuid.UUID]*bucket{}}
 }
 
+// take takes a token from b at now (limit l), refilled since its last
+// use; it returns whether there was one, and the tokens left.
+func (b *bucket) take(l RateLimit, now time.Time) (bool, float64) {
+	b.refill(l, now)
+	ok := b.tokens >= 1
+	if ok {
+		b.tokens--
+	}
+	return ok, b.tokens
+}
+
+// refill adds the tokens earned since b's last use, up to the burst.
+func (b *bucket) refill(l RateLimit, now time.Time) {
+	b.tokens = min(float64(l.Burst), b.tokens+now.Sub(b.last).Seconds()*l.Rate)
+	b.last = now
+}
+
+// retryAfter is how many whole seconds until a bucket holding tokens has
+// one again (at least 1).
+func retryAfterSeconds(l RateLimit, tokens float64) int {
+	return max(1, ceilSeconds((1-tokens)/l.Rate))
+}
+
 // admit takes a token from key's bucket and writes the RateLimit header
 // fields of draft-ietf-httpapi-ratelimit-headers (the separate fields of
 // its earlier drafts): RateLimit-Limit (the burst), RateLimit-Remaining
@@ -110,13 +134,7 @@ func (l *limiter) admit(w http.ResponseWriter, key *apikey.Key) bool {
 		b = &bucket{limit: limit, tokens: float64(limit.Burst), last: now}
 		l.buckets[key.ID()] = b
 	}
-	b.tokens = min(float64(limit.Burst), b.tokens+now.Sub(b.last).Seconds()*limit.Rate)
-	b.last = now
-	ok := b.tokens >= 1
-	if ok {
-		b.tokens--
-	}
-	tokens := b.tokens
+	ok, tokens := b.take(limit, now)
 	l.mu.Unlock()
 
 	h := w.Header()
@@ -124,9 +142,143 @@ func (l *limiter) admit(w http.ResponseWriter, key *apikey.Key) bool {
 	h.Set("RateLimit-Remaining", strconv.Itoa(int(tokens)))
 	h.Set("RateLimit-Reset", strconv.Itoa(ceilSeconds((float64(limit.Burst)-tokens)/limit.Rate)))
 	if !ok {
-		h.Set("Retry-After", strconv.Itoa(max(1, ceilSeconds((1-tokens)/limit.Rate))))
+		h.Set("Retry-After", strconv.Itoa(retryAfterSeconds(limit, tokens)))
 	}
 	return ok
+}
+
+// DefaultClientRateLimit is ServerConfig.ClientRateLimit unless configured:
+// a client address may fail to authenticate, or log in to the dashboard,
+// twice a second on average, 20 times at once.
+var DefaultClientRateLimit = RateLimit{Rate: 2, Burst: 20}
+
+// maxClientBuckets bounds the client addresses whose buckets are kept:
+// beyond it, buckets that have refilled (as good as none) are dropped.
+const maxClientBuckets = 10000
+
+// clientLimiter holds a token bucket per client address for the attempts
+// that cost a lookup without a working credential: an API request whose
+// token (or a dashboard request whose session) names nothing usable, and
+// every dashboard login. Buckets live in this process, like keys'.
+type clientLimiter struct {
+	limit RateLimit
+	now   func() time.Time
+
+	mu      sync.Mutex
+	buckets map[string]*bucket
+}
+
+func newClientLimiter(limit RateLimit) *clientLimiter {
+	return &clientLimiter{limit: limit, now: time.Now, buckets: map[string]*bucket{}}
+}
+
+// clientAddr is the address a request came from (its connection's peer,
+// without the port): behind a proxy, the proxy's.
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// take takes an attempt of r's client; when there is none left it returns
+// false and the seconds until there is.
+func (c *clientLimiter) take(r *http.Request) (bool, int) {
+	if c.limit.Unlimited() {
+		return true, 0
+	}
+	now := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	addr := clientAddr(r)
+	b := c.buckets[addr]
+	if b == nil {
+		c.sweep(now)
+		b = &bucket{limit: c.limit, tokens: float64(c.limit.Burst), last: now}
+		c.buckets[addr] = b
+	}
+	ok, tokens := b.take(c.limit, now)
+	if ok {
+		return true, 0
+	}
+	return false, retryAfterSeconds(c.limit, tokens)
+}
+
+// spent reports whether r's client has no attempt left now, without
+// taking one, and the seconds until it has.
+func (c *clientLimiter) spent(r *http.Request) (bool, int) {
+	if c.limit.Unlimited() {
+		return false, 0
+	}
+	now := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b := c.buckets[clientAddr(r)]
+	if b == nil {
+		return false, 0
+	}
+	b.refill(c.limit, now)
+	if b.tokens >= 1 {
+		return false, 0
+	}
+	return true, retryAfterSeconds(c.limit, b.tokens)
+}
+
+// sweep drops, once maxClientBuckets are kept, the buckets that have
+// refilled: a full bucket is as good as none. c.mu is held.
+func (c *clientLimiter) sweep(now time.Time) {
+	if len(c.buckets) < maxClientBuckets {
+		return
+	}
+	for addr, b := range c.buckets {
+		if b.tokens+now.Sub(b.last).Seconds()*c.limit.Rate >= float64(c.limit.Burst) {
+			delete(c.buckets, addr)
+		}
+	}
+}
+
+// Limits are an instance's request limits, shared by the API and the
+// dashboard (which adapters/ui reaches through ui.Limits): a token bucket
+// per API key (its requests and its dashboard sessions' page loads and
+// actions) and one per client address (attempts without a working
+// credential, and dashboard logins).
+type Limits struct {
+	keys    *limiter
+	clients *clientLimiter
+}
+
+// NewLimits returns the limits of keys by scope and of client addresses.
+func NewLimits(keys RateLimits, client RateLimit) *Limits {
+	return &Limits{keys: newLimiter(keys), clients: newClientLimiter(client)}
+}
+
+// Key takes a request of key from its bucket, writing the RateLimit header
+// fields, and Retry-After when it returns false (refused).
+func (l *Limits) Key(w http.ResponseWriter, key *apikey.Key) bool { return l.keys.admit(w, key) }
+
+// Client takes an attempt of r's client address; when it returns false
+// (refused) it has written Retry-After.
+func (l *Limits) Client(w http.ResponseWriter, r *http.Request) bool {
+	ok, after := l.clients.take(r)
+	if !ok {
+		w.Header().Set("Retry-After", strconv.Itoa(after))
+	}
+	return ok
+}
+
+// ChargeClient takes an attempt of r's client address, if one is left:
+// the request failed to authenticate.
+func (l *Limits) ChargeClient(r *http.Request) { l.clients.take(r) }
+
+// ClientSpent reports whether r's client address has no attempt left;
+// when it returns true it has written Retry-After.
+func (l *Limits) ClientSpent(w http.ResponseWriter, r *http.Request) bool {
+	spent, after := l.clients.spent(r)
+	if spent {
+		w.Header().Set("Retry-After", strconv.Itoa(after))
+	}
+	return spent
 }
 
 func ceilSeconds(s float64) int { return int(math.Ceil(s - 1e-9)) }

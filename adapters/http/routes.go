@@ -58,6 +58,7 @@ func (s *Server) routes(r *mux.Router) {
 	s.route(r, post, "/tasks/v1/{id}/extend", work, s.handleExtendLease)
 	s.route(r, post, "/tasks/v1/{id}/snooze", work, s.handleSnoozeTask)
 	s.route(r, post, "/tasks/v1/{id}/release", work, s.handleReleaseTask)
+	s.route(r, post, "/tasks/v1/{id}/progress", work, s.handleReportProgress)
 
 	s.route(r, post, "/workers/v1/register", work, s.handleRegisterWorker)
 	s.route(r, post, "/workers/v1/{id}/heartbeat", work, s.handleHeartbeat)

@@ -42,6 +42,11 @@ type ScheduleTaskJSON struct {
 	Tags        []string        `json:"tags"`
 	UniqueKey   *string         `json:"unique_key"`
 	Retry       *retryJSON      `json:"retry"`
+	// TimeoutSeconds is each tick's task's time limit (null: the queue's
+	// default).
+	TimeoutSeconds *int `json:"timeout_seconds"`
+	// Metadata is each tick's task's metadata ({} when none).
+	Metadata map[string]string `json:"metadata"`
 }
 
 func scheduleJSON(sc *schedule.Schedule) ScheduleJSON {
@@ -52,7 +57,11 @@ func scheduleJSON(sc *schedule.Schedule) ScheduleJSON {
 		NextRunAt: optTime(v.NextRunAt), LastTickAt: optTime(v.LastTickAt), SkippedTicks: v.SkippedTicks,
 		CreatedAt: v.CreatedAt.UTC(), UpdatedAt: v.UpdatedAt.UTC(),
 		Task: ScheduleTaskJSON{Queue: p.Queue, Payload: rawOrNull(p.Payload), Priority: p.Priority,
-			MaxAttempts: task.DefaultMaxAttempts, Tags: nonNil(p.Tags), UniqueKey: p.UniqueKey},
+			MaxAttempts: task.DefaultMaxAttempts, Tags: nonNil(p.Tags), UniqueKey: p.UniqueKey,
+			TimeoutSeconds: p.TimeoutSeconds, Metadata: p.Metadata},
+	}
+	if out.Task.Metadata == nil {
+		out.Task.Metadata = map[string]string{}
 	}
 	if p.MaxAttempts != nil {
 		out.Task.MaxAttempts = *p.MaxAttempts

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/taskmaster/taskmaster/application/lifecycle"
@@ -40,6 +41,9 @@ type ServerConfig struct {
 	// MaxInFlightClaims caps the claims served at once, long polls
 	// included; beyond it, 503 overloaded.
 	MaxInFlightClaims int
+	// MaxInFlightWaits caps the requests waiting for a task to finish
+	// (wait_ms) served at once; beyond it, 503 overloaded.
+	MaxInFlightWaits int
 	// MaxInFlightBodyBytes caps the request body bytes the requests served
 	// at once may buffer; beyond it, 503 overloaded. It must be at least
 	// MaxBatchBodyBytes, or the largest batch could never be served.
@@ -49,6 +53,10 @@ type ServerConfig struct {
 	Auth AuthMode
 	// RateLimits are the per-key request limits by scope.
 	RateLimits RateLimits
+	// ClientRateLimit limits, per client address, the attempts made without
+	// a working credential (a token or session that names nothing usable)
+	// and the dashboard's logins; zero Rate: no limit.
+	ClientRateLimit RateLimit
 	// TLS, when enabled, serves HTTPS with a certificate reloaded by
 	// ReloadTLS.
 	TLS TLSConfig
@@ -64,6 +72,9 @@ const (
 	// DefaultMaxInFlightClaims is MaxInFlightClaims unless configured: 1,000
 	// idle long-polling workers per instance fit twice over.
 	DefaultMaxInFlightClaims = 2000
+	// DefaultMaxInFlightWaits is MaxInFlightWaits unless configured: 1,000
+	// producers waiting for their tasks per instance fit twice over.
+	DefaultMaxInFlightWaits = 2000
 	// DefaultMaxInFlightBodyBytes is MaxInFlightBodyBytes unless
 	// configured: four batch bodies of the largest size.
 	DefaultMaxInFlightBodyBytes = 64 << 20
@@ -76,7 +87,8 @@ func DefaultServerConfig() ServerConfig {
 	return ServerConfig{Addr: "127.0.0.1:8080", MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 16 << 20, ShutdownTimeout: 30 * time.Second,
 		EventsHeartbeat:     defaultEventsHeartbeat,
 		MaxInFlightRequests: DefaultMaxInFlightRequests, MaxInFlightClaims: DefaultMaxInFlightClaims,
-		MaxInFlightBodyBytes: DefaultMaxInFlightBodyBytes, RateLimits: DefaultRateLimits()}
+		MaxInFlightWaits:     DefaultMaxInFlightWaits,
+		MaxInFlightBodyBytes: DefaultMaxInFlightBodyBytes, RateLimits: DefaultRateLimits(), ClientRateLimit: DefaultClientRateLimit}
 }
 
 // Validate reports whether the config can be used.
@@ -139,6 +151,9 @@ type Deps struct {
 	Schedules ports.ScheduleService
 	// Bulk, when set, serves the bulk actions and queue purges.
 	Bulk ports.BulkService
+	// Limits are the rate limits the server enforces, shared with the
+	// dashboard; nil: the server makes its own from the config.
+	Limits *Limits
 	// Observe, when set, receives every finished request.
 	Observe ObserveFunc
 	// Routes are extra routes to mount.
@@ -146,6 +161,9 @@ type Deps struct {
 	// OnShutdown runs when Stop begins, before in-flight requests are
 	// awaited (it answers waiting long-poll claims).
 	OnShutdown []func()
+	// Tracer, when set, records the server's spans (see tracing.go); nil:
+	// tracing is off and costs nothing.
+	Tracer trace.Tracer
 }
 
 // Server serves the API.
@@ -165,11 +183,15 @@ type Server struct {
 	keys        ports.KeyService
 	schedules   ports.ScheduleService
 	bulk        ports.BulkService
+	tracer      trace.Tracer
 	// auth says requests must carry a key; access holds each route's
 	// requirement, limiter each key's rate limit.
-	auth    bool
-	access  map[*mux.Route]Access
-	limiter *limiter
+	auth   bool
+	access map[*mux.Route]Access
+	limits *Limits
+	// jsonRoutes are the API's routes, which take JSON bodies (the extra
+	// routes, such as the dashboard's forms, take their own).
+	jsonRoutes map[*mux.Route]bool
 	// cert is the TLS certificate (nil: plain HTTP).
 	cert *certificate
 
@@ -188,10 +210,14 @@ func NewServer(cfg ServerConfig, d Deps) *Server {
 	s := &Server{
 		cfg: cfg, tasks: d.Tasks, workers: d.Workers, queues: d.Queues, health: d.Health,
 		events: d.Events, logger: d.Logger, extraRoutes: d.Routes, onShutdown: d.OnShutdown,
-		keys: d.Keys, schedules: d.Schedules, bulk: d.Bulk, auth: cfg.AuthEnabled(), access: map[*mux.Route]Access{}, limiter: newLimiter(cfg.RateLimits),
+		keys: d.Keys, schedules: d.Schedules, bulk: d.Bulk, tracer: d.Tracer, auth: cfg.AuthEnabled(), access: map[*mux.Route]Access{}, jsonRoutes: map[*mux.Route]bool{},
+		limits: d.Limits,
 	}
 	if s.logger == nil {
 		s.logger = zap.NewNop()
+	}
+	if s.limits == nil {
+		s.limits = NewLimits(cfg.RateLimits, cfg.ClientRateLimit)
 	}
 	if cfg.TLS.Enabled() {
 		s.cert = &certificate{cfg: cfg.TLS}
@@ -209,8 +235,13 @@ func NewServer(cfg ServerConfig, d Deps) *Server {
 	// access is enforced.
 	s.admission = newAdmission(cfg)
 	r.Use(withRoute(cfg, s.admission))
+	if s.tracer != nil {
+		r.Use(s.withTracing)
+	}
+	r.Use(s.withJSONBody)
 	r.Use(s.withAuth)
-	var h http.Handler = r
+	r.Use(s.withTextQuery)
+	h := s.withLocalRequests(r)
 	h = withAccessLog(d.Observe)(h)
 	h = withCorrelation(s.logger)(h)
 	s.handler = h

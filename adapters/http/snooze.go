@@ -63,5 +63,6 @@ func (s *Server) handleSnoozeTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	s.taskSpans(r, "taskmaster.snooze", requestStart(r.Context()), []*task.Task{t}, nil)
 	writeJSON(w, http.StatusOK, taskJSON(t))
 }

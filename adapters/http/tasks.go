@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -17,25 +18,85 @@ import (
 )
 
 type submitRequest struct {
-	Queue          string          `json:"queue"`
-	Payload        json.RawMessage `json:"payload"`
-	Priority       int             `json:"priority"`
-	MaxAttempts    *int            `json:"max_attempts"`
-	Tags           []string        `json:"tags"`
-	Deadline       *timeValue      `json:"deadline"`
-	RunAt          *timeValue      `json:"run_at"`
-	IdempotencyKey string          `json:"idempotency_key"`
-	UniqueKey      *string         `json:"unique_key"`
-	Retry          *retryJSON      `json:"retry"`
-	GroupKey       *string         `json:"group_key"`
+	Queue          string            `json:"queue"`
+	Payload        json.RawMessage   `json:"payload"`
+	Priority       int               `json:"priority"`
+	MaxAttempts    *int              `json:"max_attempts"`
+	Tags           []string          `json:"tags"`
+	Deadline       *timeValue        `json:"deadline"`
+	RunAt          *timeValue        `json:"run_at"`
+	IdempotencyKey string            `json:"idempotency_key"`
+	UniqueKey      *string           `json:"unique_key"`
+	Retry          *retryJSON        `json:"retry"`
+	GroupKey       *string           `json:"group_key"`
+	TimeoutSeconds *int              `json:"timeout_seconds"`
+	Metadata       map[string]string `json:"metadata"`
+	// Traceparent and Tracestate, when given, are the item's own trace
+	// context (else the request's headers').
+	Traceparent string `json:"traceparent"`
+	Tracestate  string `json:"tracestate"`
 }
 
+// params are the submission's parameters; the trace is the item's own
+// (the handler fills in the request's when it has none: traced).
 func (q submitRequest) params() task.SubmitParams {
 	return task.SubmitParams{
 		Queue: q.Queue, Payload: q.Payload, Priority: q.Priority, MaxAttempts: q.MaxAttempts,
 		Tags: q.Tags, Deadline: q.Deadline.get(), RunAt: q.RunAt.get(), IdempotencyKey: q.IdempotencyKey,
 		UniqueKey: q.UniqueKey, Retry: q.Retry.params(), GroupKey: q.GroupKey,
+		TimeoutSeconds: q.TimeoutSeconds, Metadata: q.Metadata, Trace: task.Trace{Parent: q.Traceparent, State: q.Tracestate},
 	}
+}
+
+// traced gives each submission the trace it keeps (its own, else the
+// request's; see submitSpan) and returns the function that ends their
+// spans with the tasks the submissions made (nil: refused with err).
+func (s *Server) traced(r *http.Request, ps []task.SubmitParams) func(ts []*task.Task, err error) {
+	if s.tracer == nil {
+		// Nothing to end: the request's trace, read once, for the items
+		// without their own.
+		var req *task.Trace
+		for i := range ps {
+			if ps[i].Trace == (task.Trace{}) {
+				if req == nil {
+					tr := s.requestTrace(r)
+					req = &tr
+				}
+				ps[i].Trace = *req
+			}
+		}
+		return endNothing
+	}
+	ends := make([]func(*task.Task, error), len(ps))
+	for i := range ps {
+		ps[i].Trace, ends[i] = s.submitSpan(r, ps[i].Queue, ps[i].Trace)
+	}
+	return func(ts []*task.Task, err error) {
+		for i, end := range ends {
+			var t *task.Task
+			if i < len(ts) {
+				t = ts[i]
+			}
+			end(t, err)
+		}
+	}
+}
+
+func endNothing([]*task.Task, error) {}
+
+// waitOf reads the wait_ms query parameter (nil when absent or empty).
+func waitOf(r *http.Request) (*int64, error) {
+	raw := r.URL.Query().Get("wait_ms")
+	if raw == "" {
+		return nil, nil
+	}
+	n, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil {
+		var v validation.Errors
+		v.Add("wait_ms", "must be a whole number of milliseconds")
+		return nil, v.Err()
+	}
+	return &n, nil
 }
 
 func (s *Server) handleSubmitTask(w http.ResponseWriter, r *http.Request) {
@@ -44,7 +105,23 @@ func (s *Server) handleSubmitTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	t, created, err := s.tasks.Submit(r.Context(), req.params())
+	wait, err := waitOf(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	ps := []task.SubmitParams{req.params()}
+	end := s.traced(r, ps)
+	var (
+		t       *task.Task
+		created bool
+	)
+	if wait != nil {
+		t, created, err = s.tasks.SubmitAndAwait(r.Context(), ps[0], wait)
+	} else {
+		t, created, err = s.tasks.Submit(r.Context(), ps[0])
+	}
+	end([]*task.Task{t}, err)
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -62,7 +139,17 @@ func (s *Server) handleGetTask(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	d, err := s.tasks.Describe(r.Context(), id)
+	wait, err := waitOf(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	var d ports.TaskDetail
+	if wait != nil {
+		d, err = s.tasks.Await(r.Context(), ports.AwaitCommand{TaskID: id, WaitMillis: wait})
+	} else {
+		d, err = s.tasks.Describe(r.Context(), id)
+	}
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -163,6 +250,7 @@ func (s *Server) handleClaimTasks(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	s.taskSpans(r, "taskmaster.claim", requestStart(r.Context()), res.Tasks, nil)
 	writeJSON(w, http.StatusOK, claimResponse{Tasks: tasksJSON(res.Tasks), Truncated: res.Truncated})
 }
 
@@ -195,11 +283,14 @@ func (s *Server) handleCompleteTask(w http.ResponseWriter, r *http.Request) {
 	cmd := ports.CompleteCommand{TaskID: id, WorkerID: req.WorkerID, LeaseID: req.LeaseID.get(), Result: req.Result}
 	if req.Enqueue != nil {
 		cmd.Enqueue = submitParams(req.Enqueue)
+		end := s.traced(r, cmd.Enqueue)
 		c, err := s.tasks.CompleteEnqueue(r.Context(), cmd)
+		end(c.Enqueued, err)
 		if err != nil {
 			writeError(w, r, err)
 			return
 		}
+		s.taskSpans(r, "taskmaster.complete", requestStart(r.Context()), []*task.Task{c.Task}, nil)
 		writeJSON(w, http.StatusOK, CompleteResponse{TaskJSON: taskJSON(c.Task), Enqueued: tasksJSON(c.Enqueued)})
 		return
 	}
@@ -208,6 +299,7 @@ func (s *Server) handleCompleteTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	s.taskSpans(r, "taskmaster.complete", requestStart(r.Context()), []*task.Task{t}, nil)
 	writeJSON(w, http.StatusOK, taskJSON(t))
 }
 
@@ -249,6 +341,7 @@ func (s *Server) handleFailTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	s.taskSpans(r, "taskmaster.fail", requestStart(r.Context()), []*task.Task{t}, []error{errors.New(cmd.Error)})
 	writeJSON(w, http.StatusOK, taskJSON(t))
 }
 
@@ -275,7 +368,46 @@ func (s *Server) handleExtendLease(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	s.taskSpans(r, "taskmaster.extend", requestStart(r.Context()), []*task.Task{t}, nil)
 	writeJSON(w, http.StatusOK, taskJSON(t))
+}
+
+type progressRequest struct {
+	WorkerID string          `json:"worker_id"`
+	LeaseID  *uuidValue      `json:"lease_id"`
+	Percent  *float64        `json:"percent"`
+	Message  string          `json:"message"`
+	Details  json.RawMessage `json:"details"`
+}
+
+func (s *Server) handleReportProgress(w http.ResponseWriter, r *http.Request) {
+	id, ok := taskID(w, r)
+	if !ok {
+		return
+	}
+	var req progressRequest
+	if err := decode(r, &req, false); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	t, err := s.tasks.ReportProgress(r.Context(), ports.ProgressCommand{
+		TaskID: id, WorkerID: req.WorkerID, LeaseID: req.LeaseID.get(),
+		ProgressReport: ports.ProgressReport{Percent: req.Percent, Message: req.Message, Details: nullIsNone(req.Details)},
+	})
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	s.taskSpans(r, "taskmaster.progress", requestStart(r.Context()), []*task.Task{t}, nil)
+	writeJSON(w, http.StatusOK, taskJSON(t))
+}
+
+// nullIsNone reads a JSON null as no value.
+func nullIsNone(raw json.RawMessage) json.RawMessage {
+	if string(raw) == "null" {
+		return nil
+	}
+	return raw
 }
 
 func (s *Server) handleRetryTask(w http.ResponseWriter, r *http.Request) {

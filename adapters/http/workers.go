@@ -1,6 +1,7 @@
 package http
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 
@@ -49,6 +50,11 @@ type heartbeatRequest struct {
 type heldTask struct {
 	ID      *uuidValue `json:"id"`
 	LeaseID *uuidValue `json:"lease_id"`
+	// Percent, Message and Details, when given (percent is then
+	// required), report the task's progress with the renewal.
+	Percent *float64        `json:"percent"`
+	Message *string         `json:"message"`
+	Details json.RawMessage `json:"details"`
 }
 
 func (req heartbeatRequest) command(workerID string) (ports.HeartbeatCommand, error) {
@@ -67,6 +73,14 @@ func (req heartbeatRequest) command(workerID string) (ports.HeartbeatCommand, er
 		}
 		if h.ID != nil && h.LeaseID != nil {
 			cmd.Tasks = append(cmd.Tasks, task.LeaseRef{ID: h.ID.UUID, LeaseID: h.LeaseID.UUID})
+			var p *ports.ProgressReport
+			if details := nullIsNone(h.Details); h.Percent != nil || h.Message != nil || details != nil {
+				p = &ports.ProgressReport{Percent: h.Percent, Details: details}
+				if h.Message != nil {
+					p.Message = *h.Message
+				}
+			}
+			cmd.Progress = append(cmd.Progress, p)
 		}
 	}
 	return cmd, v.Err()

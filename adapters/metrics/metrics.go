@@ -276,17 +276,23 @@ func (r *Registry) ObserveHTTP(route, method string, status int, elapsed time.Du
 	r.httpDuration.WithLabelValues(route, method, strconv.Itoa(status)).Observe(elapsed.Seconds())
 }
 
+// InFlightFigures are what the requests served at the moment hold of the
+// HTTP adapter's admission caps.
+type InFlightFigures struct {
+	Requests, Claims, Waits, BodyBytes int64
+}
+
 // ObserveInFlight exports what the requests served at the moment hold of
 // the HTTP adapter's admission caps, read at scrape time from inFlight:
-// taskmaster_http_requests_in_flight{class="requests"|"claims"} and
+// taskmaster_http_requests_in_flight{class="requests"|"claims"|"waits"} and
 // taskmaster_http_request_body_bytes_in_flight. Call it once.
-func (r *Registry) ObserveInFlight(inFlight func() (requests, claims, bodyBytes int64)) {
+func (r *Registry) ObserveInFlight(inFlight func() InFlightFigures) {
 	r.reg.MustRegister(&inFlightCollector{read: inFlight})
 }
 
 var (
 	inFlightRequestsDesc = prometheus.NewDesc(Namespace+"_http_requests_in_flight",
-		"Requests being served, by admission class: claims (long polls included) and the other requests (event streams and operational endpoints are not counted).",
+		"Requests being served, by admission class: claims (long polls included), waits (requests waiting for a task to finish, wait_ms) and the other requests (event streams and operational endpoints are not counted).",
 		[]string{"class"}, nil)
 	inFlightBodyBytesDesc = prometheus.NewDesc(Namespace+"_http_request_body_bytes_in_flight",
 		"Request body bytes reserved by the requests being served.", nil, nil)
@@ -294,7 +300,7 @@ var (
 
 // inFlightCollector reads the admission counts at scrape time.
 type inFlightCollector struct {
-	read func() (requests, claims, bodyBytes int64)
+	read func() InFlightFigures
 }
 
 func (c *inFlightCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -303,10 +309,11 @@ func (c *inFlightCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *inFlightCollector) Collect(ch chan<- prometheus.Metric) {
-	requests, claims, bodyBytes := c.read()
-	ch <- prometheus.MustNewConstMetric(inFlightRequestsDesc, prometheus.GaugeValue, float64(requests), "requests")
-	ch <- prometheus.MustNewConstMetric(inFlightRequestsDesc, prometheus.GaugeValue, float64(claims), "claims")
-	ch <- prometheus.MustNewConstMetric(inFlightBodyBytesDesc, prometheus.GaugeValue, float64(bodyBytes))
+	n := c.read()
+	ch <- prometheus.MustNewConstMetric(inFlightRequestsDesc, prometheus.GaugeValue, float64(n.Requests), "requests")
+	ch <- prometheus.MustNewConstMetric(inFlightRequestsDesc, prometheus.GaugeValue, float64(n.Claims), "claims")
+	ch <- prometheus.MustNewConstMetric(inFlightRequestsDesc, prometheus.GaugeValue, float64(n.Waits), "waits")
+	ch <- prometheus.MustNewConstMetric(inFlightBodyBytesDesc, prometheus.GaugeValue, float64(n.BodyBytes))
 }
 
 // Gatherer returns the registry, for tests and embedding.
@@ -519,12 +526,17 @@ type WaitFigures struct {
 	Waiting                         int64
 	Notified, Due, Everyone, Passed int64
 	DuePending, DueDropped          int64
+	// Awaiting are the producers waiting for a task to finish; Finished
+	// the wake-ups announced ends gave them.
+	Awaiting, Finished int64
 }
 
 // ObserveWaits exports the waiting claims of this process, read at scrape
 // time from stats: taskmaster_claims_waiting,
 // taskmaster_claim_wakeups_total{reason}, taskmaster_claim_due_wakeups and
-// taskmaster_claim_due_wakeups_dropped_total. Call it once.
+// taskmaster_claim_due_wakeups_dropped_total, and the producers waiting
+// for tasks to finish: taskmaster_task_waiters and
+// taskmaster_task_waiter_wakeups_total. Call it once.
 func (r *Registry) ObserveWaits(stats func() WaitFigures) {
 	r.reg.MustRegister(&waitsCollector{stats: stats})
 }
@@ -539,6 +551,10 @@ var (
 		"Wake-ups of delayed tasks this instance holds until they fall due.", nil, nil)
 	dueDroppedDesc = prometheus.NewDesc(Namespace+"_claim_due_wakeups_dropped_total",
 		"Wake-ups of delayed tasks not held for want of room (waiting claims find those tasks by polling).", nil, nil)
+	taskWaitersDesc = prometheus.NewDesc(Namespace+"_task_waiters",
+		"Requests waiting on this instance for a task to finish (GET or POST with wait_ms).", nil, nil)
+	taskWaiterWakeupsDesc = prometheus.NewDesc(Namespace+"_task_waiter_wakeups_total",
+		"Requests waiting for a task that this instance woke because the task's end was announced (or announcements may have been lost).", nil, nil)
 )
 
 // waitsCollector reads the waiting claims' figures at scrape time.
@@ -551,6 +567,8 @@ func (c *waitsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- wakeupsDesc
 	ch <- dueDesc
 	ch <- dueDroppedDesc
+	ch <- taskWaitersDesc
+	ch <- taskWaiterWakeupsDesc
 }
 
 func (c *waitsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -564,4 +582,6 @@ func (c *waitsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(dueDesc, prometheus.GaugeValue, float64(s.DuePending))
 	ch <- prometheus.MustNewConstMetric(dueDroppedDesc, prometheus.CounterValue, float64(s.DueDropped))
+	ch <- prometheus.MustNewConstMetric(taskWaitersDesc, prometheus.GaugeValue, float64(s.Awaiting))
+	ch <- prometheus.MustNewConstMetric(taskWaiterWakeupsDesc, prometheus.CounterValue, float64(s.Finished))
 }

@@ -62,13 +62,20 @@ func (r *StatsReader) readQueueSnapshot(ctx context.Context, fn func(tx *sqlx.Tx
 func (r *StatsReader) Queues(ctx context.Context, f ports.QueueFilter) (ports.QueuePage, error) {
 	var page ports.QueuePage
 	err := r.readQueueSnapshot(ctx, func(tx *sqlx.Tx) error {
-		query, args := queueNamesQuery(f)
 		var names []string
-		if err := tx.SelectContext(ctx, &names, query, args...); err != nil {
-			return fmt.Errorf("queue names: %w", err)
-		}
-		if len(names) > f.Limit {
-			names, page.More = names[:f.Limit], true
+		if f.Names != nil {
+			// The caller's page: the named queues that exist, in its order.
+			if err := tx.SelectContext(ctx, &names, namedQueuesSQL, pq.StringArray(f.Names)); err != nil {
+				return fmt.Errorf("queue names: %w", err)
+			}
+		} else {
+			query, args := queueNamesQuery(f)
+			if err := tx.SelectContext(ctx, &names, query, args...); err != nil {
+				return fmt.Errorf("queue names: %w", err)
+			}
+			if len(names) > f.Limit {
+				names, page.More = names[:f.Limit], true
+			}
 		}
 		var err error
 		page.Queues, err = readQueueStats(ctx, tx, names, !f.CountsOnly)
@@ -76,6 +83,15 @@ func (r *StatsReader) Queues(ctx context.Context, f ports.QueueFilter) (ports.Qu
 	})
 	return page, postgres.TranslateError(err)
 }
+
+// namedQueuesSQL keeps, of the queues $1 in their order, those that hold
+// tasks or have settings (the queues a listing shows), each found by a
+// primary key.
+const namedQueuesSQL = `
+	SELECT n.queue FROM unnest($1::text[]) WITH ORDINALITY AS n(queue, i)
+	WHERE EXISTS (SELECT 1 FROM queue_status_counts c WHERE c.queue = n.queue AND c.count <> 0)
+		OR EXISTS (SELECT 1 FROM queue_settings s WHERE s.queue = n.queue)
+	ORDER BY n.i`
 
 // Queue implements ports.StatsReader.
 func (r *StatsReader) Queue(ctx context.Context, name string) (*ports.QueueDetail, error) {
@@ -105,19 +121,27 @@ func (r *StatsReader) Queue(ctx context.Context, name string) (*ports.QueueDetai
 			return fmt.Errorf("queue detail: leased: %w", err)
 		}
 		var sample []struct {
-			ID             string    `db:"id"`
-			WorkerID       string    `db:"worker_id"`
-			ClaimedAt      time.Time `db:"claimed_at"`
-			LeaseExpiresAt time.Time `db:"lease_expires_at"`
+			ID             string          `db:"id"`
+			WorkerID       string          `db:"worker_id"`
+			ClaimedAt      time.Time       `db:"claimed_at"`
+			LeaseExpiresAt time.Time       `db:"lease_expires_at"`
+			Percent        sql.NullFloat64 `db:"percent"`
+			Message        sql.NullString  `db:"message"`
 		}
 		if err := tx.SelectContext(ctx, &sample, `
-			SELECT id, worker_id, claimed_at, lease_expires_at FROM tasks
+			SELECT id, worker_id, claimed_at, lease_expires_at,
+				(progress->>'percent')::float8 AS percent, progress->>'message' AS message FROM tasks
 			WHERE queue = $1 AND status = 'RUNNING'
 			ORDER BY claimed_at, id LIMIT $2`, name, LeasedSampleSize); err != nil {
 			return fmt.Errorf("queue detail: leased sample: %w", err)
 		}
 		for _, s := range sample {
-			t := ports.LeasedTask{WorkerID: s.WorkerID, ClaimedAt: s.ClaimedAt, LeaseExpiresAt: s.LeaseExpiresAt}
+			t := ports.LeasedTask{WorkerID: s.WorkerID, ClaimedAt: s.ClaimedAt, LeaseExpiresAt: s.LeaseExpiresAt,
+				ProgressMessage: s.Message.String}
+			if s.Percent.Valid {
+				p := s.Percent.Float64
+				t.ProgressPercent = &p
+			}
 			if err := t.ID.UnmarshalText([]byte(s.ID)); err != nil {
 				return fmt.Errorf("queue detail: leased sample: %w", err)
 			}
@@ -151,21 +175,7 @@ func queueNamesQuery(f ports.QueueFilter) (string, []any) {
 	}
 	// Conditions on the name, shared by both sources (each names its
 	// column "queue").
-	var names []string
-	if f.After != "" {
-		names = append(names, "queue > "+arg(f.After))
-	}
-	if f.Prefix != "" {
-		names = append(names, "queue LIKE "+arg(escapeLike(f.Prefix)+"%")+` ESCAPE '\'`)
-	}
-	if f.Pattern != "" {
-		names = append(names, "queue LIKE "+arg(GlobToLike(f.Pattern))+` ESCAPE '\'`)
-	}
-	if f.Visible != nil {
-		exact, prefixes := postgres.QueuePatterns(f.Visible)
-		names = append(names, "(queue = ANY("+arg(exact)+"::text[]) OR EXISTS (SELECT 1 FROM unnest("+arg(prefixes)+
-			"::text[]) AS p(prefix) WHERE starts_with(queue, p.prefix)))")
-	}
+	names := queueNameConds(f, arg)
 	minPending := int64(0)
 	if f.MinPending != nil {
 		minPending = *f.MinPending
@@ -201,6 +211,27 @@ func queueNamesQuery(f ports.QueueFilter) (string, []any) {
 	}
 	sources = append(sources, "(SELECT queue FROM queue_settings s"+where(conds)+" ORDER BY queue LIMIT "+limit+")")
 	return "SELECT queue FROM (" + strings.Join(sources, " UNION ") + ") u ORDER BY queue LIMIT " + limit, args
+}
+
+// queueNameConds are the conditions of f on a column "queue" (cursor,
+// prefix, pattern, a key's queues), with their values added by arg.
+func queueNameConds(f ports.QueueFilter, arg func(any) string) []string {
+	var conds []string
+	if f.After != "" {
+		conds = append(conds, "queue > "+arg(f.After))
+	}
+	if f.Prefix != "" {
+		conds = append(conds, "queue LIKE "+arg(escapeLike(f.Prefix)+"%")+` ESCAPE '\'`)
+	}
+	if f.Pattern != "" {
+		conds = append(conds, "queue LIKE "+arg(GlobToLike(f.Pattern))+` ESCAPE '\'`)
+	}
+	if f.Visible != nil {
+		exact, prefixes := postgres.QueuePatterns(f.Visible)
+		conds = append(conds, "(queue = ANY("+arg(exact)+"::text[]) OR EXISTS (SELECT 1 FROM unnest("+arg(prefixes)+
+			"::text[]) AS p(prefix) WHERE starts_with(queue, p.prefix)))")
+	}
+	return conds
 }
 
 func where(conds []string) string {
@@ -244,7 +275,7 @@ func GlobToLike(glob string) string {
 // head of its queue, so within a priority that head is the oldest task).
 const queuePageSQL = `
 SELECT n.queue, c.pending, c.running, c.done, c.dead, c.blocked,
-	s.paused, s.max_running, s.rate_per_second, s.rate_burst, s.max_running_per_group,
+	s.paused, s.max_running, s.rate_per_second, s.rate_burst, s.max_running_per_group, s.default_timeout_seconds,
 	extract(epoch FROM now() - o.oldest)::float8 AS oldest_pending_age
 FROM unnest($1::text[]) WITH ORDINALITY AS n(queue, i)
 CROSS JOIN LATERAL (

@@ -354,12 +354,22 @@ func (s *scanner) skipField(key []byte) (bool, error) {
 			return true, errScan // out of range: encoding/json fails too
 		}
 		return true, nil
+	case reflect.Map:
+		// A map of strings (metadata, filter): an object whose values are
+		// strings, or null (encoding/json stores "").
+		return true, s.object(func([]byte) error {
+			if s.literal("null") {
+				return nil
+			}
+			_, _, err := s.rawString()
+			return err
+		})
 	}
 	return true, errScan
 }
 
 // readFields are the JSON names of the event fields the scanner reads.
-var readFields = []string{"type", "queue", "queues", "from", "to", "reason", "schedule", "occurred_at",
+var readFields = []string{"type", "task_id", "queue", "queues", "from", "to", "reason", "schedule", "occurred_at",
 	"queue_wait_seconds", "execution_seconds", "end_to_end_seconds"}
 
 // eventFields are the JSON names of every field of event.Event, and
@@ -383,7 +393,11 @@ var eventFields, skippedFields = func() ([]string, map[string]reflect.Kind) {
 			if ft.Kind() == reflect.Pointer {
 				ft = ft.Elem()
 			}
-			skipped[name] = ft.Kind()
+			kind := ft.Kind()
+			if kind == reflect.Map && (ft.Key().Kind() != reflect.String || ft.Elem().Kind() != reflect.String) {
+				kind = reflect.Invalid // checked by encoding/json
+			}
+			skipped[name] = kind
 		}
 	}
 	return names, skipped
@@ -404,10 +418,13 @@ func foldsToField(key []byte) bool {
 // scannedEvent holds what the scanner keeps of an event.
 type scannedEvent struct {
 	typ, queue, from, to, reason, schedule string
-	queues                                 []string
-	minute                                 int64
-	has                                    uint8
-	durations                              [3]float64
+	// taskID is the task id as it stands in the payload (not interned:
+	// ids do not repeat), or decoded when it holds escapes.
+	taskID    []byte
+	queues    []string
+	minute    int64
+	has       uint8
+	durations [3]float64
 }
 
 // event reads one event object.
@@ -416,6 +433,24 @@ func (s *scanner) event(e *scannedEvent) error {
 		switch string(key) {
 		case "type":
 			return s.optString(fieldType, &e.typ)
+		case "task_id":
+			if s.literal("null") {
+				return nil
+			}
+			raw, escaped, err := s.rawString()
+			if err != nil {
+				return err
+			}
+			if !escaped {
+				e.taskID = raw[1 : len(raw)-1]
+				return nil
+			}
+			var v string
+			if err := json.Unmarshal(raw, &v); err != nil {
+				return errScan
+			}
+			e.taskID = []byte(v)
+			return nil
 		case "queue":
 			return s.optString(fieldQueue, &e.queue)
 		case "from":

@@ -3,6 +3,8 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lib/pq"
@@ -78,4 +80,31 @@ func (r *StatsReader) rateSeries(ctx context.Context, queues []string, minutes i
 		out[row.Queue] = s
 	}
 	return out, now, nil
+}
+
+// ActiveQueues implements ports.SeriesReader. It walks the buckets of the
+// last minutes (queue_rate_buckets_minute), so it costs what those minutes
+// hold, not what the table holds: the queues active in them, at most four
+// buckets a minute each.
+func (r *StatsReader) ActiveQueues(ctx context.Context, minutes, limit int, f ports.QueueFilter) ([]string, error) {
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	var now time.Time
+	if err := r.db.GetContext(ctx, &now, `SELECT now()`); err != nil {
+		return nil, postgres.TranslateError(fmt.Errorf("active queues: %w", err))
+	}
+	conds := append([]string{
+		"minute >= " + arg(minuteOf(now).Add(-time.Duration(minutes-1)*time.Minute)),
+		"kind IN ('" + rateEnqueued + "', '" + rateClaimed + "', '" + rateCompleted + "', '" + rateDeadLettered + "')",
+	}, queueNameConds(f, arg)...)
+	query := "SELECT queue FROM queue_rate_buckets WHERE " + strings.Join(conds, " AND ") +
+		" GROUP BY queue ORDER BY sum(count) DESC, queue LIMIT " + arg(limit)
+	var names []string
+	if err := r.db.SelectContext(ctx, &names, query, args...); err != nil {
+		return nil, postgres.TranslateError(fmt.Errorf("active queues: %w", err))
+	}
+	return names, nil
 }

@@ -14,9 +14,12 @@ import (
 
 // saved does what every save of tasks that the domain moved must also do,
 // in the same transaction: it writes the attempts their transitions ended
-// (task.Task.EndedAttempt; one statement for all of them), and queues the
+// (task.Task.EndedAttempt; one statement for all of them), queues the
 // tasks that ended DONE or DEAD and have dependants, whose ends
-// settleDependants passes on before the transaction commits. Every
+// settleDependants passes on before the transaction commits, and those that
+// ended awaited, whose ends the commit announces (sendNotifications), and
+// writes the progress of the tasks whose progress changed (saveProgress).
+// Every
 // statement that saves transitioned tasks calls it (save, saveTasks, the
 // dependants' own save); a new one must too.
 func (s *txState) saved(ctx context.Context, ts ...*task.Task) error {
@@ -28,6 +31,12 @@ func (s *txState) saved(ctx context.Context, ts ...*task.Task) error {
 		if t.Finished() && t.HasDependants() {
 			s.finished = append(s.finished, t)
 		}
+		if t.Finished() && t.Awaited() {
+			s.awaitedEnds = append(s.awaitedEnds, t.ID())
+		}
+	}
+	if err := saveProgress(ctx, s, ts); err != nil {
+		return err
 	}
 	return insertAttempts(ctx, s, attempts)
 }

@@ -73,6 +73,11 @@ func matching(f task.Filter, visible []string, args []any) (string, []any) {
 	if f.WithoutCancelRequest {
 		where = append(where, "t.cancel_requested_at IS NULL")
 	}
+	if len(f.Metadata) > 0 {
+		// Containment, which tasks_metadata (GIN, jsonb_path_ops, partial
+		// on metadata IS NOT NULL) serves.
+		where = append(where, "t.metadata IS NOT NULL AND t.metadata @> "+arg(metadataJSON(f.Metadata))+"::jsonb")
+	}
 	if visible != nil {
 		exact, prefixes := queuePatterns(visible)
 		args = append(args, exact, prefixes)
@@ -268,6 +273,10 @@ func (s *BulkStore) PurgeMatching(ctx context.Context, p ports.BulkBatchParams, 
 		if d.t.HasDependants() {
 			s.st.finished = append(s.st.finished, d.t)
 		}
+		if d.t.Awaited() {
+			// Gone for good: its waiters answer now (with not found).
+			s.st.awaitedEnds = append(s.st.awaitedEnds, d.t.ID())
+		}
 	}
 	s.st.Record(events...)
 	// The purged tasks are still PENDING or DEAD: settleRound counts every
@@ -290,6 +299,22 @@ func (s *BulkStore) PurgeMatching(ctx context.Context, p ports.BulkBatchParams, 
 // key, capped like TaskStore.List (the payloads and results of rows left
 // out are never read).
 func (s *BulkStore) Search(ctx context.Context, p ports.BulkBatchParams, maxBytes int64) ([]*task.Task, bool, error) {
+	q, args := searchSQL(p, maxBytes)
+	var rows []countedRow
+	if err := s.st.tx.SelectContext(ctx, &rows, q, args...); err != nil {
+		return nil, false, fmt.Errorf("search tasks: %w", err)
+	}
+	out := make([]*task.Task, len(rows))
+	truncated := false
+	for i := range rows {
+		out[i] = rows[i].toDomain()
+		truncated = rows[i].Candidates > len(rows)
+	}
+	return out, truncated, nil
+}
+
+// searchSQL is Search's statement and its arguments.
+func searchSQL(p ports.BulkBatchParams, maxBytes int64) (string, []any) {
 	where, args := matching(p.Filter, p.Visible, nil)
 	if p.After != nil {
 		args = append(args, *p.After)
@@ -305,17 +330,7 @@ func (s *BulkStore) Search(ctx context.Context, p ports.BulkBatchParams, maxByte
 			WHERE ` + where + fmt.Sprintf(` ORDER BY t.id DESC LIMIT $%d) p
 		WINDOW w AS (ORDER BY p.id DESC ROWS UNBOUNDED PRECEDING)
 	) s WHERE s.n = 1 OR s.upto <= $%d ORDER BY s.id DESC`, len(args)-1, len(args))
-	var rows []countedRow
-	if err := s.st.tx.SelectContext(ctx, &rows, q, args...); err != nil {
-		return nil, false, fmt.Errorf("search tasks: %w", err)
-	}
-	out := make([]*task.Task, len(rows))
-	truncated := false
-	for i := range rows {
-		out[i] = rows[i].toDomain()
-		truncated = rows[i].Candidates > len(rows)
-	}
-	return out, truncated, nil
+	return q, args
 }
 
 // PurgeJobsTable holds the purge jobs (migrations/0014_purge_jobs.sql).

@@ -81,6 +81,8 @@ func TestBulkFilterAgreesWithDomain(t *testing.T) {
 	f.graph([]string{"a"}, []string{"b", "a"}) // PENDING and BLOCKED
 	f.submit(task.SubmitParams{Queue: other, IdempotencyKey: "ORDER-18"})
 	(&storeFixture{t: t, db: f.db}).exec(`UPDATE tasks SET group_key = 'tenant-1' WHERE idempotency_key = 'order-17'`)
+	(&storeFixture{t: t, db: f.db}).exec(`UPDATE tasks SET metadata = '{"tenant": "acme", "region": "eu"}' WHERE idempotency_key = 'order-17'`)
+	(&storeFixture{t: t, db: f.db}).exec(`UPDATE tasks SET metadata = '{"tenant": "acme"}' WHERE idempotency_key = 'ORDER-18'`)
 
 	var all []*task.Task
 	require.NoError(t, f.tx.Run(t.Context(), func(ctx context.Context, st ports.Stores) error {
@@ -108,6 +110,11 @@ func TestBulkFilterAgreesWithDomain(t *testing.T) {
 		{Queue: f.queue, Statuses: []task.Status{task.StatusDead}, ErrorContains: "out"},
 		{GroupKey: "tenant-1"},
 		{GroupKey: "tenant-2"},
+		{Metadata: map[string]string{"tenant": "acme"}},
+		{Metadata: map[string]string{"tenant": "acme", "region": "eu"}},
+		{Metadata: map[string]string{"tenant": "acme", "region": "us"}},
+		{Metadata: map[string]string{"region": ""}},
+		{Queue: f.queue, Metadata: map[string]string{"tenant": "acme"}},
 	}
 	for _, flt := range filters {
 		want := []uuid.UUID{}
@@ -119,6 +126,7 @@ func TestBulkFilterAgreesWithDomain(t *testing.T) {
 		require.Equal(t, want, f.search(flt), "filter %+v", flt)
 	}
 	require.Len(t, f.search(task.Filter{GroupKey: "tenant-1"}), 1)
+	require.Len(t, f.search(task.Filter{Metadata: map[string]string{"tenant": "acme"}}), 2)
 }
 
 // A retry in bulk skips the tasks whose unique key an unfinished task

@@ -151,11 +151,14 @@ var errRaced = errors.New("raced with a concurrent transaction")
 
 // lockTasksSQL locks the tasks named by id ($1), by queue and idempotency
 // key ($2, $3), or by queue and unique key ($4, $5) while unfinished (the
-// predicate of UniqueActiveIndex), in id order. Each kind of name is looked
-// up by its own index (an OR of them in one WHERE would read the whole
-// table). A holder that a concurrent transaction finishes while this one
-// waits for its lock comes back as it is now, finished: the caller must
-// check the status of what it gets for a unique key.
+// predicate of UniqueActiveIndex), in id order, in the queues its %s
+// condition allows (none: every queue).
+// Each kind of name is looked up by its own index (an OR of them in one
+// WHERE would read the whole table). A holder that a concurrent transaction
+// finishes while this one waits for its lock comes back as it is now,
+// finished: the caller must check the status of what it gets for a unique
+// key. The queue condition is applied before the rows are locked: a task
+// of another queue is never locked.
 var lockTasksSQL = `
 	SELECT ` + taskColumns + ` FROM tasks
 	WHERE id IN (
@@ -167,18 +170,31 @@ var lockTasksSQL = `
 		SELECT t.id FROM unnest($4::text[], $5::text[]) AS k(queue, key)
 			JOIN tasks t ON t.queue = k.queue AND t.unique_key = k.key
 			WHERE t.unique_key IS NOT NULL AND t.status IN ` + unfinishedSQL + `)
+		%s
 	ORDER BY id
 	FOR UPDATE`
 
+// Statements of LockTasks: for every queue, and for a key's queues ($6
+// exact names, $7 prefixes).
+var (
+	lockAnyTasksSQL     = fmt.Sprintf(lockTasksSQL, "")
+	lockVisibleTasksSQL = fmt.Sprintf(lockTasksSQL, "AND "+fmt.Sprintf(visibleQueues, 6, 7))
+)
+
 // LockTasks implements ports.TaskStore.
-func (s *TaskStore) LockTasks(ctx context.Context, ids []uuid.UUID, keys []ports.IdempotencyKey, unique []ports.UniqueKey) ([]*task.Task, error) {
-	if len(ids) == 0 && len(keys) == 0 && len(unique) == 0 {
+func (s *TaskStore) LockTasks(ctx context.Context, p ports.LockParams) ([]*task.Task, error) {
+	if len(p.IDs) == 0 && len(p.Keys) == 0 && len(p.Unique) == 0 {
 		return nil, nil
 	}
-	queues, names := storableKeys(len(keys), func(i int) (string, string) { return keys[i].Queue, keys[i].Key })
-	uqueues, unames := storableKeys(len(unique), func(i int) (string, string) { return unique[i].Queue, unique[i].Key })
+	queues, names := storableKeys(len(p.Keys), func(i int) (string, string) { return p.Keys[i].Queue, p.Keys[i].Key })
+	uqueues, unames := storableKeys(len(p.Unique), func(i int) (string, string) { return p.Unique[i].Queue, p.Unique[i].Key })
+	query, args := lockAnyTasksSQL, []any{uuidArray(p.IDs), queues, names, uqueues, unames}
+	if p.Visible != nil {
+		exact, prefixes := queuePatterns(p.Visible)
+		query, args = lockVisibleTasksSQL, append(args, exact, prefixes)
+	}
 	var rows []taskRow
-	if err := s.st.tx.SelectContext(ctx, &rows, lockTasksSQL, uuidArray(ids), queues, names, uqueues, unames); err != nil {
+	if err := s.st.tx.SelectContext(ctx, &rows, query, args...); err != nil {
 		return nil, fmt.Errorf("lock tasks: %w", err)
 	}
 	out := make([]*task.Task, len(rows))

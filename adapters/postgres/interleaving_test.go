@@ -435,3 +435,83 @@ func TestConcurrentClaimsAndHeartbeatsOfOneWorkerDoNotDeadlock(t *testing.T) {
 	require.NoError(t, db.GetContext(ctx, &deadlocks, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`))
 	require.Zero(t, deadlocks)
 }
+
+// Retention judges a finished task deletable by its snapshot (no unfinished
+// dependant) and locks it a moment later. If in that moment a batch submit
+// links a dependant to it (whatever its status, here DONE) and commits,
+// retention must keep it: the dependant's worker will read its result, and
+// deleting it would take the edge with it. Here retention is paused between
+// its snapshot and its lock while the batch commits.
+func TestRetentionKeepsAParentLinkedWhileItJudged(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	databaseURL := pgtest.NewDatabase(t)
+	db, err := sqlx.Open("postgres", databaseURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	tx := postgres.NewTxRunner(db)
+	cfg := application.Config{Backoff: backoff.DefaultPolicy(), Liveness: worker.DefaultLivenessConfig()}
+	tasks := application.NewTaskService(tx, cfg)
+	workers := application.NewWorkerService(tx, cfg)
+
+	// P is DONE, finished two hours ago, with no dependant yet.
+	_, _, err = workers.Register(ctx, worker.RegisterParams{ID: "w"})
+	require.NoError(t, err)
+	queue := "q-" + uuid.NewString()
+	submitted, _, err := tasks.Submit(ctx, task.SubmitParams{Queue: queue})
+	require.NoError(t, err)
+	parent := submitted.ID()
+	claimed, err := claimedTasks(tasks.Claim(ctx, ports.ClaimCommand{WorkerID: "w", Queue: queue, Limit: ptr(1)}))
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	_, err = tasks.Complete(ctx, ports.CompleteCommand{TaskID: parent, WorkerID: "w", LeaseID: ptr(claimed[0].Snapshot().LeaseID),
+		Result: []byte(`"input"`)})
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `UPDATE tasks SET finished_at = now() - interval '2 hours' WHERE id = $1`, parent)
+	require.NoError(t, err)
+
+	// A: retention, paused after judging P deletable, before locking it.
+	paused, hold, release, waiting := pauseInStatement(t, databaseURL, "t.finished_at <= now()")
+	hold()
+	retention := application.NewRetention(postgres.NewTxRunner(paused), application.RetentionConfig{TTL: time.Hour})
+	type result struct {
+		rep application.RetentionReport
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := retention.Apply(context.WithoutCancel(ctx))
+		done <- result{rep, err}
+	}()
+	waitUntil(t, waiting, "retention judged P and waits before locking it")
+
+	// B: a batch links a dependant to P and commits.
+	children, _, err := tasks.SubmitGraph(ctx, []task.SubmitParams{{Queue: queue}},
+		[]task.DependencySpec{{DependsOn: []string{parent.String()}}})
+	require.NoError(t, err)
+	child := children[0]
+	require.Equal(t, task.StatusPending, child.Status(), "its only parent is DONE")
+
+	// A goes on.
+	release()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("retention did not finish")
+	}
+	require.NoError(t, r.err)
+	require.Zero(t, r.rep.Tasks, "P is kept: a PENDING task depends on it")
+	detail, err := tasks.Describe(ctx, child.ID())
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{parent}, detail.DependsOn, "the dependant still depends on P")
+	ps, err := tasks.Parents(ctx, child.ID())
+	require.NoError(t, err)
+	require.Len(t, ps, 1)
+	require.JSONEq(t, `"input"`, string(ps[0].Snapshot().Result))
+
+	// Retention's next cycle keeps P too (the flag and the edge are seen).
+	rep, err := application.NewRetention(tx, application.RetentionConfig{TTL: time.Hour}).Apply(ctx)
+	require.NoError(t, err)
+	require.Zero(t, rep.Tasks)
+}

@@ -18,17 +18,24 @@ import (
 // FuzzJSONStoredSizeAgreesWithPostgreSQL compare it with SELECT $1::jsonb
 // on the real database.
 //
-// Two limits are policy, not PostgreSQL's rules, because what PostgreSQL
+// Three limits are policy, not PostgreSQL's rules, because what PostgreSQL
 // does there depends on its configuration or is a resource hazard:
 //
 //   - Nesting deeper than MaxJSONDepth. PostgreSQL parses JSON recursively
 //     and fails with "stack depth limit exceeded" (SQLSTATE 54001) at a
 //     depth that depends on max_stack_depth: about 12,000 levels at the
 //     default 2 MB, about 600 at its 100 kB minimum.
-//   - A stored text longer than MaxStoredJSONBytes. jsonb keeps numbers
-//     with every digit: 1e131071 is 8 bytes of JSON and 131,072 digits once
-//     stored, so a 40 KB request could make a 270 MB row (PostgreSQL's own
-//     limit, 268,435,455 bytes per jsonb container, is SQLSTATE 54000).
+//   - A number whose rendering is more than MaxNumberGrowth bytes longer
+//     than its text. jsonb keeps numbers with every digit: 1e131071 is 8
+//     bytes of JSON and 131,072 digits once stored, and every read of the
+//     task (listings, claims, the dashboard) carries them, so 23 KB of
+//     such numbers in a batch made a 334 MB answer. Every float64, in any
+//     notation, stays within the limit (5e-324 renders as 326 bytes).
+//   - A stored text longer than MaxStoredJSONBytes (PostgreSQL's own limit,
+//     268,435,455 bytes per jsonb container, is SQLSTATE 54000).
+//
+// jsonRenderedSize is the mirror without the last two; the differential
+// target compares it with PostgreSQL, and JSONStoredSize adds them.
 
 // PostgreSQL numeric's range (NUMERIC_WEIGHT_MAX, NUMERIC_DSCALE_MAX).
 const (
@@ -48,6 +55,9 @@ const (
 	// MaxStoredJSONBytes is the longest text a stored JSON value may take
 	// (PostgreSQL's rendering of it, which responses carry).
 	MaxStoredJSONBytes = 32 << 20
+	// MaxNumberGrowth is how many bytes longer than its text a number's
+	// rendering may be.
+	MaxNumberGrowth = 400
 )
 
 // Why a JSON value cannot be stored. Their texts end up in 422 problems.
@@ -61,24 +71,38 @@ var (
 	errJSONTooBig    = fmt.Errorf("must take at most %d bytes once stored (numbers are stored with every digit: 1e100000 takes 100,001)", MaxStoredJSONBytes)
 )
 
+// NumberGrowthError is why a JSON value with a number that renders far
+// longer than it is written cannot be stored (the MaxNumberGrowth policy).
+type NumberGrowthError struct {
+	// Number is the number's text (cut to 40 bytes).
+	Number string
+	// Written and Stored are its length in the JSON and once stored.
+	Written, Stored int64
+}
+
+// Error implements error.
+func (e *NumberGrowthError) Error() string {
+	return fmt.Sprintf("must not hold a number whose stored form is more than %d bytes longer than written "+
+		"(numbers are stored with every digit): %s is %d bytes written and %d stored; write it out, or as a string",
+		MaxNumberGrowth, e.Number, e.Written, e.Stored)
+}
+
 // JSONStoredSize reports whether PostgreSQL's jsonb can hold the JSON text
 // raw (within the policy limits above) and, when it can, the length in bytes
 // of the text PostgreSQL renders for it (jsonb_out: keys de-duplicated, the
 // last one kept; ", " and ": " separators; strings re-escaped; numbers in
 // numeric's notation). The error says why not.
 func JSONStoredSize(raw []byte) (int64, error) {
-	if !utf8.Valid(raw) {
-		return 0, errJSONUTF8
-	}
-	s := jsonScan{b: raw}
-	s.space()
-	n, err := s.value(0)
+	s, n, err := jsonRenderedSize(raw)
 	if err != nil {
 		return 0, err
 	}
-	s.space()
-	if s.i != len(s.b) {
-		return 0, errJSONSyntax
+	if s.growth > MaxNumberGrowth {
+		num := string(raw[s.growthAt : s.growthAt+int(s.growthLen)])
+		if len(num) > 40 {
+			num = num[:37] + "..."
+		}
+		return 0, &NumberGrowthError{Number: num, Written: s.growthLen, Stored: s.growthLen + s.growth}
 	}
 	if n > MaxStoredJSONBytes {
 		return 0, errJSONTooBig
@@ -86,11 +110,36 @@ func JSONStoredSize(raw []byte) (int64, error) {
 	return n, nil
 }
 
+// jsonRenderedSize is JSONStoredSize without its size policies (the
+// numbers' growth, the stored text's length): the mirror of what
+// PostgreSQL's jsonb accepts and of its rendering's length, with the scan
+// (which knows the number that grew most).
+func jsonRenderedSize(raw []byte) (*jsonScan, int64, error) {
+	if !utf8.Valid(raw) {
+		return nil, 0, errJSONUTF8
+	}
+	s := &jsonScan{b: raw}
+	s.space()
+	n, err := s.value(0)
+	if err != nil {
+		return nil, 0, err
+	}
+	s.space()
+	if s.i != len(s.b) {
+		return nil, 0, errJSONSyntax
+	}
+	return s, n, nil
+}
+
 // jsonScan walks a JSON text, computing the length of PostgreSQL's
 // rendering of each value.
 type jsonScan struct {
 	b []byte
 	i int
+	// growth is the most a number's rendering exceeds its text by: the
+	// number at offset growthAt, growthLen bytes long.
+	growth, growthLen int64
+	growthAt          int
 }
 
 func (s *jsonScan) space() {
@@ -123,7 +172,12 @@ func (s *jsonScan) value(depth int) (int64, error) {
 		_, n, err := s.str(false)
 		return n, err
 	case c == '-' || (c >= '0' && c <= '9'):
-		return s.number()
+		start := s.i
+		n, err := s.number()
+		if written := int64(s.i - start); err == nil && n-written > s.growth {
+			s.growth, s.growthAt, s.growthLen = n-written, start, written
+		}
+		return n, err
 	default:
 		for _, lit := range []string{"true", "false", "null"} {
 			if len(s.b)-s.i >= len(lit) && string(s.b[s.i:s.i+len(lit)]) == lit {

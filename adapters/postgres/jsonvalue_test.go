@@ -68,10 +68,33 @@ func TestJSONStoredSizePolicyLimits(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(2*postgres.MaxJSONDepth), n)
 
-	// 300 numbers of 131,072 digits: 2.4 KB of JSON, 39 MB stored.
-	big := "[" + strings.TrimSuffix(strings.Repeat("1e131071,", 300), ",") + "]"
+	// 300 numbers of 131,072 digits written out in full: 39 MB of JSON,
+	// 39 MB stored.
+	big := "[" + strings.TrimSuffix(strings.Repeat("1"+strings.Repeat("0", 131071)+",", 300), ",") + "]"
 	_, err = postgres.JSONStoredSize([]byte(big))
 	require.ErrorContains(t, err, "once stored")
+}
+
+// A number whose stored form is more than MaxNumberGrowth bytes longer than
+// its text is refused, naming it; every float64, in any notation, fits, and
+// so does a long number written out.
+func TestJSONStoredSizeRefusesNumbersThatGrowFar(t *testing.T) {
+	t.Parallel()
+	for _, raw := range []string{`1e131071`, `[1, {"a": -9.9e410}]`, `1e-410`, `{"k": [0.5e412]}`} {
+		_, err := postgres.JSONStoredSize([]byte(raw))
+		var growth *postgres.NumberGrowthError
+		require.ErrorAs(t, err, &growth, raw)
+		require.Greater(t, growth.Stored-growth.Written, int64(postgres.MaxNumberGrowth))
+		require.Contains(t, err.Error(), growth.Number)
+	}
+	_, err := postgres.JSONStoredSize([]byte(`1e131071`))
+	require.ErrorContains(t, err, "1e131071 is 8 bytes written and 131072 stored")
+	for _, raw := range []string{`1.7976931348623157e308`, `-1.7976931348623157e308`, `5e-324`, `4.9406564584124654e-324`,
+		`2.2250738585072014e-308`, `1e400`, `1e-397`, "1" + strings.Repeat("0", 100000), `0e1000000`, `[1e300, 1e300, 1e300]`} {
+		n, err := postgres.JSONStoredSize([]byte(raw))
+		require.NoError(t, err, raw)
+		require.Positive(t, n)
+	}
 }
 
 func FuzzJSONStoredSizeAgreesWithPostgreSQL(f *testing.F) {
@@ -84,13 +107,25 @@ func FuzzJSONStoredSizeAgreesWithPostgreSQL(f *testing.F) {
 	})
 }
 
-// compareWithJSONB requires JSONStoredSize and PostgreSQL to agree on raw.
-// Values the policy refuses are not sent: PostgreSQL may accept them.
+// compareWithJSONB requires the mirror of jsonb's rule (JSONRenderedSize:
+// JSONStoredSize without its size policies) and PostgreSQL to agree on raw,
+// and JSONStoredSize to accept what the mirror accepts, or to refuse it
+// for a size policy only. Values deeper than the depth policy are not sent:
+// PostgreSQL may accept them.
 func compareWithJSONB(t testing.TB, db *sqlx.DB, raw []byte) {
 	t.Helper()
-	n, goErr := postgres.JSONStoredSize(raw)
-	if goErr != nil && (strings.Contains(goErr.Error(), "levels deep") || strings.Contains(goErr.Error(), "once stored")) {
+	n, goErr := postgres.JSONRenderedSize(raw)
+	if goErr != nil && strings.Contains(goErr.Error(), "levels deep") {
 		return
+	}
+	if stored, err := postgres.JSONStoredSize(raw); goErr != nil {
+		require.Error(t, err, "%q: the policy accepts what the mirror refuses", raw)
+	} else if err == nil {
+		require.Equal(t, n, stored, "%q", raw)
+	} else {
+		var growth *postgres.NumberGrowthError
+		require.True(t, errors.As(err, &growth) || strings.Contains(err.Error(), "once stored"),
+			"%q: refused for %v, not a size policy", raw, err)
 	}
 	var pgLen int64
 	pgErr := db.Get(&pgLen, `SELECT octet_length($1::jsonb::text)`, string(raw))

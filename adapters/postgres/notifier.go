@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/lib/pq"
 	"go.uber.org/zap"
 
@@ -26,6 +27,8 @@ const NotifyChannel = "taskmaster_tasks"
 // notification of n claimable tasks, the longest-waiting claims of the
 // queue whose limits add up to n (and one of each other set of worker tags),
 // not all of them; for delayed tasks, the same again when they fall due.
+// On the same connection it listens on FinishedChannel and wakes the
+// producers waiting in this process for the tasks whose ends it names.
 // It implements ports.TaskNotifier and is a lifecycle.Service.
 type Notifier struct {
 	lifecycle.Base
@@ -41,6 +44,10 @@ type Notifier struct {
 	waiting int
 	closed  bool
 	stats   WaitStats
+
+	// finishing holds the producers waiting for each task's end.
+	finishing map[uuid.UUID]map[*finishSub]struct{}
+	awaiting  int
 
 	// due holds the wake-ups of delayed tasks; only the loop touches it.
 	due dueWakes
@@ -64,6 +71,10 @@ type WaitStats struct {
 	// DuePending are the delayed wake-ups held; DueDropped those not
 	// held for want of room (their tasks wait for a poll).
 	DuePending, DueDropped int64
+	// Awaiting are the producers waiting for a task's end now; Finished
+	// the wake-ups they were given by announced ends since the notifier
+	// was made.
+	Awaiting, Finished int64
 }
 
 // waiters are the claims waiting on one queue, oldest first, with the
@@ -88,7 +99,8 @@ type subscription struct {
 // is bounded by conn like the pools' (keepalives, TCP user timeout); Start
 // connects it. Until then, and after Stop, waits end at once.
 func NewNotifier(url string, conn ConnConfig, logger *zap.Logger) *Notifier {
-	return &Notifier{url: url, conn: conn, logger: logger, byQueue: map[string]*waiters{}, any: newWaiters(), closed: true}
+	return &Notifier{url: url, conn: conn, logger: logger, byQueue: map[string]*waiters{}, any: newWaiters(), closed: true,
+		finishing: map[uuid.UUID]map[*finishSub]struct{}{}}
 }
 
 func newWaiters() *waiters { return &waiters{tags: map[string]int{}} }
@@ -101,9 +113,11 @@ func (n *Notifier) Start(ctx context.Context) error {
 				n.logger.Warn("notification listener", zap.Error(err))
 			}
 		})
-		if err := l.Listen(NotifyChannel); err != nil {
-			_ = l.Close()
-			return nil, fmt.Errorf("listen %s: %w", NotifyChannel, err)
+		for _, ch := range []string{NotifyChannel, FinishedChannel} {
+			if err := l.Listen(ch); err != nil {
+				_ = l.Close()
+				return nil, fmt.Errorf("listen %s: %w", ch, err)
+			}
 		}
 		n.mu.Lock()
 		n.closed = false
@@ -135,6 +149,11 @@ func (n *Notifier) loop(ctx context.Context, l *pq.Listener, pinged chan struct{
 				// The connection was re-established: notifications may have
 				// been lost, so everyone looks again.
 				n.wakeEveryone("", true)
+				n.wakeFinishing(nil)
+				continue
+			}
+			if note.Channel == FinishedChannel {
+				n.wakeFinishing(parseFinished(note.Extra))
 				continue
 			}
 			n.received(parseWake(note.Extra), time.Now())
@@ -352,10 +371,84 @@ func (n *Notifier) Stats() WaitStats {
 	defer n.mu.Unlock()
 	st := n.stats
 	st.Waiting = int64(n.waiting)
+	st.Awaiting = int64(n.awaiting)
 	return st
 }
 
-// CloseWaits answers every waiting claim at once (their channels close) and
+// finishSub is one producer waiting for a task's end.
+type finishSub struct {
+	n    *Notifier
+	id   uuid.UUID
+	ch   chan struct{}
+	gone bool // removed (closed, or the notifier closed waits)
+}
+
+// WaitFinished implements ports.TaskNotifier.
+func (n *Notifier) WaitFinished(id uuid.UUID) ports.FinishWait {
+	f := &finishSub{n: n, id: id, ch: make(chan struct{}, 1)}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		f.gone = true
+		close(f.ch)
+		return f
+	}
+	subs := n.finishing[id]
+	if subs == nil {
+		subs = map[*finishSub]struct{}{}
+		n.finishing[id] = subs
+	}
+	subs[f] = struct{}{}
+	n.awaiting++
+	return f
+}
+
+// wakeFinishing wakes the producers waiting for the ends of ids, or every
+// one of them when ids is nil.
+func (n *Notifier) wakeFinishing(ids []uuid.UUID) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	wake := func(subs map[*finishSub]struct{}) {
+		for f := range subs {
+			select {
+			case f.ch <- struct{}{}:
+				n.stats.Finished++
+			default:
+			}
+		}
+	}
+	if ids == nil {
+		for _, subs := range n.finishing {
+			wake(subs)
+		}
+		return
+	}
+	for _, id := range ids {
+		wake(n.finishing[id])
+	}
+}
+
+// C implements ports.FinishWait.
+func (f *finishSub) C() <-chan struct{} { return f.ch }
+
+// Close implements ports.FinishWait.
+func (f *finishSub) Close() {
+	n := f.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if f.gone {
+		return
+	}
+	f.gone = true
+	subs := n.finishing[f.id]
+	delete(subs, f)
+	if len(subs) == 0 {
+		delete(n.finishing, f.id)
+	}
+	n.awaiting--
+}
+
+// CloseWaits answers every waiting claim and producer at once (their channels close) and
 // refuses new waits until the next Start. The HTTP server calls it when it
 // begins to stop, so long polls do not hold the shutdown up.
 func (n *Notifier) CloseWaits() {
@@ -374,6 +467,13 @@ func (n *Notifier) CloseWaits() {
 	}
 	closeAll(n.any)
 	n.byQueue, n.any, n.waiting = map[string]*waiters{}, newWaiters(), 0
+	for _, subs := range n.finishing {
+		for f := range subs {
+			f.gone = true
+			close(f.ch)
+		}
+	}
+	n.finishing, n.awaiting = map[uuid.UUID]map[*finishSub]struct{}{}, 0
 }
 
 // Stop answers every waiting claim (CloseWaits), stops listening and waits

@@ -10,7 +10,7 @@ import (
 // queueSettingsColumns are the columns of queue_settings (migration 0013),
 // in the order of queueSettingsRow.
 const queueSettingsColumns = `queue, paused, max_running, rate_per_second, rate_burst,
-	max_running_per_group, tokens, tokens_at, updated_at`
+	max_running_per_group, tokens, tokens_at, updated_at, default_timeout_seconds`
 
 // queueSettingsRow is one row of queue_settings.
 type queueSettingsRow struct {
@@ -23,6 +23,8 @@ type queueSettingsRow struct {
 	Tokens             sql.NullFloat64 `db:"tokens"`
 	TokensAt           sql.NullTime    `db:"tokens_at"`
 	UpdatedAt          time.Time       `db:"updated_at"`
+	// DefaultTimeout is default_timeout_seconds (migration 0019).
+	DefaultTimeout sql.NullInt64 `db:"default_timeout_seconds"`
 }
 
 // settings returns the row's settings.
@@ -36,6 +38,9 @@ func (r *queueSettingsRow) settings() queue.Settings {
 	}
 	if r.MaxRunningPerGroup.Valid {
 		s.MaxRunningPerGroup = intPtr(r.MaxRunningPerGroup.Int64)
+	}
+	if r.DefaultTimeout.Valid {
+		s.DefaultTimeoutSeconds = intPtr(r.DefaultTimeout.Int64)
 	}
 	return s
 }
@@ -54,6 +59,7 @@ func (r *queueSettingsRow) setSettings(s queue.Settings) {
 	r.Paused = s.Paused
 	r.MaxRunning = nullIntPtr(s.MaxRunning)
 	r.MaxRunningPerGroup = nullIntPtr(s.MaxRunningPerGroup)
+	r.DefaultTimeout = nullIntPtr(s.DefaultTimeoutSeconds)
 	r.RatePerSecond, r.RateBurst = sql.NullFloat64{}, sql.NullInt64{}
 	if s.RateLimit != nil {
 		r.RatePerSecond = sql.NullFloat64{Float64: s.RateLimit.PerSecond, Valid: true}

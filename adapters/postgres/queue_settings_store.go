@@ -48,10 +48,11 @@ func (s *QueueSettingsStore) Update(ctx context.Context, name string, fn ports.Q
 		UPDATE queue_settings SET paused = $2, max_running = $3, rate_per_second = $4, rate_burst = $5,
 			max_running_per_group = $6, updated_at = $7,
 			tokens = CASE WHEN $8 THEN NULL ELSE tokens END,
-			tokens_at = CASE WHEN $8 THEN NULL ELSE tokens_at END
+			tokens_at = CASE WHEN $8 THEN NULL ELSE tokens_at END,
+			default_timeout_seconds = $9
 		WHERE queue = $1`,
 		name, row.Paused, row.MaxRunning, row.RatePerSecond, row.RateBurst, row.MaxRunningPerGroup, row.UpdatedAt,
-		resetBucket); err != nil {
+		resetBucket, row.DefaultTimeout); err != nil {
 		return queue.Settings{}, time.Time{}, fmt.Errorf("save queue settings: %w", err)
 	}
 	s.st.Record(events...)
@@ -71,11 +72,12 @@ type QueueSettingsScan struct {
 	RatePerSecond      sql.NullFloat64 `db:"rate_per_second"`
 	RateBurst          sql.NullInt64   `db:"rate_burst"`
 	MaxRunningPerGroup sql.NullInt64   `db:"max_running_per_group"`
+	DefaultTimeout     sql.NullInt64   `db:"default_timeout_seconds"`
 }
 
 // Settings returns the scanned settings (the zero value for no row).
 func (c QueueSettingsScan) Settings() queue.Settings {
 	row := queueSettingsRow{Paused: c.Paused.Bool, MaxRunning: c.MaxRunning, RatePerSecond: c.RatePerSecond,
-		RateBurst: c.RateBurst, MaxRunningPerGroup: c.MaxRunningPerGroup}
+		RateBurst: c.RateBurst, MaxRunningPerGroup: c.MaxRunningPerGroup, DefaultTimeout: c.DefaultTimeout}
 	return row.settings()
 }

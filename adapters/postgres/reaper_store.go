@@ -139,6 +139,41 @@ func (s *ReaperStore) UpdateExpiredLeases(ctx context.Context, limit int, fn por
 	return s.updateTasks(ctx, "lease-expired", expiredLeasesSQL, limit, fn)
 }
 
+// timedOutTasksSQL selects RUNNING tasks whose attempt used up its time
+// limit: the rule of task.Task.TimedOut, earliest limit first. It walks
+// tasks_running_timeout (0019) from its low end: only the entries that are
+// due, however many tasks run.
+var timedOutTasksSQL = `
+	SELECT ` + taskColumns + `, now() AS db_now FROM tasks
+	WHERE status = 'RUNNING' AND timeout_at IS NOT NULL AND timeout_at <= now()
+	ORDER BY timeout_at
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED`
+
+// UpdateTimedOutTasks implements ports.ReaperStore. A timeout sets the
+// task's last error (task.Task.TimeOut), which the takebacks of the other
+// reapers may not.
+func (s *ReaperStore) UpdateTimedOutTasks(ctx context.Context, limit int, fn ports.TaskUpdateFunc) ([]*task.Task, error) {
+	var rows []taskRowNow
+	if err := s.st.tx.SelectContext(ctx, &rows, timedOutTasksSQL, limit); err != nil {
+		return nil, fmt.Errorf("select timed-out tasks: %w", err)
+	}
+	ts, events, err := decideAll(s.st, rows, restoreTask, fn)
+	if err != nil || len(ts) == 0 {
+		return nil, err
+	}
+	for i, t := range ts {
+		if !slices.Equal(t.Snapshot().Result, rows[i].Result) {
+			return nil, fmt.Errorf("timed-out task %s: a timeout may not change the result", t.ID())
+		}
+	}
+	if err := saveTasks(ctx, s.st, ts); err != nil {
+		return nil, err
+	}
+	s.st.Record(events...)
+	return ts, nil
+}
+
 // overdueTasksSQL selects PENDING and BLOCKED tasks whose deadline has
 // passed: the rule of task.Task.ExpireDeadline. It walks
 // tasks_waiting_deadline (0011).
@@ -213,28 +248,52 @@ func (s *ReaperStore) saveWorkers(ctx context.Context, ws []*worker.Worker) erro
 const cleanedTaskColumns = `id, queue, status, attempts, max_attempts, worker_id, dead_reason,
 	run_at, created_at, claimed_at, finished_at, updated_at`
 
-// expiredTasksSQL deletes tasks finished at least the TTL ago ($1 microseconds):
-// the rule of task.Task.Expired. It walks tasks_finished. It keeps a task
-// that an unfinished task depends on: that task may still read its result
-// (GET /tasks/v1/{id}/parents). Deleting a task deletes its attempts and
-// dependencies (ON DELETE CASCADE).
-const expiredTasksSQL = `
-	DELETE FROM tasks WHERE id IN (
-		SELECT t.id FROM tasks t
-		WHERE t.status IN ('DONE', 'DEAD') AND t.finished_at <= now() - $1 * interval '1 microsecond'
-			AND NOT (t.has_dependants AND EXISTS (
-				SELECT 1 FROM task_dependencies d JOIN tasks c ON c.id = d.child_id
-				WHERE d.parent_id = t.id AND c.status IN ('PENDING', 'RUNNING', 'BLOCKED')))
-		ORDER BY t.finished_at
-		LIMIT $2
-		FOR UPDATE SKIP LOCKED
-	)
+// unfinishedDependantSQL is true when task t has a dependant that is not
+// finished: retention keeps t, whose result that dependant may still read
+// (GET /tasks/v1/{id}/parents). It walks the primary key of
+// task_dependencies by parent, and only for tasks that ever had a
+// dependant (has_dependants, set whatever the task's status when the
+// dependant was linked).
+const unfinishedDependantSQL = `(t.has_dependants AND EXISTS (
+	SELECT 1 FROM task_dependencies d JOIN tasks c ON c.id = d.child_id
+	WHERE d.parent_id = t.id AND c.status IN ('PENDING', 'RUNNING', 'BLOCKED')))`
+
+// lockExpiredTasksSQL locks, oldest first, up to $2 tasks finished at
+// least the TTL ago ($1 microseconds) without an unfinished dependant: the
+// rule of task.Task.Expired. It walks tasks_finished; rows another
+// transaction holds are skipped (a batch submit linking a dependant to one
+// of them holds it).
+const lockExpiredTasksSQL = `
+	SELECT t.id FROM tasks t
+	WHERE t.status IN ('DONE', 'DEAD') AND t.finished_at <= now() - $1 * interval '1 microsecond'
+		AND NOT ` + unfinishedDependantSQL + `
+	ORDER BY t.finished_at
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED`
+
+// deleteExpiredTasksSQL deletes the locked tasks $1, but those that have an
+// unfinished dependant now. The check is made again, by a statement that
+// starts after the locks were taken: lockExpiredTasksSQL judged by its own
+// snapshot, from before it locked, and a batch submit that linked a
+// dependant to a task and committed in between (it locks its parents
+// first, so it cannot commit once retention holds them) is visible only
+// here. Deleting a task deletes its attempts and dependencies (ON DELETE
+// CASCADE).
+const deleteExpiredTasksSQL = `
+	DELETE FROM tasks t WHERE t.id = ANY($1::uuid[]) AND NOT ` + unfinishedDependantSQL + `
 	RETURNING ` + cleanedTaskColumns + `, now() AS db_now`
 
 // DeleteExpiredTasks implements ports.ReaperStore.
 func (s *ReaperStore) DeleteExpiredTasks(ctx context.Context, ttl time.Duration, limit int, fn ports.TaskUpdateFunc) ([]*task.Task, error) {
+	var ids []uuid.UUID
+	if err := s.st.tx.SelectContext(ctx, &ids, lockExpiredTasksSQL, micros(ttl), limit); err != nil {
+		return nil, fmt.Errorf("lock expired tasks: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
 	var rows []taskRowNow
-	if err := s.st.tx.SelectContext(ctx, &rows, expiredTasksSQL, micros(ttl), limit); err != nil {
+	if err := s.st.tx.SelectContext(ctx, &rows, deleteExpiredTasksSQL, uuidArray(ids)); err != nil {
 		return nil, fmt.Errorf("delete expired tasks: %w", err)
 	}
 	ts, events, err := decideAll(s.st, rows, restoreTask, fn)

@@ -8,7 +8,7 @@ import (
 )
 
 // The hot statements (claims, batch inserts, batch reports) return many task
-// rows of 34 columns. sqlx maps each row onto taskRow by reflection, walking
+// rows of 41 columns. sqlx maps each row onto taskRow by reflection, walking
 // the struct's fields per row (a sixth of the CPU of scanning, the rest is
 // lib/pq's decoding and database/sql's conversions). selectRows maps the
 // columns once per statement through a table of the rows' fields instead.
@@ -100,6 +100,15 @@ var taskRowFields = rowFields[taskRow]{
 	"has_dependants":      func(r *taskRow) any { return &r.HasDependants },
 	"group_key":           func(r *taskRow) any { return &r.GroupKey },
 	"grank":               func(r *taskRow) any { return &r.Grank },
+	"timeout_seconds":     func(r *taskRow) any { return &r.TimeoutSeconds },
+	"timeout_at":          func(r *taskRow) any { return &r.TimeoutAt },
+	"metadata":            func(r *taskRow) any { return &r.Metadata },
+	"traceparent":         func(r *taskRow) any { return &r.Traceparent },
+	"tracestate":          func(r *taskRow) any { return &r.Tracestate },
+	"progress":            func(r *taskRow) any { return &r.Progress },
+	"awaited":             func(r *taskRow) any { return &r.Awaited },
+	"schedule_name":       func(r *taskRow) any { return &r.ScheduleName },
+	"schedule_tick":       func(r *taskRow) any { return &r.ScheduleTick },
 }
 
 // taskRowNowFields are taskRowNow's columns.

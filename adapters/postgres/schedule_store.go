@@ -59,6 +59,9 @@ type templateJSON struct {
 	Tags        []string        `json:"tags,omitempty"`
 	UniqueKey   *string         `json:"unique_key,omitempty"`
 	Retry       *retryJSON      `json:"retry,omitempty"`
+	// TimeoutSeconds and Metadata: migration 0019 (absent in older rows).
+	TimeoutSeconds *int              `json:"timeout_seconds,omitempty"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
 }
 
 type retryJSON struct {
@@ -69,7 +72,7 @@ type retryJSON struct {
 
 func templateOf(p task.SubmitParams) templateJSON {
 	t := templateJSON{Queue: p.Queue, Payload: p.Payload, Priority: p.Priority, MaxAttempts: p.MaxAttempts,
-		Tags: p.Tags, UniqueKey: p.UniqueKey}
+		Tags: p.Tags, UniqueKey: p.UniqueKey, TimeoutSeconds: p.TimeoutSeconds, Metadata: p.Metadata}
 	if r := p.Retry; r != nil {
 		t.Retry = &retryJSON{BaseSeconds: r.BaseSeconds, MaxSeconds: r.MaxSeconds}
 		if r.Jitter != nil {
@@ -82,7 +85,7 @@ func templateOf(p task.SubmitParams) templateJSON {
 
 func (t templateJSON) params() task.SubmitParams {
 	p := task.SubmitParams{Queue: t.Queue, Payload: t.Payload, Priority: t.Priority, MaxAttempts: t.MaxAttempts,
-		Tags: t.Tags, UniqueKey: t.UniqueKey}
+		Tags: t.Tags, UniqueKey: t.UniqueKey, TimeoutSeconds: t.TimeoutSeconds, Metadata: t.Metadata}
 	if r := t.Retry; r != nil {
 		p.Retry = &task.RetryParams{BaseSeconds: r.BaseSeconds, MaxSeconds: r.MaxSeconds}
 		if r.Jitter != nil {

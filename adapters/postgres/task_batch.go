@@ -31,10 +31,11 @@ var insertTasksSQL = `
 	WITH u AS (
 		SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::int[],
 			$7::text[], $8::text[], $9::text[], $11::int[], $12::text[], $13::float8[], $14::float8[], $15::text[],
-			$16::text[], $17::int[], $18::bool[], $19::text[], $20::text[], $21::text[])
+			$16::text[], $17::int[], $18::bool[], $19::text[], $20::text[], $21::text[],
+			$22::int[], $23::text[], $24::text[], $25::text[], $26::bool[])
 			WITH ORDINALITY AS u(id, queue, priority, payload, tags, max_attempts, deadline, run_at, idempotency_key, payload_bytes,
 				unique_key, retry_base, retry_max, retry_jitter, status, blockers, has_dependants, dead_reason, finished_at,
-				group_key, n)
+				group_key, timeout_seconds, metadata, traceparent, tracestate, awaited, n)
 	), k AS MATERIALIZED (
 		SELECT k.queue, k.group_key, ` + fmt.Sprintf(fairRankSQL, "k.queue", "k.group_key") + ` AS base
 		FROM (SELECT DISTINCT queue, group_key FROM u) k
@@ -42,12 +43,14 @@ var insertTasksSQL = `
 	INSERT INTO tasks (id, queue, status, priority, payload, tags, attempts, max_attempts,
 		deadline, run_at, idempotency_key, created_at, updated_at, payload_bytes,
 		unique_key, retry_base_seconds, retry_max_seconds, retry_jitter,
-		blockers, has_dependants, dead_reason, finished_at, group_key, grank)
+		blockers, has_dependants, dead_reason, finished_at, group_key, grank,
+		timeout_seconds, metadata, traceparent, tracestate, awaited)
 	SELECT u.id, u.queue, u.status, u.priority, u.payload::jsonb, u.tags::text[], 0, u.max_attempts,
 		u.deadline::timestamptz, u.run_at::timestamptz, u.idempotency_key, $10, $10, u.payload_bytes,
 		u.unique_key, u.retry_base, u.retry_max, u.retry_jitter,
 		u.blockers, u.has_dependants, u.dead_reason, u.finished_at::timestamptz, u.group_key,
-		k.base + row_number() OVER (PARTITION BY u.queue, u.group_key ORDER BY u.n) - 1
+		k.base + row_number() OVER (PARTITION BY u.queue, u.group_key ORDER BY u.n) - 1,
+		u.timeout_seconds, u.metadata::jsonb, u.traceparent, u.tracestate, u.awaited
 	FROM u JOIN k ON k.queue = u.queue AND k.group_key IS NOT DISTINCT FROM u.group_key
 	ORDER BY u.n
 	ON CONFLICT DO NOTHING
@@ -85,6 +88,9 @@ type newTaskArrays struct {
 	bases, maxes                        []sql.NullFloat64
 	sizes, blockers                     []sql.NullInt64
 	dependants                          pq.BoolArray
+	timeouts                            []sql.NullInt64
+	metadata, parents, states           []sql.NullString
+	awaited                             pq.BoolArray
 }
 
 func newTaskArraysOf(ts []*task.Task) (newTaskArrays, error) {
@@ -98,9 +104,15 @@ func newTaskArraysOf(ts []*task.Task) (newTaskArrays, error) {
 		deadReasons: make([]sql.NullString, n), finishedAts: make([]sql.NullString, n), groups: make([]sql.NullString, n),
 		bases: make([]sql.NullFloat64, n), maxes: make([]sql.NullFloat64, n),
 		sizes: make([]sql.NullInt64, n), blockers: make([]sql.NullInt64, n), dependants: make(pq.BoolArray, n),
+		timeouts: make([]sql.NullInt64, n), metadata: make([]sql.NullString, n), parents: make([]sql.NullString, n),
+		states: make([]sql.NullString, n), awaited: make(pq.BoolArray, n),
 	}
 	for i, t := range ts {
 		v := t.Snapshot()
+		if v.ScheduleTick != nil {
+			// Its mark has no column here: a tick's task is created alone.
+			return newTaskArrays{}, fmt.Errorf("insert tasks: task %s is a schedule's tick: create it with Create", v.ID)
+		}
 		a.ids[i], a.queues[i], a.priorities[i], a.maxAtt[i], a.runAts[i] = v.ID.String(), v.Queue, int64(v.Priority), int64(v.MaxAttempts), timeText(v.RunAt)
 		if len(v.Payload) > 0 {
 			a.payloads[i] = sql.NullString{String: string(v.Payload), Valid: true}
@@ -125,6 +137,12 @@ func newTaskArraysOf(ts []*task.Task) (newTaskArrays, error) {
 		a.deadReasons[i] = nullString(string(v.DeadReason))
 		a.finishedAts[i] = nullTimeText(v.FinishedAt)
 		a.groups[i] = nullString(v.GroupKey)
+		a.timeouts[i] = nullInt(v.TimeoutSeconds)
+		if m, ok := metadataJSON(v.Metadata).(string); ok {
+			a.metadata[i] = sql.NullString{String: m, Valid: true}
+		}
+		a.parents[i], a.states[i] = nullString(v.Trace.Parent), nullString(v.Trace.State)
+		a.awaited[i] = v.Awaited
 	}
 	return a, nil
 }
@@ -137,7 +155,8 @@ func (a newTaskArrays) insert(ctx context.Context, tx sqlx.QueryerContext, now t
 		a.ids, a.queues, a.priorities, nullTexts(a.payloads), a.tags, a.maxAtt,
 		nullTexts(a.deadlines), a.runAts, nullTexts(a.keys), now, nullInts(a.sizes),
 		nullTexts(a.ukeys), nullFloats(a.bases), nullFloats(a.maxes), nullTexts(a.jitters),
-		a.statuses, nullInts(a.blockers), a.dependants, nullTexts(a.deadReasons), nullTexts(a.finishedAts), nullTexts(a.groups))
+		a.statuses, nullInts(a.blockers), a.dependants, nullTexts(a.deadReasons), nullTexts(a.finishedAts), nullTexts(a.groups),
+		nullInts(a.timeouts), nullTexts(a.metadata), nullTexts(a.parents), nullTexts(a.states), a.awaited)
 	if err != nil {
 		return nil, fmt.Errorf("insert tasks: %w", err)
 	}
@@ -225,29 +244,51 @@ func (s *TaskStore) insertMany(ctx context.Context, ts []*task.Task, idx []int, 
 
 // UpdateEach implements ports.TaskStore.
 func (s *TaskStore) UpdateEach(ctx context.Context, ids []uuid.UUID, fn ports.TaskUpdateEachFunc) ([]ports.TaskResult, error) {
-	// Lock in id order so concurrent batches cannot deadlock each other.
-	rows, err := selectRows(ctx, s.st.tx, taskRowNowFields, `
-		SELECT `+taskColumns+`, now() AS db_now FROM tasks WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`, uuidArray(ids))
-	if err != nil {
-		return nil, fmt.Errorf("lock tasks: %w", err)
-	}
-	found := make(map[uuid.UUID]*task.Task, len(rows))
-	now, err := s.st.nowOf(ctx, rows)
+	out, changed, events, err := s.decideEach(ctx, ids, fn, nil)
 	if err != nil {
 		return nil, err
 	}
+	if err := saveTasks(ctx, s.st, changed); err != nil {
+		return nil, err
+	}
+	s.st.Record(events...)
+	return out, nil
+}
+
+// decideEach locks the tasks with these ids in id order (so concurrent
+// batches cannot deadlock each other) and lets fn decide each that exists,
+// at the database time. It returns the results in ids order, the tasks fn
+// changed and their events; check, when not nil, vets each change (its
+// error fails the whole call: the store's contract broken).
+func (s *TaskStore) decideEach(ctx context.Context, ids []uuid.UUID, fn ports.TaskUpdateEachFunc,
+	check func(before task.Snapshot, t *task.Task) error) ([]ports.TaskResult, []*task.Task, []event.Event, error) {
+	rows, err := selectRows(ctx, s.st.tx, taskRowNowFields, lockTasksByIDSQL, uuidArray(ids))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("lock tasks: %w", err)
+	}
+	now, err := s.st.nowOf(ctx, rows)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	found := make(map[uuid.UUID]*task.Task, len(rows))
 	for i := range rows {
 		found[rows[i].ID] = rows[i].toDomain()
 	}
 	out := make([]ports.TaskResult, len(ids))
-	var changed []*task.Task
-	var events []event.Event
+	var (
+		changed []*task.Task
+		events  []event.Event
+	)
 	for i, id := range ids {
 		out[i].ID = id
 		t, ok := found[id]
 		if !ok {
 			out[i].Err = task.ErrNotFound
 			continue
+		}
+		var before task.Snapshot
+		if check != nil {
+			before = t.Snapshot()
 		}
 		es, err := fn(i, t, now)
 		out[i].Task = t
@@ -256,14 +297,15 @@ func (s *TaskStore) UpdateEach(ctx context.Context, ids []uuid.UUID, fn ports.Ta
 			// The domain refused and changed nothing; show the stored state.
 			continue
 		}
+		if check != nil {
+			if err := check(before, t); err != nil {
+				return nil, nil, nil, err
+			}
+		}
 		changed = append(changed, t)
 		events = append(events, es...)
 	}
-	if err := saveTasks(ctx, s.st, changed); err != nil {
-		return nil, err
-	}
-	s.st.Record(events...)
-	return out, nil
+	return out, changed, events, nil
 }
 
 // saveTasks writes every mutable column of ts with one statement, in id

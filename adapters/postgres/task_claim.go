@@ -121,7 +121,9 @@ const claimBranch = `(SELECT x.id, x.priority, x.grank, x.seq FROM tasks x WHERE
 // round-robin to the requests' slots, keeps for each request the rows whose
 // running sum of estimated response bytes stays within its cap (and always
 // its first), and marks them RUNNING under the request's worker with a
-// fresh lease (task.Task.Claim). Each returned row carries its request's
+// fresh lease (task.Task.Claim): the attempt's time limit ends %s after
+// the claim (claimTimeoutOwn or claimTimeoutDefault), and the attempt
+// starts without progress. Each returned row carries its request's
 // number and how many rows that request was dealt, to tell a claim the byte
 // cap cut short. Rows dealt to no one's cap stay PENDING (and locked until
 // the transaction ends: only when a byte cap cut a claim).
@@ -142,18 +144,37 @@ var claimAssign = `, numbered AS (
 	UPDATE tasks t SET status = 'RUNNING', attempts = t.attempts + 1, worker_id = q.worker,
 		lease_id = gen_random_uuid(), claimed_at = now(), updated_at = now(),
 		lease_seconds = q.secs, lease_expires_at = now() + q.secs * interval '1 second',
-		cancel_requested_at = NULL, claim_request_id = q.req
+		cancel_requested_at = NULL, claim_request_id = q.req,
+		timeout_at = now() + %s * interval '1 second', progress = NULL
 	FROM cand c JOIN reqs q ON q.i = c.i
 	WHERE t.id = c.id
 	RETURNING ` + prefixed("t.", taskColumns) + `, c.i AS request, c.offered AS offered`
 
+// The time limit of a claimed attempt (task.Task.AttemptTimeoutSeconds):
+// the task's own (NULL: none, and so is timeout_at); or, when a queue
+// claimed from has a default (claimShape.timeouts), the task's own else its
+// queue's, from the parallel arrays of queues and defaults that follow the
+// queue parameters (%[1]d, %[2]d). Claims of queues without a default keep
+// the plain expression: no look-up per row.
+const (
+	claimTimeoutOwn     = `t.timeout_seconds`
+	claimTimeoutDefault = `coalesce(t.timeout_seconds,
+			(SELECT d.secs FROM unnest($%[1]d::text[], $%[2]d::int[]) AS d(queue, secs) WHERE d.queue = t.queue))`
+)
+
 // claimShape is what a claim statement's text depends on: the number of
-// queues it reads (0: it locks the candidates a planned claim chose, $8)
-// and whether the workers have tags.
+// queues it reads (0: it locks the candidates a planned claim chose, $8),
+// whether the workers have tags, and whether a queue has a default time
+// limit.
 type claimShape struct {
-	queues int
-	tagged bool
+	queues   int
+	tagged   bool
+	timeouts bool
 }
+
+// timeoutParam is the number of the first parameter after the queues (or
+// the planned candidates): the queues with a default time limit.
+func (s claimShape) timeoutParam() int { return 8 + max(s.queues, 1) }
 
 // claimStatements caches the statements' texts by shape.
 var claimStatements sync.Map // claimShape -> string
@@ -183,7 +204,11 @@ func claimSQL(s claimShape) string {
 		}
 		lock = fmt.Sprintf(claimLockMany, eligible("t"), strings.Join(branches, "\n\t\t\tUNION ALL "))
 	}
-	q := claimRequests + lock + claimAssign
+	limit := claimTimeoutOwn
+	if s.timeouts {
+		limit = fmt.Sprintf(claimTimeoutDefault, s.timeoutParam(), s.timeoutParam()+1)
+	}
+	q := claimRequests + lock + fmt.Sprintf(claimAssign, limit)
 	claimStatements.Store(s, q)
 	return q
 }
@@ -322,6 +347,14 @@ func (s *TaskStore) ClaimGroup(ctx context.Context, p ports.ClaimGroupParams) ([
 	}
 	args := []any{workers, limits, secs, nullTexts(requests), caps, total, tags}
 	shape := claimShape{queues: len(queues), tagged: len(tags) > 0}
+	var timeoutQueues pq.StringArray
+	var timeoutSecs pq.Int64Array
+	for _, q := range queues {
+		if secs, ok := lim.timeouts[q]; ok {
+			timeoutQueues, timeoutSecs = append(timeoutQueues, q), append(timeoutSecs, int64(secs))
+		}
+	}
+	shape.timeouts = len(timeoutQueues) > 0
 	if lim.limited() {
 		ids, err := s.planClaim(ctx, lim, queues, tags, total)
 		if err != nil {
@@ -336,6 +369,9 @@ func (s *TaskStore) ClaimGroup(ctx context.Context, p ports.ClaimGroupParams) ([
 		for _, q := range queues {
 			args = append(args, q)
 		}
+	}
+	if shape.timeouts {
+		args = append(args, timeoutQueues, timeoutSecs)
 	}
 	rows, err := selectRows(ctx, s.st.tx, claimedRowFields, claimSQL(shape), args...)
 	if err != nil {

@@ -36,10 +36,11 @@ import (
 // settings row's lock.
 
 // claimSettingsSQL reads the settings rows of queues $1 that restrict
-// claims. claimLockSettingsSQL locks those with a limit.
+// claims or give their attempts a default time limit.
+// claimLockSettingsSQL locks those with a limit.
 const (
 	claimRestricts       = `(paused OR max_running IS NOT NULL OR rate_per_second IS NOT NULL OR max_running_per_group IS NOT NULL)`
-	claimSettingsSQL     = `SELECT ` + queueSettingsColumns + ` FROM queue_settings WHERE queue = ANY($1) AND ` + claimRestricts
+	claimSettingsSQL     = `SELECT ` + queueSettingsColumns + ` FROM queue_settings WHERE queue = ANY($1) AND (` + claimRestricts + ` OR default_timeout_seconds IS NOT NULL)`
 	claimLockSettingsSQL = `SELECT ` + queueSettingsColumns + ` FROM queue_settings
 		WHERE queue = ANY($1) AND NOT paused AND ` + claimRestricts + `
 		ORDER BY queue FOR NO KEY UPDATE`
@@ -94,6 +95,9 @@ type claimLimits struct {
 	paused map[string]bool
 	queues map[string]*limitedQueue
 	now    time.Time
+	// timeouts are the default time limits of the queues that have one
+	// (default_timeout_seconds).
+	timeouts map[string]int
 }
 
 // limited reports whether any of the claim's queues has a limit.
@@ -117,12 +121,18 @@ func (s *TaskStore) claimLimits(ctx context.Context, queues []string) (*claimLim
 	}
 	limited := false
 	for i := range rows {
+		if rows[i].DefaultTimeout.Valid {
+			if l.timeouts == nil {
+				l.timeouts = map[string]int{}
+			}
+			l.timeouts[rows[i].Queue] = int(rows[i].DefaultTimeout.Int64)
+		}
 		if rows[i].Paused {
 			if l.paused == nil {
 				l.paused = map[string]bool{}
 			}
 			l.paused[rows[i].Queue] = true
-		} else {
+		} else if rows[i].settings().Limited() {
 			limited = true
 		}
 	}

@@ -31,17 +31,22 @@ var unfinishedSQL = func() string {
 }()
 
 // existingSQL finds, for each submission (queue, idempotency key, unique
-// key; NULL for none), the task that keeps it from being inserted: the
-// queue's task with its idempotency key, else the queue's unfinished task
-// with its unique key. Each row carries its submission's ordinal (k.i).
+// key, schedule name and tick; NULL for none), the task that keeps it from
+// being inserted: the tick's task (tasks_schedule_tick), else the queue's
+// task with its idempotency key, else the queue's unfinished task with its
+// unique key. Each row carries its submission's ordinal (k.i).
 var existingSQL = `
 	SELECT k.i, ` + prefixed("e.", taskColumns) + `
-	FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS k(queue, ikey, ukey, i)
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[])
+		WITH ORDINALITY AS k(queue, ikey, ukey, sname, stick, i)
 	JOIN LATERAL (
 		(SELECT ` + taskColumns + `, 0 AS preference FROM tasks
-			WHERE k.ikey IS NOT NULL AND queue = k.queue AND idempotency_key = k.ikey)
+			WHERE k.sname IS NOT NULL AND schedule_name = k.sname AND schedule_tick = k.stick)
 		UNION ALL
 		(SELECT ` + taskColumns + `, 1 FROM tasks
+			WHERE k.ikey IS NOT NULL AND queue = k.queue AND idempotency_key = k.ikey)
+		UNION ALL
+		(SELECT ` + taskColumns + `, 2 FROM tasks
 			WHERE k.ukey IS NOT NULL AND queue = k.queue AND unique_key = k.ukey AND status IN ` + unfinishedSQL + `)
 		ORDER BY preference LIMIT 1
 	) e ON true`
@@ -52,15 +57,20 @@ func (s *TaskStore) existing(ctx context.Context, ts []*task.Task) ([]*task.Task
 	queues := make(pq.StringArray, len(ts))
 	ikeys := make(nullTexts, len(ts))
 	ukeys := make(nullTexts, len(ts))
+	snames := make(nullTexts, len(ts))
+	sticks := make(nullTexts, len(ts))
 	for i, t := range ts {
 		v := t.Snapshot()
 		queues[i], ikeys[i], ukeys[i] = v.Queue, nullString(v.IdempotencyKey), nullString(v.UniqueKey)
+		if v.ScheduleTick != nil {
+			snames[i], sticks[i] = nullString(v.ScheduleName), nullTimeText(v.ScheduleTick)
+		}
 	}
 	var rows []struct {
 		I int `db:"i"`
 		taskRow
 	}
-	if err := s.st.tx.SelectContext(ctx, &rows, existingSQL, queues, ikeys, ukeys); err != nil {
+	if err := s.st.tx.SelectContext(ctx, &rows, existingSQL, queues, ikeys, ukeys, snames, sticks); err != nil {
 		return nil, fmt.Errorf("load tasks by idempotency or unique key: %w", err)
 	}
 	out := make([]*task.Task, len(ts))

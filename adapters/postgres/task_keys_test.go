@@ -197,9 +197,9 @@ func TestLockTasksFindsUnfinishedUniqueKeyHolders(t *testing.T) {
 
 	var got []uuid.UUID
 	f.run(func(ctx context.Context, st ports.Stores) error {
-		locked, err := st.Tasks.LockTasks(ctx, []uuid.UUID{byID.ID()},
-			[]ports.IdempotencyKey{{Queue: "q", Key: "i"}},
-			[]ports.UniqueKey{{Queue: "q", Key: "p"}, {Queue: "q", Key: "b"}, {Queue: "q", Key: "d"}, {Queue: "q", Key: "o"}, {Queue: "q", Key: "\x00"}})
+		locked, err := st.Tasks.LockTasks(ctx, ports.LockParams{IDs: []uuid.UUID{byID.ID()},
+			Keys:   []ports.IdempotencyKey{{Queue: "q", Key: "i"}},
+			Unique: []ports.UniqueKey{{Queue: "q", Key: "p"}, {Queue: "q", Key: "b"}, {Queue: "q", Key: "d"}, {Queue: "q", Key: "o"}, {Queue: "q", Key: "\x00"}}})
 		for _, tk := range locked {
 			got = append(got, tk.ID())
 		}

@@ -22,7 +22,8 @@ const taskColumns = `id, seq, queue, status, priority, payload, tags, attempts, 
 	idempotency_key, created_at, claimed_at, finished_at, updated_at,
 	lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id,
 	unique_key, snoozes, retry_base_seconds, retry_max_seconds, retry_jitter,
-	blockers, has_dependants, group_key, grank`
+	blockers, has_dependants, group_key, grank, schedule_name, schedule_tick,
+	timeout_seconds, timeout_at, metadata, traceparent, tracestate, progress, awaited`
 
 // heldTaskColumns are taskColumns but the payload: what the lease protocol
 // reads of a worker's tasks (saving a task never writes its payload).
@@ -31,7 +32,8 @@ const heldTaskColumns = `id, seq, queue, status, priority, tags, attempts, max_a
 	idempotency_key, created_at, claimed_at, finished_at, updated_at,
 	lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id,
 	unique_key, snoozes, retry_base_seconds, retry_max_seconds, retry_jitter,
-	blockers, has_dependants, group_key, grank`
+	blockers, has_dependants, group_key, grank, schedule_name, schedule_tick,
+	timeout_seconds, timeout_at, metadata, traceparent, tracestate, progress, awaited`
 
 // taskRow is one row of tasks.
 type taskRow struct {
@@ -67,7 +69,18 @@ type taskRow struct {
 	HasDependants bool           `db:"has_dependants"`
 	GroupKey      sql.NullString `db:"group_key"`
 	// Grank is the task's round-robin rank in its queue (fairRankSQL).
-	Grank int64 `db:"grank"`
+	Grank          int64          `db:"grank"`
+	TimeoutSeconds sql.NullInt32  `db:"timeout_seconds"`
+	TimeoutAt      sql.NullTime   `db:"timeout_at"`
+	Metadata       []byte         `db:"metadata"`
+	Traceparent    sql.NullString `db:"traceparent"`
+	Tracestate     sql.NullString `db:"tracestate"`
+	Progress       []byte         `db:"progress"`
+	Awaited        bool           `db:"awaited"`
+	// ScheduleName and ScheduleTick mark a schedule's tick's task
+	// (migrations/0017).
+	ScheduleName sql.NullString `db:"schedule_name"`
+	ScheduleTick sql.NullTime   `db:"schedule_tick"`
 }
 
 // taskRowNow is a task row with the transaction's now().
@@ -77,6 +90,12 @@ type taskRowNow struct {
 }
 
 func (r *taskRow) toDomain() *task.Task {
+	var timeoutAt *time.Time
+	if r.Status == string(task.StatusRunning) {
+		// timeout_at is left as it was when a task leaves RUNNING
+		// (migration 0019).
+		timeoutAt = timePtr(r.TimeoutAt)
+	}
 	return task.Restore(task.Snapshot{
 		ID:             r.ID,
 		Queue:          r.Queue,
@@ -111,6 +130,15 @@ func (r *taskRow) toDomain() *task.Task {
 		Blockers:      int(r.Blockers.Int32),
 		HasDependants: r.HasDependants,
 		GroupKey:      r.GroupKey.String,
+
+		TimeoutSeconds: int(r.TimeoutSeconds.Int32),
+		TimeoutAt:      timeoutAt,
+		Metadata:       metadataOf(r.Metadata),
+		Trace:          task.Trace{Parent: r.Traceparent.String, State: r.Tracestate.String},
+		Progress:       progressOf(r.Progress),
+		Awaited:        r.Awaited,
+		ScheduleName:   r.ScheduleName.String,
+		ScheduleTick:   utcPtr(r.ScheduleTick),
 	})
 }
 
@@ -144,14 +172,17 @@ func (s *TaskStore) Create(ctx context.Context, fn ports.TaskCreateFunc) (*task.
 		err = s.st.tx.GetContext(ctx, &row, `
 			INSERT INTO tasks (id, queue, status, priority, payload, tags, attempts, max_attempts,
 				deadline, run_at, idempotency_key, created_at, updated_at, payload_bytes,
-				unique_key, retry_base_seconds, retry_max_seconds, retry_jitter, group_key, grank)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, $13, $14, $15, $16, $17, $18,
-				`+fmt.Sprintf(fairRankSQL, "$2::text", "$18::text")+`)
+				unique_key, retry_base_seconds, retry_max_seconds, retry_jitter, group_key, schedule_name, schedule_tick, grank,
+				timeout_seconds, metadata, traceparent, tracestate, awaited)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, $13, $14, $15, $16, $17, $18, $19, $20,
+				`+fmt.Sprintf(fairRankSQL, "$2::text", "$18::text")+`, $21, $22, $23, $24, $25)
 			ON CONFLICT DO NOTHING
 			RETURNING `+taskColumns,
 			v.ID, v.Queue, string(v.Status), v.Priority, nullJSON(v.Payload), pq.StringArray(v.Tags),
 			v.Attempts, v.MaxAttempts, v.Deadline, v.RunAt, nullString(v.IdempotencyKey), v.CreatedAt, payloadBytes,
-			nullString(v.UniqueKey), retry.Base, retry.Max, retry.Jitter, nullString(v.GroupKey))
+			nullString(v.UniqueKey), retry.Base, retry.Max, retry.Jitter, nullString(v.GroupKey),
+			nullString(v.ScheduleName), v.ScheduleTick,
+			nullInt(v.TimeoutSeconds), metadataJSON(v.Metadata), nullString(v.Trace.Parent), nullString(v.Trace.State), v.Awaited)
 		if err == nil {
 			s.st.Record(e)
 			if v.Status == task.StatusPending {
@@ -163,8 +194,9 @@ func (s *TaskStore) Create(ctx context.Context, fn ports.TaskCreateFunc) (*task.
 			return nil, false, fmt.Errorf("insert task: %w", err)
 		}
 		// The queue already holds this idempotency key, or an unfinished
-		// task with this unique key (perhaps committed by a concurrent
-		// submission this statement waited for).
+		// task with this unique key, or (a schedule's tick) the tick has
+		// its task (perhaps committed by a concurrent submission this
+		// statement waited for).
 		existing, err := s.existing(ctx, []*task.Task{t})
 		if err != nil {
 			return nil, false, err
@@ -243,10 +275,12 @@ func (s *TaskStore) save(ctx context.Context, t *task.Task) error {
 // taskBytesSQL estimates, for a row t of tasks, the bytes its task takes in
 // a response: its payload's and result's JSON texts (payload_bytes and
 // result_bytes, written with them; rendered for rows older than migration
-// 0007), its last error, and taskOverheadBytes for the rest.
+// 0007), its last error, metadata, progress and tracestate (NULL for most
+// tasks: nothing to render), and taskOverheadBytes for the rest.
 const taskBytesSQL = `(coalesce(t.payload_bytes, octet_length(t.payload::text), 0)
 	+ coalesce(t.result_bytes, octet_length(t.result::text), 0)
-	+ coalesce(octet_length(t.last_error), 0) + ` + taskOverheadBytes + `)`
+	+ coalesce(octet_length(t.last_error), 0) + coalesce(octet_length(t.metadata::text), 0)
+	+ coalesce(octet_length(t.progress::text), 0) + coalesce(octet_length(t.tracestate), 0) + ` + taskOverheadBytes + `)`
 
 // taskOverheadBytes bounds what a task's JSON holds besides its payload,
 // result and last error: ids, times, queue (128), tags (16 of 64), the
@@ -321,6 +355,15 @@ func prefixed(prefix, columns string) string {
 		parts[i] = prefix + strings.TrimSpace(p)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// utcPtr is timePtr in UTC.
+func utcPtr(t sql.NullTime) *time.Time {
+	if !t.Valid {
+		return nil
+	}
+	u := t.Time.UTC()
+	return &u
 }
 
 func timePtr(t sql.NullTime) *time.Time {

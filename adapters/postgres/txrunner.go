@@ -9,6 +9,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
+	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 
@@ -141,6 +142,9 @@ type txState struct {
 	// DONE or DEAD and that have dependants, until settleDependants passes
 	// their ends on.
 	finished []*task.Task
+	// awaitedEnds are the awaited tasks this transaction moved into DONE
+	// or DEAD (or purged): their ends are announced on FinishedChannel.
+	awaitedEnds []uuid.UUID
 	// claimPlanPinned is set once claimPlanSettings apply.
 	claimPlanPinned bool
 }
@@ -171,10 +175,16 @@ func (s *txState) queueWake(queue string) *queueWake {
 	return w
 }
 
-// sendNotifications queues one NOTIFY per queue (see wake.go); PostgreSQL
-// delivers them only if and when the transaction commits, to every instance
-// listening.
+// sendNotifications queues one NOTIFY per queue (see wake.go), and the
+// ends of awaited tasks (FinishedChannel); PostgreSQL delivers them only if
+// and when the transaction commits, to every instance listening.
 func (s *txState) sendNotifications(ctx context.Context) error {
+	if len(s.awaitedEnds) > 0 {
+		if _, err := s.tx.ExecContext(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`,
+			FinishedChannel, finishedPayloads(s.awaitedEnds)); err != nil {
+			return fmt.Errorf("notify finished tasks: %w", err)
+		}
+	}
 	if len(s.wakeOrder) == 0 {
 		return nil
 	}

@@ -3,8 +3,8 @@ package postgres
 import (
 	"database/sql"
 	"encoding/json"
-	"strings"
-	"unicode/utf8"
+
+	"github.com/taskmaster/taskmaster/domain/validation"
 )
 
 // What PostgreSQL cannot store is the adapter's knowledge: these helpers
@@ -12,15 +12,14 @@ import (
 // server error although the client sent it.
 
 // storableText reports whether a text column can hold s: valid UTF-8 without
-// NUL. A key that fails it names no row, and no row has a name like it.
-func storableText(s string) bool {
-	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
-}
+// NUL (validation.Text; FuzzTextAgreesWithPostgreSQL checks it against the
+// database). A key that fails it names no row, and no row has a name like
+// it.
+func storableText(s string) bool { return validation.Text(s) }
 
-// CheckJSON implements ports.TaskStore (see JSONStoredSize).
-func (s *TaskStore) CheckJSON(raw json.RawMessage) error {
-	_, err := JSONStoredSize(raw)
-	return err
+// StoredJSONSize implements ports.TaskStore (see JSONStoredSize).
+func (s *TaskStore) StoredJSONSize(raw json.RawMessage) (int64, error) {
+	return JSONStoredSize(raw)
 }
 
 // jsonBytes is the length of the text PostgreSQL renders for a JSON value

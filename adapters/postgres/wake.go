@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
+	"github.com/lib/pq"
 )
 
 // A wake-up notification (NotifyChannel) names one queue and what a
@@ -220,4 +223,45 @@ func (h *dueHeap) Pop() any {
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
 	return w
+}
+
+// FinishedChannel is the notification channel on which committed
+// transactions announce the ends (DONE, DEAD, or purged) of awaited tasks
+// (task.Task.Awaited): the payload lists their ids, comma-separated.
+const FinishedChannel = "taskmaster_finished"
+
+// maxFinishedPerNotification bounds the ids of one notification: 200 ids
+// of 36 characters and their commas stay below PostgreSQL's 8,000-byte
+// payload limit.
+const maxFinishedPerNotification = 200
+
+// finishedPayloads encodes ids as the payloads of FinishedChannel.
+func finishedPayloads(ids []uuid.UUID) pq.StringArray {
+	var out pq.StringArray
+	for len(ids) > 0 {
+		n := min(len(ids), maxFinishedPerNotification)
+		var b strings.Builder
+		for i, id := range ids[:n] {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(id.String())
+		}
+		out = append(out, b.String())
+		ids = ids[n:]
+	}
+	return out
+}
+
+// parseFinished reads a FinishedChannel payload; ids it cannot read are
+// left out (their waiters find out at their safety check).
+func parseFinished(payload string) []uuid.UUID {
+	parts := strings.Split(payload, ",")
+	out := make([]uuid.UUID, 0, len(parts))
+	for _, p := range parts {
+		if id, err := uuid.Parse(strings.TrimSpace(p)); err == nil {
+			out = append(out, id)
+		}
+	}
+	return out
 }

@@ -1,7 +1,7 @@
 package ui
 
 import (
-	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -28,13 +28,24 @@ type queueRow struct {
 
 type overviewData struct {
 	Filter string
+	// ByName: every queue by name, a page at a time; else the busiest
+	// queues first.
+	ByName bool
 	Rows   []queueRow
 	Shown  int
 	AsOf   string
+	// Next continues the listing by name (empty: the last page).
+	Next string
+	// Page is the most queues a page shows.
+	Page int
 }
 
-// overview lists every queue with its projected statistics (no scan of
-// the tasks table) and per-minute series.
+// overview lists a bounded page of queues with their projected statistics
+// (no scan of the tasks table) and per-minute series: by default the
+// busiest queues of the last minutes first, then the others by name up to
+// a page; with sort=name every queue by name, a page at a time (after=).
+// The name filter applies to both. However many queues there are, a page
+// (and its live refresh) reads and renders overviewPage of them.
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	data, err := h.overviewData(r)
 	if err != nil {
@@ -46,61 +57,96 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) overviewData(r *http.Request) (overviewData, error) {
 	ctx := r.Context()
-	filter := strings.TrimSpace(r.URL.Query().Get("q"))
-	data := overviewData{Filter: filter}
-	// The series (every queue's, from memory or the last minutes) are read
-	// while the listing is.
-	type seriesRead struct {
-		m   map[string]ports.RateSeries
-		err error
-	}
-	seriesDone := make(chan seriesRead, 1)
-	go func() {
-		m, err := h.d.Dashboard.RateSeries(ctx, nil)
-		seriesDone <- seriesRead{m, err}
-	}()
-	limit := queuePage
-	q := ports.QueueQuery{Limit: &limit, CountsOnly: true}
+	q := r.URL.Query()
+	filter := strings.TrimSpace(q.Get("q"))
+	data := overviewData{Filter: filter, ByName: q.Get("sort") == "name", Page: overviewPage}
+	pattern := ""
 	if filter != "" {
-		q.Pattern = "*" + filter + "*"
+		pattern = "*" + filter + "*"
 	}
-	var err error
-	for err == nil {
+	limit := overviewPage
+	var (
+		stats []ports.QueueStats
+		err   error
+	)
+	if data.ByName {
 		var p ports.QueuePage
-		if p, err = h.d.Queues.Queues(ctx, q); err != nil {
-			break
+		p, err = h.d.Queues.Queues(ctx, ports.QueueQuery{Pattern: pattern, Limit: &limit, After: q.Get("after"), CountsOnly: true})
+		stats = p.Queues
+		if err == nil && p.More && len(p.Queues) > 0 {
+			data.Next = p.Queues[len(p.Queues)-1].Queue
 		}
-		for _, qs := range p.Queues {
-			data.Rows = append(data.Rows, queueRow{QueueStats: qs, Paused: qs.Settings.Paused})
-			if qs.StatsAsOf != nil && (data.AsOf == "" || fmtTime(*qs.StatsAsOf) > data.AsOf) {
-				data.AsOf = fmtTime(*qs.StatsAsOf)
-			}
-		}
-		if !p.More || len(p.Queues) == 0 {
-			break
-		}
-		q.After = p.Queues[len(p.Queues)-1].Queue
+	} else {
+		stats, err = h.busiestQueues(ctx, pattern)
 	}
-	series := <-seriesDone
 	var ve *validation.Error
 	switch {
 	case errors.As(err, &ve):
-		return data, &pageError{status: http.StatusBadRequest,
+		return data, &pageError{status: http.StatusUnprocessableEntity,
 			msg: "The filter may hold only the characters of queue names (letters, digits, and . _ : -)."}
 	case err != nil:
 		return data, err
-	case series.err != nil:
-		return data, series.err
+	}
+	names := make([]string, len(stats))
+	for i, qs := range stats {
+		names[i] = qs.Queue
+		data.Rows = append(data.Rows, queueRow{QueueStats: qs, Paused: qs.Settings.Paused})
+		if qs.StatsAsOf != nil && (data.AsOf == "" || fmtTime(*qs.StatsAsOf) > data.AsOf) {
+			data.AsOf = fmtTime(*qs.StatsAsOf)
+		}
+	}
+	series, err := h.d.Dashboard.RateSeries(ctx, names)
+	if err != nil {
+		return data, err
 	}
 	data.Shown = len(data.Rows)
 	for i := range data.Rows {
-		data.Rows[i].Series = orEmpty(series.m[data.Rows[i].Queue])
+		data.Rows[i].Series = orEmpty(series[data.Rows[i].Queue])
 	}
 	return data, nil
 }
 
-// queuePage is the overview's page of the queue listing (its largest).
-const queuePage = 1000
+// busiestQueues returns the statistics of the busiest queues matching
+// pattern (the most events in the last minutes first), then of the first
+// others by name, overviewPage in all.
+func (h *Handler) busiestQueues(ctx context.Context, pattern string) ([]ports.QueueStats, error) {
+	busy, err := h.d.Dashboard.ActiveQueues(ctx, pattern, overviewPage)
+	if err != nil {
+		return nil, err
+	}
+	var out []ports.QueueStats
+	if len(busy) > 0 {
+		p, err := h.d.Queues.Queues(ctx, ports.QueueQuery{Names: busy, CountsOnly: true})
+		if err != nil {
+			return nil, err
+		}
+		out = p.Queues
+	}
+	if len(out) >= overviewPage {
+		return out[:overviewPage], nil
+	}
+	limit := overviewPage
+	rest, err := h.d.Queues.Queues(ctx, ports.QueueQuery{Pattern: pattern, Limit: &limit, CountsOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	shown := make(map[string]bool, len(out))
+	for _, qs := range out {
+		shown[qs.Queue] = true
+	}
+	for _, qs := range rest.Queues {
+		if len(out) == overviewPage {
+			break
+		}
+		if !shown[qs.Queue] {
+			out = append(out, qs)
+		}
+	}
+	return out, nil
+}
+
+// overviewPage is the most queues an overview page shows.
+const overviewPage = 100
 
 // orEmpty gives a queue without buckets an hour of zeros.
 func orEmpty(s ports.RateSeries) ports.RateSeries {
@@ -212,13 +258,12 @@ func jsonViewOf(raw json.RawMessage) *jsonView {
 	if len(raw) == 0 {
 		return nil
 	}
-	var b bytes.Buffer
-	if err := json.Indent(&b, raw, "", "  "); err != nil {
-		b.Reset()
-		b.Write(raw)
-	}
 	v := &jsonView{Size: len(raw)}
-	text := b.String()
+	b := indentPrefix(raw, maxShownJSON+1)
+	if !json.Valid(raw) {
+		b = raw[:min(len(raw), maxShownJSON+1)]
+	}
+	text := string(b)
 	if len(text) > maxShownJSON {
 		cut := maxShownJSON
 		for cut > 0 && !utf8Start(text[cut]) {
@@ -228,6 +273,69 @@ func jsonViewOf(raw json.RawMessage) *jsonView {
 	}
 	v.Text = text
 	return v
+}
+
+// indentPrefix returns the first limit bytes (at most) of raw, a valid JSON
+// text, indented as json.Indent(dst, raw, "", "  ") indents it, without
+// indenting the rest: indenting multiplies the size of a deep value by its
+// depth (1 MiB nested 500 levels deep is 500 MB indented), and the page
+// shows maxShownJSON of it.
+func indentPrefix(raw []byte, limit int) []byte {
+	out := make([]byte, 0, min(limit, 2*len(raw)+64))
+	depth := 0
+	newline := func() {
+		out = append(out, '\n')
+		for range depth {
+			out = append(out, ' ', ' ')
+		}
+	}
+	inString, escaped := false, false
+	for i := 0; i < len(raw) && len(out) < limit; i++ {
+		c := raw[i]
+		if inString {
+			out = append(out, c)
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case ' ', '\t', '\n', '\r':
+		case '"':
+			inString = true
+			out = append(out, c)
+		case '{', '[':
+			out = append(out, c)
+			j := i + 1
+			for j < len(raw) && (raw[j] == ' ' || raw[j] == '\t' || raw[j] == '\n' || raw[j] == '\r') {
+				j++
+			}
+			if j < len(raw) && (raw[j] == '}' || raw[j] == ']') {
+				out = append(out, raw[j]) // an empty object or array stays on its line
+				i = j
+				continue
+			}
+			depth++
+			newline()
+		case '}', ']':
+			depth--
+			newline()
+			out = append(out, c)
+		case ',':
+			out = append(out, c)
+			newline()
+		case ':':
+			out = append(out, ':', ' ')
+		default:
+			out = append(out, c)
+		}
+	}
+	return out[:min(len(out), limit)]
 }
 
 func utf8Start(b byte) bool { return b&0xC0 != 0x80 }

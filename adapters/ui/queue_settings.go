@@ -26,6 +26,7 @@ func (h *Handler) queueSettings(w http.ResponseWriter, r *http.Request) {
 		var v validation.Errors
 		p.MaxRunning = optionalInt(&v, r, "max_running")
 		p.MaxRunningPerGroup = optionalInt(&v, r, "max_running_per_group")
+		p.DefaultTimeoutSeconds = optionalInt(&v, r, "default_timeout_seconds")
 		p.RateLimit = optionalRate(&v, r)
 		if err := v.Err(); err != nil {
 			h.fail(w, r, err)

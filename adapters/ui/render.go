@@ -138,7 +138,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &te):
 		status, msg = http.StatusConflict, fmt.Sprintf("Not possible now: the task is %s.", te.From)
 	case errors.As(err, &ve):
-		status, msg = http.StatusBadRequest, ve.Error()
+		status, msg = http.StatusUnprocessableEntity, ve.Error()
 	case errors.Is(err, ports.ErrUnavailable):
 		status, msg = http.StatusServiceUnavailable, "The database is unavailable; try again in a moment."
 		w.Header().Set("Retry-After", "2")
@@ -235,6 +235,33 @@ var funcs = template.FuncMap{
 		return jsonPart{ID: id.String(), Part: part, V: v}
 	},
 	"has": func(ids []uuid.UUID, id uuid.UUID) bool { return slices.Contains(ids, id) },
+	"bar": progressBar,
+}
+
+// progressView is what a progress bar shows: its value (0-100), its text
+// and its accessible name.
+type progressView struct {
+	Value       float64
+	Text, Label string
+}
+
+// progressBar is the bar of a progress report's percent (a float64 or a
+// *float64), named label for assistive technology.
+func progressBar(pct any, label string) progressView {
+	var v float64
+	switch p := pct.(type) {
+	case float64:
+		v = p
+	case *float64:
+		if p != nil {
+			v = *p
+		}
+	}
+	text := strconv.FormatFloat(v, 'f', -1, 64)
+	if len(text) > 5 {
+		text = strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return progressView{Value: v, Text: text + "%", Label: "progress of " + label}
 }
 
 // jsonPart is a payload or result with what its download link needs.

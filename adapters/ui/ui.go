@@ -27,6 +27,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/taskmaster/taskmaster/domain/apikey"
+	"github.com/taskmaster/taskmaster/domain/validation"
 	"github.com/taskmaster/taskmaster/ports"
 )
 
@@ -68,8 +69,30 @@ type Deps struct {
 	Dashboard ports.DashboardService
 	// Bulk, when set, offers retry and cancel of every task matching a
 	// filter.
-	Bulk   ports.BulkService
+	Bulk ports.BulkService
+	// Limits, when set, are the rate limits the dashboard shares with the
+	// API (required with authentication on).
+	Limits Limits
 	Logger *zap.Logger
+}
+
+// Limits are the request limits the dashboard shares with the API
+// (adapters/http.Limits): a page load or action of a session is charged to
+// its key, as the key's API requests are, and a client address's logins
+// and requests with a session cookie that names nothing are charged to the
+// address.
+type Limits interface {
+	// Key takes a request of key; false: refused (the rate limit headers
+	// and Retry-After are written).
+	Key(w http.ResponseWriter, key *apikey.Key) bool
+	// Client takes an attempt of r's client address; false: refused
+	// (Retry-After is written).
+	Client(w http.ResponseWriter, r *http.Request) bool
+	// ChargeClient takes an attempt of r's client address, if one is left.
+	ChargeClient(r *http.Request)
+	// ClientSpent reports whether r's client address has no attempt left
+	// (and then writes Retry-After).
+	ClientSpent(w http.ResponseWriter, r *http.Request) bool
 }
 
 // Handler serves the dashboard.
@@ -87,8 +110,8 @@ func New(cfg Config, d Deps) (*Handler, error) {
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = DefaultPollInterval
 	}
-	if cfg.Auth && d.Sessions == nil {
-		return nil, errors.New("dashboard: authentication is on but no session service is wired")
+	if cfg.Auth && (d.Sessions == nil || d.Limits == nil) {
+		return nil, errors.New("dashboard: authentication is on but no session service or limits are wired")
 	}
 	h := &Handler{cfg: cfg, d: d, mux: http.NewServeMux(), log: d.Logger}
 	if h.log == nil {
@@ -142,7 +165,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("Referrer-Policy", "same-origin")
 	hd.Set("X-Frame-Options", "DENY")
+	if err := textInput(r); err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// textInput refuses (422) a request whose query parameters or form fields
+// are not text (validation.Text: invalid UTF-8, NUL), before any page or
+// action reads them: a filter of such bytes would fail in the database.
+func textInput(r *http.Request) error {
+	var v validation.Errors
+	v.CheckValues(r.URL.Query())
+	if r.Method == http.MethodPost {
+		if err := r.ParseForm(); err != nil {
+			return &pageError{status: http.StatusBadRequest, msg: "The form could not be read."}
+		}
+		v.CheckValues(r.PostForm)
+	}
+	return v.Err()
 }
 
 func (h *Handler) serveStatic(w http.ResponseWriter, r *http.Request) {
@@ -208,15 +250,33 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (*viewer,
 	if err != nil {
 		return nil, errLogin
 	}
+	if !h.d.Sessions.Known(c.Value) && h.d.Limits.ClientSpent(w, r) {
+		return nil, errTooManyAttempts // a session this instance has not seen costs no lookup
+	}
 	s, k, err := h.d.Sessions.Authenticate(r.Context(), c.Value)
 	if err != nil {
 		if errors.Is(err, ports.ErrUnavailable) {
 			return nil, err
 		}
+		h.d.Limits.ChargeClient(r)
 		return nil, errLogin
+	}
+	if !h.d.Limits.Key(w, k) {
+		return nil, errKeyRateLimited
 	}
 	return &viewer{key: k, csrf: s.CSRF, token: c.Value}, nil
 }
+
+var (
+	// errTooManyAttempts: the client address's logins and unknown
+	// sessions are spent for now.
+	errTooManyAttempts = &pageError{status: http.StatusTooManyRequests,
+		msg: "Too many attempts from your address without a working session or key; try again in a moment."}
+	// errKeyRateLimited: the session's key has spent its rate limit (its
+	// API requests and dashboard pages together).
+	errKeyRateLimited = &pageError{status: http.StatusTooManyRequests,
+		msg: "Your API key's request rate limit is spent (its API requests count too); try again in a moment."}
+)
 
 var errLogin = errors.New("login required")
 
@@ -328,6 +388,10 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	next := safeNext(r.PostFormValue("next"))
 	if !sameOrigin(r) {
 		h.fail(w, r, &pageError{status: http.StatusForbidden, msg: "Refused: the login form was not sent from this dashboard."})
+		return
+	}
+	if !h.d.Limits.Client(w, r) {
+		h.fail(w, r, errTooManyAttempts)
 		return
 	}
 	token, s, _, err := h.d.Sessions.Login(r.Context(), strings.TrimSpace(r.PostFormValue("api_key")))

@@ -1,7 +1,10 @@
 package ui
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -89,4 +92,51 @@ func TestOverviewRowsEscapeAndShowEveryFigure(t *testing.T) {
 	for _, want := range []string{`<td class="n">3</td>`, `<td class="n">2</td>`, `<td class="n bad">4</td>`, "paused", "1m15s", "<span>9</span>"} {
 		require.Contains(t, html, want)
 	}
+}
+
+// indentPrefix indents as json.Indent does, up to its limit.
+func TestIndentPrefixIndentsAsJSONIndent(t *testing.T) {
+	t.Parallel()
+	for _, raw := range []string{`1`, `"a"`, `{}`, `[]`, `{"a": 1, "b": [1, 2, {"c": {}}], "d": []}`, `[[[]], [ ], { }]`,
+		`{"s": "a, b: {c} [d] \" \\ \u00e9"}`, " \t[ 1 ,\n 2 ] ", `[{"k": [1e300, -0.5, true, null]}]`} {
+		var want bytes.Buffer
+		require.NoError(t, json.Indent(&want, []byte(raw), "", "  "))
+		require.Equal(t, strings.TrimRight(want.String(), " \t\n"), string(indentPrefix([]byte(raw), 1<<20)), raw)
+		for limit := range len(want.String()) {
+			got := indentPrefix([]byte(raw), limit)
+			require.Equal(t, want.String()[:limit], string(got), "%s cut at %d", raw, limit)
+		}
+	}
+}
+
+func FuzzIndentPrefixIndentsAsJSONIndent(f *testing.F) {
+	for _, raw := range []string{`{"a": [1, {"b": []}]}`, `[[], {}, "x"]`, `"\"\\"`} {
+		f.Add(raw)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		var want bytes.Buffer
+		if json.Indent(&want, []byte(raw), "", "  ") != nil {
+			t.Skip("stored values are valid JSON")
+		}
+		got := string(indentPrefix([]byte(raw), len(want.String())+10))
+		require.Equal(t, strings.TrimRight(want.String(), " \t\n\r"), strings.TrimRight(got, " \t\n\r"))
+	})
+}
+
+// The task page shows maxShownJSON of a value however its indentation would
+// grow it: a payload of 40 kB, 20,000 numbers nested 400 levels deep, is
+// 16 MB indented (800 spaces a number), and is indented no further than the
+// page shows. (Indenting it all, as the page did, allocated 120 MB; a
+// 1 MiB payload nested 500 levels deep would have been 500 MB.)
+func TestTheTaskPageIndentsNoMoreThanItShows(t *testing.T) {
+	raw := []byte(strings.Repeat("[", 400) + strings.TrimSuffix(strings.Repeat("1,", 20000), ",") + strings.Repeat("]", 400))
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	v := jsonViewOf(raw)
+	runtime.ReadMemStats(&after)
+	require.True(t, v.Truncated)
+	require.Equal(t, len(raw), v.Size)
+	require.LessOrEqual(t, len(v.Text), maxShownJSON+len("\n…"))
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(1<<20), "bytes allocated to show it")
 }

@@ -73,6 +73,12 @@ func Unauthenticated(err error) bool {
 	return false
 }
 
+// LookedUp reports whether err says a well-formed token named no usable key
+// (unknown, revoked or expired): an authentication that cost a lookup.
+func LookedUp(err error) bool {
+	return errors.Is(err, ErrUnknown) || errors.Is(err, ErrRevoked) || errors.Is(err, ErrExpired)
+}
+
 // ForbiddenError says an authenticated key may not do what it asked: it
 // lacks a scope, a queue, or a worker. Exactly one of Scopes, Queue and
 // WorkerID is set.

@@ -4,6 +4,7 @@
 package event
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/taskmaster/taskmaster/domain/queue"
@@ -30,7 +31,9 @@ const (
 	// backoff) or DEAD (Reason exhausted or non_retryable).
 	TaskFailed Type = "task.failed"
 	// TaskRequeued: the service took a RUNNING task back and it went to
-	// PENDING; Reason says why: worker_dead, lease_expired or orphaned.
+	// PENDING; Reason says why: worker_dead, lease_expired, orphaned, or
+	// timed_out (the attempt ran past its time limit; the task waits for
+	// its retry's backoff).
 	TaskRequeued Type = "task.requeued"
 	// TaskDeadLettered: the service moved a task to DEAD without a failure
 	// report (Reason worker_dead, lease_expired, orphaned, deadline,
@@ -59,6 +62,11 @@ const (
 	// claimable at once (Reason released), without spending an attempt:
 	// Attempt is the count after the claim's attempt was given back.
 	TaskReleased Type = "task.released"
+	// TaskProgress: the holder of a RUNNING task reported progress (From
+	// and To are both RUNNING; Progress carries the report). At most one
+	// per task per second: a report that comes sooner is announced by a
+	// later event, with the latest values.
+	TaskProgress Type = "task.progress"
 )
 
 // Schedule event types. They carry the schedule's name (Schedule) and the
@@ -142,6 +150,21 @@ type Event struct {
 	// EndToEndSeconds is terminal time - created_at, when a task reaches DONE
 	// or DEAD (across retries).
 	EndToEndSeconds *float64 `json:"end_to_end_seconds,omitempty"`
+	// Metadata is the task's metadata, on every event of a task that has
+	// some.
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// Progress is the holder's report (task.progress).
+	Progress *Progress `json:"progress,omitempty"`
+}
+
+// Progress is a progress report in a task.progress event.
+type Progress struct {
+	// Percent is from 0 to 100.
+	Percent float64 `json:"percent"`
+	// Message may be empty.
+	Message string `json:"message"`
+	// Details is the worker's JSON value, or absent.
+	Details json.RawMessage `json:"details,omitempty"`
 }
 
 // Seconds returns d in seconds as a pointer, for the duration fields.

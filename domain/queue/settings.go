@@ -20,6 +20,9 @@ const (
 	MaxLimit = 1_000_000
 	// MaxRatePerSecond bounds a rate limit's per_second.
 	MaxRatePerSecond = 1_000_000
+	// MaxDefaultTimeoutSeconds bounds default_timeout_seconds (24 h, the
+	// longest time limit of a task: task.MaxTimeoutSeconds).
+	MaxDefaultTimeoutSeconds = 24 * 60 * 60
 )
 
 // RateLimit is a token bucket: claims take one token per task; the bucket
@@ -44,6 +47,10 @@ type Settings struct {
 	// MaxRunningPerGroup, when set, caps the RUNNING tasks of each group
 	// (group_key) of the queue; tasks without a group are not capped.
 	MaxRunningPerGroup *int `json:"max_running_per_group"`
+	// DefaultTimeoutSeconds, when set, is the time limit of each attempt
+	// of the queue's tasks that have none of their own, from the claim
+	// that starts it. It restricts no claim.
+	DefaultTimeoutSeconds *int `json:"default_timeout_seconds"`
 }
 
 // Limited reports whether claims must count or take tokens under the
@@ -62,6 +69,9 @@ type Patch struct {
 	MaxRunning         Optional[int]
 	RateLimit          Optional[RateLimit]
 	MaxRunningPerGroup Optional[int]
+	// DefaultTimeoutSeconds applies to the attempts claimed after the
+	// change.
+	DefaultTimeoutSeconds Optional[int]
 }
 
 // Optional is a patch of a nullable setting: Set says the patch names it,
@@ -73,14 +83,14 @@ type Optional[T any] struct {
 
 // Empty reports whether the patch names no setting.
 func (p Patch) Empty() bool {
-	return p.Paused == nil && !p.MaxRunning.Set && !p.RateLimit.Set && !p.MaxRunningPerGroup.Set
+	return p.Paused == nil && !p.MaxRunning.Set && !p.RateLimit.Set && !p.MaxRunningPerGroup.Set && !p.DefaultTimeoutSeconds.Set
 }
 
 // Validate checks the values the patch sets, by the API's field names.
 func (p Patch) Validate() error {
 	var v validation.Errors
 	if p.Empty() {
-		v.Add("settings", "name at least one of paused, max_running, rate_limit, max_running_per_group")
+		v.Add("settings", "name at least one of paused, max_running, rate_limit, max_running_per_group, default_timeout_seconds")
 	}
 	limit := func(field string, o Optional[int]) {
 		if o.Set && o.Value != nil && (*o.Value < 1 || *o.Value > MaxLimit) {
@@ -89,6 +99,9 @@ func (p Patch) Validate() error {
 	}
 	limit("max_running", p.MaxRunning)
 	limit("max_running_per_group", p.MaxRunningPerGroup)
+	if t := p.DefaultTimeoutSeconds; t.Set && t.Value != nil && (*t.Value < 1 || *t.Value > MaxDefaultTimeoutSeconds) {
+		v.Add("default_timeout_seconds", fmt.Sprintf("must be null or a whole number of seconds from 1 to %d (24 h)", MaxDefaultTimeoutSeconds))
+	}
 	if r := p.RateLimit.Value; p.RateLimit.Set && r != nil {
 		if math.IsNaN(r.PerSecond) || r.PerSecond <= 0 || r.PerSecond > MaxRatePerSecond {
 			v.Add("rate_limit.per_second", fmt.Sprintf("must be a number above 0 and at most %d", MaxRatePerSecond))
@@ -113,6 +126,9 @@ func (p Patch) Apply(s Settings) Settings {
 	}
 	if p.MaxRunningPerGroup.Set {
 		s.MaxRunningPerGroup = clone(p.MaxRunningPerGroup.Value)
+	}
+	if p.DefaultTimeoutSeconds.Set {
+		s.DefaultTimeoutSeconds = clone(p.DefaultTimeoutSeconds.Value)
 	}
 	return s
 }

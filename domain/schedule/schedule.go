@@ -8,6 +8,7 @@ package schedule
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -282,23 +283,19 @@ func (s *Schedule) Overlaps(last task.Status) bool {
 	return s.s.Overlap == OverlapSkip && s.s.LastTaskID != uuid.Nil && last.Unfinished()
 }
 
-// TickKey is the idempotency key of the task of a schedule's tick:
-// "schedule:<name>:<tick in UTC, RFC 3339>". However often a tick is tried,
-// by however many instances, its queue holds one task with that key.
-func TickKey(name string, tick time.Time) string {
-	return "schedule:" + name + ":" + tick.UTC().Format(time.RFC3339Nano)
-}
-
-// TickTask returns the submission of the task of tick: the schedule's task
-// with the tick's idempotency key.
-func (s *Schedule) TickTask(tick time.Time) task.SubmitParams {
+// TickTask creates the task of tick, with id, at the database time now: the
+// schedule's task, marked as the tick's (task.SubmitTick), so that storage
+// finds it by the schedule's name and the tick, and nothing a producer
+// sends can pass for it. However often a tick is tried, by however many
+// instances, it has one task.
+func (s *Schedule) TickTask(tick time.Time, id uuid.UUID, now time.Time) (*task.Task, event.Event, error) {
 	p := cloneTemplate(s.s.Task)
-	p.IdempotencyKey = TickKey(s.s.Name, tick)
-	return p
+	p.ID = id
+	return task.SubmitTick(p, s.s.Name, tick, now)
 }
 
-// Ran records that tick ran and created (or found, by its idempotency key)
-// the task taskID at now, and moves NextRunAt to the first tick after it.
+// Ran records that tick ran and created (or found, by its mark) the task
+// taskID at now, and moves NextRunAt to the first tick after it.
 func (s *Schedule) Ran(tick time.Time, taskID uuid.UUID, parse ParseFunc, now time.Time) error {
 	if err := s.advance(tick, parse, now); err != nil {
 		return err
@@ -394,9 +391,8 @@ func checkSpec(v *validation.Errors, expr, zone string, parse ParseFunc, now tim
 }
 
 // checkTemplate checks a schedule's task like a submission, with its fields
-// under "task.", and fills its defaults. A tick's task runs at once and
-// carries the tick's idempotency key, so run_at, deadline and
-// idempotency_key are refused.
+// under "task.", and fills its defaults. A tick's task runs at once and is
+// found by its tick, so run_at, deadline and idempotency_key are refused.
 func checkTemplate(v *validation.Errors, p *task.SubmitParams) {
 	if p.RunAt != nil {
 		v.Add("task.run_at", "is not accepted in a schedule's task: each tick's task is claimable at once")
@@ -405,7 +401,10 @@ func checkTemplate(v *validation.Errors, p *task.SubmitParams) {
 		v.Add("task.deadline", "is not accepted in a schedule's task")
 	}
 	if p.IdempotencyKey != "" {
-		v.Add("task.idempotency_key", "is not accepted in a schedule's task: each tick's task gets schedule:<name>:<tick>")
+		v.Add("task.idempotency_key", "is not accepted in a schedule's task: each tick's task is marked with its schedule and tick instead")
+	}
+	if p.Trace != (task.Trace{}) {
+		v.Add("task.traceparent", "is not accepted in a schedule's task: each tick's task starts a trace of its own")
 	}
 	if err := task.ValidateSubmit(p); err != nil {
 		var ve *validation.Error
@@ -482,5 +481,10 @@ func cloneTemplate(p task.SubmitParams) task.SubmitParams {
 		r := *p.Retry
 		p.Retry = &r
 	}
+	if p.TimeoutSeconds != nil {
+		n := *p.TimeoutSeconds
+		p.TimeoutSeconds = &n
+	}
+	p.Metadata = maps.Clone(p.Metadata)
 	return p
 }

@@ -172,17 +172,36 @@ func TestDueTickCollapsesMissedTicks(t *testing.T) {
 	require.Equal(t, ptr(at(3605*time.Second)), periodic.Snapshot().NextRunAt)
 }
 
-func TestTickTaskAndKey(t *testing.T) {
+// A tick's task is the schedule's, marked as the tick's (in UTC), with no
+// idempotency key: only the scheduler marks a task, so nothing a producer
+// submits is taken for it.
+func TestTickTaskIsMarkedWithItsTick(t *testing.T) {
 	t.Parallel()
 	s := create(t, params(), base)
-	tick := at(15 * time.Minute)
-	p := s.TickTask(tick)
-	require.Equal(t, "schedule:nightly:2025-03-01T12:15:00Z", p.IdempotencyKey)
-	require.Equal(t, "reports", p.Queue)
-	p.Tags = append(p.Tags, "changed")
+	tick := time.Date(2025, 3, 1, 23, 15, 0, 5e8, time.FixedZone("x", 5*3600+1800))
+	id := uuid.New()
+	tk, e, err := s.TickTask(tick, id, at(time.Hour))
+	require.NoError(t, err)
+	v := tk.Snapshot()
+	require.Equal(t, id, v.ID)
+	require.Equal(t, "reports", v.Queue)
+	require.Empty(t, v.IdempotencyKey)
+	require.Equal(t, "nightly", v.ScheduleName)
+	require.Equal(t, time.Date(2025, 3, 1, 17, 45, 0, 5e8, time.UTC), *v.ScheduleTick)
+	require.Equal(t, time.UTC, v.ScheduleTick.Location())
+	require.True(t, tk.IsTick("nightly", tick))
+	require.False(t, tk.IsTick("nightly", tick.Add(time.Second)))
+	require.False(t, tk.IsTick("other", tick))
+	require.Equal(t, event.TaskSubmitted, e.Type)
+	v.Tags = append(v.Tags, "changed")
 	require.Empty(t, s.Snapshot().Task.Tags, "the task is a copy")
-	require.Equal(t, "schedule:n:2025-03-01T17:45:00.5Z",
-		schedule.TickKey("n", time.Date(2025, 3, 1, 23, 15, 0, 5e8, time.FixedZone("x", 5*3600+1800))), "in UTC")
+
+	// A submission is never a tick's, whatever its key says.
+	sub, _, err := task.Submit(task.SubmitParams{Queue: "reports", IdempotencyKey: "schedule:nightly:2025-03-01T17:45:00.5Z"}, base)
+	require.NoError(t, err)
+	require.False(t, sub.IsTick("nightly", tick))
+	_, _, err = task.SubmitTick(task.SubmitParams{Queue: "reports", IdempotencyKey: "k"}, "nightly", tick, base)
+	require.Error(t, err, "a tick's task has no idempotency key")
 }
 
 func TestOverlapAndSkip(t *testing.T) {

@@ -37,12 +37,15 @@ const (
 	// OutcomeReleased: the holder handed the task back, claimable at once,
 	// without spending the attempt (a stopping worker's drain).
 	OutcomeReleased Outcome = "released"
+	// OutcomeTimedOut: the attempt ran past its time limit and the service
+	// ended it (the task retried after backoff, or DEAD exhausted).
+	OutcomeTimedOut Outcome = "timed_out"
 )
 
 // Outcomes lists every outcome, in the order the API documents them.
 var Outcomes = []Outcome{
 	OutcomeCompleted, OutcomeFailed, OutcomeLeaseExpired, OutcomeOrphaned, OutcomeWorkerDead,
-	OutcomeCancelled, OutcomeSnoozed, OutcomeReleased,
+	OutcomeCancelled, OutcomeSnoozed, OutcomeReleased, OutcomeTimedOut,
 }
 
 // Attempt is one claim of a task, from the claim until the task left
@@ -64,7 +67,8 @@ type Attempt struct {
 	// Outcome is how it ended; empty while it runs.
 	Outcome Outcome
 	// Error is the holder's failure message (OutcomeFailed, and
-	// OutcomeCancelled when the holder failed the task); empty otherwise.
+	// OutcomeCancelled when the holder failed the task), or the time limit
+	// that ended it (OutcomeTimedOut); empty otherwise.
 	Error string
 }
 

@@ -193,11 +193,13 @@ func (t *Task) ParentsFinished(done, failed int, now time.Time) (events []event.
 	return []event.Event{e}, true
 }
 
-// AddDependant records that a task was submitted depending on this one. It
-// returns true when the task is unfinished: its end must then be passed on
-// (HasDependants); a DONE or DEAD task has nothing more to pass on.
+// AddDependant records that a task was submitted depending on this one
+// (HasDependants), whatever this task's status: an unfinished task passes
+// its end on to its dependants, and retention keeps a finished one while a
+// dependant is unfinished (its worker may still read this task's result).
+// It returns true when the flag was not set yet: storage must save it.
 func (t *Task) AddDependant() bool {
-	if t.s.Status == StatusDone || t.s.Status == StatusDead {
+	if t.s.HasDependants {
 		return false
 	}
 	t.s.HasDependants = true
@@ -212,3 +214,7 @@ func (t *Task) Finished() bool { return t.finished }
 // HasDependants reports whether some task depends on this one (see
 // Snapshot.HasDependants).
 func (t *Task) HasDependants() bool { return t.s.HasDependants }
+
+// Awaited reports whether a producer waited for the task to finish (see
+// Snapshot.Awaited).
+func (t *Task) Awaited() bool { return t.s.Awaited }

@@ -26,6 +26,9 @@ var (
 	// heartbeat listed, or that it claimed too recently to be missing from
 	// the list, or that it does not hold.
 	ErrNotOrphaned = errors.New("task is not orphaned")
+	// ErrNotTimedOut: a timeout was asked of a task whose running attempt
+	// has no time limit or has not used it up.
+	ErrNotTimedOut = errors.New("task has not timed out")
 )
 
 // TransitionError is an illegal transition: the task's current status does

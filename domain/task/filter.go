@@ -37,6 +37,9 @@ type Filter struct {
 	// Text, when not empty, must occur in the task's last error or in its
 	// idempotency key, ignoring case (the dashboard's search box).
 	Text string
+	// Metadata, when not empty, are pairs the task's metadata must all
+	// hold (equality of each key's value).
+	Metadata map[string]string
 
 	// The fields below are set by the runs of bulk actions, never by the
 	// API: they keep a run to the tasks as they were when it began.
@@ -62,7 +65,8 @@ func (f Filter) Matches(t *Task) bool {
 		f.ErrorContains != "" && !containsFold(s.LastError, f.ErrorContains),
 		f.Text != "" && !containsFold(s.LastError, f.Text) && !containsFold(s.IdempotencyKey, f.Text),
 		f.UpdatedBefore != nil && !s.UpdatedAt.Before(*f.UpdatedBefore),
-		f.WithoutCancelRequest && s.CancelRequestedAt != nil:
+		f.WithoutCancelRequest && s.CancelRequestedAt != nil,
+		!t.HasMetadata(f.Metadata):
 		return false
 	}
 	return true
@@ -98,15 +102,16 @@ func (f Filter) check(v *validation.Errors) {
 			v.Add("dead_reason", "only DEAD tasks have a dead reason")
 		}
 	}
-	if n := utf8.RuneCountInString(f.GroupKey); n > MaxGroupKeyLength || strings.ContainsRune(f.GroupKey, 0) {
-		v.Add("group_key", fmt.Sprintf("must be 1 to %d characters, without NUL", MaxGroupKeyLength))
+	if n := utf8.RuneCountInString(f.GroupKey); n > MaxGroupKeyLength || !validation.Text(f.GroupKey) {
+		v.Add("group_key", fmt.Sprintf("must be 1 to %d characters of valid UTF-8, without NUL", MaxGroupKeyLength))
 	}
 	if f.CreatedAfter != nil && f.CreatedBefore != nil && !f.CreatedAfter.Before(*f.CreatedBefore) {
 		v.Add("created_after", "must be before created_before")
 	}
+	checkMetadataFilter(v, f.Metadata)
 	for _, text := range [][2]string{{"error_contains", f.ErrorContains}, {"text", f.Text}} {
-		if utf8.RuneCountInString(text[1]) > MaxFilterTextLength || strings.ContainsRune(text[1], 0) || !utf8.ValidString(text[1]) {
-			v.Add(text[0], fmt.Sprintf("must be 1 to %d characters, without NUL", MaxFilterTextLength))
+		if utf8.RuneCountInString(text[1]) > MaxFilterTextLength || !validation.Text(text[1]) {
+			v.Add(text[0], fmt.Sprintf("must be 1 to %d characters of valid UTF-8, without NUL", MaxFilterTextLength))
 		}
 	}
 }
@@ -216,5 +221,34 @@ func (f Filter) Fields() map[string]string {
 	}
 	add("error_contains", f.ErrorContains)
 	add("text", f.Text)
+	for k, val := range f.Metadata {
+		out[MetadataFilterPrefix+k] = val
+	}
 	return out
+}
+
+// MetadataFilterPrefix starts the name of a metadata filter's field:
+// metadata.<key>=<value> (query parameters, bulk filters, audit events).
+const MetadataFilterPrefix = "metadata."
+
+// checkMetadataFilter adds to v what is wrong with a filter's metadata
+// pairs: a key that is not one, a value no task can have, or more pairs
+// than a task's metadata holds.
+func checkMetadataFilter(v *validation.Errors, m map[string]string) {
+	if len(m) > MaxMetadataKeys {
+		v.Add("metadata", fmt.Sprintf("must filter on at most %d keys", MaxMetadataKeys))
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		switch {
+		case !ValidMetadataKey(k):
+			v.Add(MetadataFilterPrefix+k, fmt.Sprintf("the key must be 1 to %d characters of %s", MaxMetadataKeyLength, MetadataKeySet))
+		case !ValidMetadataValue(m[k]):
+			v.Add(MetadataFilterPrefix+k, fmt.Sprintf("must be at most %d printable characters (no control characters)", MaxMetadataValueLength))
+		}
+	}
 }

@@ -51,6 +51,8 @@ func TestForBulkSettlesStatusesAndRefusesWhatTheActionCannotChange(t *testing.T)
 		{task.BulkRetry, task.Filter{ErrorContains: strings.Repeat("x", 201)}, "error_contains"},
 		{task.BulkRetry, task.Filter{Text: "a\x00"}, "text"},
 		{task.BulkRetry, task.Filter{CreatedAfter: ptr(time.Unix(2, 0)), CreatedBefore: ptr(time.Unix(1, 0))}, "created_after"},
+		{task.BulkRetry, task.Filter{Metadata: map[string]string{"a b": "x"}}, "metadata.a b"},
+		{task.BulkCancel, task.Filter{Metadata: map[string]string{"tenant": "a\nb"}}, "metadata.tenant"},
 	} {
 		_, err := tc.f.ForBulk(tc.a)
 		require.Equal(t, []string{tc.field}, filterFields(t, err), "%s %+v", tc.a, tc.f)
@@ -82,4 +84,20 @@ func TestPurgeRemovesOnlyPendingAndDeadTasks(t *testing.T) {
 		var te *task.TransitionError
 		require.ErrorAs(t, err, &te, "%s", s)
 	}
+}
+
+func TestMetadataFilter(t *testing.T) {
+	t.Parallel()
+	s := pending()
+	s.Metadata = map[string]string{"tenant": "acme", "region": "eu"}
+	tk := task.Restore(s)
+	require.True(t, task.Filter{}.Matches(tk))
+	require.True(t, task.Filter{Metadata: map[string]string{"tenant": "acme"}}.Matches(tk))
+	require.True(t, task.Filter{Metadata: map[string]string{"tenant": "acme", "region": "eu"}}.Matches(tk))
+	require.False(t, task.Filter{Metadata: map[string]string{"tenant": "acme", "region": "us"}}.Matches(tk), "every pair")
+	require.False(t, task.Filter{Metadata: map[string]string{"tenant": "ACME"}}.Matches(tk), "equality, case included")
+	require.False(t, task.Filter{Metadata: map[string]string{"tenant": "acme"}}.Matches(task.Restore(pending())))
+	require.False(t, task.Filter{Metadata: map[string]string{"missing": ""}}.Matches(tk), "an absent key is not an empty value")
+	require.Equal(t, map[string]string{"queue": "q", "metadata.tenant": "acme"},
+		task.Filter{Queue: "q", Metadata: map[string]string{"tenant": "acme"}}.Fields())
 }

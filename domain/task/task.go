@@ -124,11 +124,15 @@ const (
 	// RequeueReleased: the holder handed the task back, claimable at once,
 	// without spending an attempt.
 	RequeueReleased RequeueReason = "released"
+	// RequeueTimedOut: the running attempt used up its time limit; the
+	// task waits for its retry's backoff.
+	RequeueTimedOut RequeueReason = "timed_out"
 )
 
 // RequeueReasons lists every requeue reason.
 var RequeueReasons = []RequeueReason{
 	RequeueFailed, RequeueWorkerDead, RequeueLeaseExpired, RequeueOrphaned, RequeueRetried, RequeueSnoozed, RequeueReleased,
+	RequeueTimedOut,
 }
 
 // Limits on submitted values.
@@ -204,8 +208,9 @@ type Snapshot struct {
 	// BLOCKED.
 	Blockers int
 	// HasDependants is true once a task was submitted depending on this
-	// one while it was unfinished: its end (DONE or DEAD) must be passed
-	// on to them (ParentsFinished).
+	// one, whatever this one's status then: its end (DONE or DEAD) is
+	// passed on to them (ParentsFinished), and retention keeps it while
+	// one of them is unfinished.
 	HasDependants bool
 	// UniqueKey, when not empty, is held by the task while it is
 	// unfinished: no other unfinished task of its queue has it.
@@ -219,6 +224,28 @@ type Snapshot struct {
 	// tenant, a customer): claims take tasks round-robin across a queue's
 	// groups, and a queue's max_running_per_group caps each group.
 	GroupKey string
+	// TimeoutSeconds is the task's own time limit on each attempt (0:
+	// none; the queue's default applies at each claim).
+	TimeoutSeconds int
+	// TimeoutAt is when the running attempt's time limit is up; nil
+	// unless RUNNING under a limit.
+	TimeoutAt *time.Time
+	// Metadata is the producer's free-form data (nil: none).
+	Metadata map[string]string
+	// Trace is the trace context the task was submitted under (zero:
+	// none).
+	Trace Trace
+	// Progress is the last progress report of the running attempt, or of
+	// the attempt that ran last (nil: none since the last claim).
+	Progress *Progress
+	// Awaited is true once a producer waited for the task to finish:
+	// storage announces its end (DONE or DEAD) when it commits.
+	Awaited bool
+	// ScheduleName and ScheduleTick, when ScheduleTick is not nil, mark
+	// the task of a recurring schedule's tick. Only SubmitTick sets them,
+	// never a submission: storage finds a tick's task by them alone.
+	ScheduleName string
+	ScheduleTick *time.Time
 }
 
 // Task is a unit of work in a queue. Its fields are reachable only through
@@ -229,12 +256,17 @@ type Task struct {
 	ended *Attempt
 	// finished is set by a transition into DONE or DEAD (see Finished).
 	finished bool
+	// progressChanged is set when the stored progress changed (see
+	// ProgressChanged).
+	progressChanged bool
 }
 
 // Restore rebuilds a task from stored state.
 func Restore(s Snapshot) *Task {
 	s.Tags = slices.Clone(s.Tags)
 	s.Retry = clonePolicy(s.Retry)
+	s.Metadata = cloneMetadata(s.Metadata)
+	s.Progress = cloneProgress(s.Progress)
 	return &Task{s: s}
 }
 
@@ -243,6 +275,8 @@ func (t *Task) Snapshot() Snapshot {
 	s := t.s
 	s.Tags = slices.Clone(t.s.Tags)
 	s.Retry = clonePolicy(t.s.Retry)
+	s.Metadata = cloneMetadata(t.s.Metadata)
+	s.Progress = cloneProgress(t.s.Progress)
 	return s
 }
 
@@ -285,6 +319,18 @@ type SubmitParams struct {
 	// GroupKey, when not nil, is the task's group (1 to MaxGroupKeyLength
 	// printable characters).
 	GroupKey *string
+	// TimeoutSeconds, when not nil, is the task's time limit on each
+	// attempt (MinTimeoutSeconds..MaxTimeoutSeconds); nil leaves the
+	// queue's default.
+	TimeoutSeconds *int
+	// Metadata is the producer's free-form data (see CheckMetadata); nil
+	// or empty: none.
+	Metadata map[string]string
+	// Trace is the trace context of the submission (zero: none).
+	Trace Trace
+	// Awaited says the submitter waits for the task to finish (see
+	// Snapshot.Awaited).
+	Awaited bool
 }
 
 // Submit creates a PENDING task at time now.
@@ -315,7 +361,13 @@ func Submit(p SubmitParams, now time.Time) (*Task, event.Event, error) {
 		CreatedAt:      now,
 		UpdatedAt:      now,
 		Retry:          p.Retry.policy(),
+		Metadata:       cloneMetadata(p.Metadata),
+		Trace:          p.Trace,
+		Awaited:        p.Awaited,
 	}}
+	if p.TimeoutSeconds != nil {
+		t.s.TimeoutSeconds = *p.TimeoutSeconds
+	}
 	if p.UniqueKey != nil {
 		t.s.UniqueKey = *p.UniqueKey
 	}
@@ -323,6 +375,30 @@ func Submit(p SubmitParams, now time.Time) (*Task, event.Event, error) {
 		t.s.GroupKey = *p.GroupKey
 	}
 	return t, t.event(event.TaskSubmitted, "", "", now), nil
+}
+
+// SubmitTick creates the PENDING task of the tick of the recurring
+// schedule name, at time now: the schedule's submission p, marked as the
+// tick's (Snapshot.ScheduleName, ScheduleTick). Only the scheduler calls it;
+// nothing a client sends reaches the mark, so no producer can make a task
+// the scheduler takes for a tick's. p may not carry an idempotency key (a
+// schedule's task is found by its mark).
+func SubmitTick(p SubmitParams, name string, tick, now time.Time) (*Task, event.Event, error) {
+	if p.IdempotencyKey != "" {
+		return nil, event.Event{}, fmt.Errorf("submit the tick of schedule %q: a tick's task has no idempotency key", name)
+	}
+	t, e, err := Submit(p, now)
+	if err != nil {
+		return nil, e, err
+	}
+	tick = tick.UTC()
+	t.s.ScheduleName, t.s.ScheduleTick = name, &tick
+	return t, e, nil
+}
+
+// IsTick reports whether t is the task of the tick of the schedule name.
+func (t *Task) IsTick(name string, tick time.Time) bool {
+	return t.s.ScheduleTick != nil && t.s.ScheduleName == name && t.s.ScheduleTick.Equal(tick)
 }
 
 // ClaimParams identify the claiming worker and the lease it gets.
@@ -335,6 +411,9 @@ type ClaimParams struct {
 	// RequestID is the claim's client-generated request id (ValidRequestID),
 	// or empty.
 	RequestID string
+	// DefaultTimeoutSeconds is the time limit of the queue's attempts
+	// whose task has none of its own (0: none).
+	DefaultTimeoutSeconds int
 }
 
 // Claimable reports whether a worker with workerTags may claim the task at
@@ -377,7 +456,20 @@ func (t *Task) Claim(p ClaimParams, now time.Time) (event.Event, error) {
 	t.s.LeaseSeconds = p.LeaseSeconds
 	t.s.LeaseExpiresAt = leaseEnd(now, p.LeaseSeconds)
 	t.s.ClaimRequestID = p.RequestID
+	t.s.TimeoutAt = timeoutEnd(now, t.AttemptTimeoutSeconds(p.DefaultTimeoutSeconds))
+	t.s.Progress = nil
 	return Claimed(t), nil
+}
+
+// AttemptTimeoutSeconds is the time limit of an attempt of the task
+// claimed from a queue whose default limit is queueDefault (0: none): the
+// task's own, else the queue's; 0 when neither has one. The claim in
+// storage encodes exactly this rule.
+func (t *Task) AttemptTimeoutSeconds(queueDefault int) int {
+	if t.s.TimeoutSeconds > 0 {
+		return t.s.TimeoutSeconds
+	}
+	return max(queueDefault, 0)
 }
 
 // ClaimedUnder reports whether the task is RUNNING under workerID from the
@@ -578,6 +670,7 @@ func (t *Task) endLease() {
 	t.s.LeaseExpiresAt = nil
 	t.s.CancelRequestedAt = nil
 	t.s.ClaimRequestID = ""
+	t.s.TimeoutAt = nil
 }
 
 // finishRun moves the task into a terminal status, ending its running
@@ -631,6 +724,7 @@ func (t *Task) event(typ event.Type, from Status, reason string, at time.Time) e
 		Attempt:    t.s.Attempts,
 		WorkerID:   t.s.WorkerID,
 		OccurredAt: at,
+		Metadata:   cloneMetadata(t.s.Metadata),
 	}
 }
 

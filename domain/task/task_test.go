@@ -60,7 +60,8 @@ func pending() task.Snapshot {
 }
 
 // running is the pending task claimed by holder at base+5s, on attempt n,
-// with a 60 s lease (it runs out at base+65s).
+// with a 60 s lease (it runs out at base+65s) and a time limit of 30 s
+// from its queue's default (it is up at base+35s).
 func running(n int) task.Snapshot {
 	s := pending()
 	s.Status = task.StatusRunning
@@ -71,6 +72,7 @@ func running(n int) task.Snapshot {
 	s.UpdatedAt = at(5 * time.Second)
 	s.LeaseSeconds = leaseSeconds
 	s.LeaseExpiresAt = ptr(at(65 * time.Second))
+	s.TimeoutAt = ptr(at(35 * time.Second))
 	return s
 }
 
@@ -264,6 +266,7 @@ func backToPending(s *task.Snapshot, runAt, now time.Time) {
 
 // noLease clears what only a RUNNING task has.
 func noLease(s *task.Snapshot) {
+	s.TimeoutAt = nil
 	s.WorkerID = ""
 	s.LeaseID = uuid.Nil
 	s.LeaseSeconds = 0
@@ -708,6 +711,9 @@ var operations = []operation{
 	{"Release", only(task.StatusRunning), task.StatusPending, func(tk *task.Task) (event.Event, error) {
 		return tk.Release(task.ReleaseParams{WorkerID: holder, LeaseID: leaseID}, at(time.Hour))
 	}, only(task.StatusPending)},
+	{"TimeOut", only(task.StatusRunning), task.StatusPending, func(tk *task.Task) (event.Event, error) {
+		return tk.TimeOut(policy, nil, at(time.Hour))
+	}, nil},
 }
 
 func only(s task.Status) []task.Status { return []task.Status{s} }

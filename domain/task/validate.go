@@ -78,6 +78,11 @@ func validateSubmit(p *SubmitParams, v *validation.Errors) {
 		v.Add("unique_key", fmt.Sprintf("must be 1 to %d bytes of printable UTF-8 (no control characters)", MaxUniqueKeyLength))
 	}
 	checkRetry(v, p.Retry)
+	if p.TimeoutSeconds != nil {
+		CheckTimeoutSeconds(v, "timeout_seconds", *p.TimeoutSeconds)
+	}
+	CheckMetadata(v, "metadata", p.Metadata)
+	CheckTrace(v, "", p.Trace)
 	checkTime(v, "run_at", p.RunAt)
 	checkTime(v, "deadline", p.Deadline)
 	if p.Deadline != nil && p.RunAt != nil && !p.Deadline.After(*p.RunAt) {

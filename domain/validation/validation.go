@@ -2,7 +2,11 @@
 // without knowing how the input arrived.
 package validation
 
-import "strings"
+import (
+	"sort"
+	"strings"
+	"unicode/utf8"
+)
 
 // FieldError is one offending field and what is wrong with it.
 type FieldError struct {
@@ -51,4 +55,42 @@ func (v *Errors) Err() error {
 		return nil
 	}
 	return &Error{Fields: v.fields}
+}
+
+// Text reports whether s is text every layer can carry and store: valid
+// UTF-8 without NUL. PostgreSQL's text (in a UTF8 database) holds exactly
+// such strings, and refuses any other with an error; the postgres adapter's
+// differential fuzz target (FuzzTextAgreesWithPostgreSQL) checks the two
+// agree.
+func Text(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
+}
+
+// TextMessage is what a field that is not Text is told.
+const TextMessage = "must be valid UTF-8 text without NUL characters"
+
+// CheckValues adds a field error for every value of values (query
+// parameters or form fields, by name) that is not Text, named by its
+// parameter, and for every name that is not Text, in name order.
+func (v *Errors) CheckValues(values map[string][]string) {
+	names := make([]string, 0, len(values))
+	for name := range values {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		vs := values[name]
+		field := name
+		if !Text(name) {
+			field = strings.ToValidUTF8(strings.ReplaceAll(name, "\x00", "\uFFFD"), "\uFFFD")
+			v.Add(field, "the parameter's name "+TextMessage)
+			continue
+		}
+		for _, s := range vs {
+			if !Text(s) {
+				v.Add(field, TextMessage)
+				break
+			}
+		}
+	}
 }

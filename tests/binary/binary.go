@@ -120,6 +120,49 @@ func Serve(t testing.TB, bin string, env ...string) *Process {
 	}
 }
 
+// Start runs bin with args and env (PATH is added) as its whole
+// environment, its standard output and error captured together (Output).
+// It does not wait for anything; a process still running when the test ends
+// is killed (SIGKILL, after SIGCONT).
+func Start(t testing.TB, bin string, env []string, args ...string) *Process {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = cmd.Stdout
+	require.NoError(t, cmd.Start())
+	p := &Process{cmd: cmd, out: &lines{}, done: make(chan struct{})}
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		p.out.read(stdout, func(map[string]any) {})
+	}()
+	go func() {
+		<-copied
+		_ = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Signal(syscall.SIGCONT)
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// Exited returns a channel closed once the process has exited (and its
+// output was read to the end).
+func (p *Process) Exited() <-chan struct{} { return p.done }
+
+// ExitCode returns the exit code of a process that has exited, -1 when a
+// signal ended it.
+func (p *Process) ExitCode() int { return p.cmd.ProcessState.ExitCode() }
+
 // Pid returns the process id.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
@@ -173,6 +216,7 @@ func (l *lines) read(r io.Reader, each func(map[string]any)) {
 			each(entry)
 		}
 	}
+	_, _ = io.Copy(io.Discard, r) // past a line too long to keep, never block the writer
 }
 
 func (l *lines) entries(msg string) []map[string]any {

@@ -10,12 +10,17 @@
 // Every transaction sees the same fixed world and keeps nothing: every
 // worker exists and is ACTIVE; every task id names a RUNNING task held by
 // Holder under Lease; a claim finds one task; listings find none. JSON values
-// are checked with the real adapter's rule (postgres.JSONStoredSize).
+// are checked with the real adapter's rule (postgres.JSONStoredSize), and the
+// texts of filters with PostgreSQL's rule for text (validation.Text, which
+// the adapter's FuzzTextAgreesWithPostgreSQL checks against the database):
+// a filter that would reach PostgreSQL with invalid UTF-8 or NUL fails here
+// as it would there, with an error the request path turns into a 500.
 package fuzzports
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/google/uuid"
@@ -25,6 +30,7 @@ import (
 	"github.com/taskmaster/taskmaster/domain/queue"
 	"github.com/taskmaster/taskmaster/domain/schedule"
 	"github.com/taskmaster/taskmaster/domain/task"
+	"github.com/taskmaster/taskmaster/domain/validation"
 	"github.com/taskmaster/taskmaster/domain/worker"
 	"github.com/taskmaster/taskmaster/ports"
 )
@@ -105,6 +111,26 @@ func (tasks) UpdateEach(_ context.Context, ids []uuid.UUID, fn ports.TaskUpdateE
 	return out, nil
 }
 
+func (s tasks) UpdateProgress(ctx context.Context, ids []uuid.UUID, fn ports.TaskUpdateEachFunc) ([]ports.TaskResult, error) {
+	return s.UpdateEach(ctx, ids, fn)
+}
+
+func (tasks) TimedOutUnder(context.Context, string, []uuid.UUID) ([]uuid.UUID, error) {
+	return nil, nil
+}
+
+func (tasks) MarkAwaited(_ context.Context, id uuid.UUID) (*task.Task, error) {
+	return Running(id), nil
+}
+
+func (tasks) Statuses(_ context.Context, ids []uuid.UUID) (map[uuid.UUID]task.Status, error) {
+	out := make(map[uuid.UUID]task.Status, len(ids))
+	for _, id := range ids {
+		out[id] = task.StatusRunning
+	}
+	return out, nil
+}
+
 func (tasks) Claim(_ context.Context, p ports.ClaimParams) ([]*task.Task, bool, error) {
 	queue := "q"
 	if len(p.Queues) > 0 {
@@ -152,9 +178,8 @@ func (tasks) UpdateHeld(context.Context, string, ports.TaskDecideFunc) ([]*task.
 	return nil, nil
 }
 
-func (tasks) CheckJSON(raw json.RawMessage) error {
-	_, err := postgres.JSONStoredSize(raw)
-	return err
+func (tasks) StoredJSONSize(raw json.RawMessage) (int64, error) {
+	return postgres.JSONStoredSize(raw)
 }
 
 type workers struct{}
@@ -215,8 +240,8 @@ func (workers) List(context.Context) ([]*worker.Worker, error) { return []*worke
 type Stats struct{}
 
 // Queues implements ports.StatsReader.
-func (Stats) Queues(context.Context, ports.QueueFilter) (ports.QueuePage, error) {
-	return ports.QueuePage{Queues: []ports.QueueStats{}}, nil
+func (Stats) Queues(_ context.Context, f ports.QueueFilter) (ports.QueuePage, error) {
+	return ports.QueuePage{Queues: []ports.QueueStats{}}, texts(append([]string{f.Prefix, f.Pattern, f.After}, f.Visible...)...)
 }
 
 // Queue implements ports.StatsReader: no queue exists.
@@ -253,9 +278,9 @@ func (tasks) Parents(context.Context, uuid.UUID) ([]*task.Task, error) {
 }
 
 // LockTasks finds every named id: a task RUNNING like every other.
-func (tasks) LockTasks(_ context.Context, ids []uuid.UUID, _ []ports.IdempotencyKey, _ []ports.UniqueKey) ([]*task.Task, error) {
-	out := make([]*task.Task, len(ids))
-	for i, id := range ids {
+func (tasks) LockTasks(_ context.Context, p ports.LockParams) ([]*task.Task, error) {
+	out := make([]*task.Task, len(p.IDs))
+	for i, id := range p.IDs {
 		out[i] = Running(id)
 	}
 	return out, nil
@@ -318,18 +343,43 @@ type bulk struct{}
 
 var _ ports.BulkStore = bulk{}
 
-func (bulk) Count(context.Context, task.Filter) (int64, time.Time, error) { return 0, Now, nil }
-
-func (bulk) UpdateMatching(context.Context, ports.BulkBatchParams, ports.TaskUpdateFunc) (ports.BulkBatch, error) {
-	return ports.BulkBatch{Now: Now}, nil
+func (bulk) Count(_ context.Context, f task.Filter) (int64, time.Time, error) {
+	return 0, Now, filterText(f, nil)
 }
 
-func (bulk) PurgeMatching(context.Context, ports.BulkBatchParams, ports.TaskUpdateFunc) (ports.BulkBatch, error) {
-	return ports.BulkBatch{Now: Now}, nil
+func (bulk) UpdateMatching(_ context.Context, p ports.BulkBatchParams, _ ports.TaskUpdateFunc) (ports.BulkBatch, error) {
+	return ports.BulkBatch{Now: Now}, filterText(p.Filter, p.Visible)
 }
 
-func (bulk) Search(context.Context, ports.BulkBatchParams, int64) ([]*task.Task, bool, error) {
-	return []*task.Task{}, false, nil
+func (bulk) PurgeMatching(_ context.Context, p ports.BulkBatchParams, _ ports.TaskUpdateFunc) (ports.BulkBatch, error) {
+	return ports.BulkBatch{Now: Now}, filterText(p.Filter, p.Visible)
+}
+
+func (bulk) Search(_ context.Context, p ports.BulkBatchParams, _ int64) ([]*task.Task, bool, error) {
+	return []*task.Task{}, false, filterText(p.Filter, p.Visible)
+}
+
+// errNotText is what PostgreSQL answers a statement given text that is not
+// valid UTF-8 or holds NUL (SQLSTATE 22021): an unexpected error, a 500.
+var errNotText = errors.New(`pq: invalid byte sequence for encoding "UTF8"`)
+
+// texts fails as PostgreSQL would when one of ss is not text.
+func texts(ss ...string) error {
+	for _, s := range ss {
+		if !validation.Text(s) {
+			return errNotText
+		}
+	}
+	return nil
+}
+
+// filterText fails as PostgreSQL would on a filter with a text that is not.
+func filterText(f task.Filter, visible []string) error {
+	ss := append([]string{f.Queue, f.GroupKey, f.ErrorContains, f.Text, string(f.DeadReason)}, visible...)
+	for _, st := range f.Statuses {
+		ss = append(ss, string(st))
+	}
+	return texts(ss...)
 }
 
 func (bulk) CreatePurgeJob(context.Context, *task.PurgeJob) error { return nil }

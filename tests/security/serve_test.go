@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -91,8 +92,23 @@ func TestAuthDefaultsAndTheFirstKey(t *testing.T) {
 	require.Equal(t, http.StatusOK, get(t, open.URL+"/queues/v1", key.Key), "the first key works at once")
 	open.Stop(t)
 
+	// Off on a reachable address: it warns, and answers only requests to a
+	// loopback name (a page on another name, even one that resolves to
+	// this host, gets nothing).
 	exposed := binary.Serve(t, bin, "TASKMASTER_DATABASE_URL="+db, "TASKMASTER_HTTP_ADDR=0.0.0.0:0", "TASKMASTER_AUTH=off")
-	require.Equal(t, http.StatusOK, get(t, exposed.URL+"/queues/v1", ""))
+	u, err := url.Parse(exposed.URL)
+	require.NoError(t, err)
+	loopback := "http://127.0.0.1:" + u.Port()
+	require.Equal(t, http.StatusOK, get(t, loopback+"/queues/v1", ""))
+	for path, want := range map[string]int{"/queues/v1": http.StatusForbidden, "/ui/": http.StatusForbidden, "/healthz": http.StatusOK} {
+		req, err := http.NewRequest(http.MethodGet, loopback+path, nil)
+		require.NoError(t, err)
+		req.Host = "taskmaster.example:" + u.Port() // a name that resolves here, not a loopback name
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, want, resp.StatusCode, "%s by another name", path)
+	}
 	warning := logged(t, exposed, "authentication is off on an address other hosts can reach: anyone who reaches it can submit, "+
 		"complete, cancel and read every task; set TASKMASTER_AUTH=on")
 	require.Equal(t, "warn", warning["level"])
@@ -100,7 +116,7 @@ func TestAuthDefaultsAndTheFirstKey(t *testing.T) {
 
 // HTTPS with the configured certificate; after the files are renewed,
 // SIGHUP makes every new connection get the new certificate, without a
-// restart. TASKMASTER_METRICS_ADDR serves metrics without a key, while the
+// restart; an expired certificate is refused and the one in use kept. TASKMASTER_METRICS_ADDR serves metrics without a key, while the
 // API wants one.
 func TestTLSReloadOnSIGHUPAndTheMetricsListener(t *testing.T) {
 	t.Parallel()
@@ -119,6 +135,14 @@ func TestTLSReloadOnSIGHUPAndTheMetricsListener(t *testing.T) {
 	ca.Issue(t, 1002, certFile, keyFile)
 	p.Signal(t, syscall.SIGHUP)
 	logged(t, p, "SIGHUP: TLS certificate reloaded")
+	require.Equal(t, int64(1002), ca.Serial(t, p.URL+"/healthz"))
+
+	// An expired certificate is refused, loudly, and the one in use stays.
+	ca.IssueValid(t, 1003, certFile, keyFile, time.Now().Add(-2*time.Hour), time.Now().Add(-time.Minute))
+	p.Signal(t, syscall.SIGHUP)
+	refused := logged(t, p, "SIGHUP: TLS certificate not reloaded; the previous one stays in use")
+	require.Contains(t, refused["error"], "expired")
+	require.Len(t, p.Logged("SIGHUP: TLS certificate reloaded"), 1)
 	require.Equal(t, int64(1002), ca.Serial(t, p.URL+"/healthz"))
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool}}
 	defer tr.CloseIdleConnections()

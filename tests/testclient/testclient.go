@@ -60,6 +60,34 @@ type Task struct {
 	Snoozes int `json:"snoozes"`
 	// GroupKey is the task's group in its queue.
 	GroupKey *string `json:"group_key"`
+	// TimeoutSeconds is the task's own time limit on each attempt.
+	TimeoutSeconds *int `json:"timeout_seconds"`
+	// TimeoutAt is when the running attempt's time limit is up.
+	TimeoutAt *time.Time `json:"timeout_at"`
+	// Metadata is the producer's data.
+	Metadata map[string]string `json:"metadata"`
+	// Trace is the task's W3C trace context.
+	Trace *Trace `json:"trace"`
+	// Progress is the holder's last progress report.
+	Progress *Progress `json:"progress"`
+	// ScheduleName and ScheduleTick name the schedule and tick that made
+	// the task.
+	ScheduleName *string    `json:"schedule_name"`
+	ScheduleTick *time.Time `json:"schedule_tick"`
+}
+
+// Trace is a task's W3C trace context.
+type Trace struct {
+	Traceparent string  `json:"traceparent"`
+	Tracestate  *string `json:"tracestate"`
+}
+
+// Progress is a task's last progress report.
+type Progress struct {
+	Percent   float64         `json:"percent"`
+	Message   string          `json:"message"`
+	Details   json.RawMessage `json:"details"`
+	UpdatedAt time.Time       `json:"updated_at"`
 }
 
 // RetryPolicy is a task's own retry policy.

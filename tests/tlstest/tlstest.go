@@ -48,14 +48,22 @@ func NewCA(t testing.TB) *CA {
 }
 
 // Issue writes a server certificate for 127.0.0.1 with this serial number,
-// and its private key, to certFile and keyFile (replacing them).
+// valid from an hour ago for two hours, and its private key, to certFile
+// and keyFile (replacing them).
 func (ca *CA) Issue(t testing.TB, serial int64, certFile, keyFile string) {
+	t.Helper()
+	ca.IssueValid(t, serial, certFile, keyFile, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+}
+
+// IssueValid is Issue for a certificate valid from notBefore to notAfter
+// (an expired one, or one not valid yet).
+func (ca *CA) IssueValid(t testing.TB, serial int64, certFile, keyFile string, notBefore, notAfter time.Time) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
 	tpl := &x509.Certificate{
 		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		NotBefore: notBefore, NotAfter: notAfter,
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		KeyUsage: x509.KeyUsageDigitalSignature,
 	}

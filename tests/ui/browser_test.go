@@ -417,4 +417,24 @@ func TestDashboardWithoutAuth(t *testing.T) {
 	require.Equal(t, h.srv.URL+"/ui/", h.location(tab))
 
 	h.crossSiteRetryRefused(tab, "open")
+
+	// A running task's progress shows as a bar on its queue's page and on
+	// its own, with its metadata and time limit.
+	running := h.admin.Submit(map[string]any{"queue": "progressing", "timeout_seconds": 600,
+		"metadata": map[string]any{"tenant": "acme"}})
+	h.admin.Register(map[string]any{"id": "ui-w"})
+	held := h.admin.Claim(map[string]any{"worker_id": "ui-w", "queue": "progressing"})
+	require.Len(t, held, 1)
+	h.admin.Do(http.MethodPost, "/tasks/v1/"+running.ID+"/progress", map[string]any{"worker_id": "ui-w",
+		"lease_id": held[0].Lease(), "percent": 40, "message": "4 of 10"}).Expect(t, http.StatusOK, nil)
+	h.run(tab, chromedp.Navigate(h.srv.URL+"/ui/queues/progressing"), chromedp.WaitVisible(chromedp.CSS(`progress.bar`)))
+	require.Equal(t, "40", eval[string](h, tab, `document.querySelector("progress.bar").getAttribute("value")`))
+	require.Contains(t, h.text(tab, `#leased-h + .scroll`), "4 of 10")
+	h.run(tab, chromedp.Navigate(h.srv.URL+"/ui/tasks/"+running.ID), chromedp.WaitVisible(chromedp.CSS(`progress.bar`)))
+	fields := h.text(tab, "dl.fields")
+	require.Contains(t, fields, "40%")
+	require.Contains(t, fields, "4 of 10")
+	require.Contains(t, fields, "tenant")
+	require.Contains(t, fields, "acme")
+	require.Contains(t, fields, "600 s per attempt")
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/taskmaster/taskmaster/adapters/metrics"
 	"github.com/taskmaster/taskmaster/adapters/outbox"
 	"github.com/taskmaster/taskmaster/adapters/postgres"
+	"github.com/taskmaster/taskmaster/adapters/telemetry"
 	"github.com/taskmaster/taskmaster/application"
 	"github.com/taskmaster/taskmaster/ports"
 )
@@ -37,8 +38,10 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 			fx.Annotate(postgres.NewHealth, fx.As(new(ports.HealthChecker))),
 			newNotifier,
 			func(n *postgres.Notifier) ports.TaskNotifier { return n },
+			newProgressFlusher,
+			newTelemetry,
 			newTaskService,
-			fx.Annotate(application.NewWorkerService, fx.As(new(ports.WorkerService))),
+			newWorkerService,
 			fx.Annotate(application.NewQueueService, fx.As(new(ports.QueueService))),
 			newScheduleService,
 			newHTTPServer,
@@ -84,8 +87,36 @@ func newNotifier(lc fx.Lifecycle, cfg Config, logger *zap.Logger) *postgres.Noti
 	return n
 }
 
-func newTaskService(tx ports.TxRunner, cfg application.Config, n ports.TaskNotifier) ports.TaskService {
-	return application.NewTaskService(tx, cfg, application.WithNotifier(n))
+func newTaskService(tx ports.TxRunner, cfg application.Config, n ports.TaskNotifier, f *application.ProgressFlusher) ports.TaskService {
+	return application.NewTaskService(tx, cfg, application.WithNotifier(n), application.WithProgressFlusher(f))
+}
+
+func newWorkerService(tx ports.TxRunner, cfg application.Config, f *application.ProgressFlusher) ports.WorkerService {
+	return application.NewWorkerService(tx, cfg, application.WithHeartbeatProgress(f))
+}
+
+// newTelemetry starts exporting the server's spans when the OpenTelemetry
+// environment asks for it (nil otherwise); the spans still held are
+// exported when the app stops, after the HTTP server (fx stops in reverse
+// order of construction).
+func newTelemetry(lc fx.Lifecycle, cfg Config, logger *zap.Logger) (*telemetry.Provider, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, err := telemetry.New(ctx, cfg.Telemetry)
+	if err != nil || p == nil {
+		return nil, err
+	}
+	logger.Info("tracing on: exporting spans over OTLP", zap.String("protocol", cfg.Telemetry.Protocol))
+	lc.Append(fx.StopHook(p.Shutdown))
+	return p, nil
+}
+
+// newProgressFlusher announces the coalesced progress reports of this
+// instance, from start to stop.
+func newProgressFlusher(lc fx.Lifecycle, tx ports.TxRunner, logger *zap.Logger) *application.ProgressFlusher {
+	f := application.NewProgressFlusher(tx, logger)
+	lc.Append(fx.Hook{OnStart: f.Start, OnStop: f.Stop})
+	return f
 }
 
 type httpParams struct {
@@ -104,25 +135,31 @@ type httpParams struct {
 	Keys      ports.KeyService
 	Schedules ports.ScheduleService
 	Bulk      ports.BulkService
+	Telemetry *telemetry.Provider
+	Limits    *httpadapter.Limits
 }
 
 func newHTTPServer(p httpParams) *httpadapter.Server {
-	srv := httpadapter.NewServer(p.Config, httpadapter.Deps{
+	deps := httpadapter.Deps{
 		Tasks: p.Tasks, Workers: p.Workers, Queues: p.Queues, Health: p.Health,
 		Logger: p.Logger, Observe: p.Observe, Routes: p.Routes, Events: p.Events, Keys: p.Keys, Schedules: p.Schedules,
-		Bulk: p.Bulk,
+		Bulk: p.Bulk, Limits: p.Limits,
 		// A stopping server answers waiting long-poll claims at once.
 		OnShutdown: []func(){p.Notifier.CloseWaits},
-	})
+	}
+	if p.Telemetry != nil {
+		deps.Tracer = p.Telemetry.Tracer()
+	}
+	srv := httpadapter.NewServer(p.Config, deps)
 	p.Lifecycle.Append(fx.Hook{OnStart: srv.Start, OnStop: srv.Stop})
 	return srv
 }
 
 // observeInFlight exports the HTTP server's admission counts as metrics.
 func observeInFlight(reg *metrics.Registry, srv *httpadapter.Server) {
-	reg.ObserveInFlight(func() (int64, int64, int64) {
+	reg.ObserveInFlight(func() metrics.InFlightFigures {
 		n := srv.InFlight()
-		return n.Requests, n.Claims, n.BodyBytes
+		return metrics.InFlightFigures{Requests: n.Requests, Claims: n.Claims, Waits: n.Waits, BodyBytes: n.BodyBytes}
 	})
 }
 
@@ -132,7 +169,7 @@ func observeWaits(reg *metrics.Registry, n *postgres.Notifier) {
 		s := n.Stats()
 		return metrics.WaitFigures{
 			Waiting: s.Waiting, Notified: s.Notified, Due: s.Due, Everyone: s.Everyone, Passed: s.Passed,
-			DuePending: s.DuePending, DueDropped: s.DueDropped,
+			DuePending: s.DuePending, DueDropped: s.DueDropped, Awaiting: s.Awaiting, Finished: s.Finished,
 		}
 	})
 }

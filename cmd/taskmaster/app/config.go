@@ -15,6 +15,7 @@ import (
 	"github.com/taskmaster/taskmaster/adapters/metrics"
 	"github.com/taskmaster/taskmaster/adapters/outbox"
 	"github.com/taskmaster/taskmaster/adapters/postgres"
+	"github.com/taskmaster/taskmaster/adapters/telemetry"
 	"github.com/taskmaster/taskmaster/application"
 	"github.com/taskmaster/taskmaster/domain/backoff"
 	"github.com/taskmaster/taskmaster/domain/task"
@@ -37,6 +38,9 @@ type Config struct {
 	DeadlineReaperInterval time.Duration
 	// LeaseReaperInterval is the lease reaper's period.
 	LeaseReaperInterval time.Duration
+	// TimeoutReaperInterval is the timeout reaper's period: an attempt's
+	// time limit is enforced within about that much of its end.
+	TimeoutReaperInterval time.Duration
 	// RetentionTTL is how long finished tasks and dead workers are kept (0 keeps them forever).
 	RetentionTTL time.Duration
 	// RetentionInterval is the retention reaper's period.
@@ -68,6 +72,10 @@ type Config struct {
 	// MetricsMaxQueues is how many queues have per-queue series of their
 	// own in /metrics; the others are summed under queue="_other".
 	MetricsMaxQueues int
+	// Telemetry is what the standard OpenTelemetry environment
+	// (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_EXPORTER, ...) asks of
+	// tracing: off unless it asks.
+	Telemetry telemetry.Config
 }
 
 // DefaultConfig returns the documented defaults.
@@ -84,10 +92,12 @@ func DefaultConfig() Config {
 			MaxResponseBytes:    application.DefaultMaxResponseBytes,
 			BatchRequests:       application.DefaultBatchRequests,
 			ConcurrentBatches:   application.DefaultConcurrentBatches,
+			AwaitSafetyInterval: application.DefaultAwaitSafetyInterval,
 		},
 		ReaperInterval:         15 * time.Second,
 		DeadlineReaperInterval: 30 * time.Second,
 		LeaseReaperInterval:    5 * time.Second,
+		TimeoutReaperInterval:  application.DefaultTimeoutReaperInterval,
 		RetentionTTL:           7 * 24 * time.Hour,
 		RetentionInterval:      10 * time.Minute,
 		RetentionBatchSize:     500,
@@ -119,6 +129,9 @@ func (c Config) Validate() error {
 	add("TASKMASTER_MAX_INFLIGHT_REQUESTS", requests)
 	add("TASKMASTER_MAX_INFLIGHT_CLAIMS", claims)
 	add("TASKMASTER_MAX_INFLIGHT_BODY_BYTES", bodyBytes)
+	if c.HTTP.MaxInFlightWaits < 1 {
+		add("TASKMASTER_MAX_INFLIGHT_WAITS", errors.New("must be at least 1"))
+	}
 	add("TASKMASTER_DB_MAX_CONNS", c.Pool.Validate())
 	if c.App.BatchRequests < 1 || c.App.BatchRequests > application.MaxBatchRequests {
 		add("TASKMASTER_BATCH_REQUESTS", fmt.Errorf("must be between 1 and %d", application.MaxBatchRequests))
@@ -138,6 +151,8 @@ func (c Config) Validate() error {
 		"TASKMASTER_REAPER_INTERVAL_MS":          c.ReaperInterval,
 		"TASKMASTER_DEADLINE_REAPER_INTERVAL_MS": c.DeadlineReaperInterval,
 		"TASKMASTER_LEASE_REAPER_INTERVAL_MS":    c.LeaseReaperInterval,
+		"TASKMASTER_TIMEOUT_REAPER_INTERVAL_MS":  c.TimeoutReaperInterval,
+		"TASKMASTER_AWAIT_SAFETY_INTERVAL_MS":    c.App.AwaitSafetyInterval,
 		"TASKMASTER_RETENTION_INTERVAL_MS":       c.RetentionInterval,
 		"TASKMASTER_SCHEDULER_INTERVAL_MS":       c.SchedulerInterval,
 		"TASKMASTER_OUTBOX_POLL_INTERVAL_MS":     c.Outbox.PollInterval,
@@ -241,6 +256,9 @@ func settings() []setting {
 		{"TASKMASTER_MAX_INFLIGHT_CLAIMS", "max-inflight-claims", "claims served at once, long polls included (503 beyond)",
 			intSetter(func(c *Config, n int) { c.HTTP.MaxInFlightClaims = n }),
 			func(c *Config) string { return strconv.Itoa(c.HTTP.MaxInFlightClaims) }},
+		{"TASKMASTER_MAX_INFLIGHT_WAITS", "max-inflight-waits", "requests waiting for a task to finish (wait_ms) served at once (503 beyond)",
+			intSetter(func(c *Config, n int) { c.HTTP.MaxInFlightWaits = n }),
+			func(c *Config) string { return strconv.Itoa(c.HTTP.MaxInFlightWaits) }},
 		{"TASKMASTER_MAX_INFLIGHT_BODY_BYTES", "max-inflight-body-bytes", "request body bytes buffered at once (503 beyond)",
 			intSetter(func(c *Config, n int) { c.HTTP.MaxInFlightBodyBytes = int64(n) }),
 			func(c *Config) string { return strconv.FormatInt(c.HTTP.MaxInFlightBodyBytes, 10) }},
@@ -256,6 +274,9 @@ func settings() []setting {
 		{"TASKMASTER_CLAIM_SAFETY_INTERVAL_MS", "claim-safety-interval-ms", "how often any other long-poll claim looks again without a notification",
 			millisSetter(func(c *Config, d time.Duration) { c.App.ClaimSafetyInterval = d }),
 			func(c *Config) string { return millis(c.App.ClaimSafetyInterval) }},
+		{"TASKMASTER_AWAIT_SAFETY_INTERVAL_MS", "await-safety-interval-ms", "how often a request waiting for a task to finish (wait_ms) looks again without a notification",
+			millisSetter(func(c *Config, d time.Duration) { c.App.AwaitSafetyInterval = d }),
+			func(c *Config) string { return millis(c.App.AwaitSafetyInterval) }},
 		{"TASKMASTER_DB_MAX_CONNS", "db-max-conns", "database connection pool size",
 			intSetter(func(c *Config, n int) { c.Pool.MaxOpen, c.Pool.MaxIdle = n, n }),
 			func(c *Config) string { return strconv.Itoa(c.Pool.MaxOpen) }},
@@ -299,6 +320,9 @@ func settings() []setting {
 		{"TASKMASTER_LEASE_REAPER_INTERVAL_MS", "lease-reaper-interval-ms", "lease reaper period",
 			millisSetter(func(c *Config, d time.Duration) { c.LeaseReaperInterval = d }),
 			func(c *Config) string { return millis(c.LeaseReaperInterval) }},
+		{"TASKMASTER_TIMEOUT_REAPER_INTERVAL_MS", "timeout-reaper-interval-ms", "timeout reaper period (an attempt's time limit is enforced within about this much of its end)",
+			millisSetter(func(c *Config, d time.Duration) { c.TimeoutReaperInterval = d }),
+			func(c *Config) string { return millis(c.TimeoutReaperInterval) }},
 		{"TASKMASTER_RETRY_BASE_DELAY_SECONDS", "retry-base-delay-seconds", "backoff base: delay = min(2^attempts x base, 5 min)",
 			secondsSetter(func(c *Config, d time.Duration) { c.App.Backoff.Base = d }),
 			func(c *Config) string { return seconds(c.App.Backoff.Base) }},
@@ -375,6 +399,11 @@ func LoadConfig(name string, args []string, getenv func(string) string, stderr i
 	if err := fs.Parse(args); err != nil {
 		return cfg, &ConfigError{Err: err}
 	}
+	tc, err := telemetry.ConfigFromEnv(getenv)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	cfg.Telemetry = tc
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " ")))
 	}

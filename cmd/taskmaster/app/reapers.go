@@ -1,6 +1,7 @@
 package app
 
 import (
+	"math/rand/v2"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -18,6 +19,7 @@ const (
 	HeartbeatReaperName = "heartbeat-reaper"
 	DeadlineReaperName  = "deadline-reaper"
 	LeaseReaperName     = "lease-reaper"
+	TimeoutReaperName   = "timeout-reaper"
 	RetentionName       = "retention"
 )
 
@@ -31,6 +33,8 @@ type Reapers struct {
 	Deadlines *application.BackgroundService
 	// Leases takes back RUNNING tasks whose lease ran out.
 	Leases *application.BackgroundService
+	// Timeouts ends RUNNING attempts that used up their time limit.
+	Timeouts *application.BackgroundService
 	// Retention deletes old finished tasks and dead workers; nil when
 	// TASKMASTER_RETENTION_TTL is 0.
 	Retention *application.BackgroundService
@@ -38,7 +42,7 @@ type Reapers struct {
 
 // All returns the services that run.
 func (r *Reapers) All() []*application.BackgroundService {
-	all := []*application.BackgroundService{r.Heartbeats, r.Deadlines, r.Leases}
+	all := []*application.BackgroundService{r.Heartbeats, r.Deadlines, r.Leases, r.Timeouts}
 	if r.Retention != nil {
 		all = append(all, r.Retention)
 	}
@@ -97,6 +101,8 @@ func newReapers(p reapersParams) *Reapers {
 			application.NewDeadlineReaper(p.Tx, application.DefaultReaperBatchSize).Reap)),
 		Leases: service(LeaseReaperName, cfg.LeaseReaperInterval, application.Cycle(
 			application.NewLeaseReaper(p.Tx, application.DefaultReaperBatchSize).Reap)),
+		Timeouts: service(TimeoutReaperName, cfg.TimeoutReaperInterval, application.Cycle(
+			application.NewTimeoutReaper(p.Tx, cfg.App.Backoff, rand.Float64, application.DefaultReaperBatchSize).Reap)),
 	}
 	if cfg.RetentionTTL > 0 {
 		r.Retention = service(RetentionName, cfg.RetentionInterval, application.Cycle(

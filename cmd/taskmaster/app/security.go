@@ -64,6 +64,16 @@ func securitySettings() []setting {
 			func(c *Config) string { return c.HTTP.RateLimits[scope].String() },
 		})
 	}
+	out = append(out, setting{
+		"TASKMASTER_RATE_LIMIT_CLIENT", "rate-limit-client",
+		"requests per second and burst, per client address and instance, of requests whose key or dashboard session names nothing usable, and of dashboard logins: RATE,BURST or off",
+		func(c *Config, v string) error {
+			var err error
+			c.HTTP.ClientRateLimit, err = httpadapter.ParseRateLimit(strings.TrimSpace(v))
+			return err
+		},
+		func(c *Config) string { return c.HTTP.ClientRateLimit.String() },
+	})
 	return out
 }
 
@@ -74,6 +84,7 @@ func (c Config) validateSecurity(add func(name string, err error)) {
 	for scope, l := range c.HTTP.RateLimits {
 		add("TASKMASTER_RATE_LIMIT_"+strings.ToUpper(string(scope)), l.Validate())
 	}
+	add("TASKMASTER_RATE_LIMIT_CLIENT", c.HTTP.ClientRateLimit.Validate())
 	if c.MetricsAddr != "" {
 		if _, port, err := net.SplitHostPort(c.MetricsAddr); err != nil {
 			add("TASKMASTER_METRICS_ADDR", fmt.Errorf("must be host:port: %w", err))
@@ -92,6 +103,11 @@ func securityOptions() fx.Option {
 		fx.Provide(
 			newKeyService,
 			func(k *application.KeyService) ports.KeyService { return k },
+			// One set of limits for the API and the dashboard: a key's
+			// requests and its sessions' pages share its bucket.
+			func(cfg httpadapter.ServerConfig) *httpadapter.Limits {
+				return httpadapter.NewLimits(cfg.RateLimits, cfg.ClientRateLimit)
+			},
 		),
 		fx.Invoke(newMetricsServer, newHangupReloader, logSecurityPosture),
 	)

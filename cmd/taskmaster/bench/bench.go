@@ -38,6 +38,10 @@ type Options struct {
 	PayloadBytes int // memory scenario
 	Claimers     int // memory scenario
 	MemoryClaim  int // memory scenario: tasks per claim
+	// MemoryPayload is the memory scenario's payload: "string" (one long
+	// string) or "amplified" (an array of the small floats that grow the
+	// most once stored, within the server's allowance: hostile input).
+	MemoryPayload string
 	// ServerBin, when set, is the binary whose `serve` is benchmarked.
 	ServerBin string
 	// Statements prints the top statements of pg_stat_statements per
@@ -47,6 +51,9 @@ type Options struct {
 	// IdleWorkers and IdleQueues size the idle scenario.
 	IdleWorkers int
 	IdleQueues  int
+	// Waiters sizes the waiters scenario: producers waiting for a task
+	// each (GET /tasks/v1/{id}?wait_ms).
+	Waiters int
 	// Auth starts the server with API keys on, and drives it with a key of
 	// its own (produce, work and read; rate limits lifted so that they
 	// measure nothing but their own cost). With URL, APIKey is sent.
@@ -95,9 +102,10 @@ type Report struct {
 	Streams *StreamFigures `json:"streams,omitempty"`
 	// The memory scenario's: payload size, 503 overloaded answers, and the
 	// server's RSS high-water mark during the scenario (VmHWM).
-	PayloadBytes       int   `json:"payload_bytes,omitempty"`
-	OverloadedAnswers  int64 `json:"overloaded_answers,omitempty"`
-	ServerRSSHighWater int64 `json:"server_rss_high_water_bytes,omitempty"`
+	PayloadBytes       int    `json:"payload_bytes,omitempty"`
+	PayloadKind        string `json:"payload_kind,omitempty"`
+	OverloadedAnswers  int64  `json:"overloaded_answers,omitempty"`
+	ServerRSSHighWater int64  `json:"server_rss_high_water_bytes,omitempty"`
 
 	// CPU is where the scenario's CPU went (server, PostgreSQL, load
 	// generator, the rest of the machine), also per finished task.
@@ -112,6 +120,8 @@ type Report struct {
 	Fairness *FairnessFigures `json:"fairness,omitempty"`
 	// Queues holds the queues scenario's figures.
 	Queues *QueueFigures `json:"queues,omitempty"`
+	// Waiters holds the waiters scenario's figures.
+	Waiters *WaiterFigures `json:"waiters,omitempty"`
 }
 
 // Scenarios are the scenario names, in the order "all" runs them.
@@ -175,12 +185,14 @@ func parseOptions(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.PayloadBytes, "payload-bytes", 1<<20, "payload size in the memory scenario")
 	fs.IntVar(&o.Claimers, "claimers", 64, "concurrent claiming workers in the memory scenario")
 	fs.IntVar(&o.MemoryClaim, "memory-claim-limit", 8, "tasks per claim in the memory scenario")
+	fs.StringVar(&o.MemoryPayload, "memory-payload", "string", "the memory scenario's payloads: string, or amplified (numbers that grow the most once stored that the server accepts)")
 	fs.IntVar(&o.BacklogTasks, "backlog", 0, "pending tasks of the backlog scenario's large queue (default 1000000, or --tasks)")
 	fs.StringVar(&o.ServerBin, "server-bin", "", "benchmark this binary's `serve` instead of this one's (A/B comparisons)")
 	fs.IntVar(&o.Statements, "statements", 0, "print the N statements that took the most time per scenario (loads pg_stat_statements)")
 	fs.BoolVar(&o.WaitEvents, "wait-events", false, "sample the database sessions' wait events every 10 ms and print them per scenario")
 	fs.IntVar(&o.IdleWorkers, "idle-workers", 1000, "long-polling workers in the idle scenario")
 	fs.IntVar(&o.IdleQueues, "idle-queues", 10, "queues the idle scenario's workers wait on")
+	fs.IntVar(&o.Waiters, "waiters", 1000, "producers waiting for a task each in the waiters scenario")
 	fs.BoolVar(&o.Auth, "auth", false, "serve with API keys on (TASKMASTER_AUTH=on); the benchmark makes and sends its own key")
 	fs.StringVar(&o.APIKey, "api-key", os.Getenv("TASKMASTER_API_KEY"), "with --url: the API key to send (needs produce, work and read)")
 	fs.Func("pg-set", "with the benchmark's own PostgreSQL: set a server setting, name=value (repeatable), e.g. autovacuum_naptime=5s", func(v string) error {
@@ -217,6 +229,9 @@ func parseOptions(args []string, stderr io.Writer) (Options, error) {
 	}
 	if o.PayloadBytes < 1 || o.Claimers < 1 || o.MemoryClaim < 1 || o.MemoryClaim > 1000 {
 		return o, errors.New("payload-bytes and claimers must be positive, memory-claim-limit 1-1000")
+	}
+	if o.MemoryPayload != "string" && o.MemoryPayload != "amplified" {
+		return o, fmt.Errorf("memory-payload must be string or amplified, not %q", o.MemoryPayload)
 	}
 	if o.Producers < 1 || o.Workers < 1 || o.BatchSize < 1 || o.BatchSize > 1000 || o.ClaimLimit < 1 || o.ClaimLimit > 1000 || o.Rate < 1 {
 		return o, errors.New("producers, workers, rate must be positive; batch-size and claim-limit 1-1000")
@@ -690,8 +705,8 @@ func printReport(w io.Writer, r Report) {
 	fmt.Fprintf(w, "  server CPU %.1f s, peak RSS %.1f MiB, database %.1f MiB\n",
 		r.ServerCPUSeconds, float64(r.ServerPeakRSSBytes)/(1<<20), float64(r.DatabaseSizeBytes)/(1<<20))
 	if r.ServerRSSHighWater > 0 {
-		fmt.Fprintf(w, "  payloads %d bytes: server RSS high-water mark %.1f MiB, %d answers 503 overloaded\n",
-			r.PayloadBytes, float64(r.ServerRSSHighWater)/(1<<20), r.OverloadedAnswers)
+		fmt.Fprintf(w, "  payloads %d bytes (%s): server RSS high-water mark %.1f MiB, %d answers 503 overloaded\n",
+			r.PayloadBytes, r.PayloadKind, float64(r.ServerRSSHighWater)/(1<<20), r.OverloadedAnswers)
 	}
 }
 

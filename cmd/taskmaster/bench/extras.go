@@ -86,6 +86,7 @@ func finishedRows(ctx context.Context, env *environment) int64 {
 // printExtras prints the figures of this file's and the extra scenarios'.
 func printExtras(w io.Writer, r Report) {
 	printIdle(w, r.Idle)
+	printWaiters(w, r.Waiters)
 	printFairness(w, r.Fairness)
 	printQueueFigures(w, r.Queues)
 	if s := r.Storage; s != nil {

@@ -270,23 +270,7 @@ func runIdle(ctx context.Context, env *environment, opts Options, mon *monitor, 
 // (taskmaster_claims_waiting: their first attempts done), or after 60 s; a
 // server without that metric (an older binary) gets 2 s, as before it.
 func awaitWaiting(ctx context.Context, a *api, n int) {
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		body, err := a.get(ctx, "/metrics")
-		if err != nil {
-			break
-		}
-		v, found := metricSample(body, "taskmaster_claims_waiting")
-		if !found {
-			time.Sleep(2 * time.Second)
-			return
-		}
-		if v >= float64(n) {
-			time.Sleep(11 * time.Second) // the first attempts' counters arrive
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	awaitMetric(ctx, a, "taskmaster_claims_waiting", n)
 }
 
 // wakeups is the server's taskmaster_claim_wakeups_total over every

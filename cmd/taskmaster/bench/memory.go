@@ -34,7 +34,7 @@ func runMemory(ctx context.Context, env *environment, opts Options, mon *monitor
 	a := newAPI(env.api.base, opts.Claimers+opts.Producers)
 	a.key = env.api.key
 	queue := fmt.Sprintf("memory-%d", time.Now().UnixNano())
-	payload, err := json.Marshal(map[string]string{"blob": strings.Repeat("x", max(opts.PayloadBytes-12, 0))})
+	payload, err := memoryPayload(opts)
 	if err != nil {
 		return Report{}, err
 	}
@@ -77,6 +77,7 @@ func runMemory(ctx context.Context, env *environment, opts Options, mon *monitor
 		EndToEndTasksPerSec: round1(float64(n) / elapsed.Seconds()),
 		ClaimLatencyMS:      claims.percentiles(),
 		PayloadBytes:        opts.PayloadBytes,
+		PayloadKind:         opts.MemoryPayload,
 		OverloadedAnswers:   a.refused.Load(),
 		ServerRSSHighWater:  hwm,
 	}, nil
@@ -89,4 +90,19 @@ func resetPeakRSS(pid int) {
 	if pid != 0 {
 		_ = os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
 	}
+}
+
+// amplifiedNumber is the number the amplified payloads repeat: 6 bytes in
+// an array ("1e-18,"), 22 once stored ("0.000000000000000001, "), 3.7
+// times: the most the server accepts of a whole request is 4 times.
+const amplifiedNumber = "1e-18"
+
+// memoryPayload is a payload of about opts.PayloadBytes of JSON: one long
+// string, or (amplified) an array of amplifiedNumber.
+func memoryPayload(opts Options) (json.RawMessage, error) {
+	if opts.MemoryPayload == "amplified" {
+		n := max(1, opts.PayloadBytes/(len(amplifiedNumber)+1))
+		return json.RawMessage("[" + strings.TrimSuffix(strings.Repeat(amplifiedNumber+",", n), ",") + "]"), nil
+	}
+	return json.Marshal(map[string]string{"blob": strings.Repeat("x", max(opts.PayloadBytes-12, 0))})
 }

@@ -5,6 +5,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/taskmaster/taskmaster/adapters/postgres"
+	"github.com/taskmaster/taskmaster/application"
 )
 
 func TestPGSetOverridesTheBenchDatabaseSettings(t *testing.T) {
@@ -22,4 +25,20 @@ func TestPGSetOverridesTheBenchDatabaseSettings(t *testing.T) {
 	require.ErrorContains(t, err, "want name=value")
 	_, err = parseOptions([]string{"--url", "http://localhost:8080", "--pg-set", "jit=off"}, io.Discard)
 	require.ErrorContains(t, err, "not to --url")
+}
+
+// The memory scenario's amplified payloads are what the server accepts that
+// grows the most once stored: within the request allowance (4 times), and
+// near it.
+func TestAmplifiedPayloadsGrowNearTheServersAllowance(t *testing.T) {
+	t.Parallel()
+	raw, err := memoryPayload(Options{MemoryPayload: "amplified", PayloadBytes: 1 << 20})
+	require.NoError(t, err)
+	require.InDelta(t, 1<<20, len(raw), 10)
+	stored, err := postgres.JSONStoredSize(raw)
+	require.NoError(t, err)
+	require.Greater(t, stored, int64(3.5*float64(len(raw))))
+	require.LessOrEqual(t, stored, int64(application.MaxStoredJSONFactor*len(raw)))
+	_, err = parseOptions([]string{"--memory-payload", "none"}, io.Discard)
+	require.ErrorContains(t, err, "memory-payload")
 }

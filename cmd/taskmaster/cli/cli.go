@@ -68,7 +68,7 @@ const anyArgs = -1
 func commands() []command {
 	return []command{
 		{name: "submit", summary: "submit a task", flags: submitFlags, run: runSubmit},
-		{name: "get", args: "ID", summary: "show a task", nargs: 1, run: runGet},
+		{name: "get", args: "ID", summary: "show a task (--wait 30s: once it is DONE or DEAD)", flags: getFlags, nargs: 1, run: runGet},
 		{name: "attempts", args: "ID", summary: "show a task's attempts and how each ended", nargs: 1, run: runAttempts},
 		{name: "list", summary: "list tasks, newest first", flags: listFlags, run: runList},
 		{name: "retry", args: "[ID]", summary: "move a DEAD task back to PENDING; with filter flags instead of ID, every DEAD task they match",

@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"io"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/stretchr/testify/require"
 )
@@ -50,12 +52,40 @@ func TestOutputBuffers(t *testing.T) {
 	require.Equal(t, ": ...defgh", tail.suffix())
 	require.Empty(t, (&tailBuffer{limit: 5}).suffix())
 
-	head := &limitedBuffer{limit: 4}
-	n, err := head.Write([]byte("abcdef"))
-	require.NoError(t, err)
-	require.Equal(t, 6, n, "the writer is told everything was taken, so the command does not get EPIPE")
+	head := &cappedBuffer{limit: 4}
+	head.readFrom(iotest.OneByteReader(strings.NewReader("abcdef")))
 	require.True(t, head.overflow)
-	require.Equal(t, "abcd", head.String())
+	require.Equal(t, "abcd", string(head.bytes()))
+	exact := &cappedBuffer{limit: 6}
+	exact.readFrom(strings.NewReader("abcdef"))
+	require.False(t, exact.overflow)
+	require.Equal(t, "abcdef", string(exact.bytes()))
+}
+
+// Output that is not storable as it is becomes a result all the same: JSON
+// PostgreSQL cannot hold is kept as text, and what is not UTF-8 text (NUL,
+// invalid UTF-8) is kept base64-encoded.
+func TestResultOfAnyOutput(t *testing.T) {
+	t.Parallel()
+	require.Nil(t, result([]byte(" \n")))
+	require.Equal(t, `{"s":"\u0000"}`, result([]byte(`{"s":"\u0000"}`)), "JSON jsonb cannot hold: text")
+	require.Equal(t, "1e1000000", result([]byte("1e1000000\n")), "a number beyond numeric: text")
+	require.Equal(t, "café", result([]byte("café\n")))
+	for _, out := range []string{"a\x00b", "\xff\xfe", "caf\xe9\n"} {
+		require.Equal(t, encodedOutput{StdoutBase64: base64.StdEncoding.EncodeToString([]byte(out))}, result([]byte(out)), "%q", out)
+	}
+	raw, err := json.Marshal(result([]byte("\x00")))
+	require.NoError(t, err)
+	require.JSONEq(t, `{"stdout_base64":"AA=="}`, string(raw), "the documented marker")
+}
+
+// The commands get the worker's environment but its credentials, unless
+// passed, and never the worker's own values of the task's variables.
+func TestCommandEnvWithholdsCredentials(t *testing.T) {
+	t.Parallel()
+	environ := []string{"PATH=/bin", "TASKMASTER_API_KEY=tmk_x", "TASKMASTER_DATABASE_URL=postgres://x", "TASKMASTER_URL=http://h", "TASKMASTER_TASK_ID=stale", "HOME=/root"}
+	require.Equal(t, []string{"PATH=/bin", "TASKMASTER_URL=http://h", "HOME=/root"}, commandEnv(environ, nil))
+	require.Equal(t, []string{"PATH=/bin", "TASKMASTER_API_KEY=tmk_x", "TASKMASTER_URL=http://h", "HOME=/root"}, commandEnv(environ, []string{"TASKMASTER_API_KEY"}))
 }
 
 func TestUsageListsEveryCommand(t *testing.T) {

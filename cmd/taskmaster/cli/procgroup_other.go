@@ -2,15 +2,27 @@
 
 package cli
 
-import "os/exec"
+import (
+	"os"
+	"os/exec"
+	"time"
+)
 
-// ownProcessGroup does nothing where process groups do not exist.
-func ownProcessGroup(*exec.Cmd) {}
+// stopSignals drain the worker; a second one stops it at once.
+var stopSignals = []os.Signal{os.Interrupt}
 
-// signalGroup kills the command's process.
-func signalGroup(cmd *exec.Cmd, _ bool) error {
-	if cmd.Process == nil {
-		return nil
+// group stands for a command's process group where there are none: a stop
+// kills the command's process alone.
+type group struct{ cmd *exec.Cmd }
+
+func newGroup() (*group, error) { return &group{}, nil }
+
+func (g *group) join(cmd *exec.Cmd) { g.cmd = cmd }
+
+func (g *group) stop(time.Duration, <-chan struct{}) {
+	if g.cmd != nil && g.cmd.Process != nil {
+		_ = g.cmd.Process.Kill()
 	}
-	return cmd.Process.Kill()
 }
+
+func (g *group) close() {}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/taskmaster/taskmaster/client"
@@ -52,6 +53,8 @@ type taskFlags struct {
 	retryBase   time.Duration
 	retryMax    time.Duration
 	retryJitter string
+	timeout     time.Duration
+	metadata    multiFlag
 }
 
 func (f *taskFlags) register(fs *flag.FlagSet) {
@@ -64,6 +67,39 @@ func (f *taskFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.retryBase, "retry-base", 0, "the task's own backoff base, 100ms-1h: retries wait min(2^attempts x base, --retry-max)")
 	fs.DurationVar(&f.retryMax, "retry-max", 0, "the task's own backoff cap, up to 7 days (default max(5m, --retry-base))")
 	fs.StringVar(&f.retryJitter, "retry-jitter", "", "none (default) or full: wait a random time up to the delay")
+	fs.DurationVar(&f.timeout, "timeout", 0, "time limit on each attempt, whole seconds from 1s to 24h (default: the queue's default_timeout_seconds)")
+	fs.Var(&f.metadata, "metadata", "key=value the task carries (repeatable; keys of [A-Za-z0-9_.-])")
+}
+
+// timeoutSeconds is --timeout in seconds (0: none given).
+func (f *taskFlags) timeoutSeconds() (int, error) {
+	if f.timeout == 0 {
+		return 0, nil
+	}
+	if f.timeout < time.Second || f.timeout%time.Second != 0 {
+		return 0, usagef("--timeout must be whole seconds, at least 1s (%s)", f.timeout)
+	}
+	return int(f.timeout / time.Second), nil
+}
+
+// metadataOf reads key=value pairs (nil: none); a key given twice is a
+// usage error.
+func metadataOf(flag string, pairs []string) (map[string]string, error) {
+	if len(pairs) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(pairs))
+	for _, p := range pairs {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok || k == "" {
+			return nil, usagef("%s %q: want key=value", flag, p)
+		}
+		if _, dup := out[k]; dup {
+			return nil, usagef("%s: key %q given twice", flag, k)
+		}
+		out[k] = v
+	}
+	return out, nil
 }
 
 // retry is the backoff the flags ask for (nil: the server's).
@@ -161,6 +197,12 @@ func scheduleCreate(ctx context.Context, c *client.Client, f scheduleFlags, io I
 	}
 	t := client.ScheduleTask{Queue: f.task.queue, Priority: f.task.priority, MaxAttempts: f.task.maxAttempts,
 		Tags: f.task.tags, UniqueKey: f.task.uniqueKey, Retry: retry}
+	if t.TimeoutSeconds, err = f.task.timeoutSeconds(); err != nil {
+		return nil, err
+	}
+	if t.Metadata, err = metadataOf("--metadata", f.task.metadata); err != nil {
+		return nil, err
+	}
 	if f.task.payload != "" {
 		raw, err := readPayload(f.task.payload, io.Stdin)
 		if err != nil {

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -22,6 +24,7 @@ type submitState struct {
 	idempotencyKey string
 	dependsOn      multiFlag
 	group          string
+	wait           time.Duration
 }
 
 func submitFlags(fs *flag.FlagSet, e *env) {
@@ -33,6 +36,27 @@ func submitFlags(fs *flag.FlagSet, e *env) {
 	fs.StringVar(&s.idempotencyKey, "idempotency-key", "", "a resubmission with this key returns the same task")
 	fs.Var(&s.dependsOn, "depends-on", "the id of a task that must be DONE first (repeatable): BLOCKED until then")
 	fs.StringVar(&s.group, "group", "", "the task's group in its queue (a tenant): claims take turns across groups")
+	fs.DurationVar(&s.wait, "wait", 0, "wait up to this long for the task to be DONE or DEAD, then show it as it is (30s)")
+}
+
+type getState struct{ wait time.Duration }
+
+func getFlags(fs *flag.FlagSet, e *env) {
+	s := &getState{}
+	e.state = s
+	fs.DurationVar(&s.wait, "wait", 0, "wait up to this long for the task to be DONE or DEAD, then show it as it is (30s)")
+}
+
+// waitForTask returns task id once it is DONE or DEAD, or as it is when
+// d has passed (the server holds the requests: nothing is polled).
+func waitForTask(ctx context.Context, e *env, id string, d time.Duration) (*client.Task, error) {
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	t, err := e.client.Wait(wctx, id)
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		return e.client.Get(ctx, id)
+	}
+	return t, err
 }
 
 func runSubmit(ctx context.Context, e *env, _ []string) error {
@@ -44,8 +68,17 @@ func runSubmit(ctx context.Context, e *env, _ []string) error {
 	if err != nil {
 		return err
 	}
+	if s.wait < 0 {
+		return usagef("--wait must not be negative")
+	}
 	p := client.SubmitParams{Queue: s.task.queue, Priority: s.task.priority, MaxAttempts: s.task.maxAttempts, Tags: s.task.tags,
 		IdempotencyKey: s.idempotencyKey, UniqueKey: s.task.uniqueKey, Retry: retry, GroupKey: s.group}
+	if p.TimeoutSeconds, err = s.task.timeoutSeconds(); err != nil {
+		return err
+	}
+	if p.Metadata, err = metadataOf("--metadata", s.task.metadata); err != nil {
+		return err
+	}
 	if s.task.payload != "" {
 		raw, err := readPayload(s.task.payload, e.Stdin)
 		if err != nil {
@@ -66,11 +99,22 @@ func runSubmit(ctx context.Context, e *env, _ []string) error {
 		if err != nil {
 			return err
 		}
-		return printTask(e, &ts[0])
+		t := &ts[0]
+		if s.wait > 0 && !t.Finished() {
+			if t, err = waitForTask(ctx, e, t.ID, s.wait); err != nil {
+				return err
+			}
+		}
+		return printTask(e, t)
 	}
 	t, err := e.client.Submit(ctx, p)
 	if err != nil {
 		return err
+	}
+	if s.wait > 0 && !t.Finished() {
+		if t, err = waitForTask(ctx, e, t.ID, s.wait); err != nil {
+			return err
+		}
 	}
 	return printTask(e, t)
 }
@@ -119,7 +163,19 @@ func parseWhen(name, v string) (*time.Time, error) {
 }
 
 func runGet(ctx context.Context, e *env, args []string) error {
-	t, err := e.client.Get(ctx, args[0])
+	s := e.state.(*getState)
+	var (
+		t   *client.Task
+		err error
+	)
+	switch {
+	case s.wait < 0:
+		return usagef("--wait must not be negative")
+	case s.wait > 0:
+		t, err = waitForTask(ctx, e, args[0], s.wait)
+	default:
+		t, err = e.client.Get(ctx, args[0])
+	}
 	if err != nil {
 		return err
 	}
@@ -220,11 +276,42 @@ func printTask(e *env, t *client.Task) error {
 	row("Idempotency key", orDash(t.IdempotencyKey))
 	row("Unique key", orDash(t.UniqueKey))
 	row("Group", orDash(t.GroupKey))
+	if len(t.Metadata) > 0 {
+		keys := make([]string, 0, len(t.Metadata))
+		for k := range t.Metadata {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		pairs := make([]string, len(keys))
+		for i, k := range keys {
+			pairs[i] = k + "=" + t.Metadata[k]
+		}
+		row("Metadata", strings.Join(pairs, ", "))
+	}
+	if t.TimeoutSeconds > 0 {
+		row("Time limit", (time.Duration(t.TimeoutSeconds) * time.Second).String())
+	}
+	if t.TimeoutAt != nil {
+		row("Time limit ends", when(t.TimeoutAt))
+	}
+	if t.LastProgress != nil {
+		progress := fmt.Sprintf("%g%%", t.LastProgress.Percent)
+		if t.LastProgress.Message != "" {
+			progress += " " + oneLine(t.LastProgress.Message, 120)
+		}
+		row("Progress", progress+" (at "+when(&t.LastProgress.UpdatedAt)+")")
+	}
+	if t.Trace != nil {
+		row("Trace", t.Trace.Traceparent)
+	}
 	if t.Retry != nil {
 		row("Retry", fmt.Sprintf("base %s, max %s, jitter %s", t.Retry.Base, t.Retry.Max, t.Retry.Jitter))
 	}
 	if t.Snoozes > 0 {
 		row("Snoozes", fmt.Sprint(t.Snoozes))
+	}
+	if t.ScheduleName != "" {
+		row("Schedule", t.ScheduleName+", tick "+when(t.ScheduleTick))
 	}
 	row("Created", when(&t.CreatedAt))
 	row("Run at", when(&t.RunAt))

@@ -1,0 +1,164 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/taskmaster/taskmaster/client"
+	"github.com/taskmaster/taskmaster/client/clientotel"
+	"github.com/taskmaster/taskmaster/cmd/taskmaster/app"
+	"github.com/taskmaster/taskmaster/tests/testserver"
+)
+
+const submittedTrace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+// The Runner starts each handler's context with its task's trace
+// (HandlerContext: clientotel.TaskContext), lets the handler report
+// progress (Task.Progress), and stops a handler whose task's time limit is
+// up (cause ErrTaskTimeLimit), dropping its outcome: the server ends the
+// attempt timed_out.
+func TestRunnerTracesProgressAndTimeLimits(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, func(c *app.Config) { c.TimeoutReaperInterval = 100 * time.Millisecond })
+	c := newSDK(t, s.URL, nil)
+	ctx := t.Context()
+	header := http.Header{"Traceparent": {submittedTrace}}
+	var traced client.Task
+	(&sdkRaw{t: t, url: s.URL}).post("/tasks/v1", map[string]any{"queue": "run23", "payload": "traced"}, header, &traced)
+	slow, err := c.Submit(ctx, client.SubmitParams{Queue: "run23", Payload: "slow", TimeoutSeconds: 1, MaxAttempts: 1})
+	require.NoError(t, err)
+
+	var (
+		mu     sync.Mutex
+		seen   = map[string]trace.TraceID{}
+		causes = map[string]error{}
+	)
+	handler := func(ctx context.Context, task client.Task) (any, error) {
+		mu.Lock()
+		seen[task.ID] = trace.SpanContextFromContext(ctx).TraceID()
+		mu.Unlock()
+		if err := task.Progress(ctx, 50, "half way"); err != nil {
+			return nil, err
+		}
+		if string(task.Payload) == `"slow"` {
+			<-ctx.Done()
+			mu.Lock()
+			causes[task.ID] = context.Cause(ctx)
+			mu.Unlock()
+			return "too late", nil
+		}
+		return "ok", nil
+	}
+	stop, _ := startRunner(t, c, client.RunnerConfig{Queues: []string{"run23"}, Concurrency: 2, HandlerContext: clientotel.TaskContext}, handler)
+	require.Eventually(t, func() bool {
+		return countRows(t, s, `SELECT count(*) FROM tasks WHERE queue = 'run23' AND status IN ('DONE', 'DEAD')`) == 2
+	}, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return causes[slow.ID] != nil
+	}, 10*time.Second, 10*time.Millisecond, "the slow handler is stopped")
+	require.NoError(t, stop())
+
+	mu.Lock()
+	defer mu.Unlock()
+	want, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	require.Equal(t, want, seen[traced.ID], "the handler continues the submit's trace")
+	require.False(t, seen[slow.ID].IsValid(), "a task without a trace starts its handler without one")
+	require.ErrorIs(t, causes[slow.ID], client.ErrTaskTimeLimit)
+
+	done, err := c.Get(ctx, traced.ID)
+	require.NoError(t, err)
+	require.Equal(t, client.StatusDone, done.Status)
+	require.Equal(t, 50.0, done.LastProgress.Percent)
+	require.Equal(t, "half way", done.LastProgress.Message)
+	dead, err := c.Get(ctx, slow.ID)
+	require.NoError(t, err)
+	require.Equal(t, client.StatusDead, dead.Status)
+	require.Equal(t, "execution timeout after 1s", dead.LastError, "the server ended it; the handler's late result was dropped")
+	attempts, err := c.Attempts(ctx, slow.ID)
+	require.NoError(t, err)
+	require.Equal(t, client.AttemptTimedOut, attempts[0].Outcome)
+
+	var plain client.Task
+	require.ErrorContains(t, plain.Progress(ctx, 1, ""), "Runner")
+}
+
+// `taskmaster worker --exec` gives the command its task's trace
+// (TRACEPARENT), takes progress lines from file descriptor 3, and stops a
+// command whose task's time limit is up.
+func TestExecWorkerTracesProgressAndTimeLimits(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, func(c *app.Config) { c.TimeoutReaperInterval = 100 * time.Millisecond })
+	url := s.URL
+	c := newSDK(t, url, nil)
+	ctx := t.Context()
+	var traced client.Task
+	(&sdkRaw{t: t, url: url}).post("/tasks/v1", map[string]any{"queue": "exec23", "payload": "fast"},
+		http.Header{"Traceparent": {submittedTrace}, "Tracestate": {"a=1"}}, &traced)
+	slow, err := c.Submit(ctx, client.SubmitParams{Queue: "exec23", Payload: "slow", TimeoutSeconds: 1, MaxAttempts: 1})
+	require.NoError(t, err)
+
+	script := `payload=$(cat)
+echo "progress 30 starting" >&$TASKMASTER_PROGRESS_FD
+echo "not a progress line" >&3
+echo "progress 60 $TASKMASTER_QUEUE done" >&3
+case "$payload" in
+  *slow*) sleep 60 ;;
+esac
+echo "{\"traceparent\": \"$TRACEPARENT\", \"tracestate\": \"$TRACESTATE\"}"`
+	stop := startCLIWorker(t, url, "--queue", "exec23", "--exec", script, "--concurrency", "2")
+	require.Eventually(t, func() bool {
+		return countRows(t, s, `SELECT count(*) FROM tasks WHERE queue = 'exec23' AND status IN ('DONE', 'DEAD')`) == 2
+	}, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		task, err := c.Get(ctx, traced.ID)
+		return err == nil && task.LastProgress != nil && task.LastProgress.Percent == 60
+	}, 10*time.Second, 10*time.Millisecond, "the last progress line is reported")
+	require.NoError(t, stop())
+
+	done, err := c.Get(ctx, traced.ID)
+	require.NoError(t, err)
+	require.Equal(t, client.StatusDone, done.Status)
+	var result struct{ Traceparent, Tracestate string }
+	require.NoError(t, json.Unmarshal(done.Result, &result), string(done.Result))
+	require.Equal(t, submittedTrace, result.Traceparent)
+	require.Equal(t, "a=1", result.Tracestate)
+	require.Equal(t, "exec23 done", done.LastProgress.Message)
+	dead, err := c.Get(ctx, slow.ID)
+	require.NoError(t, err)
+	require.Equal(t, client.StatusDead, dead.Status)
+	require.True(t, strings.HasPrefix(dead.LastError, "execution timeout after 1s"), dead.LastError)
+}
+
+// sdkRaw posts raw requests with headers (the SDK sends no traceparent of
+// its own without clientotel).
+type sdkRaw struct {
+	t   *testing.T
+	url string
+}
+
+func (r *sdkRaw) post(path string, body any, header http.Header, out any) {
+	r.t.Helper()
+	b, err := json.Marshal(body)
+	require.NoError(r.t, err)
+	req, err := http.NewRequest(http.MethodPost, r.url+path, strings.NewReader(string(b)))
+	require.NoError(r.t, err)
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(r.t, err)
+	defer resp.Body.Close()
+	require.Less(r.t, resp.StatusCode, 300)
+	require.NoError(r.t, json.NewDecoder(resp.Body).Decode(out))
+}
