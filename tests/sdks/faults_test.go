@@ -170,7 +170,11 @@ func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	out, err := http.NewRequestWithContext(r.Context(), r.Method, rec.target+r.URL.RequestURI(), bytes.NewReader(body))
+	var rd io.Reader // none for a request without a body: it must go out with no body (and so no Content-Type)
+	if len(body) > 0 {
+		rd = bytes.NewReader(body)
+	}
+	out, err := http.NewRequestWithContext(r.Context(), r.Method, rec.target+r.URL.RequestURI(), rd)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return

@@ -9,7 +9,7 @@ import ssl
 import time
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any, Dict, Generator, Iterator, List, Optional, Sequence, Union
+from typing import Any, Dict, Generator, Iterator, List, Mapping, Optional, Sequence, Union
 
 from . import __version__
 from ._http import SAFE, UNSENT, Response, RetryPolicy, Transport, new_id, parse_retry_after
@@ -90,6 +90,10 @@ class SubmitParams:
     unique_key: Optional[str] = None
     retry: Optional[Backoff] = None
     group_key: Optional[str] = None
+    timeout_seconds: Optional[int] = None
+    metadata: Optional[Mapping[str, str]] = None
+    traceparent: Optional[str] = None
+    tracestate: Optional[str] = None
     ref: Optional[str] = None
     depends_on: Optional[Sequence[str]] = None
 
@@ -100,12 +104,15 @@ class SubmitParams:
         out: Dict[str, Any] = {"queue": self.queue}
         if self.payload is not None:
             out["payload"] = self.payload
-        for k in ("priority", "max_attempts", "idempotency_key", "unique_key", "group_key", "ref"):
+        for k in ("priority", "max_attempts", "idempotency_key", "unique_key", "group_key", "timeout_seconds",
+                  "traceparent", "tracestate", "ref"):
             v = getattr(self, k)
             if v is not None:
                 out[k] = v
         if self.tags is not None:
             out["tags"] = list(self.tags)
+        if self.metadata is not None:
+            out["metadata"] = dict(self.metadata)
         if self.depends_on is not None:
             out["depends_on"] = list(self.depends_on)
         if self.run_at is not None:
@@ -161,9 +168,13 @@ class TaskFilter:
     created_before: Optional[_dt.datetime] = None
     error_contains: Optional[str] = None
     text: Optional[str] = None
+    metadata: Optional[Mapping[str, str]] = None
+    """Only tasks whose metadata holds every one of these keys with these values."""
 
     def to_json(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {}
+        if self.metadata:
+            out["metadata"] = dict(self.metadata)
         for k in ("queue", "status", "dead_reason", "group_key", "error_contains", "text"):
             v = getattr(self, k)
             if v is not None:
@@ -316,6 +327,8 @@ class Client:
         fields as keywords (``queue="emails", status="DEAD"``)."""
         f = filter or TaskFilter(**fields)
         q: Dict[str, Any] = f.to_json()
+        for k, v in q.pop("metadata", {}).items():
+            q["metadata." + k] = v  # the listing takes metadata.<key>=<value>
         q["limit"] = limit
         q["cursor"] = cursor
         return decode(TaskPage, self._t.call("GET", "/tasks/v1", query=q).data)
@@ -419,6 +432,7 @@ class Client:
         max_running: Any = UNSET,
         rate_limit: Any = UNSET,
         max_running_per_group: Any = UNSET,
+        default_timeout_seconds: Any = UNSET,
     ) -> QueueSettingsResult:
         """Changes some of a queue's settings (admin): an argument left out
         keeps its setting, None clears a limit."""
@@ -437,6 +451,8 @@ class Client:
                 body["rate_limit"] = rate_limit
         if max_running_per_group is not UNSET:
             body["max_running_per_group"] = max_running_per_group
+        if default_timeout_seconds is not UNSET:
+            body["default_timeout_seconds"] = default_timeout_seconds
         return decode(QueueSettingsResult, self._t.call("PATCH", _path("/queues/v1", name), body=body).data)
 
     def pause_queue(self, name: str) -> QueueSettingsResult:

@@ -193,6 +193,20 @@ class UniqueKeyTaken(Conflict):
     """409 unique-key-taken: another unfinished task holds the unique key."""
 
 
+class HostNotAllowed(Forbidden):
+    """403 host-not-allowed: with authentication off the server answers only
+    requests to a loopback name."""
+
+
+class CrossOrigin(Forbidden):
+    """403 cross-origin: with authentication off the server refuses requests
+    a page of another origin sent."""
+
+
+class UnsupportedMediaType(Problem):
+    """415: a body (or a Content-Type) that is not application/json."""
+
+
 class BodyTooLarge(Problem):
     """413: the request body is over the server's limit."""
 
@@ -232,6 +246,9 @@ _BY_SLUG: Dict[str, Type[Problem]] = {
     "schedule-exists": ScheduleExists,
     "unique-key-taken": UniqueKeyTaken,
     "body-too-large": BodyTooLarge,
+    "unsupported-media-type": UnsupportedMediaType,
+    "host-not-allowed": HostNotAllowed,
+    "cross-origin": CrossOrigin,
     "validation-error": ValidationError,
     "rate-limited": RateLimited,
     "unavailable": Unavailable,
@@ -248,6 +265,7 @@ _BY_STATUS: Dict[int, Type[Problem]] = {
     405: MethodNotAllowed,
     409: Conflict,
     413: BodyTooLarge,
+    415: UnsupportedMediaType,
     422: ValidationError,
     429: RateLimited,
     503: Unavailable,

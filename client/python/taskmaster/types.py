@@ -49,6 +49,24 @@ class Backoff:
 
 
 @dataclass
+class Trace:
+    """A W3C trace context a task was submitted under (schema Trace)."""
+
+    traceparent: str
+    tracestate: Optional[str] = None
+
+
+@dataclass
+class Progress:
+    """A holder's last progress report (schema Progress)."""
+
+    percent: float
+    message: str = ""
+    details: Any = None
+    updated_at: Optional[_dt.datetime] = None
+
+
+@dataclass
 class Task:
     """A task (schema Task)."""
 
@@ -78,6 +96,16 @@ class Task:
     retry: Optional[Backoff] = None
     snoozes: int = 0
     group_key: Optional[str] = None
+    timeout_seconds: Optional[int] = None
+    """The task's own time limit on each attempt (None: its queue's default, or none)."""
+    timeout_at: Optional[_dt.datetime] = None
+    """When the running attempt's time limit is up (None unless RUNNING under one)."""
+    metadata: Dict[str, str] = field(default_factory=dict)
+    trace: Optional[Trace] = None
+    progress: Optional[Progress] = None
+    schedule_name: Optional[str] = None
+    """The recurring schedule whose tick made the task."""
+    schedule_tick: Optional[_dt.datetime] = None
     depends_on: Optional[List[str]] = None
     """The tasks it depends on (``get`` only)."""
     blocked_by: Optional[List[str]] = None
@@ -233,6 +261,7 @@ class QueueSettings:
     max_running: Optional[int] = None
     rate_limit: Optional[RateLimit] = None
     max_running_per_group: Optional[int] = None
+    default_timeout_seconds: Optional[int] = None
 
 
 @dataclass
@@ -285,6 +314,8 @@ class LeasedTask:
     worker_id: str
     claimed_at: Optional[_dt.datetime] = None
     lease_expires_at: Optional[_dt.datetime] = None
+    progress_percent: Optional[float] = None
+    progress_message: Optional[str] = None
 
 
 @dataclass
@@ -304,6 +335,7 @@ class QueueSettingsResult:
     max_running: Optional[int] = None
     rate_limit: Optional[RateLimit] = None
     max_running_per_group: Optional[int] = None
+    default_timeout_seconds: Optional[int] = None
     updated_at: Optional[_dt.datetime] = None
 
 
@@ -318,6 +350,8 @@ class ScheduleTask:
     tags: List[str] = field(default_factory=list)
     unique_key: Optional[str] = None
     retry: Optional[Backoff] = None
+    timeout_seconds: Optional[int] = None
+    metadata: Dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"queue": self.queue}
@@ -333,6 +367,10 @@ class ScheduleTask:
             out["unique_key"] = self.unique_key
         if self.retry is not None:
             out["retry"] = self.retry.to_json()
+        if self.timeout_seconds is not None:
+            out["timeout_seconds"] = self.timeout_seconds
+        if self.metadata:
+            out["metadata"] = dict(self.metadata)
         return out
 
 

@@ -28,10 +28,13 @@ class ClientTest(unittest.TestCase):
         soon = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)
         t = c.submit(q, {"to": "a@example.com"}, priority=5, max_attempts=4, tags=["eu"], run_at=soon,
                      deadline=soon + dt.timedelta(days=1), idempotency_key="k-1", unique_key="u-1",
-                     retry=taskmaster.Backoff(0.5, 60, "full"), group_key="tenant-7")
+                     retry=taskmaster.Backoff(0.5, 60, "full"), group_key="tenant-7",
+                     metadata={"tenant": "acme"}, timeout_seconds=30)
         self.assertEqual((taskmaster.PENDING, 5, 4, ["eu"]), (t.status, t.priority, t.max_attempts, t.tags))
         self.assertEqual(("k-1", "u-1", "tenant-7"), (t.idempotency_key, t.unique_key, t.group_key))
         self.assertEqual(taskmaster.Backoff(0.5, 60, "full"), t.retry)
+        self.assertEqual(({"tenant": "acme"}, 30), (t.metadata, t.timeout_seconds))
+        self.assertEqual([t.id], [x.id for x in c.list(queue=q, metadata={"tenant": "acme"}).tasks])
         self.assertIsNotNone(t.run_at)
         assert t.run_at is not None
         self.assertLess(abs((t.run_at - soon).total_seconds()), 0.001)

@@ -38,6 +38,8 @@ RESPONSES = {
     taskmaster.CreatedKey: "CreatedKey",
     taskmaster.Backoff: "RetryPolicy",
     taskmaster.FieldError: "FieldError",
+    taskmaster.Trace: "Trace",
+    taskmaster.Progress: "Progress",
 }
 
 

@@ -237,7 +237,14 @@ export class Client {
   /** A page of tasks, newest first. */
   list(p: ListParams = {}, o: RequestOptions = {}): Promise<TaskPage> {
     const query: Record<string, string | number | undefined> = {};
-    for (const [k, v] of Object.entries(p)) query[k] = v instanceof Date ? v.toISOString() : (v as string | number | undefined);
+    for (const [k, v] of Object.entries(p)) {
+      if (k === "metadata") {
+        // The listing takes metadata.<key>=<value>.
+        for (const [mk, mv] of Object.entries((v ?? {}) as Record<string, string>)) query["metadata." + mk] = mv;
+      } else {
+        query[k] = v instanceof Date ? v.toISOString() : (v as string | number | undefined);
+      }
+    }
     return this.data<TaskPage>("GET", "/tasks/v1", { ...o, query });
   }
 

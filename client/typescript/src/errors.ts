@@ -116,6 +116,12 @@ export class WorkerDead extends Conflict { override name = "WorkerDead"; }
 export class ScheduleExists extends Conflict { override name = "ScheduleExists"; }
 /** 409 unique-key-taken. */
 export class UniqueKeyTaken extends Conflict { override name = "UniqueKeyTaken"; }
+/** 403 host-not-allowed: with authentication off the server answers only requests to a loopback name. */
+export class HostNotAllowed extends Forbidden { override name = "HostNotAllowed"; }
+/** 403 cross-origin: with authentication off the server refuses requests a page of another origin sent. */
+export class CrossOrigin extends Forbidden { override name = "CrossOrigin"; }
+/** 415: a body (or a Content-Type) that is not application/json. */
+export class UnsupportedMediaType extends Problem { override name = "UnsupportedMediaType"; }
 /** 413: the body is over the server's limit. */
 export class BodyTooLarge extends Problem { override name = "BodyTooLarge"; }
 /** 422: invalid input; `errors` names every field. */
@@ -148,6 +154,9 @@ export const PROBLEM_CLASSES: Readonly<Record<string, ProblemClass>> = {
   "schedule-exists": ScheduleExists,
   "unique-key-taken": UniqueKeyTaken,
   "body-too-large": BodyTooLarge,
+  "unsupported-media-type": UnsupportedMediaType,
+  "host-not-allowed": HostNotAllowed,
+  "cross-origin": CrossOrigin,
   "validation-error": ValidationProblem,
   "rate-limited": RateLimited,
   unavailable: Unavailable,
@@ -165,6 +174,7 @@ export const PROBLEM_STATUS_CLASSES: Readonly<Record<number, ProblemClass>> = {
   405: MethodNotAllowed,
   409: Conflict,
   413: BodyTooLarge,
+  415: UnsupportedMediaType,
   422: ValidationProblem,
   429: RateLimited,
   503: Unavailable,

@@ -46,6 +46,23 @@ export interface RetryRequest {
   jitter?: "none" | "full";
 }
 
+/** The producer's string data of a task, by key (schema Metadata). */
+export type Metadata = Record<string, string>;
+
+/** A W3C trace context a task was submitted under (schema Trace). */
+export interface Trace {
+  traceparent: string;
+  tracestate: string | null;
+}
+
+/** A holder's last progress report (schema Progress). */
+export interface Progress {
+  percent: number;
+  message: string;
+  details: JsonValue;
+  updated_at: string;
+}
+
 /** A task (schema Task). */
 export interface Task {
   id: string;
@@ -74,6 +91,16 @@ export interface Task {
   retry: RetryPolicy | null;
   snoozes: number;
   group_key: string | null;
+  /** The task's own time limit on each attempt (null: its queue's default, or none). */
+  timeout_seconds: number | null;
+  /** When the running attempt's time limit is up (null unless RUNNING under one). */
+  timeout_at: string | null;
+  metadata: Metadata;
+  trace: Trace | null;
+  progress: Progress | null;
+  /** The recurring schedule whose tick made the task. */
+  schedule_name: string | null;
+  schedule_tick: string | null;
   /** The tasks it depends on (get only). */
   depends_on?: string[];
   /** Those of them not DONE yet (get only). */
@@ -183,6 +210,7 @@ export interface QueueSettings {
   max_running: number | null;
   rate_limit: RateLimit | null;
   max_running_per_group: number | null;
+  default_timeout_seconds: number | null;
 }
 
 /** A queue's throughput over one window, per minute (schema QueueRate). */
@@ -227,6 +255,8 @@ export interface LeasedTask {
   worker_id: string;
   claimed_at: string;
   lease_expires_at: string;
+  progress_percent: number | null;
+  progress_message: string | null;
 }
 
 /** Average durations over the last 5 and 15 minutes (schema QueueAverages). */
@@ -250,6 +280,7 @@ export interface QueueSettingsResult {
   max_running: number | null;
   rate_limit: RateLimit | null;
   max_running_per_group: number | null;
+  default_timeout_seconds: number | null;
   updated_at: string;
 }
 
@@ -262,6 +293,8 @@ export interface ScheduleTask {
   tags: string[];
   unique_key: string | null;
   retry: RetryPolicy | null;
+  timeout_seconds: number | null;
+  metadata: Metadata;
 }
 
 /** A recurring schedule (schema Schedule). */
@@ -321,6 +354,8 @@ export interface LifecycleEvent {
   queue_wait_seconds?: number;
   execution_seconds?: number;
   end_to_end_seconds?: number;
+  metadata?: Metadata;
+  progress?: { percent: number; message: string; details?: JsonValue };
 }
 
 /** One offending field of a validation problem (schema FieldError). */
@@ -359,6 +394,12 @@ export interface SubmitRequest {
   unique_key?: string;
   retry?: RetryRequest | null;
   group_key?: string;
+  /** A time limit on each attempt, 1-86400 s (default: the queue's). */
+  timeout_seconds?: number | null;
+  metadata?: Metadata;
+  /** The W3C trace context to keep with the task. */
+  traceparent?: string;
+  tracestate?: string;
 }
 
 /** An item of a batch submission (schema BatchSubmitItem). */
@@ -453,6 +494,8 @@ export interface BulkRequest {
   created_before?: TimeInput;
   error_contains?: string;
   text?: string;
+  /** Only tasks whose metadata holds every one of these keys with these values. */
+  metadata?: Metadata;
   dry_run?: boolean;
 }
 
@@ -474,6 +517,8 @@ export interface ScheduleTaskRequest {
   tags?: string[];
   unique_key?: string;
   retry?: RetryRequest | null;
+  timeout_seconds?: number | null;
+  metadata?: Metadata;
 }
 
 /** A new schedule (schema CreateScheduleRequest). */
@@ -502,6 +547,7 @@ export interface UpdateQueueSettingsRequest {
   max_running?: number | null;
   rate_limit?: { per_second: number; burst?: number } | null;
   max_running_per_group?: number | null;
+  default_timeout_seconds?: number | null;
 }
 
 /** A new API key (schema CreateKeyRequest). */

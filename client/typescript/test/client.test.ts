@@ -37,10 +37,13 @@ describe("client", { skip: needsServer }, () => {
       queue: q, payload: { to: "a@example.com" }, priority: 5, max_attempts: 4, tags: ["eu"], run_at: soon,
       deadline: new Date(soon.getTime() + 86_400_000), idempotency_key: "k-1", unique_key: "u-1",
       retry: { base_seconds: 0.5, max_seconds: 60, jitter: "full" }, group_key: "tenant-7",
+      metadata: { tenant: "acme" }, timeout_seconds: 30,
     });
     assert.deepEqual([t.status, t.priority, t.max_attempts, t.tags], ["PENDING", 5, 4, ["eu"]]);
     assert.deepEqual([t.idempotency_key, t.unique_key, t.group_key], ["k-1", "u-1", "tenant-7"]);
     assert.deepEqual(t.retry, { base_seconds: 0.5, max_seconds: 60, jitter: "full" });
+    assert.deepEqual([t.metadata, t.timeout_seconds], [{ tenant: "acme" }, 30]);
+    assert.deepEqual((await c.list({ queue: q, metadata: { tenant: "acme" } })).tasks.map((x) => x.id), [t.id]);
     assert.equal(Date.parse(t.run_at), soon.getTime());
     assert.equal((await c.submit({ queue: q, payload: { other: true }, idempotency_key: "k-1" })).id, t.id);
     const got = await c.get(t.id);

@@ -59,6 +59,8 @@ const MIRRORS: Record<string, string> = {
   CreatedKey: "CreatedKey",
   LifecycleEvent: "LifecycleEvent",
   FieldError: "FieldError",
+  Trace: "Trace",
+  Progress: "Progress",
   ProblemDocument: "Problem",
   RetryPolicy: "RetryPolicy",
   RetryRequest: "RetryRequest",
