@@ -728,7 +728,9 @@ class Worker:
             self._act(res, held, sent)
 
     def _beat(self, refs: List[LeaseRef]) -> HeartbeatResult:
-        timeout = max(self._interval, 1.0)
+        # A slow answer still renews (from when it was sent): give a loaded
+        # server time to give it rather than count the renewal lost.
+        timeout = max(2 * self._interval, 5.0)
         if self._plain_beats:
             return self.client.heartbeat(self.worker_id, timeout=timeout)
         try:

@@ -662,7 +662,9 @@ export class Worker {
   }
 
   private async beat(refs: LeaseRef[]): Promise<HeartbeatResult> {
-    const timeoutMs = Math.max(this.intervalMs, 1000);
+    // A slow answer still renews (from when it was sent): give a loaded
+    // server time to give it rather than count the renewal lost.
+    const timeoutMs = Math.max(2 * this.intervalMs, 5000);
     const o = { deadline: Date.now() + timeoutMs, timeoutMs };
     if (this.plainBeats) return this.client.heartbeat(this.workerId, undefined, o);
     try {
