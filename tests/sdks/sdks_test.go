@@ -38,6 +38,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -143,6 +144,12 @@ func (h *harness) env(queue string) []string {
 
 func requireSDKs() bool { return os.Getenv(EnvRequireSDKs) == "1" }
 
+// EnvSDKTests, when set, runs only the Python and TypeScript tests whose
+// names contain it (unittest's -k, node's --test-name-pattern), and then
+// not the database checks of the conformance scenario: a quicker loop
+// while working on one SDK test.
+const EnvSDKTests = "TASKMASTER_SDK_TESTS"
+
 func missing(t *testing.T, format string, args ...any) {
 	t.Helper()
 	if requireSDKs() {
@@ -183,8 +190,14 @@ func TestPythonSDK(t *testing.T) {
 	}
 	h := start(t)
 	queue := "conformance-py"
-	run(t, filepath.Join(repoRoot(t), "client", "python"), h.env(queue), python, "-m", "unittest", "discover", "-v", "-s", "tests", "-t", ".")
-	h.verify(t, queue)
+	args := []string{"-m", "unittest", "discover", "-v", "-s", "tests", "-t", "."}
+	if only := os.Getenv(EnvSDKTests); only != "" {
+		args = append(args, "-k", only)
+	}
+	run(t, filepath.Join(repoRoot(t), "client", "python"), h.env(queue), python, args...)
+	if os.Getenv(EnvSDKTests) == "" {
+		h.verify(t, queue)
+	}
 }
 
 func TestTypeScriptSDK(t *testing.T) {
@@ -207,8 +220,16 @@ func TestTypeScriptSDK(t *testing.T) {
 	}
 	h := start(t)
 	queue := "conformance-ts"
-	run(t, dir, h.env(queue), npm, "test")
-	h.verify(t, queue)
+	only := os.Getenv(EnvSDKTests)
+	if only == "" {
+		run(t, dir, h.env(queue), npm, "test")
+		h.verify(t, queue)
+		return
+	}
+	run(t, dir, h.env(queue), npm, "run", "pretest")
+	files, err := filepath.Glob(filepath.Join(dir, "build", "test", "*.test.js"))
+	require.NoError(t, err)
+	run(t, dir, h.env(queue), node, append([]string{"--test", "--test-name-pattern=" + regexp.QuoteMeta(only)}, files...)...)
 }
 
 // TestGoConformance runs the scenario with the Go SDK: this test is the

@@ -637,15 +637,31 @@ class Client:
         reg.created = r.status == 201
         return reg
 
-    def heartbeat(self, worker_id: str, tasks: Optional[Sequence[LeaseRef]] = None, *, timeout: Optional[float] = None) -> HeartbeatResult:
+    def heartbeat(
+        self,
+        worker_id: str,
+        tasks: Optional[Sequence[LeaseRef]] = None,
+        *,
+        claims_in_flight: Optional[Sequence[str]] = None,
+        timeout: Optional[float] = None,
+    ) -> HeartbeatResult:
         """A worker's sign of life. With ``tasks`` (every task it holds,
         under its lease; ``[]`` for none) it renews their leases and lets
         the server take back what it holds unlisted; the answer names the
         tasks it lost, those to cancel, and whether to drain. Without, it
-        renews nothing. ``timeout`` bounds the call, retries included."""
+        renews nothing. ``timeout`` bounds the call, retries included.
+
+        ``claims_in_flight`` names the request ids of the worker's claims
+        sent and not yet answered: the tasks they made RUNNING are not
+        taken back as orphaned, however late their answer. Name a claim
+        from its sending until its tasks are in ``tasks`` (take both at the
+        same moment), or until the worker gives up on it."""
         kw: Dict[str, Any] = {}
         if tasks is not None:
-            kw["body"] = {"tasks": [t.to_json() for t in tasks]}
+            body: Dict[str, Any] = {"tasks": [t.to_json() for t in tasks]}
+            if claims_in_flight:
+                body["claims_in_flight"] = list(claims_in_flight)
+            kw["body"] = body
         if timeout is not None:
             kw["deadline"] = time.monotonic() + timeout
             kw["timeout"] = timeout

@@ -14,7 +14,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ._http import RetryPolicy, new_id
 from .client import (
@@ -253,7 +253,8 @@ class Worker:
     Guarantees (docs/sdks.md says where each stops):
 
     - a claim whose answer was lost is retried with its request id, so it
-      gets the same tasks;
+      gets the same tasks; until its answer arrives every heartbeat names
+      it (``claims_in_flight``), so a late answer does not cost its tasks;
     - a report (complete, fail, snooze, release) that fails with a
       transport error, 5xx, 408 or 429 keeps its task in the heartbeat
       list and is retried (after Retry-After) until accepted, the server
@@ -328,6 +329,10 @@ class Worker:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._inflight: Dict[LeaseRef, _Job] = {}
+        # The request ids of the claims sent and not yet answered (or given
+        # up): heartbeats name them, so that the server does not take a
+        # task back as orphaned because its claim's answer is late.
+        self._claims: Set[str] = set()
         self._running = 0  # handlers running now (slots taken)
         self._capacity = concurrency
         self._interval = 10.0
@@ -338,6 +343,7 @@ class Worker:
         self._started = False
         self._no_release = False
         self._plain_beats = False
+        self._no_claims_in_flight = False
         self._reports = 0  # reports made on handlers' behalf, still running
 
     # Public surface.
@@ -493,9 +499,13 @@ class Worker:
             # lets its waiting claim run out (claim_wait <= drain_timeout)
             # and handles what it brings within the drain.
             sent = time.monotonic()
+            request_id = new_id()
+            with self._lock:
+                self._claims.add(request_id)
             try:
-                tasks = self.client.claim(self.worker_id, limit=n, wait=wait, lease_seconds=self.lease_seconds, request_id=new_id())
+                tasks = self.client.claim(self.worker_id, limit=n, wait=wait, lease_seconds=self.lease_seconds, request_id=request_id)
             except Problem as p:
+                self._unclaim(request_id)  # given up: its tasks, if any, are orphans
                 self._free(n)
                 if isinstance(p, (WorkerDead, WorkerNotFound)):
                     self._reregister(p)
@@ -508,6 +518,7 @@ class Worker:
                 self._stopping.wait(idle)
                 continue
             except TransportError as e:
+                self._unclaim(request_id)
                 self._free(n)
                 self.log.warning("claim failed: %s", e)
                 idle = self._next_idle(idle)
@@ -516,6 +527,9 @@ class Worker:
             self._free(n - len(tasks))
             for task in tasks:
                 self._start(task, sent)
+            # Its tasks are in flight (listed) before the claim stops being
+            # named: a heartbeat sees them one way or the other.
+            self._unclaim(request_id)
             if tasks:
                 idle = 0.0
             elif wait > 0 and time.monotonic() - sent >= wait:
@@ -523,6 +537,10 @@ class Worker:
             else:
                 idle = self._next_idle(idle)
                 self._stopping.wait(idle)
+
+    def _unclaim(self, request_id: str) -> None:
+        with self._lock:
+            self._claims.discard(request_id)
 
     def _next_idle(self, idle: float) -> float:
         return self.poll_interval if idle == 0 else min(idle * 2, self.max_idle_interval)
@@ -709,13 +727,13 @@ class Worker:
         """Heartbeats every interval, listing the tasks held."""
         warned = False
         while not self._beats_done.wait(self._interval):
-            held = self._held()
+            held, claims = self._held()
             if not warned and any(j.lease_len < 3 * self._interval for j in held):
                 warned = True
                 self.log.warning("leases under three heartbeat intervals: a late heartbeat may let a lease run out")
             sent = time.monotonic()
             try:
-                res = self._beat([j.ref for j in held])
+                res = self._beat([j.ref for j in held], claims)
             except (WorkerDead, WorkerNotFound) as p:
                 self._reregister(p)
                 continue
@@ -727,12 +745,19 @@ class Worker:
                 continue
             self._act(res, held, sent)
 
-    def _beat(self, refs: List[LeaseRef]) -> HeartbeatResult:
+    def _beat(self, refs: List[LeaseRef], claims: List[str]) -> HeartbeatResult:
         # A slow answer still renews (from when it was sent): give a loaded
         # server time to give it rather than count the renewal lost.
         timeout = max(2 * self._interval, 5.0)
         if self._plain_beats:
             return self.client.heartbeat(self.worker_id, timeout=timeout)
+        if claims and not self._no_claims_in_flight:
+            try:
+                return self.client.heartbeat(self.worker_id, refs, claims_in_flight=claims, timeout=timeout)
+            except MalformedRequest as p:
+                # A server older than claims_in_flight: list the tasks alone.
+                self._no_claims_in_flight = True
+                self.log.warning("the server takes no claims in flight in heartbeats; listing tasks alone: %s", p)
         try:
             return self.client.heartbeat(self.worker_id, refs, timeout=timeout)
         except MalformedRequest as p:
@@ -740,9 +765,13 @@ class Worker:
             self.log.warning("the server takes no task lists in heartbeats; sending plain ones: %s", p)
             return self.client.heartbeat(self.worker_id, timeout=timeout)
 
-    def _held(self) -> List[_Job]:
+    def _held(self) -> Tuple[List[_Job], List[str]]:
+        """The tasks in flight this worker still holds (not those it lost)
+        and the claims whose answers it awaits, taken together: a claim
+        answered meanwhile is seen one way or the other (its tasks are in
+        flight before it stops being named)."""
         with self._lock:
-            return [j for j in self._inflight.values() if not j.lost()]
+            return [j for j in self._inflight.values() if not j.lost()], list(self._claims)
 
     def _act(self, res: HeartbeatResult, listed: List[_Job], sent: float) -> None:
         lost = set(res.lost)

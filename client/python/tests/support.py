@@ -62,9 +62,12 @@ def arm(fault: str, **body: Any) -> None:
         assert resp.status == 204, resp.status
 
 
-def proxy_log() -> Dict[str, List[Dict[str, Any]]]:
+def proxy_log() -> Dict[str, Any]:
+    """What went through the proxy: "claims" and "reports" (lists of
+    records) and "actions" (counts by route name and what the proxy did:
+    ``"claim delay_answer"``)."""
     with urllib.request.urlopen(FAULTS + "/log", timeout=10) as resp:
-        out: Dict[str, List[Dict[str, Any]]] = json.loads(resp.read())
+        out: Dict[str, Any] = json.loads(resp.read())
         return out
 
 

@@ -238,6 +238,28 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual((taskmaster.DEAD, "non_retryable"), (unencodable.status, unencodable.dead_reason))
         self.assertIn("cannot be encoded as JSON", unencodable.last_error or "")
 
+    def test_a_late_claim_answer_is_not_a_lost_one(self) -> None:
+        # A claim's answer held past the server's heartbeat interval (the
+        # grace after which a heartbeat that does not list a task takes it
+        # back as orphaned): the heartbeats sent meanwhile name the claim in
+        # flight, so the task stays this worker's and runs once.
+        interval = self.c.register(support.unique("py-probe")).heartbeat_interval_seconds
+        rec = Recorder()
+
+        def handle(ctx: taskmaster.TaskContext) -> Any:
+            rec.enter(ctx)
+            rec.leave(ctx)
+            return "ok"
+
+        task = self.c.submit(self.queue, {})
+        support.arm("delay-answers", on=["claim"], ms=int((interval + 1.5) * 1000), count=1)
+        with self.worker(handle, heartbeat_interval=0.2):
+            support.eventually(lambda: self.c.get(task.id).terminal, "the task finished")
+        self.assertEqual(1, support.proxy_log()["actions"].get("claim delay_answer"), "the claim's answer was held")
+        self.assertEqual(taskmaster.DONE, self.c.get(task.id).status)
+        self.assertEqual(["completed"], self.outcomes(task.id), "one attempt, completed")
+        self.assertEqual(1, rec.calls[task.id], "the handler ran once")
+
     def test_options_are_checked(self) -> None:
         with self.assertRaises(ValueError):
             taskmaster.Worker(self.c, lambda ctx: None, concurrency=0)

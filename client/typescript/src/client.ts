@@ -7,7 +7,9 @@ import type {
   CreateKeyRequest,
   CreateScheduleRequest,
   CreatedKey,
+  HeartbeatRequest,
   HeartbeatResult,
+  HeartbeatTask,
   ItemOutcome,
   JsonValue,
   Key,
@@ -78,6 +80,22 @@ export interface ListQueuesParams {
   paused?: boolean;
   limit?: number;
   cursor?: string;
+}
+
+/** A heartbeat's options. */
+export interface HeartbeatOptions extends RequestOptions {
+  /**
+   * With `tasks`: the request ids of the worker's claims sent and not yet
+   * answered. The tasks they made RUNNING are not taken back as orphaned,
+   * however late their answer: name a claim from its sending until its
+   * tasks are in `tasks` (take both at the same moment), or until the
+   * worker gives up on it.
+   */
+  claimsInFlight?: string[];
+  /** Ends the retries: an epoch in ms (Date.now()). */
+  deadline?: number;
+  /** Replaces the client's timeout for each try, in ms. */
+  timeoutMs?: number;
 }
 
 /** A claim's parameters (`waitMs` becomes `wait_ms`). */
@@ -493,9 +511,14 @@ export class Client {
    * back what it holds unlisted; the answer names the tasks it lost, those
    * to cancel, and whether to drain. Without, it renews nothing.
    */
-  heartbeat(workerId: string, tasks?: LeaseRef[], o: RequestOptions & { deadline?: number; timeoutMs?: number } = {}): Promise<HeartbeatResult> {
-    const call: CallOptions = { ...o };
-    if (tasks !== undefined) call.body = { tasks };
+  heartbeat(workerId: string, tasks?: HeartbeatTask[], o: HeartbeatOptions = {}): Promise<HeartbeatResult> {
+    const { claimsInFlight, ...rest } = o;
+    const call: CallOptions = { ...rest };
+    if (tasks !== undefined) {
+      const body: HeartbeatRequest = { tasks };
+      if (claimsInFlight?.length) body.claims_in_flight = claimsInFlight;
+      call.body = body;
+    }
     return this.data<HeartbeatResult>("POST", "/workers/v1/" + enc(workerId) + "/heartbeat", call);
   }
 

@@ -22,6 +22,7 @@ export {
   type ListParams,
   type ListQueuesParams,
   type ClaimParams,
+  type HeartbeatOptions,
   type CompleteItem,
   type FailItem,
   type PurgeResult,

@@ -469,7 +469,19 @@ export interface RegisterRequest {
 
 /** A heartbeat's body (schema HeartbeatRequest). */
 export interface HeartbeatRequest {
-  tasks?: LeaseRef[];
+  tasks?: HeartbeatTask[];
+  /** The request ids of the claims sent and not yet answered (see Client.heartbeat). */
+  claims_in_flight?: string[];
+}
+
+/** A task a heartbeat lists, with its progress if any (schema HeartbeatTask). */
+export interface HeartbeatTask {
+  id: string;
+  lease_id: string;
+  /** Required with message or details. */
+  percent?: number;
+  message?: string;
+  details?: JsonValue;
 }
 
 /** A batch completion (schema CompleteBatchRequest). */

@@ -184,7 +184,9 @@ const key = (r: LeaseRef) => r.id + "\u0000" + r.lease_id;
  * attempts remain). Its context's `signal` aborts when it must stop.
  *
  * Guarantees (docs/sdks.md says where each stops): a claim whose answer was
- * lost is retried with its request id; a report failing with a transport
+ * lost is retried with its request id, and until its answer arrives every
+ * heartbeat names it (`claims_in_flight`), so a late answer does not cost
+ * its tasks; a report failing with a transport
  * error, 5xx, 408 or 429 keeps its task heartbeated and is retried (after
  * Retry-After) until accepted, the lease is lost, or `reportTimeoutMs`
  * runs out (only a 400/413/422 about the result fails the task; 401/403
@@ -202,6 +204,12 @@ export class Worker {
     Pick<WorkerOptions, "leaseSeconds" | "taskTimeoutMs" | "leaseMarginMs" | "heartbeatIntervalMs">;
   private readonly log: Pick<Console, "info" | "warn" | "error">;
   private readonly inflight = new Map<string, Job>();
+  /**
+   * The request ids of the claims sent and not yet answered (or given up):
+   * heartbeats name them, so that the server does not take a task back as
+   * orphaned because its claim's answer is late.
+   */
+  private readonly claims = new Set<string>();
   private running = 0;
   private capacity: number;
   private intervalMs = 10_000;
@@ -212,6 +220,7 @@ export class Worker {
   private started = false;
   private noRelease = false;
   private plainBeats = false;
+  private noClaimsInFlight = false;
   private onBehalf = 0;
   private wake: (() => void) | undefined;
 
@@ -381,15 +390,18 @@ export class Worker {
       // leave its tasks held by no one. A stopping worker lets its waiting
       // claim run out (claimWaitMs <= drainTimeoutMs).
       const sent = now();
+      const requestId = newId();
+      this.claims.add(requestId);
       let tasks: Task[];
       try {
         tasks = await this.client.claim(this.workerId, {
           limit: n,
           waitMs: wait,
-          request_id: newId(),
+          request_id: requestId,
           ...(this.o.leaseSeconds ? { lease_seconds: this.o.leaseSeconds } : {}),
         });
       } catch (e) {
+        this.claims.delete(requestId); // given up: its tasks, if any, are orphans
         this.free(n);
         if (e instanceof WorkerDead || e instanceof WorkerNotFound) {
           await this.reregister(e);
@@ -407,6 +419,8 @@ export class Worker {
       }
       this.free(n - tasks.length);
       for (const t of tasks) this.start(t, sent);
+      // Its tasks are in flight (listed) before the claim stops being named.
+      this.claims.delete(requestId);
       if (tasks.length) idle = 0;
       else if (wait > 0 && now() - sent >= wait) idle = 0;
       else {
@@ -641,7 +655,11 @@ export class Worker {
       const t = now();
       if (t < nextBeat) continue;
       nextBeat = t + this.intervalMs;
+      // The tasks held and the claims awaited, taken together (one turn of
+      // the event loop): a claim answered meanwhile is seen one way or the
+      // other.
       const held = [...this.inflight.values()].filter((j) => !j.lost());
+      const claims = [...this.claims];
       if (!warned && held.some((j) => j.leaseMs < 3 * this.intervalMs)) {
         warned = true;
         this.log.warn("leases under three heartbeat intervals: a late heartbeat may let a lease run out");
@@ -649,7 +667,7 @@ export class Worker {
       const sent = now();
       let res: HeartbeatResult;
       try {
-        res = await this.beat(held.map((j) => j.ref));
+        res = await this.beat(held.map((j) => j.ref), claims);
       } catch (e) {
         if (e instanceof WorkerDead || e instanceof WorkerNotFound) await this.reregister(e);
         else if (e instanceof Unauthorized || e instanceof Forbidden) this.fatalStop("heartbeat", e);
@@ -661,12 +679,22 @@ export class Worker {
     }
   }
 
-  private async beat(refs: LeaseRef[]): Promise<HeartbeatResult> {
+  private async beat(refs: LeaseRef[], claims: string[]): Promise<HeartbeatResult> {
     // A slow answer still renews (from when it was sent): give a loaded
     // server time to give it rather than count the renewal lost.
     const timeoutMs = Math.max(2 * this.intervalMs, 5000);
     const o = { deadline: Date.now() + timeoutMs, timeoutMs };
     if (this.plainBeats) return this.client.heartbeat(this.workerId, undefined, o);
+    if (claims.length && !this.noClaimsInFlight) {
+      try {
+        return await this.client.heartbeat(this.workerId, refs, { ...o, claimsInFlight: claims });
+      } catch (e) {
+        if (!(e instanceof MalformedRequest)) throw e;
+        // A server older than claims_in_flight: list the tasks alone.
+        this.noClaimsInFlight = true;
+        this.log.warn("the server takes no claims in flight in heartbeats; listing tasks alone:", e.message);
+      }
+    }
     try {
       return await this.client.heartbeat(this.workerId, refs, o);
     } catch (e) {

@@ -75,6 +75,7 @@ const MIRRORS: Record<string, string> = {
   ReleaseBatchRequest: "ReleaseBatchRequest",
   RegisterRequest: "RegisterRequest",
   HeartbeatRequest: "HeartbeatRequest",
+  HeartbeatTask: "HeartbeatTask",
   CompleteBatchRequest: "CompleteBatchRequest",
   FailBatchRequest: "FailBatchRequest",
   BulkRequest: "BulkRequest",

@@ -211,6 +211,28 @@ describe("worker", { skip: needsServer, concurrency: false }, () => {
     assert.deepEqual(await outcomes(task.id), [null]);
   });
 
+  test("a late claim answer is not a lost one", async () => {
+    // A claim's answer held past the server's heartbeat interval (the grace
+    // after which a heartbeat that does not list a task takes it back as
+    // orphaned): the heartbeats sent meanwhile name the claim in flight, so
+    // the task stays this worker's and runs once.
+    const interval = (await c.register({ id: unique("ts-probe") })).heartbeat_interval_seconds;
+    const rec = new Recorder();
+    const task = await c.submit({ queue: q });
+    await arm("delay-answers", { on: ["claim"], ms: Math.round((interval + 1.5) * 1000), count: 1 });
+    await withWorker((ctx) => {
+      rec.enter(ctx);
+      rec.leave(ctx);
+      return "ok";
+    }, { heartbeatIntervalMs: 200 }, async () => {
+      await eventually(async () => ["DONE", "DEAD"].includes((await c.get(task.id)).status), "the task finished");
+    });
+    assert.equal((await proxyLog()).actions["claim delay_answer"], 1, "the claim's answer was held");
+    assert.equal((await c.get(task.id)).status, "DONE");
+    assert.deepEqual(await outcomes(task.id), ["completed"], "one attempt, completed");
+    assert.equal(rec.calls.get(task.id), 1, "the handler ran once");
+  });
+
   test("snooze, next and non-retryable", async () => {
     const b = await c.submitBatch(["snooze", "bad", "next", "unencodable"].map((kind) => ({ queue: q, payload: { kind } })));
     await withWorker(async (ctx) => {
