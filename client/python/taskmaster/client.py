@@ -13,7 +13,7 @@ from typing import Any, Dict, Generator, Iterator, List, Mapping, Optional, Sequ
 
 from . import __version__
 from ._http import SAFE, UNSENT, Response, RetryPolicy, Transport, new_id, parse_retry_after
-from .errors import NotFound, Problem, TransportError
+from .errors import NotFound, Problem, TransportError, WaitTimeout
 from .types import (
     Attempt,
     Backoff,
@@ -52,6 +52,10 @@ MAX_BATCH = 1000
 MAX_CLAIM_WAIT = 30.0
 """The longest claim wait (seconds) the server accepts."""
 MAX_LEASE_SECONDS = 43200
+MAX_WAIT = 60.0
+"""The longest one request waits on the server for a task to finish
+(``wait_ms``); :meth:`Client.wait` and :meth:`Client.submit_and_wait` chain
+such requests."""
 MAX_HEARTBEAT_TASKS = 10000
 MAX_ERROR_BYTES = 64 << 10
 MIN_SNOOZE = 1
@@ -186,6 +190,20 @@ class TaskFilter:
         return out
 
 
+def _wait_for(end: Optional[float]) -> float:
+    """How long one waiting request may wait: up to MAX_WAIT, and no longer
+    than until ``end`` (a time.monotonic() value), less a margin for the
+    answer to come back."""
+    if end is None:
+        return MAX_WAIT
+    return min(MAX_WAIT, max(end - time.monotonic() - 0.25, 0.001))
+
+
+def _millis(seconds: Optional[float]) -> int:
+    """Seconds as whole milliseconds, rounded up."""
+    return int(-(-(seconds or 0.0) * 1000 // 1))
+
+
 def encode_enqueue(enqueue: Optional[Sequence[SubmitParams]]) -> Optional[List[Dict[str, Any]]]:
     if enqueue is None:
         return None
@@ -303,9 +321,57 @@ class Client:
             raise TransportError(f"taskmaster: batch of {len(items)} answered with {len(out.tasks)} tasks")
         return out
 
-    def get(self, task_id: str) -> Task:
-        """One task (with ``depends_on`` and ``blocked_by``)."""
-        return decode(Task, self._t.call("GET", task_path(task_id)).data)
+    def submit_and_wait(
+        self, queue: Union[str, SubmitParams], payload: Any = None, *, timeout: Optional[float] = None, **options: Any
+    ) -> Task:
+        """Submits a task (as :meth:`submit`) and returns it once it is
+        DONE or DEAD (read ``status``, ``result``, ``last_error``).
+
+        The submission itself waits on the server (``POST /tasks/v1?wait_ms``),
+        then :meth:`wait` goes on. With ``timeout`` (seconds) it raises
+        :class:`WaitTimeout` when the task is not finished by then; the task
+        stays submitted (``WaitTimeout.task`` is it, as last seen). Retried
+        like :meth:`submit`.
+        """
+        p = queue if isinstance(queue, SubmitParams) else SubmitParams(queue=queue, payload=payload, **options)
+        if p.ref is not None or p.depends_on is not None:
+            raise ValueError("taskmaster: ref and depends_on need submit_batch")
+        end = None if timeout is None else time.monotonic() + timeout
+        wait = _wait_for(end)
+        mode = SAFE if p.idempotency_key else UNSENT
+        r = self._t.call("POST", "/tasks/v1", query={"wait_ms": _millis(wait)}, body=p.to_json(), mode=mode, wait=wait)
+        t = decode(Task, r.data)
+        return t if t.terminal else self._wait(t, end)
+
+    def get(self, task_id: str, *, wait: Optional[float] = None) -> Task:
+        """One task (with ``depends_on`` and ``blocked_by``).
+
+        With ``wait`` (seconds, at most MAX_WAIT) the server answers as soon
+        as the task is DONE or DEAD, or when the wait ends with the task as
+        it is then: read ``status``. A waiting request holds no database
+        connection on the server."""
+        if wait is not None and not 0 <= wait <= MAX_WAIT:
+            raise ValueError(f"taskmaster: wait must be between 0 and {MAX_WAIT} seconds")
+        q = {"wait_ms": _millis(wait)} if wait else None
+        return decode(Task, self._t.call("GET", task_path(task_id), query=q, wait=wait or 0.0).data)
+
+    def wait(self, task_id: str, timeout: Optional[float] = None) -> Task:
+        """The task once it is DONE or DEAD. It waits on the server, which
+        answers within milliseconds of the task's end, in requests of up to
+        MAX_WAIT (polling nothing). With ``timeout`` (seconds) it raises
+        :class:`WaitTimeout` (carrying the task as last seen) when the task
+        is not finished by then."""
+        end = None if timeout is None else time.monotonic() + timeout
+        return self._wait(None, end, task_id)
+
+    def _wait(self, t: Optional[Task], end: Optional[float], task_id: str = "") -> Task:
+        tid = t.id if t is not None else task_id
+        while True:
+            if t is not None and t.terminal:
+                return t
+            if t is not None and end is not None and time.monotonic() >= end:
+                raise WaitTimeout(t)
+            t = self.get(tid, wait=_wait_for(end))
 
     def parents(self, task_id: str) -> List[Task]:
         """The tasks the task depends on, with their results, in its order."""
@@ -554,20 +620,27 @@ class Client:
         *,
         queues: Optional[Sequence[str]] = None,
         types: Optional[Sequence[str]] = None,
+        task_ids: Optional[Sequence[str]] = None,
         last_event_id: Optional[str] = None,
         reconnect: bool = True,
         read_timeout: Optional[float] = 60.0,
     ) -> Generator[Event, None, None]:
         """Follows the lifecycle event stream (``GET /events/v1``).
 
-        Yields every event in commit order. With ``reconnect``, a stream
+        Yields every event in commit order, of the ``queues``, ``types``
+        (``task.*`` is a prefix) and ``task_ids`` (at most 100: follow chosen
+        tasks) given. With ``reconnect``, a stream
         that ends or breaks is opened again after the server's ``retry:``
         delay, resuming after the last event seen (the server says
         ``stream.events_lost`` if it no longer has them). ``read_timeout``
         should exceed the server's heartbeat (15 s). Close the generator to
         stop.
         """
-        q = {"queue": list(queues) if queues else None, "type": list(types) if types else None}
+        q = {
+            "queue": list(queues) if queues else None,
+            "type": list(types) if types else None,
+            "task_id": list(task_ids) if task_ids else None,
+        }
         last = last_event_id
         delay = 2.0
         while True:
@@ -734,6 +807,31 @@ class Client:
         body = {"worker_id": worker_id, "lease_id": lease_id}
         return decode(Task, self._t.call("POST", task_path(task_id, "release"), body=body, **call).data)
 
+    def progress(
+        self,
+        task_id: str,
+        *,
+        worker_id: str,
+        lease_id: str,
+        percent: float,
+        message: Optional[str] = None,
+        details: Any = None,
+        **call: Any,
+    ) -> Task:
+        """Reports how far a held task got (``percent``, 0 to 100; a
+        ``message`` of at most 1 KiB; ``details``, any JSON value of at most
+        16 KiB). Fenced like complete (LeaseLost or InvalidTransition: the
+        task is no longer this worker's) and a sign of life of the worker.
+        The server keeps the last report as the task's ``progress`` and
+        announces it with a ``task.progress`` event, at most one a second."""
+        body: Dict[str, Any] = {"worker_id": worker_id, "lease_id": lease_id, "percent": percent}
+        if message:
+            body["message"] = message
+        if details is not None:
+            check_json(details, "the details")
+            body["details"] = details
+        return decode(Task, self._t.call("POST", task_path(task_id, "progress"), body=body, **call).data)
+
     def extend(self, task_id: str, *, worker_id: str, lease_id: str, lease_seconds: Optional[int] = None) -> Task:
         """Sets a held task's lease to run out ``lease_seconds`` from now
         (the task's current length when None)."""
@@ -783,6 +881,6 @@ def is_route_missing(err: BaseException) -> bool:
 
 __all__ = [
     "Client", "SubmitParams", "SubmitBatchResult", "CompleteItem", "FailItem", "TaskFilter", "UNSET",
-    "DEFAULT_URL", "ENV_URL", "ENV_API_KEY", "MAX_BATCH", "MAX_CLAIM_WAIT", "MAX_LEASE_SECONDS",
+    "DEFAULT_URL", "ENV_URL", "ENV_API_KEY", "MAX_BATCH", "MAX_CLAIM_WAIT", "MAX_LEASE_SECONDS", "MAX_WAIT",
     "MAX_HEARTBEAT_TASKS", "MAX_ERROR_BYTES", "MIN_SNOOZE", "MAX_SNOOZE", "is_route_missing",
 ]

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Type
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Type
+
+if TYPE_CHECKING:
+    from .types import Task
 
 PROBLEM_TYPE_PREFIX = "urn:problem-type:taskmaster:"
 
@@ -30,6 +33,16 @@ class TransportError(TaskmasterError):
     def __init__(self, message: str, *, sent: bool = True) -> None:
         super().__init__(message)
         self.sent = sent
+
+
+class WaitTimeout(TaskmasterError, TimeoutError):
+    """:meth:`Client.wait` or :meth:`Client.submit_and_wait` ran out of
+    time before the task was DONE or DEAD. ``task`` is the task as last
+    seen (it stays submitted: wait for it again with its id)."""
+
+    def __init__(self, task: "Task") -> None:
+        super().__init__(f"taskmaster: task {task.id} is still {task.status}")
+        self.task = task
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-import { Problem, TransportError } from "./errors.js";
+import { Problem, TransportError, WaitTimeout } from "./errors.js";
 import { DEFAULT_RETRY_POLICY, Transport, newId, problemFromAnswer, sleep, type CallOptions, type RetryPolicy } from "./http.js";
 import type {
   Attempt,
@@ -15,6 +15,7 @@ import type {
   Key,
   LeaseRef,
   LifecycleEvent,
+  ProgressRequest,
   PurgeJob,
   PurgeRequest,
   Queue,
@@ -44,6 +45,8 @@ export const MAX_CLAIM_WAIT_MS = 30_000;
 export const MAX_LEASE_SECONDS = 43_200;
 export const MAX_HEARTBEAT_TASKS = 10_000;
 export const MAX_ERROR_BYTES = 64 << 10;
+/** The longest one request waits on the server for a task to finish (`wait_ms`); `wait` and `submitAndWait` chain such requests. */
+export const MAX_WAIT_MS = 60_000;
 
 export interface ClientOptions {
   /** Sent as `Authorization: Bearer <key>`. */
@@ -137,9 +140,18 @@ export interface StreamEvent {
   data: LifecycleEvent | { type: string; [key: string]: unknown };
 }
 
+/** How long `wait` and `submitAndWait` wait, at most. */
+export interface WaitOptions extends RequestOptions {
+  /** Reject with WaitTimeout when the task is not DONE or DEAD by then (default: wait until it is). */
+  timeoutMs?: number;
+}
+
 export interface EventsParams {
   queues?: string[];
+  /** Event types; one ending in `*` is a prefix (`task.*`). */
   types?: string[];
+  /** Only the events of these tasks (at most 100). */
+  taskIds?: string[];
   lastEventId?: string;
   /** Open the stream again after it ends or breaks, resuming after the last event (default true). */
   reconnect?: boolean;
@@ -147,6 +159,12 @@ export interface EventsParams {
 }
 
 const enc = encodeURIComponent;
+
+/** How long one waiting request may wait: up to MAX_WAIT_MS, and no longer than until `end` (epoch ms), less a margin for the answer. */
+function waitFor(end: number | undefined): number {
+  if (end === undefined) return MAX_WAIT_MS;
+  return Math.min(MAX_WAIT_MS, Math.max(end - Date.now() - 250, 1));
+}
 
 export function taskPath(id: string, action = ""): string {
   return "/tasks/v1/" + enc(id) + (action ? "/" + action : "");
@@ -237,9 +255,57 @@ export class Client {
     return out;
   }
 
-  /** One task (with `depends_on` and `blocked_by`). */
-  get(id: string, o: RequestOptions = {}): Promise<Task> {
-    return this.data<Task>("GET", taskPath(id), o);
+  /**
+   * Submits a task (as `submit`) and resolves it once it is DONE or DEAD
+   * (read `status`, `result`, `last_error`). The submission itself waits on
+   * the server (`POST /tasks/v1?wait_ms`), then `wait` goes on. With
+   * `timeoutMs` it rejects with WaitTimeout when the task is not finished by
+   * then (the task stays submitted). Retried like `submit`.
+   */
+  async submitAndWait(req: SubmitRequest, o: WaitOptions = {}): Promise<Task> {
+    const item = req as BatchSubmitItem;
+    if (item.ref !== undefined || item.depends_on !== undefined) throw new TypeError("taskmaster: ref and depends_on need submitBatch");
+    const end = o.timeoutMs === undefined ? undefined : Date.now() + o.timeoutMs;
+    const waitMs = waitFor(end);
+    const t = await this.data<Task>("POST", "/tasks/v1", {
+      query: { wait_ms: Math.ceil(waitMs) },
+      body: req,
+      mode: req.idempotency_key ? "safe" : "unsent",
+      waitMs,
+      ...(o.signal ? { signal: o.signal } : {}),
+    });
+    return this.waitFrom(t.id, t, end, o.signal);
+  }
+
+  /**
+   * One task (with `depends_on` and `blocked_by`). With `waitMs` (at most
+   * MAX_WAIT_MS) the server answers as soon as the task is DONE or DEAD, or
+   * when the wait ends with the task as it is then: read `status`.
+   */
+  get(id: string, o: RequestOptions & { waitMs?: number } = {}): Promise<Task> {
+    const { waitMs, ...rest } = o;
+    if (waitMs === undefined || waitMs <= 0) return this.data<Task>("GET", taskPath(id), rest);
+    if (waitMs > MAX_WAIT_MS) throw new RangeError(`taskmaster: waitMs must be at most ${MAX_WAIT_MS}`);
+    return this.data<Task>("GET", taskPath(id), { ...rest, query: { wait_ms: Math.ceil(waitMs) }, waitMs });
+  }
+
+  /**
+   * Resolves the task once it is DONE or DEAD. It waits on the server, which
+   * answers within milliseconds of the task's end, in requests of up to
+   * MAX_WAIT_MS (polling nothing). With `timeoutMs` it rejects with
+   * WaitTimeout (carrying the task as last seen) when the task is not
+   * finished by then.
+   */
+  wait(id: string, o: WaitOptions = {}): Promise<Task> {
+    return this.waitFrom(id, undefined, o.timeoutMs === undefined ? undefined : Date.now() + o.timeoutMs, o.signal);
+  }
+
+  private async waitFrom(id: string, t: Task | undefined, end: number | undefined, signal: AbortSignal | undefined): Promise<Task> {
+    for (;;) {
+      if (t && (t.status === "DONE" || t.status === "DEAD")) return t;
+      if (t && end !== undefined && Date.now() >= end) throw new WaitTimeout(t);
+      t = await this.get(id, { waitMs: waitFor(end), ...(signal ? { signal } : {}) });
+    }
   }
 
   /** The tasks it depends on, with their results, in its order. */
@@ -417,7 +483,7 @@ export class Client {
     const reconnect = p.reconnect ?? true;
     let last = p.lastEventId;
     let delay = 2000;
-    const query = { queue: p.queues, type: p.types };
+    const query = { queue: p.queues, type: p.types, task_id: p.taskIds };
     while (!p.signal?.aborted) {
       const cid = newId();
       const headers = this.transport.headers(cid, false, "text/event-stream, application/problem+json");
@@ -557,6 +623,18 @@ export class Client {
   /** Hands a held task back, PENDING at once, without spending an attempt (a stopping worker's call). */
   release(taskId: string, req: { worker_id: string; lease_id: string }, o: ReportOptions = {}): Promise<Task> {
     return this.data<Task>("POST", taskPath(taskId, "release"), { ...o, body: req });
+  }
+
+  /**
+   * Reports how far a held task got (`percent` 0-100, a `message` of at
+   * most 1 KiB, `details` of at most 16 KiB). Fenced like complete
+   * (LeaseLost or InvalidTransition: the task is no longer this worker's)
+   * and a sign of life of the worker; announced with a `task.progress`
+   * event, at most one a second.
+   */
+  progress(taskId: string, req: ProgressRequest, o: ReportOptions = {}): Promise<Task> {
+    if (req.details !== undefined) checkJson(req.details, "the details");
+    return this.data<Task>("POST", taskPath(taskId, "progress"), { ...o, body: req });
   }
 
   /** Sets a held task's lease to run out `lease_seconds` from now (its current length when absent). */

@@ -1,4 +1,4 @@
-import type { FieldError, ProblemDocument, TaskStatus } from "./types.js";
+import type { FieldError, ProblemDocument, Task, TaskStatus } from "./types.js";
 
 /** Every problem type the server uses starts with this. */
 export const PROBLEM_TYPE_PREFIX = "urn:problem-type:taskmaster:";
@@ -18,6 +18,18 @@ export class TransportError extends TaskmasterError {
   constructor(message: string, options: { sent: boolean; cause?: unknown }) {
     super(message, { cause: options.cause });
     this.sent = options.sent;
+  }
+}
+
+/**
+ * `Client.wait` or `Client.submitAndWait` ran out of time before the task
+ * was DONE or DEAD. `task` is the task as last seen (it stays submitted:
+ * wait for it again with its id).
+ */
+export class WaitTimeout extends TaskmasterError {
+  override name = "WaitTimeout";
+  constructor(readonly task: Task) {
+    super(`taskmaster: task ${task.id} is still ${task.status}`);
   }
 }
 

@@ -17,6 +17,7 @@ export {
   MAX_LEASE_SECONDS,
   MAX_HEARTBEAT_TASKS,
   MAX_ERROR_BYTES,
+  MAX_WAIT_MS,
   type ClientOptions,
   type RequestOptions,
   type ListParams,
@@ -27,6 +28,7 @@ export {
   type FailItem,
   type PurgeResult,
   type StreamEvent,
+  type WaitOptions,
   type EventsParams,
 } from "./client.js";
 export {
@@ -39,9 +41,11 @@ export {
   TaskLost,
   TaskCancelled,
   TaskTimeout,
+  TaskTimeLimit,
   WorkerError,
   defaultWorkerId,
   type TaskContext,
   type Handler,
+  type HandlerContext,
   type WorkerOptions,
 } from "./worker.js";

@@ -441,6 +441,18 @@ export interface SnoozeRequest {
   delay_seconds: number;
 }
 
+/** A holder's progress report (schema ProgressRequest). */
+export interface ProgressRequest {
+  worker_id: string;
+  lease_id: string;
+  /** 0 to 100. */
+  percent: number;
+  /** At most 1 KiB. */
+  message?: string;
+  /** Any JSON value of at most 16 KiB. */
+  details?: JsonValue;
+}
+
 /** A lease extension (schema ExtendRequest). */
 export interface ExtendRequest {
   worker_id: string;

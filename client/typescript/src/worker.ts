@@ -15,7 +15,7 @@ import {
   isRouteMissing,
 } from "./errors.js";
 import { newId, sleep, type RetryPolicy } from "./http.js";
-import type { HeartbeatResult, JsonValue, LeaseRef, SubmitRequest, Task } from "./types.js";
+import type { HeartbeatResult, JsonValue, LeaseRef, SubmitRequest, Task, Trace } from "./types.js";
 
 /** Throw it from a handler to fail the task for good: DEAD at once (reason non_retryable). */
 export class NonRetryable extends TaskmasterError {
@@ -67,6 +67,17 @@ export class TaskTimeout extends Stopped {
   override name = "TaskTimeout";
 }
 
+/**
+ * The task's time limit on its attempt is up (`Task.timeout_at`: its
+ * `timeout_seconds`, else its queue's default, from the claim). The server
+ * ends the attempt itself (outcome `timed_out`, retried after backoff or
+ * DEAD `exhausted`), so whatever the handler returns is dropped, as for a
+ * lost task.
+ */
+export class TaskTimeLimit extends Stopped {
+  override name = "TaskTimeLimit";
+}
+
 /** The worker cannot go on: it could not register, or the server refused its key (401/403). */
 export class WorkerError extends TaskmasterError {
   override name = "WorkerError";
@@ -80,7 +91,7 @@ export interface TaskContext {
   readonly attempt: number;
   readonly workerId: string;
   readonly client: Client;
-  /** Aborted when the handler is asked to stop; its reason is the cause (Shutdown, TaskLost, TaskCancelled, TaskTimeout). */
+  /** Aborted when the handler is asked to stop; its reason is the cause (Shutdown, TaskLost, TaskCancelled, TaskTimeout, TaskTimeLimit). */
   readonly signal: AbortSignal;
   /** Whether the handler was asked to stop. */
   readonly cancelled: boolean;
@@ -90,10 +101,37 @@ export interface TaskContext {
   readonly leaseDeadline: number;
   /** Milliseconds until the lease runs out, as last renewed. */
   leaseRemainingMs(): number;
+  /** The W3C trace context the task was submitted under, or null. */
+  readonly trace: Trace | null;
+  /**
+   * The task's trace as W3C headers (`traceparent`, and `tracestate` when it
+   * has one; empty without a trace): the carrier a tracing system's
+   * propagator extracts from (OpenTelemetry:
+   * `propagation.extract(ROOT_CONTEXT, ctx.traceHeaders())`).
+   */
+  traceHeaders(): Record<string, string>;
+  /**
+   * Reports how far the handler got (`percent` 0-100, a `message` for a
+   * human of at most 1 KiB, `details` of at most 16 KiB): kept on the task
+   * (`progress`, the dashboard's bar) and announced with a `task.progress`
+   * event, at most one a second. Sent under this worker and the task's
+   * lease, retried through outages for `reportTimeoutMs`. LeaseLost or
+   * InvalidTransition: the task is no longer this worker's; stop.
+   */
+  progress(percent: number, message?: string, details?: JsonValue): Promise<void>;
 }
 
 /** A handler: returns the result (any JSON value, or a Next), or throws. */
 export type Handler = (ctx: TaskContext) => unknown | Promise<unknown>;
+
+/**
+ * Runs each handler (`run`) in a context of the caller's: it must call
+ * `run` once and resolve what it resolves (or reject as it rejects). The
+ * hook to start handlers in a tracing system with the task's trace, e.g.
+ * OpenTelemetry's
+ * `(ctx, run) => context.with(propagation.extract(ROOT_CONTEXT, ctx.traceHeaders()), run)`.
+ */
+export type HandlerContext = (ctx: TaskContext, run: () => Promise<unknown>) => Promise<unknown>;
 
 export interface WorkerOptions {
   /** The queues the worker serves (none: any). */
@@ -121,6 +159,8 @@ export interface WorkerOptions {
   taskTimeoutMs?: number;
   /** How long before the lease runs out (by this worker's clock) a lease not renewed counts as lost (default 10 % of the lease, 250 ms to 5 s). */
   leaseMarginMs?: number;
+  /** Runs each handler in a context of the caller's (a tracing system's span, say). */
+  handlerContext?: HandlerContext;
   /** Stop on SIGINT/SIGTERM while running (default true); a second signal skips the drain's waiting. */
   handleSignals?: boolean;
   /** Where the worker logs (default console). */
@@ -144,11 +184,18 @@ class Job {
   haltedAt = 0;
   handlerDone = false;
   reporterTaken = false;
+  /**
+   * Set when the handler is done with a task whose time limit is up: it
+   * stays listed until the server says it ended the attempt, or until then.
+   */
+  endingBy: number | undefined;
 
   constructor(
     readonly task: Task,
     readonly leaseMs: number,
     public leaseDeadline: number,
+    /** When the task's time limit is up by this worker's clock, if it has one. */
+    readonly timeLimitAt: number | undefined,
   ) {
     this.ref = { id: task.id, lease_id: task.lease_id ?? "" };
   }
@@ -163,6 +210,11 @@ class Job {
 
   lost(): boolean {
     return this.cause instanceof TaskLost;
+  }
+
+  /** Whether the handler's outcome is not reported: the task was lost, or the server ends its attempt (time limit). */
+  dropped(): boolean {
+    return this.cause instanceof TaskLost || this.cause instanceof TaskTimeLimit;
   }
 
   takeReporter(): boolean {
@@ -192,7 +244,8 @@ const key = (r: LeaseRef) => r.id + "\u0000" + r.lease_id;
  * runs out (only a 400/413/422 about the result fails the task; 401/403
  * stop the worker without touching its tasks); a lease it cannot renew
  * before it runs out by its own clock aborts the handler (TaskLost) and its
- * result is not reported; never more than `concurrency` handlers at once
+ * result is not reported, and so does a task's time limit (TaskTimeLimit: the
+ * server ends the attempt; the task stays listed until it has); never more than `concurrency` handlers at once
  * (a slot is held until the handler settles); `stop()` (SIGINT/SIGTERM)
  * drains and hands back, without spending an attempt, the tasks whose
  * handlers do not finish. CPU-bound handlers block heartbeats: run them in
@@ -200,8 +253,8 @@ const key = (r: LeaseRef) => r.id + "\u0000" + r.lease_id;
  */
 export class Worker {
   readonly workerId: string;
-  private readonly o: Required<Omit<WorkerOptions, "leaseSeconds" | "taskTimeoutMs" | "leaseMarginMs" | "heartbeatIntervalMs" | "workerId">> &
-    Pick<WorkerOptions, "leaseSeconds" | "taskTimeoutMs" | "leaseMarginMs" | "heartbeatIntervalMs">;
+  private readonly o: Required<Omit<WorkerOptions, "leaseSeconds" | "taskTimeoutMs" | "leaseMarginMs" | "heartbeatIntervalMs" | "workerId" | "handlerContext">> &
+    Pick<WorkerOptions, "leaseSeconds" | "taskTimeoutMs" | "leaseMarginMs" | "heartbeatIntervalMs" | "handlerContext">;
   private readonly log: Pick<Console, "info" | "warn" | "error">;
   private readonly inflight = new Map<string, Job>();
   /**
@@ -256,6 +309,7 @@ export class Worker {
       taskTimeoutMs: options.taskTimeoutMs,
       leaseMarginMs: options.leaseMarginMs,
       heartbeatIntervalMs: options.heartbeatIntervalMs,
+      handlerContext: options.handlerContext,
     };
     this.capacity = concurrency;
     const prefix = `taskmaster worker ${this.workerId}:`;
@@ -447,7 +501,12 @@ export class Worker {
     let leaseMs = (this.o.leaseSeconds ?? 0) * 1000;
     if (task.lease_expires_at && task.claimed_at) leaseMs = Date.parse(task.lease_expires_at) - Date.parse(task.claimed_at);
     if (!(leaseMs > 0)) leaseMs = 300_000;
-    const job = new Job(task, leaseMs, sent + leaseMs);
+    // The server's clock ends the attempt at timeout_at; the claim's answer
+    // came after claimed_at, so counting the limit from its arrival stops
+    // the handler no earlier than the server does.
+    let timeLimitAt: number | undefined;
+    if (task.timeout_at && task.claimed_at) timeLimitAt = now() + Math.max(Date.parse(task.timeout_at) - Date.parse(task.claimed_at), 0);
+    const job = new Job(task, leaseMs, sent + leaseMs, timeLimitAt);
     this.inflight.set(key(job.ref), job);
     void this.work(job);
   }
@@ -455,6 +514,8 @@ export class Worker {
   private context(job: Job): TaskContext {
     const client = this.client;
     const workerId = this.workerId;
+    const reportTimeoutMs = this.o.reportTimeoutMs;
+    const trace = job.task.trace;
     return {
       task: job.task,
       payload: job.task.payload,
@@ -472,6 +533,25 @@ export class Worker {
         return job.leaseDeadline;
       },
       leaseRemainingMs: () => job.leaseDeadline - now(),
+      trace,
+      traceHeaders: () => {
+        const out: Record<string, string> = {};
+        if (trace) {
+          out["traceparent"] = trace.traceparent;
+          if (trace.tracestate) out["tracestate"] = trace.tracestate;
+        }
+        return out;
+      },
+      progress: async (percent, message, details) => {
+        const req: { worker_id: string; lease_id: string; percent: number; message?: string; details?: JsonValue } = {
+          worker_id: workerId,
+          lease_id: job.task.lease_id ?? "",
+          percent,
+        };
+        if (message) req.message = message;
+        if (details !== undefined) req.details = details;
+        await client.progress(job.task.id, req, { deadline: Date.now() + reportTimeoutMs, stop: () => job.dropped() });
+      },
     };
   }
 
@@ -480,7 +560,9 @@ export class Worker {
     let error: unknown;
     let failed = false;
     try {
-      result = await this.handler(this.context(job));
+      const ctx = this.context(job);
+      const hook = this.o.handlerContext;
+      result = hook ? await hook(ctx, async () => this.handler(ctx)) : await this.handler(ctx);
     } catch (e) {
       error = e;
       failed = true;
@@ -503,6 +585,11 @@ export class Worker {
     if (cause instanceof TaskLost) {
       this.log.warn(`dropping the outcome of lost task ${t.id}`);
       this.forget(job);
+      return;
+    }
+    if (cause instanceof TaskTimeLimit) {
+      this.log.warn(`dropping the outcome of task ${t.id}: its time limit is up and the server ends the attempt`);
+      this.awaitEnd(job);
       return;
     }
     if (!failed) {
@@ -552,6 +639,15 @@ export class Worker {
     }
   }
 
+  /**
+   * Keeps listing a task whose time limit is up until the server says it
+   * ended the attempt (a heartbeat names it lost), so that it is not taken
+   * back as orphaned first; at most a few heartbeats.
+   */
+  private awaitEnd(job: Job): void {
+    job.endingBy = now() + Math.max(3 * this.intervalMs, 5000);
+  }
+
   private forget(job: Job): void {
     const k = key(job.ref);
     if (this.inflight.get(k) === job) this.inflight.delete(k);
@@ -570,7 +666,7 @@ export class Worker {
   ): Promise<void> {
     const t = job.task;
     const policy: RetryPolicy = { maxAttempts: Number.MAX_SAFE_INTEGER, baseDelayMs: 100, maxDelayMs: 5000 };
-    const call = { retry: policy, deadline: Date.now() + this.o.reportTimeoutMs, stop: () => job.lost() };
+    const call = { retry: policy, deadline: Date.now() + this.o.reportTimeoutMs, stop: () => job.dropped() };
     const who = { worker_id: this.workerId, lease_id: t.lease_id ?? "" };
     try {
       try {
@@ -605,7 +701,7 @@ export class Worker {
     } catch (e) {
       if (e instanceof Unauthorized || e instanceof Forbidden) this.fatalStop(r.kind, e);
       else if (isHeldElsewhere(e)) this.log.warn(`task ${t.id} no longer held by this worker; dropping it (${r.kind}):`, (e as Error).message);
-      else if (e instanceof TransportError && job.lost()) this.log.warn(`dropping the report of lost task ${t.id} (${r.kind})`);
+      else if (e instanceof TransportError && job.dropped()) this.log.warn(`dropping the report of lost task ${t.id} (${r.kind})`);
       else if (e instanceof Problem || e instanceof TransportError) this.log.error(`report of task ${t.id} failed (${r.kind}):`, e.message);
       else throw e;
     } finally {
@@ -706,6 +802,10 @@ export class Worker {
   }
 
   private act(res: HeartbeatResult, listed: Job[], sent: number): void {
+    for (const ref of [...res.lost, ...res.cancel]) {
+      const j = this.inflight.get(key(ref));
+      if (j?.endingBy !== undefined) this.forget(j); // the server ended the attempt past its time limit
+    }
     const lost = new Set(res.lost.map(key));
     if (!this.plainBeats) {
       for (const j of listed) if (!lost.has(key(j.ref))) j.leaseDeadline = Math.max(j.leaseDeadline, sent + j.leaseMs);
@@ -730,6 +830,13 @@ export class Worker {
 
   private watch(t: number): void {
     for (const j of [...this.inflight.values()]) {
+      if (j.endingBy !== undefined && t >= j.endingBy) {
+        this.forget(j);
+        continue;
+      }
+      if (j.timeLimitAt !== undefined && !j.cause && t >= j.timeLimitAt) {
+        if (j.halt(new TaskTimeLimit("the task's time limit is up"))) this.log.warn(`task ${j.task.id}: its time limit is up; aborting its handler and dropping its outcome`);
+      }
       if (!j.cause && t >= j.leaseDeadline - this.margin(j.leaseMs)) {
         if (j.halt(new TaskLost("the lease could not be renewed before it ran out"))) {
           this.log.warn(`task ${j.task.id}: lease not renewed in time; aborting its handler and dropping its outcome`);
@@ -747,6 +854,10 @@ export class Worker {
     if (j.lost()) {
       this.log.warn(`dropping lost task ${j.task.id}; its handler has not returned`);
       this.forget(j);
+      return;
+    }
+    if (j.cause instanceof TaskTimeLimit) {
+      this.awaitEnd(j);
       return;
     }
     this.onBehalf++;

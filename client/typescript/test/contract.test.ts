@@ -71,6 +71,7 @@ const MIRRORS: Record<string, string> = {
   FailRequest: "FailRequest",
   SnoozeRequest: "SnoozeRequest",
   ExtendRequest: "ExtendRequest",
+  ProgressRequest: "ProgressRequest",
   ReleaseRequest: "ReleaseRequest",
   ReleaseBatchRequest: "ReleaseBatchRequest",
   RegisterRequest: "RegisterRequest",

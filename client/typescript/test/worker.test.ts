@@ -4,6 +4,7 @@
  * and the rules of the lease protocol.
  */
 import assert from "node:assert/strict";
+import { AsyncLocalStorage } from "node:async_hooks";
 import { beforeEach, describe, test } from "node:test";
 import {
   Client,
@@ -11,6 +12,7 @@ import {
   NonRetryable,
   Snooze,
   TaskLost,
+  TaskTimeLimit,
   Unauthorized,
   Worker,
   WorkerError,
@@ -231,6 +233,56 @@ describe("worker", { skip: needsServer, concurrency: false }, () => {
     assert.equal((await c.get(task.id)).status, "DONE");
     assert.deepEqual(await outcomes(task.id), ["completed"], "one attempt, completed");
     assert.equal(rec.calls.get(task.id), 1, "the handler ran once");
+  });
+
+  test("a handler gets its trace and reports progress", async () => {
+    const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    // What a tracing system's hook does: make the task's trace the current one while the handler runs.
+    const current = new AsyncLocalStorage<string | undefined>();
+    const handlerContext = (ctx: TaskContext, run: () => Promise<unknown>) => current.run(ctx.traceHeaders()["traceparent"], run);
+    const traced = await c.submit({ queue: q, traceparent, tracestate: "vendor=1" });
+    await withWorker(async (ctx) => {
+      await sleepMs(1); // the context survives awaits
+      await ctx.progress(40, "4 of 10", { done: 4 });
+      return { current: current.getStore() ?? null, trace: ctx.traceHeaders() };
+    }, { handlerContext }, async () => {
+      await c.wait(traced.id, { timeoutMs: 60_000 });
+    });
+    const t = await c.get(traced.id);
+    assert.equal(t.status, "DONE", t.last_error ?? "");
+    assert.deepEqual(t.result, { current: traceparent, trace: { traceparent, tracestate: "vendor=1" } });
+    assert.deepEqual([t.progress?.percent, t.progress?.message, t.progress?.details], [40, "4 of 10", { done: 4 }]);
+
+    const plain = await c.submit({ queue: q });
+    await withWorker((ctx) => ({ current: current.getStore() ?? null, trace: ctx.trace }), { handlerContext }, async () => {
+      await c.wait(plain.id, { timeoutMs: 60_000 });
+    });
+    assert.deepEqual((await c.get(plain.id)).result, { current: null, trace: null }, "no trace, none current");
+  });
+
+  test("a time limit stops the handler and drops its outcome", async () => {
+    const rec = new Recorder();
+    const task = await c.submit({ queue: q, timeout_seconds: 1, max_attempts: 1 });
+    await withWorker(async (ctx) => {
+      rec.enter(ctx);
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, 30_000);
+        ctx.signal.addEventListener("abort", () => {
+          clearTimeout(t);
+          resolve();
+        });
+      });
+      rec.leave(ctx);
+      return "too late"; // never reported: the server ended the attempt
+    }, { heartbeatIntervalMs: 200 }, async () => {
+      await eventually(() => rec.causes.has(task.id), "the handler is stopped", 30_000);
+      await c.wait(task.id, { timeoutMs: 60_000 });
+    });
+    assert.ok(rec.causes.get(task.id) instanceof TaskTimeLimit, String(rec.causes.get(task.id)));
+    const t = await c.get(task.id);
+    assert.deepEqual([t.status, t.dead_reason], ["DEAD", "exhausted"]);
+    assert.deepEqual(await outcomes(task.id), ["timed_out"], "the server ended the attempt");
+    assert.deepEqual((await proxyLog()).reports.filter((r) => r.task_id === task.id), [], "nothing was reported");
   });
 
   test("snooze, next and non-retryable", async () => {
