@@ -104,6 +104,11 @@ func start(t *testing.T) *harness {
 		"TASKMASTER_LEASE_REAPER_INTERVAL_MS=200",
 		"TASKMASTER_REAPER_INTERVAL_MS=500",
 		"TASKMASTER_OUTBOX_POLL_INTERVAL_MS=50",
+		// Push queues may deliver to the SDK tests' own endpoints (on
+		// loopback, refused unless listed), and read a change of their
+		// settings within 200 ms.
+		"TASKMASTER_PUSH_ALLOWED_HOSTS=127.0.0.1",
+		"TASKMASTER_PUSH_REFRESH_MS=200",
 	)
 	f := startFaults(t, srv.URL)
 

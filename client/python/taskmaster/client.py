@@ -24,6 +24,8 @@ from .types import (
     ItemOutcome,
     Key,
     LeaseRef,
+    Limit,
+    LimitValues,
     PurgeJob,
     PurgeResult,
     QueueDetail,
@@ -131,6 +133,46 @@ class SubmitParams:
 
 
 @dataclass
+class PushPatch:
+    """Turns a queue's push delivery on (``url`` required) or changes it
+    (``Client.update_queue(name, push=PushPatch(...))``); ``None`` (or
+    UNSET) keeps a member's value, its default when push is turned on.
+
+    ``headers`` replaces the static headers every delivery carries (secret:
+    never shown again, only their names), ``None`` removes them all;
+    ``non_retryable_statuses`` replaces the statuses that dead-letter at
+    once, ``None`` restores the default (400, 401, 403, 404, 410, 422).
+    ``rotate_secret`` makes a new signing secret, shown once in the
+    answer; the replaced one keeps signing for ``secret_overlap_seconds``
+    (default 86,400; 0: dropped at once).
+    """
+
+    url: Optional[str] = None
+    timeout_seconds: Optional[int] = None
+    """1-900 (default 30)."""
+    max_in_flight: Optional[int] = None
+    """1-10,000 (default 10), across every instance."""
+    headers: Any = UNSET
+    non_retryable_statuses: Any = UNSET
+    rotate_secret: bool = False
+    secret_overlap_seconds: Optional[int] = None
+
+    def to_json(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        for k in ("url", "timeout_seconds", "max_in_flight", "secret_overlap_seconds"):
+            v = getattr(self, k)
+            if v is not None:
+                out[k] = v
+        if self.headers is not UNSET:
+            out["headers"] = None if self.headers is None else dict(self.headers)
+        if self.non_retryable_statuses is not UNSET:
+            out["non_retryable_statuses"] = None if self.non_retryable_statuses is None else list(self.non_retryable_statuses)
+        if self.rotate_secret:
+            out["rotate_secret"] = True
+        return out
+
+
+@dataclass
 class SubmitBatchResult:
     """The tasks of a batch in request order; ``created[i]`` is False where
     an idempotency or unique key named an existing task."""
@@ -188,6 +230,16 @@ class TaskFilter:
             if t is not None:
                 out[k] = format_time(t)
         return out
+
+
+def _rate_limit(v: Any) -> Any:
+    """A rate limit as the PATCH takes it (a RateLimit, a dict, or None)."""
+    if not isinstance(v, RateLimit):
+        return v
+    out: Dict[str, Any] = {"per_second": v.per_second}
+    if v.burst is not None:
+        out["burst"] = v.burst
+    return out
 
 
 def _wait_for(end: Optional[float]) -> float:
@@ -499,33 +551,82 @@ class Client:
         rate_limit: Any = UNSET,
         max_running_per_group: Any = UNSET,
         default_timeout_seconds: Any = UNSET,
+        rate_limit_per_group: Any = UNSET,
+        limits: Any = UNSET,
+        push: Any = UNSET,
     ) -> QueueSettingsResult:
         """Changes some of a queue's settings (admin): an argument left out
-        keeps its setting, None clears a limit."""
+        keeps its setting, None clears it.
+
+        ``rate_limit`` and ``rate_limit_per_group`` (a bucket per
+        ``group_key``) take a :class:`RateLimit`; ``limits`` the names of
+        the named limits the queue draws on (:meth:`put_limit`), replacing
+        them; ``push`` a :class:`PushPatch` that makes the queue a push
+        queue or changes its delivery (None turns push off). The answer of
+        the change that created or rotated a push queue's signing secret
+        shows it, once: ``result.push.secret``. A change of push settings is
+        not sent again after a lost answer (the repeat would show no secret
+        the first one created): rotate the secret instead."""
         body: Dict[str, Any] = {}
         if paused is not UNSET:
             body["paused"] = paused
         if max_running is not UNSET:
             body["max_running"] = max_running
         if rate_limit is not UNSET:
-            if isinstance(rate_limit, RateLimit):
-                rl: Dict[str, Any] = {"per_second": rate_limit.per_second}
-                if rate_limit.burst is not None:
-                    rl["burst"] = rate_limit.burst
-                body["rate_limit"] = rl
-            else:
-                body["rate_limit"] = rate_limit
+            body["rate_limit"] = _rate_limit(rate_limit)
         if max_running_per_group is not UNSET:
             body["max_running_per_group"] = max_running_per_group
         if default_timeout_seconds is not UNSET:
             body["default_timeout_seconds"] = default_timeout_seconds
-        return decode(QueueSettingsResult, self._t.call("PATCH", _path("/queues/v1", name), body=body).data)
+        if rate_limit_per_group is not UNSET:
+            body["rate_limit_per_group"] = _rate_limit(rate_limit_per_group)
+        if limits is not UNSET:
+            body["limits"] = None if limits is None else list(limits)
+        mode = SAFE
+        if push is not UNSET:
+            body["push"] = push.to_json() if isinstance(push, PushPatch) else push
+            if push is not None:
+                mode = UNSENT  # a secret is in the first answer only
+        return decode(QueueSettingsResult, self._t.call("PATCH", _path("/queues/v1", name), body=body, mode=mode).data)
 
     def pause_queue(self, name: str) -> QueueSettingsResult:
         return self.update_queue(name, paused=True)
 
     def resume_queue(self, name: str) -> QueueSettingsResult:
         return self.update_queue(name, paused=False)
+
+    # Named limits.
+
+    def put_limit(
+        self, name: str, *, per_second: Optional[float] = None, burst: Optional[int] = None, max_running: Optional[int] = None
+    ) -> Limit:
+        """Creates or replaces a named limit (admin): a token bucket
+        (``per_second``, ``burst``: default one second's tokens) and a cap on
+        RUNNING tasks (``max_running``) shared by the queues that name it
+        (``update_queue(q, limits=[name])``); at least one of per_second and
+        max_running. An argument left out is none. ``created`` is True for a
+        new limit."""
+        body: Dict[str, Any] = {}
+        for k, v in (("per_second", per_second), ("burst", burst), ("max_running", max_running)):
+            if v is not None:
+                body[k] = v
+        r = self._t.call("PUT", _path("/limits/v1", name), body=body)
+        out = decode(Limit, r.data)
+        out.created = r.status == 201
+        return out
+
+    def limit(self, name: str) -> Limit:
+        """One named limit (LimitNotFound when none has the name)."""
+        return decode(Limit, self._t.call("GET", _path("/limits/v1", name)).data)
+
+    def limits(self) -> List[Limit]:
+        """Every named limit, by name."""
+        return [decode(Limit, x) for x in self._t.call("GET", "/limits/v1").data["limits"]]
+
+    def delete_limit(self, name: str) -> LimitValues:
+        """Deletes a named limit no queue names (admin; LimitInUse
+        otherwise) and returns its values as they were."""
+        return decode(LimitValues, self._t.call("DELETE", _path("/limits/v1", name)).data)
 
     # Schedules.
 
@@ -880,7 +981,7 @@ def is_route_missing(err: BaseException) -> bool:
 
 
 __all__ = [
-    "Client", "SubmitParams", "SubmitBatchResult", "CompleteItem", "FailItem", "TaskFilter", "UNSET",
+    "Client", "PushPatch", "SubmitParams", "SubmitBatchResult", "CompleteItem", "FailItem", "TaskFilter", "UNSET",
     "DEFAULT_URL", "ENV_URL", "ENV_API_KEY", "MAX_BATCH", "MAX_CLAIM_WAIT", "MAX_LEASE_SECONDS", "MAX_WAIT",
     "MAX_HEARTBEAT_TASKS", "MAX_ERROR_BYTES", "MIN_SNOOZE", "MAX_SNOOZE", "is_route_missing",
 ]

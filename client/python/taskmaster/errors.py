@@ -176,6 +176,10 @@ class KeyNotFound(NotFound):
     """404 key-not-found."""
 
 
+class LimitNotFound(NotFound):
+    """404 limit-not-found: no named limit has this name."""
+
+
 class MethodNotAllowed(Problem):
     """405: the route does not answer this method."""
 
@@ -204,6 +208,11 @@ class ScheduleExists(Conflict):
 
 class UniqueKeyTaken(Conflict):
     """409 unique-key-taken: another unfinished task holds the unique key."""
+
+
+class LimitInUse(Conflict):
+    """409 limit-in-use: queues name the limit; take it out of their
+    ``limits`` first."""
 
 
 class HostNotAllowed(Forbidden):
@@ -251,6 +260,7 @@ _BY_SLUG: Dict[str, Type[Problem]] = {
     "queue-not-found": QueueNotFound,
     "schedule-not-found": ScheduleNotFound,
     "key-not-found": KeyNotFound,
+    "limit-not-found": LimitNotFound,
     "purge-job-not-found": NotFound,
     "method-not-allowed": MethodNotAllowed,
     "lease-lost": LeaseLost,
@@ -258,6 +268,7 @@ _BY_SLUG: Dict[str, Type[Problem]] = {
     "worker-dead": WorkerDead,
     "schedule-exists": ScheduleExists,
     "unique-key-taken": UniqueKeyTaken,
+    "limit-in-use": LimitInUse,
     "body-too-large": BodyTooLarge,
     "unsupported-media-type": UnsupportedMediaType,
     "host-not-allowed": HostNotAllowed,

@@ -5,10 +5,11 @@ the description over as JSON (TASKMASTER_OPENAPI_JSON)."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import os
 import unittest
-from typing import Any, Dict, Set
+from typing import Any, Callable, Dict, Set, Tuple
 
 import taskmaster
 from taskmaster import errors as errs
@@ -40,6 +41,11 @@ RESPONSES = {
     taskmaster.FieldError: "FieldError",
     taskmaster.Trace: "Trace",
     taskmaster.Progress: "Progress",
+    taskmaster.Limit: "Limit",
+    taskmaster.LimitValues: "LimitValues",
+    taskmaster.PushSettings: "PushSettings",
+    taskmaster.PushSettingsResult: "PushSettingsResult",
+    taskmaster.Deliveries: "Deliveries",
 }
 
 
@@ -82,6 +88,21 @@ class ContractTest(unittest.TestCase):
         self.assertEqual(self.props(self.schema("BulkRequest")), filt | {"dry_run"})
         sched = {f.name for f in dataclasses.fields(taskmaster.ScheduleTask)}
         self.assertEqual(self.props(self.schema("ScheduleTask")), sched)
+        push = {f.name for f in dataclasses.fields(taskmaster.PushPatch)}
+        self.assertEqual(self.props(self.schema("PushRequest")), push)
+
+    def test_calls_take_their_request_members(self) -> None:
+        # Calls whose keyword arguments are a request's members, one for one.
+        calls: Dict[str, Tuple[Callable[..., Any], Set[str]]] = {
+            "UpdateQueueSettingsRequest": (taskmaster.Client.update_queue, {"name"}),
+            "PutLimitRequest": (taskmaster.Client.put_limit, {"name"}),
+            "HeartbeatRequest": (taskmaster.Client.heartbeat, {"worker_id", "timeout"}),
+            "ProgressRequest": (taskmaster.Client.progress, {"task_id", "call"}),
+        }
+        for schema, (fn, own) in calls.items():
+            with self.subTest(schema=schema):
+                params = set(inspect.signature(fn).parameters) - {"self"} - own
+                self.assertEqual(self.props(self.schema(schema)), params)
 
     def test_problem_members_and_types(self) -> None:
         p = errs.Problem(type="about:blank", title="t", status=400)

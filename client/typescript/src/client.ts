@@ -14,10 +14,13 @@ import type {
   JsonValue,
   Key,
   LeaseRef,
+  Limit,
+  LimitValues,
   LifecycleEvent,
   ProgressRequest,
   PurgeJob,
   PurgeRequest,
+  PutLimitRequest,
   Queue,
   QueueDetail,
   QueueSettingsResult,
@@ -413,9 +416,17 @@ export class Client {
     return this.data<QueueDetail>("GET", "/queues/v1/" + enc(name), o);
   }
 
-  /** Changes some of a queue's settings (admin): absent members stay, null clears a limit. */
+  /**
+   * Changes some of a queue's settings (admin): absent members stay, null
+   * clears a setting. `push` makes the queue a push queue or changes its
+   * delivery (null turns it off); the answer of the change that created or
+   * rotated its signing secret shows it, once (`push.secret`). A change of
+   * push settings is not sent again after a lost answer (the repeat would
+   * show no secret the first one created): rotate the secret instead.
+   */
   updateQueue(name: string, patch: UpdateQueueSettingsRequest, o: RequestOptions = {}): Promise<QueueSettingsResult> {
-    return this.data<QueueSettingsResult>("PATCH", "/queues/v1/" + enc(name), { ...o, body: patch });
+    const mode = patch.push ? "unsent" : "safe"; // a secret is in the first answer only
+    return this.data<QueueSettingsResult>("PATCH", "/queues/v1/" + enc(name), { ...o, body: patch, mode });
   }
 
   pauseQueue(name: string, o: RequestOptions = {}): Promise<QueueSettingsResult> {
@@ -424,6 +435,35 @@ export class Client {
 
   resumeQueue(name: string, o: RequestOptions = {}): Promise<QueueSettingsResult> {
     return this.updateQueue(name, { paused: false }, o);
+  }
+
+  // Named limits.
+
+  /**
+   * Creates or replaces a named limit (admin): a token bucket (`per_second`,
+   * `burst`) and a cap on RUNNING tasks (`max_running`) that the queues
+   * naming it share (`updateQueue(q, { limits: [name] })`); at least one of
+   * per_second and max_running, an absent one is none. `created` is true
+   * for a new limit.
+   */
+  async putLimit(name: string, req: PutLimitRequest, o: RequestOptions = {}): Promise<Limit & { created: boolean }> {
+    const a = await this.transport.call("PUT", "/limits/v1/" + enc(name), { ...o, body: req });
+    return { ...(a.data as Limit), created: a.status === 201 };
+  }
+
+  /** One named limit (LimitNotFound when none has the name). */
+  limit(name: string, o: RequestOptions = {}): Promise<Limit> {
+    return this.data<Limit>("GET", "/limits/v1/" + enc(name), o);
+  }
+
+  /** Every named limit, by name. */
+  async limits(o: RequestOptions = {}): Promise<Limit[]> {
+    return (await this.data<{ limits: Limit[] }>("GET", "/limits/v1", o)).limits;
+  }
+
+  /** Deletes a named limit no queue names (admin; LimitInUse otherwise); resolves its values as they were. */
+  deleteLimit(name: string, o: RequestOptions = {}): Promise<LimitValues> {
+    return this.data<LimitValues>("DELETE", "/limits/v1/" + enc(name), o);
   }
 
   // Schedules.

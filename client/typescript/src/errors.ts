@@ -114,6 +114,8 @@ export class QueueNotFound extends NotFound { override name = "QueueNotFound"; }
 export class ScheduleNotFound extends NotFound { override name = "ScheduleNotFound"; }
 /** 404 key-not-found. */
 export class KeyNotFound extends NotFound { override name = "KeyNotFound"; }
+/** 404 limit-not-found: no named limit has this name. */
+export class LimitNotFound extends NotFound { override name = "LimitNotFound"; }
 /** 405: the route does not answer this method. */
 export class MethodNotAllowed extends Problem { override name = "MethodNotAllowed"; }
 /** 409: a conflict with the state of the thing. */
@@ -128,6 +130,8 @@ export class WorkerDead extends Conflict { override name = "WorkerDead"; }
 export class ScheduleExists extends Conflict { override name = "ScheduleExists"; }
 /** 409 unique-key-taken. */
 export class UniqueKeyTaken extends Conflict { override name = "UniqueKeyTaken"; }
+/** 409 limit-in-use: queues name the limit; take it out of their `limits` first. */
+export class LimitInUse extends Conflict { override name = "LimitInUse"; }
 /** 403 host-not-allowed: with authentication off the server answers only requests to a loopback name. */
 export class HostNotAllowed extends Forbidden { override name = "HostNotAllowed"; }
 /** 403 cross-origin: with authentication off the server refuses requests a page of another origin sent. */
@@ -158,6 +162,7 @@ export const PROBLEM_CLASSES: Readonly<Record<string, ProblemClass>> = {
   "queue-not-found": QueueNotFound,
   "schedule-not-found": ScheduleNotFound,
   "key-not-found": KeyNotFound,
+  "limit-not-found": LimitNotFound,
   "purge-job-not-found": NotFound,
   "method-not-allowed": MethodNotAllowed,
   "lease-lost": LeaseLost,
@@ -165,6 +170,7 @@ export const PROBLEM_CLASSES: Readonly<Record<string, ProblemClass>> = {
   "worker-dead": WorkerDead,
   "schedule-exists": ScheduleExists,
   "unique-key-taken": UniqueKeyTaken,
+  "limit-in-use": LimitInUse,
   "body-too-large": BodyTooLarge,
   "unsupported-media-type": UnsupportedMediaType,
   "host-not-allowed": HostNotAllowed,

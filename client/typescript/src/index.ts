@@ -7,6 +7,7 @@
 export * from "./types.js";
 export * from "./errors.js";
 export { DEFAULT_RETRY_POLICY, type RetryPolicy } from "./http.js";
+export * from "./push.js";
 export {
   Client,
   VERSION,
