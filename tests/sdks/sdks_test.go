@@ -90,16 +90,14 @@ func start(t *testing.T) *harness {
 		"TASKMASTER_DATABASE_URL="+databaseURL,
 		"TASKMASTER_LOG_LEVEL=info", // binary.Serve reads the listening address from the info log
 		"TASKMASTER_DB_MAX_CONNS=8",
-		// The server's heartbeat interval (a third of this) is also the
-		// grace a claim's answer has to arrive before a heartbeat that does
-		// not list its tasks may take them back as orphaned: 5 s, so that a
-		// loaded machine's slow answers are not taken for lost ones (at
-		// 500 ms, and even 1.5 s, the whole suite's load on two cores
-		// orphaned tasks whose answers were merely slow, and they ran
-		// twice). The SDKs' workers beat every second all the same
-		// (their own heartbeat interval setting): cancels and lease
-		// renewals need no more.
-		"TASKMASTER_HEARTBEAT_STALE_THRESHOLD_SECONDS=15",
+		// Heartbeats every 500 ms (a third of this), which the SDKs'
+		// workers follow: a cancel reaches a handler fast. The interval is
+		// also the grace after which a heartbeat that does not list a task
+		// takes it back as orphaned; a claim's answer may take longer than
+		// that to arrive (a loaded machine), and the workers name their
+		// claims in flight meanwhile (claims_in_flight), so such tasks are
+		// not taken back and run once.
+		"TASKMASTER_HEARTBEAT_STALE_THRESHOLD_SECONDS=1.5",
 		"TASKMASTER_HEARTBEAT_DEAD_THRESHOLD_SECONDS=30",
 		"TASKMASTER_LEASE_REAPER_INTERVAL_MS=200",
 		"TASKMASTER_REAPER_INTERVAL_MS=500",

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import unittest
 import urllib.request
 import uuid
-from typing import Any, Callable, Dict, List, Optional, TypeVar
+from typing import Any, Callable, Dict, Generator, List, Optional, TypeVar
 
 import taskmaster
 
@@ -73,3 +74,29 @@ def proxy_log() -> Dict[str, Any]:
 
 def server_has_release() -> bool:
     return os.environ.get("TASKMASTER_SERVER_HAS_RELEASE") == "1"
+
+
+def read_events(stream: "Generator[taskmaster.Event, None, None]", until: str, act: Callable[[], object], pause: float) -> List[taskmaster.Event]:
+    """Reads an event stream, on a thread, up to the first event of type
+    ``until``, calling ``act`` every ``pause`` seconds meanwhile: a stream
+    starts at the end of the outbox, so what happened before it connected
+    is not in it. Closes the stream."""
+    box: List[taskmaster.Event] = []
+
+    def read() -> None:
+        for ev in stream:
+            box.append(ev)
+            if ev.type == until:
+                return
+
+    th = threading.Thread(target=read, daemon=True)
+    th.start()
+    deadline = time.monotonic() + 60
+    while th.is_alive() and time.monotonic() < deadline:
+        act()
+        th.join(pause)
+    th.join(30)
+    stream.close()
+    if not box or box[-1].type != until:
+        raise AssertionError(f"no {until} event within 60 s")
+    return box

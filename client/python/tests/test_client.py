@@ -180,27 +180,16 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(taskmaster.LeaseLost):
             c.progress(chosen, worker_id=worker, lease_id=str(uuid.uuid4()), percent=10)
 
-        stream = c.events(task_ids=[chosen], read_timeout=30)
-        box: List[taskmaster.Event] = []
-
-        def read() -> None:
-            for ev in stream:
-                box.append(ev)
-                if ev.type == "task.progress":
-                    return
-
-        th = threading.Thread(target=read, daemon=True)
-        th.start()
-        # The stream starts at the end of the outbox: report until it sees one.
-        deadline = time.monotonic() + 60
         n = 0
-        while th.is_alive() and time.monotonic() < deadline:
+
+        def report() -> None:
+            nonlocal n
             n += 1
             for tid in (other, chosen):
                 c.progress(tid, worker_id=worker, lease_id=held[tid].lease_id or "", percent=n, message=f"step {n}", details={"n": n})
-            th.join(1.1)  # task.progress events: at most one a second per task
-        th.join(30)
-        stream.close()
+
+        # task.progress events: at most one a second per task.
+        box = support.read_events(c.events(task_ids=[chosen], read_timeout=30), "task.progress", report, 1.1)
         self.assertEqual({chosen}, {ev.data["task_id"] for ev in box}, "only the chosen task's events")
         self.assertEqual("task.progress", box[-1].type)
         self.assertGreaterEqual(box[-1].data["progress"]["percent"], 1)
@@ -275,24 +264,7 @@ class ClientTest(unittest.TestCase):
 
     def test_events(self) -> None:
         c, q = self.c, self.queue
-        stream = c.events(queues=[q], types=["task.*"], read_timeout=30)
-        box: List[taskmaster.Event] = []
-
-        def read() -> None:
-            for ev in stream:
-                box.append(ev)
-                if ev.type == "task.submitted":
-                    return
-
-        th = threading.Thread(target=read, daemon=True)
-        th.start()
-        # The stream starts at the end of the outbox: submit until one is seen.
-        deadline = time.monotonic() + 60
-        while not box and time.monotonic() < deadline:
-            c.submit(q, {})
-            th.join(0.5)
-        th.join(30)
-        stream.close()
+        box = support.read_events(c.events(queues=[q], types=["task.*"], read_timeout=30), "task.submitted", lambda: c.submit(q, {}), 0.5)
         self.assertEqual(q, box[-1].data["queue"])
         self.assertIsNotNone(box[-1].id)
 

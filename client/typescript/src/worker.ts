@@ -238,18 +238,20 @@ const key = (r: LeaseRef) => r.id + "\u0000" + r.lease_id;
  * Guarantees (docs/sdks.md says where each stops): a claim whose answer was
  * lost is retried with its request id, and until its answer arrives every
  * heartbeat names it (`claims_in_flight`), so a late answer does not cost
- * its tasks; a report failing with a transport
- * error, 5xx, 408 or 429 keeps its task heartbeated and is retried (after
- * Retry-After) until accepted, the lease is lost, or `reportTimeoutMs`
- * runs out (only a 400/413/422 about the result fails the task; 401/403
- * stop the worker without touching its tasks); a lease it cannot renew
- * before it runs out by its own clock aborts the handler (TaskLost) and its
- * result is not reported, and so does a task's time limit (TaskTimeLimit: the
- * server ends the attempt; the task stays listed until it has); never more than `concurrency` handlers at once
- * (a slot is held until the handler settles); `stop()` (SIGINT/SIGTERM)
- * drains and hands back, without spending an attempt, the tasks whose
- * handlers do not finish. CPU-bound handlers block heartbeats: run them in
- * worker_threads.
+ * its tasks; a report failing with a transport error, 5xx, 408 or 429
+ * keeps its task heartbeated and is retried (after Retry-After) until
+ * accepted, the lease is lost, or `reportTimeoutMs` runs out (only a
+ * 400/413/422 about the result fails the task; 401/403 stop the worker
+ * without touching its tasks); a lease it cannot renew before it runs out
+ * by its own clock aborts the handler (TaskLost) and its result is not
+ * reported, and so does a task's time limit (TaskTimeLimit: the server ends
+ * the attempt; the task stays listed until it has); never more than
+ * `concurrency` handlers at once (a slot is held until the handler
+ * settles); `stop()` (SIGINT/SIGTERM) drains and hands back, without
+ * spending an attempt, the tasks whose handlers do not finish. CPU-bound
+ * handlers block heartbeats: run them in worker_threads. `handlerContext`
+ * runs each handler in a context of the caller's (a tracing system's, with
+ * the task's trace: `ctx.traceHeaders()`).
  */
 export class Worker {
   readonly workerId: string;

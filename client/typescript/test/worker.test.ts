@@ -59,8 +59,8 @@ describe("worker", { skip: needsServer, concurrency: false }, () => {
 
   /** Runs a worker around body; stops it after; resolves run()'s error, if any. */
   async function withWorker(handler: Handler, options: WorkerOptions, body: (w: Worker, stopped: () => boolean) => Promise<void>): Promise<unknown> {
-    // Heartbeats every second, faster than the server asks (tests/sdks).
-    const w = new Worker(c, handler, { queues: [q], workerId: unique("ts-w"), claimWaitMs: 500, heartbeatIntervalMs: 1000, handleSignals: false, logger: quiet, ...options });
+    // Heartbeats as the server asks: every 500 ms (tests/sdks).
+    const w = new Worker(c, handler, { queues: [q], workerId: unique("ts-w"), claimWaitMs: 500, handleSignals: false, logger: quiet, ...options });
     let failure: unknown;
     let settled = false;
     const run = w
