@@ -825,8 +825,8 @@ class Client:
         tasks it lost, those to cancel, and whether to drain. Without, it
         renews nothing. ``timeout`` bounds the call, retries included.
 
-        ``claims_in_flight`` names the request ids of the worker's claims
-        sent and not yet answered: the tasks they made RUNNING are not
+        With ``tasks``, ``claims_in_flight`` names the request ids of the
+        worker's claims sent and not yet answered: the tasks they made RUNNING are not
         taken back as orphaned, however late their answer. Name a claim
         from its sending until its tasks are in ``tasks`` (take both at the
         same moment), or until the worker gives up on it."""
