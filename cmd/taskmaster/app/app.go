@@ -135,6 +135,7 @@ type httpParams struct {
 	Keys      ports.KeyService
 	Schedules ports.ScheduleService
 	Bulk      ports.BulkService
+	Workflows ports.WorkflowService
 	Telemetry *telemetry.Provider
 	Limits    *httpadapter.Limits
 }
@@ -143,7 +144,7 @@ func newHTTPServer(p httpParams) *httpadapter.Server {
 	deps := httpadapter.Deps{
 		Tasks: p.Tasks, Workers: p.Workers, Queues: p.Queues, Health: p.Health,
 		Logger: p.Logger, Observe: p.Observe, Routes: p.Routes, Events: p.Events, Keys: p.Keys, Schedules: p.Schedules,
-		Bulk: p.Bulk, Limits: p.Limits,
+		Bulk: p.Bulk, Workflows: p.Workflows, Limits: p.Limits,
 		// A stopping server answers waiting long-poll claims at once.
 		OnShutdown: []func(){p.Notifier.CloseWaits},
 	}
