@@ -47,7 +47,7 @@ func describeTask(ctx context.Context, st ports.Stores, t *task.Task) (ports.Tas
 	}
 	for _, p := range parents {
 		out.DependsOn = append(out.DependsOn, p.ID)
-		if p.Status != task.StatusDone {
+		if !(task.ParentState{Status: p.Status, OnFailure: p.OnFailure}).Resolved() {
 			out.BlockedBy = append(out.BlockedBy, p.ID)
 		}
 	}

@@ -193,7 +193,8 @@ type TaskDetail struct {
 	// DependsOn are the task's parents, in the order it named them (those
 	// retention deleted are gone).
 	DependsOn []uuid.UUID
-	// BlockedBy are the parents not DONE yet.
+	// BlockedBy are the parents not resolved yet: not DONE, nor DEAD under
+	// an ignore edge.
 	BlockedBy []uuid.UUID
 }
 

@@ -475,6 +475,7 @@ func TestOpenAPIResponsesMatchSpec(t *testing.T) {
 	exerciseBulk(t, s, specCalls{expect: expect, problem: problem})
 	exerciseQueues(t, specCalls{expect: expect, problem: problem})
 	exerciseRelease(t, specCalls{expect: expect, problem: problem})
+	exerciseWorkflows(t, specCalls{expect: expect, problem: problem})
 
 	// The router's own problems.
 	problem(404, "not-found", "GET", "/nowhere", "")
