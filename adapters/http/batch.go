@@ -121,10 +121,10 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request) {
 }
 
 type batchItem struct {
-	ID        *uuidValue      `json:"id"`
-	LeaseID   *uuidValue      `json:"lease_id"`
-	Result    json.RawMessage `json:"result"`
-	Error     *string         `json:"error"`
+	ID        *uuidValue        `json:"id"`
+	LeaseID   *uuidValue        `json:"lease_id"`
+	Result    json.RawMessage   `json:"result"`
+	Error     *string           `json:"error"`
 	Retryable *bool             `json:"retryable"`
 	Enqueue   []batchSubmitItem `json:"enqueue"`
 }

@@ -92,7 +92,7 @@ func TestResolveDependenciesRefusals(t *testing.T) {
 		},
 		{
 			name:   "a UUID in another form is not an id",
-			specs:  []task.DependencySpec{{DependsOn: task.Plain("{" + parentA.String() + "}", strings.ReplaceAll(parentA.String(), "-", ""))}},
+			specs:  []task.DependencySpec{{DependsOn: task.Plain("{"+parentA.String()+"}", strings.ReplaceAll(parentA.String(), "-", ""))}},
 			fields: []string{"tasks[0].depends_on[0]", "tasks[0].depends_on[1]"}, says: "is not a task id",
 		},
 		{
