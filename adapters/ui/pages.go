@@ -474,9 +474,19 @@ func (h *Handler) scheduleAction(w http.ResponseWriter, r *http.Request) {
 }
 
 type deadData struct {
-	Groups []ports.DeadCount
-	Total  int64
+	// Failures are the groups of tasks that failed; NotRun those of tasks
+	// stopped without running (task.DeadReason.Failure false).
+	Failures, NotRun []ports.DeadCount
+	Total            int64
 	queueExtra
+}
+
+// deadTableView is one table of the dead letters page.
+type deadTableView struct {
+	Groups    []ports.DeadCount
+	Act, Bulk bool
+	CSRF      string
+	Empty     string
 }
 
 func (h *Handler) deadPage(w http.ResponseWriter, r *http.Request) {
@@ -485,9 +495,14 @@ func (h *Handler) deadPage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	data := deadData{Groups: groups, queueExtra: queueExtra{BulkByFilter: h.d.Bulk != nil}}
+	data := deadData{queueExtra: queueExtra{BulkByFilter: h.d.Bulk != nil}}
 	for _, g := range groups {
 		data.Total += g.Count
+		if task.DeadReason(g.Reason).Failure() {
+			data.Failures = append(data.Failures, g)
+		} else {
+			data.NotRun = append(data.NotRun, g)
+		}
 	}
 	h.render(w, r, http.StatusOK, "dead", page{Title: "Dead letters", Nav: "dead", Data: data})
 }

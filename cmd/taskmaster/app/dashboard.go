@@ -43,6 +43,7 @@ type dashboardParams struct {
 	Sessions  ports.SessionService
 	Dashboard ports.DashboardService
 	Bulk      ports.BulkService
+	Workflows ports.WorkflowService
 	Limits    *httpadapter.Limits
 	Logger    *zap.Logger
 }
@@ -50,7 +51,7 @@ type dashboardParams struct {
 func dashboardRoutes(p dashboardParams) ([]httpadapter.Route, error) {
 	h, err := ui.New(ui.Config{Auth: p.Config.AuthEnabled(), Secure: p.Config.TLS.Enabled()}, ui.Deps{
 		Tasks: p.Tasks, Workers: p.Workers, Queues: p.Queues, Schedules: p.Schedules,
-		Sessions: p.Sessions, Dashboard: p.Dashboard, Bulk: p.Bulk, Limits: p.Limits, Logger: p.Logger.Named("ui"),
+		Sessions: p.Sessions, Dashboard: p.Dashboard, Bulk: p.Bulk, Workflows: p.Workflows, Limits: p.Limits, Logger: p.Logger.Named("ui"),
 	})
 	if err != nil {
 		return nil, err
