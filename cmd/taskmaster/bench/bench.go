@@ -122,6 +122,8 @@ type Report struct {
 	Queues *QueueFigures `json:"queues,omitempty"`
 	// Waiters holds the waiters scenario's figures.
 	Waiters *WaiterFigures `json:"waiters,omitempty"`
+	// Fanout holds the fanout scenario's figures.
+	Fanout *FanoutFigures `json:"fanout,omitempty"`
 }
 
 // Scenarios are the scenario names, in the order "all" runs them.
