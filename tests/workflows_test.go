@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -883,4 +884,48 @@ func TestWorkflowRespectsKeyQueues(t *testing.T) {
 	require.Equal(t, "b-9", p["queue"])
 	kids := spawn(t, both, mine[0], jsonObj{"queue": "a-4"})
 	require.Equal(t, mine[0].ID, kids[0].WorkflowID)
+}
+
+// GET /events/v1?workflow_id= follows a run: its first task's events (they
+// name no run: the task is its own), its other tasks' (they name it) and
+// its audit events; nothing of other runs.
+func TestEventStreamFollowsAWorkflow(t *testing.T) {
+	t.Parallel()
+	s, c := startAPI(t, nil)
+	q := "ev-" + uuid.NewString()
+	root := submitAndClaim(t, c, "ew", jsonObj{"queue": q})
+	other := c.Submit(jsonObj{"queue": q})
+	var kids []testclient.Task
+	dead := 0
+	events := readEventsUntil(t, c, s.URL, "workflow_id="+root.ID, func() {
+		kids = spawn(t, c, root, jsonObj{"queue": q + "-kid"}, jsonObj{"queue": q + "-kid"})
+		c.Do(http.MethodPost, "/tasks/v1/"+other.ID+"/cancel", nil).Expect(t, http.StatusOK, nil)
+		c.Do(http.MethodPost, "/workflows/v1/"+root.ID+"/cancel", nil).Expect(t, http.StatusOK, nil)
+	}, func(data string) bool {
+		if strings.Contains(data, `"task.dead_lettered"`) {
+			dead++
+		}
+		return dead == 2 // the children's, after the root's cancel request
+	})
+	seen := map[string]bool{}
+	for _, e := range events {
+		require.NotContains(t, e, other.ID)
+		var ev struct {
+			Type       string `json:"type"`
+			TaskID     string `json:"task_id"`
+			WorkflowID string `json:"workflow_id"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(e), &ev))
+		seen[ev.Type+" "+ev.TaskID] = true
+		if ev.TaskID != root.ID {
+			require.Equal(t, root.ID, ev.WorkflowID, e)
+		}
+	}
+	for _, k := range kids {
+		require.True(t, seen["task.submitted "+k.ID], "%v", seen)
+		require.True(t, seen["task.dead_lettered "+k.ID], "%v", seen)
+	}
+	require.True(t, seen["task.cancel_requested "+root.ID], "%v", seen)
+	require.True(t, seen["audit.workflow_cancelled "], "%v", seen)
+	c.Do(http.MethodGet, "/events/v1?workflow_id=nope", nil).Problem(t, http.StatusUnprocessableEntity, "validation-error")
 }
