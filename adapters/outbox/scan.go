@@ -422,10 +422,10 @@ type scannedEvent struct {
 	// ids do not repeat), or decoded when it holds escapes; workflowID
 	// the same of the run's id.
 	taskID, workflowID []byte
-	queues    []string
-	minute    int64
-	has       uint8
-	durations [3]float64
+	queues             []string
+	minute             int64
+	has                uint8
+	durations          [3]float64
 }
 
 // id reads an id's string (a null leaves dst as it is): the bytes as they

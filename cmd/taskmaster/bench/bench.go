@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,13 +64,27 @@ type Options struct {
 	// PGSettings are server settings of the benchmark's own PostgreSQL
 	// (--pg-set), over its defaults, to measure a setting's effect.
 	PGSettings map[string]string
+	// Via are the ways the server reaches the benchmark's own PostgreSQL,
+	// each measured in turn with a fresh database and server, in the same
+	// run: ViaDirect, or ViaPgBouncer (Debian's PgBouncer in transaction
+	// pooling in front of it, TASKMASTER_DB_TRANSACTION_POOLING on, the
+	// notifier's LISTEN direct).
+	Via []string
 }
+
+// The ways to the database Options.Via names.
+const (
+	ViaDirect    = "direct"
+	ViaPgBouncer = "pgbouncer"
+)
 
 // Report is one scenario's result. The JSON field names are a contract
 // for tools that compare runs.
 type Report struct {
-	Scenario              string       `json:"scenario"`
-	Auth                  bool         `json:"auth"`
+	Scenario string `json:"scenario"`
+	Auth     bool   `json:"auth"`
+	// Via is how the server reached its database (Options.Via).
+	Via                   string       `json:"via"`
 	Tasks                 int          `json:"tasks"`
 	Producers             int          `json:"producers"`
 	Workers               int          `json:"workers"`
@@ -124,6 +139,8 @@ type Report struct {
 	Waiters *WaiterFigures `json:"waiters,omitempty"`
 	// Fanout holds the fanout scenario's figures.
 	Fanout *FanoutFigures `json:"fanout,omitempty"`
+	// Push holds the push scenario's figures.
+	Push *PushFigures `json:"push,omitempty"`
 }
 
 // Scenarios are the scenario names, in the order "all" runs them.
@@ -135,20 +152,18 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	env, err := startEnvironment(ctx, opts, stderr)
-	if err != nil {
-		return err
-	}
-	defer env.stop()
 	var reports []Report
-	for _, name := range opts.Scenarios {
-		fmt.Fprintf(stderr, "\n== scenario %s ==\n", name)
-		r, err := runScenario(ctx, env, name, opts, stderr)
+	for _, via := range opts.Via {
+		one := opts
+		one.Via = []string{via}
+		rs, err := runVia(ctx, one, stdout, stderr)
 		if err != nil {
-			return fmt.Errorf("scenario %s: %w", name, err)
+			return err
 		}
-		reports = append(reports, r)
-		printReport(stdout, r)
+		reports = append(reports, rs...)
+	}
+	if len(opts.Via) > 1 {
+		printComparison(stdout, reports)
 	}
 	if opts.JSONPath != "" {
 		var v any = reports
@@ -167,12 +182,59 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// runVia runs opts' scenarios in an environment of its own, reached the one
+// way opts.Via names.
+func runVia(ctx context.Context, opts Options, stdout, stderr io.Writer) ([]Report, error) {
+	env, err := startEnvironment(ctx, opts, stderr)
+	if err != nil {
+		return nil, err
+	}
+	defer env.stop()
+	var reports []Report
+	for _, name := range opts.Scenarios {
+		fmt.Fprintf(stderr, "\n== scenario %s (%s) ==\n", name, opts.Via[0])
+		r, err := runScenario(ctx, env, name, opts, stderr)
+		if err != nil {
+			return nil, fmt.Errorf("scenario %s (%s): %w", name, opts.Via[0], err)
+		}
+		r.Via = opts.Via[0]
+		reports = append(reports, r)
+		printReport(stdout, r)
+	}
+	return reports, nil
+}
+
+// printComparison sets each scenario's figures through PgBouncer against
+// the direct ones of the same run.
+func printComparison(w io.Writer, reports []Report) {
+	direct := map[string]Report{}
+	for _, r := range reports {
+		if r.Via == ViaDirect {
+			direct[r.Scenario] = r
+		}
+	}
+	fmt.Fprintf(w, "\nthrough PgBouncer (transaction pooling) against direct, same run:\n")
+	for _, r := range reports {
+		d, ok := direct[r.Scenario]
+		if r.Via != ViaPgBouncer || !ok || d.EndToEndTasksPerSec == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "  %-10s end to end %8.0f vs %8.0f tasks/s (%.2fx); claim p50 %6.2f vs %6.2f ms, p99 %6.2f vs %6.2f ms\n",
+			r.Scenario, r.EndToEndTasksPerSec, d.EndToEndTasksPerSec, r.EndToEndTasksPerSec/d.EndToEndTasksPerSec,
+			r.ClaimLatencyMS.P50, d.ClaimLatencyMS.P50, r.ClaimLatencyMS.P99, d.ClaimLatencyMS.P99)
+		if r.CPU != nil && d.CPU != nil {
+			fmt.Fprintf(w, "  %-10s CPU per finished task: PostgreSQL %.0f vs %.0f µs, server %.0f vs %.0f µs (PgBouncer's own in other)\n", "",
+				r.CPU.PostgresUSPerTask, d.CPU.PostgresUSPerTask, r.CPU.ServerUSPerTask, d.CPU.ServerUSPerTask)
+		}
+	}
+}
+
 func parseOptions(args []string, stderr io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	scenario := fs.String("scenario", "batch", strings.Join(Scenarios, ", ")+", or all (comma-separated list allowed)")
 	o := Options{}
-	fs.IntVar(&o.Tasks, "tasks", 0, "tasks per scenario (defaults: batch 200000, single 20000, backlog 1000000 backlog rows, latency rate x duration, projection 200000 single-event messages, streams 100000)")
+	fs.IntVar(&o.Tasks, "tasks", 0, "tasks per scenario (defaults: batch 200000, single 20000, backlog 1000000 backlog rows, latency rate x duration, projection 200000 single-event messages, streams 100000, push 20000 plus rate x duration paced)")
 	fs.IntVar(&o.Streams, "streams", 500, "concurrent event streams in the streams scenario")
 	fs.IntVar(&o.Producers, "producers", 4, "concurrent producers")
 	fs.IntVar(&o.Workers, "workers", 8, "concurrent HTTP workers (single uses 16)")
@@ -208,11 +270,25 @@ func parseOptions(args []string, stderr io.Writer) (Options, error) {
 		o.PGSettings[strings.TrimSpace(name)] = value
 		return nil
 	})
+	via := fs.String("via", ViaDirect, "how the server reaches the benchmark's own PostgreSQL: direct, pgbouncer (Debian's, transaction pooling), or both (direct,pgbouncer: each scenario both ways, same run, compared)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if o.URL != "" && len(o.PGSettings) > 0 {
 		return o, errors.New("--pg-set applies to the benchmark's own PostgreSQL, not to --url")
+	}
+	for _, v := range strings.Split(*via, ",") {
+		switch v = strings.TrimSpace(v); v {
+		case ViaDirect, ViaPgBouncer:
+			if !slices.Contains(o.Via, v) {
+				o.Via = append(o.Via, v)
+			}
+		default:
+			return o, fmt.Errorf("--via: unknown %q (want direct, pgbouncer or both)", v)
+		}
+	}
+	if o.URL != "" && (len(o.Via) > 1 || o.Via[0] != ViaDirect) {
+		return o, errors.New("--via applies to the benchmark's own PostgreSQL, not to --url")
 	}
 	for _, s := range strings.Split(*scenario, ",") {
 		s = strings.TrimSpace(s)
@@ -674,7 +750,11 @@ func printReport(w io.Writer, r Report) {
 	if r.Auth {
 		auth = "on"
 	}
-	fmt.Fprintf(w, "\nscenario %s: %d tasks, %d producers, %d workers, %.1f s, auth %s\n", r.Scenario, r.Tasks, r.Producers, r.Workers, r.DurationSeconds, auth)
+	via := ""
+	if r.Via != "" && r.Via != ViaDirect {
+		via = ", via " + r.Via
+	}
+	fmt.Fprintf(w, "\nscenario %s: %d tasks, %d producers, %d workers, %.1f s, auth %s%s\n", r.Scenario, r.Tasks, r.Producers, r.Workers, r.DurationSeconds, auth, via)
 	if r.SubmitTasksPerSec > 0 {
 		fmt.Fprintf(w, "  submit:           %10.0f tasks/s\n", r.SubmitTasksPerSec)
 	}

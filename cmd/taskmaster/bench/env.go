@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	_ "github.com/lib/pq" // postgres driver
 
+	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/adapters/postgres/localpg"
 )
 
@@ -45,7 +47,12 @@ func startEnvironment(ctx context.Context, opts Options, log io.Writer) (*enviro
 		env := &environment{api: newAPI(strings.TrimRight(opts.URL, "/"), opts.Workers+opts.Producers), stop: func() {}}
 		env.api.key = opts.APIKey
 		if opts.DatabaseURL != "" {
-			db, err := sqlx.Open("postgres", opts.DatabaseURL)
+			// Either of libpq's forms, several hosts included.
+			p, err := postgres.ParseConnString(opts.DatabaseURL)
+			if err != nil {
+				return nil, fmt.Errorf("--database-url: %w", err)
+			}
+			db, err := sqlx.Open("postgres", p.String())
 			if err != nil {
 				return nil, err
 			}
@@ -84,6 +91,25 @@ func startEnvironment(ctx context.Context, opts Options, log io.Writer) (*enviro
 		return nil, fmt.Errorf("create database: %w", err)
 	}
 	dbURL := pg.URL(benchDatabase)
+	serveURL, viaEnv := dbURL, []string(nil)
+	if opts.Via[0] == ViaPgBouncer {
+		// The server's connections go through Debian's PgBouncer in
+		// transaction pooling, as many server connections as its own pool
+		// has by default; its LISTEN goes direct.
+		fmt.Fprintf(log, "starting PgBouncer (transaction pooling) in front of it ...\n")
+		b, err := localpg.StartPgBouncer(ctx, localpg.BouncerConfig{Dir: filepath.Join(dir, "pgbouncer"), ServerPort: pg.Port(), PoolSize: 20})
+		if err != nil {
+			cleanup()
+			return nil, err
+		}
+		stopPG := cleanup
+		cleanup = func() {
+			b.Stop()
+			stopPG()
+		}
+		serveURL = b.URL(benchDatabase)
+		viaEnv = []string{"TASKMASTER_LISTEN_DATABASE_URL=" + dbURL, "TASKMASTER_DB_TRANSACTION_POOLING=on"}
+	}
 	port, err := freePort()
 	if err != nil {
 		cleanup()
@@ -101,11 +127,16 @@ func startEnvironment(ctx context.Context, opts Options, log io.Writer) (*enviro
 		return nil, err
 	}
 	cmd := exec.Command(self, "serve")
-	cmd.Env = append(append(os.Environ(),
-		"TASKMASTER_DATABASE_URL="+dbURL,
+	cmd.Env = append(append(append(os.Environ(),
+		"TASKMASTER_DATABASE_URL="+serveURL,
 		"TASKMASTER_HTTP_ADDR="+addr,
 		"TASKMASTER_LOG_LEVEL=warn",
-	), authEnv...)
+	), authEnv...), viaEnv...)
+	if slices.Contains(opts.Scenarios, "push") {
+		// The push scenario's endpoint; other scenarios run without push
+		// delivery (no dispatcher at all).
+		cmd.Env = append(cmd.Env, "TASKMASTER_PUSH_ALLOWED_HOSTS="+pushEndpointHost)
+	}
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
