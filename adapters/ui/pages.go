@@ -351,9 +351,15 @@ type taskData struct {
 	Attempts  []task.Attempt
 	DependsOn []uuid.UUID
 	BlockedBy []uuid.UUID
-	CanRetry  bool
-	CanCancel bool
+	// MoreParents counts the parents beyond the first shownParents, which
+	// the page leaves out (a join may have 10,000).
+	MoreParents int
+	CanRetry    bool
+	CanCancel   bool
 }
+
+// shownParents is the most parents a task page lists.
+const shownParents = 100
 
 func (h *Handler) taskPage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
@@ -378,6 +384,9 @@ func (h *Handler) taskPage(w http.ResponseWriter, r *http.Request) {
 		DependsOn: detail.DependsOn, BlockedBy: detail.BlockedBy,
 		CanRetry:  s.Status == task.StatusDead,
 		CanCancel: s.Status == task.StatusPending || s.Status == task.StatusBlocked || (s.Status == task.StatusRunning && s.CancelRequestedAt == nil)}
+	if n := len(data.DependsOn); n > shownParents {
+		data.DependsOn, data.MoreParents = data.DependsOn[:shownParents], n-shownParents
+	}
 	h.render(w, r, http.StatusOK, "task", page{Title: "Task " + s.ID.String(), Nav: "overview", Data: data})
 }
 

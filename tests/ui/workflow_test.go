@@ -72,6 +72,12 @@ func TestDashboardWorkflowPage(t *testing.T) {
 		"edges under skip are dashed")
 	h.screenshot(tab, "workflow")
 
+	// The join's page lists its first 100 parents, and counts the rest.
+	h.run(tab, chromedp.Navigate(h.srv.URL+"/ui/tasks/"+join), chromedp.WaitVisible(chromedp.CSS(`#more-parents`)))
+	require.Contains(t, h.text(tab, "#more-parents"), "And 898 more")
+	require.Equal(t, 100, eval[int](h, tab, `document.querySelectorAll("#more-parents").length && document.querySelector("#more-parents").previousElementSibling.querySelectorAll("li").length`))
+	h.run(tab, chromedp.Navigate(h.srv.URL+"/ui/workflows/"+root.ID), chromedp.WaitVisible(chromedp.CSS(`#wf-graph`)))
+
 	// Cancel the run from its page.
 	h.run(tab, chromedp.Click(chromedp.CSS(`form[action$="/cancel"] button`)), chromedp.WaitVisible(chromedp.CSS(`.flash`)))
 	require.Contains(t, h.text(tab, ".flash"), "949 task(s) cancelled or asked to stop")
