@@ -24,7 +24,7 @@ func TestSDKWorkflows(t *testing.T) {
 	ctx := t.Context()
 	q := "sdkwf-" + uuid.NewString()[:8]
 	sums := make(chan int, 1)
-	_, _ = startRunner(t, c, client.RunnerConfig{Queues: []string{q, q + "-kid", q + "-join"}, Concurrency: 4},
+	stop, _ := startRunner(t, c, client.RunnerConfig{Queues: []string{q, q + "-kid", q + "-join"}, Concurrency: 4},
 		func(ctx context.Context, tk client.Task) (any, error) {
 			switch tk.Queue {
 			case q:
@@ -91,7 +91,10 @@ func TestSDKWorkflows(t *testing.T) {
 	_, err = c.Workflow(ctx, uuid.NewString(), 0, "")
 	require.True(t, client.IsWorkflowNotFound(err), "%v", err)
 
-	// Replays, alone and in bulk.
+	// Replays, alone and in bulk, with the runner stopped: it would run
+	// the replay of the root (and fan out again) before it is replayed
+	// in turn.
+	require.NoError(t, stop())
 	replay, err := c.Replay(ctx, root.ID, client.ReplayParams{Payload: "again", Metadata: map[string]string{}})
 	require.NoError(t, err)
 	require.Equal(t, root.ID, replay.ReplayOf)
