@@ -180,6 +180,10 @@ class LimitNotFound(NotFound):
     """404 limit-not-found: no named limit has this name."""
 
 
+class WorkflowNotFound(NotFound):
+    """404 workflow-not-found: no task (that the key may see) belongs to the run."""
+
+
 class MethodNotAllowed(Problem):
     """405: the route does not answer this method."""
 
@@ -213,6 +217,11 @@ class UniqueKeyTaken(Conflict):
 class LimitInUse(Conflict):
     """409 limit-in-use: queues name the limit; take it out of their
     ``limits`` first."""
+
+
+class CancelRequested(Conflict):
+    """409 cancel-requested: an operator asked to cancel the task, which may
+    no longer spawn; stop it and fail it."""
 
 
 class HostNotAllowed(Forbidden):
@@ -262,6 +271,7 @@ _BY_SLUG: Dict[str, Type[Problem]] = {
     "key-not-found": KeyNotFound,
     "limit-not-found": LimitNotFound,
     "purge-job-not-found": NotFound,
+    "workflow-not-found": WorkflowNotFound,
     "method-not-allowed": MethodNotAllowed,
     "lease-lost": LeaseLost,
     "invalid-transition": InvalidTransition,
@@ -269,6 +279,7 @@ _BY_SLUG: Dict[str, Type[Problem]] = {
     "schedule-exists": ScheduleExists,
     "unique-key-taken": UniqueKeyTaken,
     "limit-in-use": LimitInUse,
+    "cancel-requested": CancelRequested,
     "body-too-large": BodyTooLarge,
     "unsupported-media-type": UnsupportedMediaType,
     "host-not-allowed": HostNotAllowed,

@@ -46,6 +46,9 @@ RESPONSES = {
     taskmaster.PushSettings: "PushSettings",
     taskmaster.PushSettingsResult: "PushSettingsResult",
     taskmaster.Deliveries: "Deliveries",
+    taskmaster.ParentPage: "ParentList",
+    taskmaster.Workflow: "Workflow",
+    taskmaster.WorkflowResult: "WorkflowResult",
 }
 
 
@@ -90,6 +93,16 @@ class ContractTest(unittest.TestCase):
         self.assertEqual(self.props(self.schema("ScheduleTask")), sched)
         push = {f.name for f in dataclasses.fields(taskmaster.PushPatch)}
         self.assertEqual(self.props(self.schema("PushRequest")), push)
+        replay = set(inspect.signature(taskmaster.Client.replay).parameters) - {"self", "task_id"}
+        self.assertEqual(self.props(self.schema("ReplayRequest")), replay)
+        spawn = set(inspect.signature(taskmaster.Client.spawn).parameters) - {"self", "task_id", "items"}
+        self.assertEqual(self.props(self.schema("SpawnRequest")), spawn | {"tasks"})
+        dep: Set[str] = set()
+        for form in self.schema("Dependency")["oneOf"]:
+            dep |= set(form.get("properties", {}))
+        self.assertEqual(dep, {f.name for f in dataclasses.fields(taskmaster.Dependency)})
+        self.assertEqual(set(self.schema("OnFailure")["enum"]) - {None},
+                         {taskmaster.ON_FAILURE_FAIL, taskmaster.ON_FAILURE_IGNORE, taskmaster.ON_FAILURE_SKIP})
 
     def test_calls_take_their_request_members(self) -> None:
         # Calls whose keyword arguments are a request's members, one for one.

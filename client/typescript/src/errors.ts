@@ -116,6 +116,8 @@ export class ScheduleNotFound extends NotFound { override name = "ScheduleNotFou
 export class KeyNotFound extends NotFound { override name = "KeyNotFound"; }
 /** 404 limit-not-found: no named limit has this name. */
 export class LimitNotFound extends NotFound { override name = "LimitNotFound"; }
+/** 404 workflow-not-found: no task (that the key may see) belongs to the run. */
+export class WorkflowNotFound extends NotFound { override name = "WorkflowNotFound"; }
 /** 405: the route does not answer this method. */
 export class MethodNotAllowed extends Problem { override name = "MethodNotAllowed"; }
 /** 409: a conflict with the state of the thing. */
@@ -132,6 +134,8 @@ export class ScheduleExists extends Conflict { override name = "ScheduleExists";
 export class UniqueKeyTaken extends Conflict { override name = "UniqueKeyTaken"; }
 /** 409 limit-in-use: queues name the limit; take it out of their `limits` first. */
 export class LimitInUse extends Conflict { override name = "LimitInUse"; }
+/** 409 cancel-requested: an operator asked to cancel the task, which may no longer spawn; stop it and fail it. */
+export class CancelRequested extends Conflict { override name = "CancelRequested"; }
 /** 403 host-not-allowed: with authentication off the server answers only requests to a loopback name. */
 export class HostNotAllowed extends Forbidden { override name = "HostNotAllowed"; }
 /** 403 cross-origin: with authentication off the server refuses requests a page of another origin sent. */
@@ -164,6 +168,7 @@ export const PROBLEM_CLASSES: Readonly<Record<string, ProblemClass>> = {
   "key-not-found": KeyNotFound,
   "limit-not-found": LimitNotFound,
   "purge-job-not-found": NotFound,
+  "workflow-not-found": WorkflowNotFound,
   "method-not-allowed": MethodNotAllowed,
   "lease-lost": LeaseLost,
   "invalid-transition": InvalidTransition,
@@ -171,6 +176,7 @@ export const PROBLEM_CLASSES: Readonly<Record<string, ProblemClass>> = {
   "schedule-exists": ScheduleExists,
   "unique-key-taken": UniqueKeyTaken,
   "limit-in-use": LimitInUse,
+  "cancel-requested": CancelRequested,
   "body-too-large": BodyTooLarge,
   "unsupported-media-type": UnsupportedMediaType,
   "host-not-allowed": HostNotAllowed,
