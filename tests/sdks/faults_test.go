@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path"
 	"strings"
 	"sync"
 	"testing"
@@ -32,8 +33,14 @@ import (
 //	POST /answer {"on": [...], "status": 503, "retry_after": 1, "ms": 4000}
 //	                                                      answer with that status (and Retry-After), without forwarding, for ms
 //	POST /partition {"ms": 5000}                          hold every request unanswered for ms, then cut it
+//	POST /delay-answers {"on": [...], "ms": 6000, "count": 1}
+//	                                                      forward at once, hold the server's answer ms (count: the
+//	                                                      first n matching requests; absent: until reset)
 //	POST /reset                                           remove every fault
-//	GET  /log                                             {"claims": [...], "reports": [...]}
+//	GET  /log                                             {"claims": [...], "reports": [...], "actions": {...}}
+//
+// The log's "actions" count the proxy's exchanges by route pattern and what
+// it did with them: {"claim delay_answer": 1, ...}.
 type faults struct {
 	proxy   *faultproxy.Proxy
 	rec     *recorder
@@ -94,12 +101,14 @@ func (f *faults) serveControl(w http.ResponseWriter, r *http.Request) {
 		f.proxy.Inject(faultproxy.Status(in.Status, time.Duration(in.RetryAfter*float64(time.Second))).On(routes...).For(d))
 	case "POST /partition":
 		f.proxy.Inject(faultproxy.Hang().On(routes...).For(d))
+	case "POST /delay-answers":
+		f.proxy.Inject(faultproxy.DelayAnswers(d).On(routes...).Times(in.Count))
 	case "POST /reset":
 		f.proxy.Heal()
 	case "GET /log":
 		claims, reports := f.log()
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"claims": claims, "reports": reports})
+		_ = json.NewEncoder(w).Encode(map[string]any{"claims": claims, "reports": reports, "actions": f.actions()})
 		return
 	default:
 		http.NotFound(w, r)
@@ -142,14 +151,44 @@ func (f *faults) log() ([]claimRecord, []reportRecord) {
 		seen[claims[i].RequestID]++
 	}
 	for _, e := range f.proxy.Log() {
-		if e.Action == faultproxy.ActionForward || e.Action == faultproxy.ActionDrop {
-			continue // the recorder saw it
+		switch e.Action {
+		case faultproxy.ActionForward, faultproxy.ActionDrop, faultproxy.ActionDelay, faultproxy.ActionDelayAnswer:
+			continue // forwarded: the recorder saw it
 		}
 		if action, id := reportOf(e.Method, e.Path); action != "" {
 			reports = append(reports, reportRecord{TaskID: id, Action: action, Status: e.Status, Faulted: true})
 		}
 	}
 	return claims, reports
+}
+
+// actions counts the proxy's exchanges by the name of their route (as the
+// control routes name them: "claim", "complete", ...; "other" for the
+// rest) and what the proxy did: "claim delay_answer".
+func (f *faults) actions() map[string]int {
+	out := map[string]int{}
+	for _, e := range f.proxy.Log() {
+		out[routeName(e.Method, e.Path)+" "+string(e.Action)]++
+	}
+	return out
+}
+
+// pathMatch matches a faultproxy route's path ('*': one segment).
+func pathMatch(pattern, p string) bool {
+	ok, _ := path.Match(pattern, p)
+	return ok
+}
+
+// routeName names the route of a request as the control routes do.
+func routeName(method, reqPath string) string {
+	for _, name := range []string{"register", "heartbeat", "claim", "complete", "fail", "extend", "snooze", "release"} {
+		for _, route := range routeNames[name] {
+			if m, p, _ := strings.Cut(route, " "); m == method && pathMatch(p, reqPath) {
+				return name
+			}
+		}
+	}
+	return "other"
 }
 
 // recorder forwards to the server, validating every exchange but event

@@ -38,6 +38,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -89,20 +90,23 @@ func start(t *testing.T) *harness {
 		"TASKMASTER_DATABASE_URL="+databaseURL,
 		"TASKMASTER_LOG_LEVEL=info", // binary.Serve reads the listening address from the info log
 		"TASKMASTER_DB_MAX_CONNS=8",
-		// The server's heartbeat interval (a third of this) is also the
-		// grace a claim's answer has to arrive before a heartbeat that does
-		// not list its tasks may take them back as orphaned: 5 s, so that a
-		// loaded machine's slow answers are not taken for lost ones (at
-		// 500 ms, and even 1.5 s, the whole suite's load on two cores
-		// orphaned tasks whose answers were merely slow, and they ran
-		// twice). The SDKs' workers beat every second all the same
-		// (their own heartbeat interval setting): cancels and lease
-		// renewals need no more.
-		"TASKMASTER_HEARTBEAT_STALE_THRESHOLD_SECONDS=15",
+		// Heartbeats every 500 ms (a third of this), which the SDKs'
+		// workers follow: a cancel reaches a handler fast. The interval is
+		// also the grace after which a heartbeat that does not list a task
+		// takes it back as orphaned; a claim's answer may take longer than
+		// that to arrive (a loaded machine), and the workers name their
+		// claims in flight meanwhile (claims_in_flight), so such tasks are
+		// not taken back and run once.
+		"TASKMASTER_HEARTBEAT_STALE_THRESHOLD_SECONDS=1.5",
 		"TASKMASTER_HEARTBEAT_DEAD_THRESHOLD_SECONDS=30",
 		"TASKMASTER_LEASE_REAPER_INTERVAL_MS=200",
 		"TASKMASTER_REAPER_INTERVAL_MS=500",
 		"TASKMASTER_OUTBOX_POLL_INTERVAL_MS=50",
+		// Push queues may deliver to the SDK tests' own endpoints (on
+		// loopback, refused unless listed), and read a change of their
+		// settings within 200 ms.
+		"TASKMASTER_PUSH_ALLOWED_HOSTS=127.0.0.1",
+		"TASKMASTER_PUSH_REFRESH_MS=200",
 	)
 	f := startFaults(t, srv.URL)
 
@@ -142,6 +146,12 @@ func (h *harness) env(queue string) []string {
 }
 
 func requireSDKs() bool { return os.Getenv(EnvRequireSDKs) == "1" }
+
+// EnvSDKTests, when set, runs only the Python and TypeScript tests whose
+// names contain it (unittest's -k, node's --test-name-pattern), and then
+// not the database checks of the conformance scenario: a quicker loop
+// while working on one SDK test.
+const EnvSDKTests = "TASKMASTER_SDK_TESTS"
 
 func missing(t *testing.T, format string, args ...any) {
 	t.Helper()
@@ -183,8 +193,14 @@ func TestPythonSDK(t *testing.T) {
 	}
 	h := start(t)
 	queue := "conformance-py"
-	run(t, filepath.Join(repoRoot(t), "client", "python"), h.env(queue), python, "-m", "unittest", "discover", "-v", "-s", "tests", "-t", ".")
-	h.verify(t, queue)
+	args := []string{"-m", "unittest", "discover", "-v", "-s", "tests", "-t", "."}
+	if only := os.Getenv(EnvSDKTests); only != "" {
+		args = append(args, "-k", only)
+	}
+	run(t, filepath.Join(repoRoot(t), "client", "python"), h.env(queue), python, args...)
+	if os.Getenv(EnvSDKTests) == "" {
+		h.verify(t, queue)
+	}
 }
 
 func TestTypeScriptSDK(t *testing.T) {
@@ -207,8 +223,16 @@ func TestTypeScriptSDK(t *testing.T) {
 	}
 	h := start(t)
 	queue := "conformance-ts"
-	run(t, dir, h.env(queue), npm, "test")
-	h.verify(t, queue)
+	only := os.Getenv(EnvSDKTests)
+	if only == "" {
+		run(t, dir, h.env(queue), npm, "test")
+		h.verify(t, queue)
+		return
+	}
+	run(t, dir, h.env(queue), npm, "run", "pretest")
+	files, err := filepath.Glob(filepath.Join(dir, "build", "test", "*.test.js"))
+	require.NoError(t, err)
+	run(t, dir, h.env(queue), node, append([]string{"--test", "--test-name-pattern=" + regexp.QuoteMeta(only)}, files...)...)
 }
 
 // TestGoConformance runs the scenario with the Go SDK: this test is the

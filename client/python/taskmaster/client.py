@@ -13,7 +13,7 @@ from typing import Any, Dict, Generator, Iterator, List, Mapping, Optional, Sequ
 
 from . import __version__
 from ._http import SAFE, UNSENT, Response, RetryPolicy, Transport, new_id, parse_retry_after
-from .errors import NotFound, Problem, TransportError
+from .errors import NotFound, Problem, TransportError, WaitTimeout
 from .types import (
     Attempt,
     Backoff,
@@ -25,6 +25,8 @@ from .types import (
     ItemOutcome,
     Key,
     LeaseRef,
+    Limit,
+    LimitValues,
     ParentPage,
     PurgeJob,
     PurgeResult,
@@ -56,6 +58,10 @@ MAX_BATCH = 1000
 MAX_CLAIM_WAIT = 30.0
 """The longest claim wait (seconds) the server accepts."""
 MAX_LEASE_SECONDS = 43200
+MAX_WAIT = 60.0
+"""The longest one request waits on the server for a task to finish
+(``wait_ms``); :meth:`Client.wait` and :meth:`Client.submit_and_wait` chain
+such requests."""
 MAX_HEARTBEAT_TASKS = 10000
 MAX_ERROR_BYTES = 64 << 10
 MIN_SNOOZE = 1
@@ -143,6 +149,46 @@ class SubmitParams:
 
 
 @dataclass
+class PushPatch:
+    """Turns a queue's push delivery on (``url`` required) or changes it
+    (``Client.update_queue(name, push=PushPatch(...))``); ``None`` (or
+    UNSET) keeps a member's value, its default when push is turned on.
+
+    ``headers`` replaces the static headers every delivery carries (secret:
+    never shown again, only their names), ``None`` removes them all;
+    ``non_retryable_statuses`` replaces the statuses that dead-letter at
+    once, ``None`` restores the default (400, 401, 403, 404, 410, 422).
+    ``rotate_secret`` makes a new signing secret, shown once in the
+    answer; the replaced one keeps signing for ``secret_overlap_seconds``
+    (default 86,400; 0: dropped at once).
+    """
+
+    url: Optional[str] = None
+    timeout_seconds: Optional[int] = None
+    """1-900 (default 30)."""
+    max_in_flight: Optional[int] = None
+    """1-10,000 (default 10), across every instance."""
+    headers: Any = UNSET
+    non_retryable_statuses: Any = UNSET
+    rotate_secret: bool = False
+    secret_overlap_seconds: Optional[int] = None
+
+    def to_json(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        for k in ("url", "timeout_seconds", "max_in_flight", "secret_overlap_seconds"):
+            v = getattr(self, k)
+            if v is not None:
+                out[k] = v
+        if self.headers is not UNSET:
+            out["headers"] = None if self.headers is None else dict(self.headers)
+        if self.non_retryable_statuses is not UNSET:
+            out["non_retryable_statuses"] = None if self.non_retryable_statuses is None else list(self.non_retryable_statuses)
+        if self.rotate_secret:
+            out["rotate_secret"] = True
+        return out
+
+
+@dataclass
 class SubmitBatchResult:
     """The tasks of a batch in request order; ``created[i]`` is False where
     an idempotency or unique key named an existing task."""
@@ -202,6 +248,30 @@ class TaskFilter:
             if t is not None:
                 out[k] = format_time(t)
         return out
+
+
+def _rate_limit(v: Any) -> Any:
+    """A rate limit as the PATCH takes it (a RateLimit, a dict, or None)."""
+    if not isinstance(v, RateLimit):
+        return v
+    out: Dict[str, Any] = {"per_second": v.per_second}
+    if v.burst is not None:
+        out["burst"] = v.burst
+    return out
+
+
+def _wait_for(end: Optional[float]) -> float:
+    """How long one waiting request may wait: up to MAX_WAIT, and no longer
+    than until ``end`` (a time.monotonic() value), less a margin for the
+    answer to come back."""
+    if end is None:
+        return MAX_WAIT
+    return min(MAX_WAIT, max(end - time.monotonic() - 0.25, 0.001))
+
+
+def _millis(seconds: Optional[float]) -> int:
+    """Seconds as whole milliseconds, rounded up."""
+    return int(-(-(seconds or 0.0) * 1000 // 1))
 
 
 def encode_enqueue(enqueue: Optional[Sequence[SubmitParams]]) -> Optional[List[Dict[str, Any]]]:
@@ -324,9 +394,57 @@ class Client:
             raise TransportError(f"taskmaster: {what} of {n} answered with {len(out.tasks)} tasks")
         return out
 
-    def get(self, task_id: str) -> Task:
-        """One task (with ``depends_on`` and ``blocked_by``)."""
-        return decode(Task, self._t.call("GET", task_path(task_id)).data)
+    def submit_and_wait(
+        self, queue: Union[str, SubmitParams], payload: Any = None, *, timeout: Optional[float] = None, **options: Any
+    ) -> Task:
+        """Submits a task (as :meth:`submit`) and returns it once it is
+        DONE or DEAD (read ``status``, ``result``, ``last_error``).
+
+        The submission itself waits on the server (``POST /tasks/v1?wait_ms``),
+        then :meth:`wait` goes on. With ``timeout`` (seconds) it raises
+        :class:`WaitTimeout` when the task is not finished by then; the task
+        stays submitted (``WaitTimeout.task`` is it, as last seen). Retried
+        like :meth:`submit`.
+        """
+        p = queue if isinstance(queue, SubmitParams) else SubmitParams(queue=queue, payload=payload, **options)
+        if p.ref is not None or p.depends_on is not None:
+            raise ValueError("taskmaster: ref and depends_on need submit_batch")
+        end = None if timeout is None else time.monotonic() + timeout
+        wait = _wait_for(end)
+        mode = SAFE if p.idempotency_key else UNSENT
+        r = self._t.call("POST", "/tasks/v1", query={"wait_ms": _millis(wait)}, body=p.to_json(), mode=mode, wait=wait)
+        t = decode(Task, r.data)
+        return t if t.terminal else self._wait(t, end)
+
+    def get(self, task_id: str, *, wait: Optional[float] = None) -> Task:
+        """One task (with ``depends_on`` and ``blocked_by``).
+
+        With ``wait`` (seconds, at most MAX_WAIT) the server answers as soon
+        as the task is DONE or DEAD, or when the wait ends with the task as
+        it is then: read ``status``. A waiting request holds no database
+        connection on the server."""
+        if wait is not None and not 0 <= wait <= MAX_WAIT:
+            raise ValueError(f"taskmaster: wait must be between 0 and {MAX_WAIT} seconds")
+        q = {"wait_ms": _millis(wait)} if wait else None
+        return decode(Task, self._t.call("GET", task_path(task_id), query=q, wait=wait or 0.0).data)
+
+    def wait(self, task_id: str, timeout: Optional[float] = None) -> Task:
+        """The task once it is DONE or DEAD. It waits on the server, which
+        answers within milliseconds of the task's end, in requests of up to
+        MAX_WAIT (polling nothing). With ``timeout`` (seconds) it raises
+        :class:`WaitTimeout` (carrying the task as last seen) when the task
+        is not finished by then."""
+        end = None if timeout is None else time.monotonic() + timeout
+        return self._wait(None, end, task_id)
+
+    def _wait(self, t: Optional[Task], end: Optional[float], task_id: str = "") -> Task:
+        tid = t.id if t is not None else task_id
+        while True:
+            if t is not None and t.terminal:
+                return t
+            if t is not None and end is not None and time.monotonic() >= end:
+                raise WaitTimeout(t)
+            t = self.get(tid, wait=_wait_for(end))
 
     def parents(self, task_id: str) -> List[Task]:
         """The tasks the task depends on, with their results, in its order:
@@ -541,33 +659,82 @@ class Client:
         rate_limit: Any = UNSET,
         max_running_per_group: Any = UNSET,
         default_timeout_seconds: Any = UNSET,
+        rate_limit_per_group: Any = UNSET,
+        limits: Any = UNSET,
+        push: Any = UNSET,
     ) -> QueueSettingsResult:
         """Changes some of a queue's settings (admin): an argument left out
-        keeps its setting, None clears a limit."""
+        keeps its setting, None clears it.
+
+        ``rate_limit`` and ``rate_limit_per_group`` (a bucket per
+        ``group_key``) take a :class:`RateLimit`; ``limits`` the names of
+        the named limits the queue draws on (:meth:`put_limit`), replacing
+        them; ``push`` a :class:`PushPatch` that makes the queue a push
+        queue or changes its delivery (None turns push off). The answer of
+        the change that created or rotated a push queue's signing secret
+        shows it, once: ``result.push.secret``. A change of push settings is
+        not sent again after a lost answer (the repeat would show no secret
+        the first one created): rotate the secret instead."""
         body: Dict[str, Any] = {}
         if paused is not UNSET:
             body["paused"] = paused
         if max_running is not UNSET:
             body["max_running"] = max_running
         if rate_limit is not UNSET:
-            if isinstance(rate_limit, RateLimit):
-                rl: Dict[str, Any] = {"per_second": rate_limit.per_second}
-                if rate_limit.burst is not None:
-                    rl["burst"] = rate_limit.burst
-                body["rate_limit"] = rl
-            else:
-                body["rate_limit"] = rate_limit
+            body["rate_limit"] = _rate_limit(rate_limit)
         if max_running_per_group is not UNSET:
             body["max_running_per_group"] = max_running_per_group
         if default_timeout_seconds is not UNSET:
             body["default_timeout_seconds"] = default_timeout_seconds
-        return decode(QueueSettingsResult, self._t.call("PATCH", _path("/queues/v1", name), body=body).data)
+        if rate_limit_per_group is not UNSET:
+            body["rate_limit_per_group"] = _rate_limit(rate_limit_per_group)
+        if limits is not UNSET:
+            body["limits"] = None if limits is None else list(limits)
+        mode = SAFE
+        if push is not UNSET:
+            body["push"] = push.to_json() if isinstance(push, PushPatch) else push
+            if push is not None:
+                mode = UNSENT  # a secret is in the first answer only
+        return decode(QueueSettingsResult, self._t.call("PATCH", _path("/queues/v1", name), body=body, mode=mode).data)
 
     def pause_queue(self, name: str) -> QueueSettingsResult:
         return self.update_queue(name, paused=True)
 
     def resume_queue(self, name: str) -> QueueSettingsResult:
         return self.update_queue(name, paused=False)
+
+    # Named limits.
+
+    def put_limit(
+        self, name: str, *, per_second: Optional[float] = None, burst: Optional[int] = None, max_running: Optional[int] = None
+    ) -> Limit:
+        """Creates or replaces a named limit (admin): a token bucket
+        (``per_second``, ``burst``: default one second's tokens) and a cap on
+        RUNNING tasks (``max_running``) shared by the queues that name it
+        (``update_queue(q, limits=[name])``); at least one of per_second and
+        max_running. An argument left out is none. ``created`` is True for a
+        new limit."""
+        body: Dict[str, Any] = {}
+        for k, v in (("per_second", per_second), ("burst", burst), ("max_running", max_running)):
+            if v is not None:
+                body[k] = v
+        r = self._t.call("PUT", _path("/limits/v1", name), body=body)
+        out = decode(Limit, r.data)
+        out.created = r.status == 201
+        return out
+
+    def limit(self, name: str) -> Limit:
+        """One named limit (LimitNotFound when none has the name)."""
+        return decode(Limit, self._t.call("GET", _path("/limits/v1", name)).data)
+
+    def limits(self) -> List[Limit]:
+        """Every named limit, by name."""
+        return [decode(Limit, x) for x in self._t.call("GET", "/limits/v1").data["limits"]]
+
+    def delete_limit(self, name: str) -> LimitValues:
+        """Deletes a named limit no queue names (admin; LimitInUse
+        otherwise) and returns its values as they were."""
+        return decode(LimitValues, self._t.call("DELETE", _path("/limits/v1", name)).data)
 
     # Schedules.
 
@@ -662,6 +829,7 @@ class Client:
         *,
         queues: Optional[Sequence[str]] = None,
         types: Optional[Sequence[str]] = None,
+        task_ids: Optional[Sequence[str]] = None,
         workflows: Optional[Sequence[str]] = None,
         last_event_id: Optional[str] = None,
         reconnect: bool = True,
@@ -669,16 +837,22 @@ class Client:
     ) -> Generator[Event, None, None]:
         """Follows the lifecycle event stream (``GET /events/v1``).
 
-        Yields every event in commit order (of the ``queues``, of the
-        ``types``, of the runs ``workflows``). With ``reconnect``, a stream
+        Yields every event in commit order, of the ``queues``, ``types``
+        (``task.*`` is a prefix), ``task_ids`` (at most 100: follow chosen
+        tasks) and ``workflows`` (runs, at most 100) given. With
+        ``reconnect``, a stream
         that ends or breaks is opened again after the server's ``retry:``
         delay, resuming after the last event seen (the server says
         ``stream.events_lost`` if it no longer has them). ``read_timeout``
         should exceed the server's heartbeat (15 s). Close the generator to
         stop.
         """
-        q = {"queue": list(queues) if queues else None, "type": list(types) if types else None,
-             "workflow_id": list(workflows) if workflows else None}
+        q = {
+            "queue": list(queues) if queues else None,
+            "type": list(types) if types else None,
+            "task_id": list(task_ids) if task_ids else None,
+            "workflow_id": list(workflows) if workflows else None,
+        }
         last = last_event_id
         delay = 2.0
         while True:
@@ -748,15 +922,31 @@ class Client:
         reg.created = r.status == 201
         return reg
 
-    def heartbeat(self, worker_id: str, tasks: Optional[Sequence[LeaseRef]] = None, *, timeout: Optional[float] = None) -> HeartbeatResult:
+    def heartbeat(
+        self,
+        worker_id: str,
+        tasks: Optional[Sequence[LeaseRef]] = None,
+        *,
+        claims_in_flight: Optional[Sequence[str]] = None,
+        timeout: Optional[float] = None,
+    ) -> HeartbeatResult:
         """A worker's sign of life. With ``tasks`` (every task it holds,
         under its lease; ``[]`` for none) it renews their leases and lets
         the server take back what it holds unlisted; the answer names the
         tasks it lost, those to cancel, and whether to drain. Without, it
-        renews nothing. ``timeout`` bounds the call, retries included."""
+        renews nothing. ``timeout`` bounds the call, retries included.
+
+        With ``tasks``, ``claims_in_flight`` names the request ids of the
+        worker's claims sent and not yet answered: the tasks they made RUNNING are not
+        taken back as orphaned, however late their answer. Name a claim
+        from its sending until its tasks are in ``tasks`` (take both at the
+        same moment), or until the worker gives up on it."""
         kw: Dict[str, Any] = {}
         if tasks is not None:
-            kw["body"] = {"tasks": [t.to_json() for t in tasks]}
+            body: Dict[str, Any] = {"tasks": [t.to_json() for t in tasks]}
+            if claims_in_flight:
+                body["claims_in_flight"] = list(claims_in_flight)
+            kw["body"] = body
         if timeout is not None:
             kw["deadline"] = time.monotonic() + timeout
             kw["timeout"] = timeout
@@ -845,6 +1035,31 @@ class Client:
         body = {"worker_id": worker_id, "lease_id": lease_id}
         return decode(Task, self._t.call("POST", task_path(task_id, "release"), body=body, **call).data)
 
+    def progress(
+        self,
+        task_id: str,
+        *,
+        worker_id: str,
+        lease_id: str,
+        percent: float,
+        message: Optional[str] = None,
+        details: Any = None,
+        **call: Any,
+    ) -> Task:
+        """Reports how far a held task got (``percent``, 0 to 100; a
+        ``message`` of at most 1 KiB; ``details``, any JSON value of at most
+        16 KiB). Fenced like complete (LeaseLost or InvalidTransition: the
+        task is no longer this worker's) and a sign of life of the worker.
+        The server keeps the last report as the task's ``progress`` and
+        announces it with a ``task.progress`` event, at most one a second."""
+        body: Dict[str, Any] = {"worker_id": worker_id, "lease_id": lease_id, "percent": percent}
+        if message:
+            body["message"] = message
+        if details is not None:
+            check_json(details, "the details")
+            body["details"] = details
+        return decode(Task, self._t.call("POST", task_path(task_id, "progress"), body=body, **call).data)
+
     def extend(self, task_id: str, *, worker_id: str, lease_id: str, lease_seconds: Optional[int] = None) -> Task:
         """Sets a held task's lease to run out ``lease_seconds`` from now
         (the task's current length when None)."""
@@ -893,7 +1108,7 @@ def is_route_missing(err: BaseException) -> bool:
 
 
 __all__ = [
-    "Client", "SubmitParams", "SubmitBatchResult", "CompleteItem", "FailItem", "TaskFilter", "UNSET",
-    "DEFAULT_URL", "ENV_URL", "ENV_API_KEY", "MAX_BATCH", "MAX_CLAIM_WAIT", "MAX_LEASE_SECONDS",
+    "Client", "PushPatch", "SubmitParams", "SubmitBatchResult", "CompleteItem", "FailItem", "TaskFilter", "UNSET",
+    "DEFAULT_URL", "ENV_URL", "ENV_API_KEY", "MAX_BATCH", "MAX_CLAIM_WAIT", "MAX_LEASE_SECONDS", "MAX_WAIT",
     "MAX_HEARTBEAT_TASKS", "MAX_ERROR_BYTES", "MIN_SNOOZE", "MAX_SNOOZE", "is_route_missing",
 ]

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Type
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Type
+
+if TYPE_CHECKING:
+    from .types import Task
 
 PROBLEM_TYPE_PREFIX = "urn:problem-type:taskmaster:"
 
@@ -30,6 +33,16 @@ class TransportError(TaskmasterError):
     def __init__(self, message: str, *, sent: bool = True) -> None:
         super().__init__(message)
         self.sent = sent
+
+
+class WaitTimeout(TaskmasterError, TimeoutError):
+    """:meth:`Client.wait` or :meth:`Client.submit_and_wait` ran out of
+    time before the task was DONE or DEAD. ``task`` is the task as last
+    seen (it stays submitted: wait for it again with its id)."""
+
+    def __init__(self, task: "Task") -> None:
+        super().__init__(f"taskmaster: task {task.id} is still {task.status}")
+        self.task = task
 
 
 @dataclass(frozen=True)
@@ -163,6 +176,10 @@ class KeyNotFound(NotFound):
     """404 key-not-found."""
 
 
+class LimitNotFound(NotFound):
+    """404 limit-not-found: no named limit has this name."""
+
+
 class WorkflowNotFound(NotFound):
     """404 workflow-not-found: no task (that the key may see) belongs to the run."""
 
@@ -195,6 +212,11 @@ class ScheduleExists(Conflict):
 
 class UniqueKeyTaken(Conflict):
     """409 unique-key-taken: another unfinished task holds the unique key."""
+
+
+class LimitInUse(Conflict):
+    """409 limit-in-use: queues name the limit; take it out of their
+    ``limits`` first."""
 
 
 class CancelRequested(Conflict):
@@ -247,6 +269,7 @@ _BY_SLUG: Dict[str, Type[Problem]] = {
     "queue-not-found": QueueNotFound,
     "schedule-not-found": ScheduleNotFound,
     "key-not-found": KeyNotFound,
+    "limit-not-found": LimitNotFound,
     "purge-job-not-found": NotFound,
     "workflow-not-found": WorkflowNotFound,
     "method-not-allowed": MethodNotAllowed,
@@ -255,6 +278,7 @@ _BY_SLUG: Dict[str, Type[Problem]] = {
     "worker-dead": WorkerDead,
     "schedule-exists": ScheduleExists,
     "unique-key-taken": UniqueKeyTaken,
+    "limit-in-use": LimitInUse,
     "cancel-requested": CancelRequested,
     "body-too-large": BodyTooLarge,
     "unsupported-media-type": UnsupportedMediaType,

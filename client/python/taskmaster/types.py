@@ -183,6 +183,8 @@ class Attempt:
     finished_at: Optional[_dt.datetime] = None
     outcome: Optional[str] = None
     error: Optional[str] = None
+    http_status: Optional[int] = None
+    """A push delivery's answer status (None: no push delivery, or no answer)."""
 
 
 @dataclass
@@ -339,12 +341,59 @@ class RateLimit:
 
 
 @dataclass
+class PushSettings:
+    """A push queue's delivery (schema PushSettings): the static headers by
+    name only, the signing secret never."""
+
+    url: str
+    timeout_seconds: int = 30
+    max_in_flight: int = 10
+    """Deliveries in flight at once, across every instance."""
+    header_names: List[str] = field(default_factory=list)
+    non_retryable_statuses: List[int] = field(default_factory=list)
+    """Answer statuses that dead-letter the task at once."""
+    secret_rotated_at: Optional[_dt.datetime] = None
+    previous_secret_expires_at: Optional[_dt.datetime] = None
+    """Until when the secret the last rotation replaced still signs deliveries."""
+
+
+@dataclass
+class PushSettingsResult(PushSettings):
+    """A push queue's delivery in the answer of a change (schema
+    PushSettingsResult)."""
+
+    secret: Optional[str] = None
+    """The new signing secret, in the answer of the change that created or
+    rotated it only: keep it, it is never shown again."""
+
+
+@dataclass
+class Deliveries:
+    """A push queue's recent deliveries, as every instance's dispatcher
+    reported them within the last minute (schema Deliveries)."""
+
+    in_flight: int = 0
+    recent: int = 0
+    statuses: Dict[str, int] = field(default_factory=dict)
+    """Recent deliveries by answer status (``"none"``: no answer)."""
+    last_status: Optional[int] = None
+    latency_ms: Dict[str, float] = field(default_factory=dict)
+    """The percentiles ``p50`` and ``p99``."""
+    as_of: Optional[_dt.datetime] = None
+
+
+@dataclass
 class QueueSettings:
     paused: bool = False
     max_running: Optional[int] = None
     rate_limit: Optional[RateLimit] = None
     max_running_per_group: Optional[int] = None
     default_timeout_seconds: Optional[int] = None
+    rate_limit_per_group: Optional[RateLimit] = None
+    """A token bucket for each group_key of the queue."""
+    limits: List[str] = field(default_factory=list)
+    """The named limits the queue draws on."""
+    push: Optional[PushSettings] = None
 
 
 @dataclass
@@ -409,6 +458,9 @@ class QueueDetail(Queue):
     leased_sample: List[LeasedTask] = field(default_factory=list)
     avg_execution_seconds: Dict[str, Optional[float]] = field(default_factory=dict)
     avg_queue_wait_seconds: Dict[str, Optional[float]] = field(default_factory=dict)
+    deliveries: Optional[Deliveries] = None
+    """A push queue's recent deliveries (None for another queue, or when no
+    dispatcher reported in the last minute)."""
 
 
 @dataclass
@@ -419,6 +471,10 @@ class QueueSettingsResult:
     rate_limit: Optional[RateLimit] = None
     max_running_per_group: Optional[int] = None
     default_timeout_seconds: Optional[int] = None
+    rate_limit_per_group: Optional[RateLimit] = None
+    limits: List[str] = field(default_factory=list)
+    push: Optional[PushSettingsResult] = None
+    """With ``secret`` when the change created or rotated it."""
     updated_at: Optional[_dt.datetime] = None
 
 
@@ -473,6 +529,34 @@ class Schedule:
     skipped_ticks: int = 0
     created_at: Optional[_dt.datetime] = None
     updated_at: Optional[_dt.datetime] = None
+
+
+@dataclass
+class LimitValues:
+    """A named limit's values (schema LimitValues; the answer of a delete)."""
+
+    name: str
+    per_second: Optional[float] = None
+    burst: Optional[int] = None
+    max_running: Optional[int] = None
+
+
+@dataclass
+class Limit(LimitValues):
+    """A named limit (schema Limit): a token bucket (``per_second``,
+    ``burst``) and a cap on RUNNING tasks (``max_running``) that the queues
+    naming it share, across every instance."""
+
+    queues: List[str] = field(default_factory=list)
+    """The queues naming it."""
+    running: int = 0
+    """Their RUNNING tasks now."""
+    tokens: Optional[float] = None
+    """The bucket's level now (None without per_second)."""
+    created_at: Optional[_dt.datetime] = None
+    updated_at: Optional[_dt.datetime] = None
+    created: bool = field(default=False, metadata={"wire": False})
+    """True when :meth:`Client.put_limit` created it (201)."""
 
 
 @dataclass

@@ -4,6 +4,7 @@ protocol, with the guarantees of the Go SDK's Runner (docs/sdks.md)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import os
@@ -14,7 +15,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence, Set, Tuple
 
 from ._http import RetryPolicy, new_id
 from .client import (
@@ -40,7 +41,7 @@ from .errors import (
     WorkerNotFound,
     is_held_elsewhere,
 )
-from .types import HeartbeatResult, LeaseRef, Task
+from .types import HeartbeatResult, LeaseRef, Task, Trace
 
 log = logging.getLogger("taskmaster.worker")
 
@@ -107,6 +108,14 @@ class TaskTimeout(Stopped):
     while attempts remain) unless the handler still succeeds."""
 
 
+class TaskTimeLimit(Stopped):
+    """The task's time limit on its attempt is up (``Task.timeout_at``:
+    the task's ``timeout_seconds``, else its queue's default, counted from
+    the claim). The server ends the attempt itself (outcome ``timed_out``,
+    retried after backoff or DEAD ``exhausted``), so whatever the handler
+    returns is dropped, as for a lost task."""
+
+
 class WorkerError(TaskmasterError):
     """The worker cannot go on: it could not register, or the server
     refused its key (401/403). ``cause`` is the server's answer."""
@@ -147,6 +156,49 @@ class TaskContext:
         return self._worker.client
 
     @property
+    def trace(self) -> Optional[Trace]:
+        """The W3C trace context the task was submitted under, if any."""
+        return self._job.task.trace
+
+    @property
+    def traceparent(self) -> Optional[str]:
+        t = self._job.task.trace
+        return t.traceparent if t is not None else None
+
+    @property
+    def tracestate(self) -> Optional[str]:
+        t = self._job.task.trace
+        return t.tracestate if t is not None else None
+
+    def trace_headers(self) -> Dict[str, str]:
+        """The task's trace as W3C headers (``traceparent``, and
+        ``tracestate`` when it has one; empty without a trace): the carrier
+        a tracing system's propagator extracts from, e.g. OpenTelemetry's
+        ``TraceContextTextMapPropagator().extract(ctx.trace_headers())``."""
+        t = self._job.task.trace
+        if t is None:
+            return {}
+        out = {"traceparent": t.traceparent}
+        if t.tracestate:
+            out["tracestate"] = t.tracestate
+        return out
+
+    def progress(self, percent: float, message: Optional[str] = None, details: Any = None) -> None:
+        """Reports how far the handler got (``percent``, 0 to 100; a
+        ``message`` for a human, at most 1 KiB; ``details``, any JSON value
+        of at most 16 KiB): the server keeps it on the task (``progress``,
+        the dashboard's bar) and announces it with a ``task.progress``
+        event, at most one a second. Sent under this worker and the task's
+        lease, retried through outages for ``report_timeout``. LeaseLost or
+        InvalidTransition: the task is no longer this worker's; stop."""
+        w = self._worker
+        w.client.progress(
+            self._job.task.id, worker_id=w.worker_id, lease_id=self._job.task.lease_id or "",
+            percent=percent, message=message, details=details,
+            deadline=time.monotonic() + w.report_timeout, stop=self._job.dropped,
+        )
+
+    @property
     def lease_deadline(self) -> float:
         """When the lease runs out by this worker's clock (a
         time.monotonic() value), as last renewed; heartbeats renew it."""
@@ -164,7 +216,8 @@ class TaskContext:
     @property
     def cause(self) -> Optional[Stopped]:
         """Why the handler was asked to stop: Shutdown, TaskLost,
-        TaskCancelled or TaskTimeout; None while it may go on."""
+        TaskCancelled, TaskTimeout or TaskTimeLimit; None while it may go
+        on."""
         return self._job.cause
 
     @property
@@ -194,17 +247,26 @@ class TaskContext:
 
 
 Handler = Callable[[TaskContext], Any]
+HandlerContext = Callable[[TaskContext], ContextManager[Any]]
+"""Makes the context manager each handler runs in, in its thread (see
+``Worker(handler_context=...)``)."""
 
 
 class _Job:
     """One task in flight: listed by heartbeats from its claim's answer
     until its outcome is reported or dropped."""
 
-    def __init__(self, task: Task, lease_len: float, lease_deadline: float) -> None:
+    def __init__(self, task: Task, lease_len: float, lease_deadline: float, time_limit_at: Optional[float]) -> None:
         self.task = task
         self.ref = task.ref
         self.lease_len = lease_len
         self.lease_deadline = lease_deadline
+        self.time_limit_at = time_limit_at
+        """When the task's time limit is up by this worker's clock, if it has one."""
+        self.ending_by: Optional[float] = None
+        """Set when the handler is done with a task whose time limit is up:
+        it stays listed until the server says it ended the attempt, or
+        until this time."""
         self.started = time.monotonic()
         self.stop = threading.Event()
         self.cause: Optional[Stopped] = None
@@ -225,6 +287,11 @@ class _Job:
 
     def lost(self) -> bool:
         return isinstance(self.cause, TaskLost)
+
+    def dropped(self) -> bool:
+        """Whether the handler's outcome is not reported: the task was lost,
+        or the server ends its attempt (time limit)."""
+        return isinstance(self.cause, (TaskLost, TaskTimeLimit))
 
     def take_reporter(self) -> bool:
         """Claims the right to report the task's outcome: exactly one of
@@ -258,12 +325,18 @@ class Worker:
     :class:`NonRetryable` (DEAD at once), :class:`Snooze` (back later
     without spending an attempt), anything else (retried with backoff while
     attempts remain). An ``async def`` handler is run to completion on an
-    event loop of its thread.
+    event loop of its thread. ``handler_context``, when set, makes a
+    context manager each handler runs in, in its thread: the hook to start
+    it in the caller's tracing system with the task's trace
+    (:meth:`TaskContext.trace_headers`), for instance an OpenTelemetry span
+    (``lambda ctx: tracer.start_as_current_span(ctx.task.queue,
+    context=TraceContextTextMapPropagator().extract(ctx.trace_headers()))``).
 
     Guarantees (docs/sdks.md says where each stops):
 
     - a claim whose answer was lost is retried with its request id, so it
-      gets the same tasks;
+      gets the same tasks; until its answer arrives every heartbeat names
+      it (``claims_in_flight``), so a late answer does not cost its tasks;
     - a report (complete, fail, snooze, release) that fails with a
       transport error, 5xx, 408 or 429 keeps its task in the heartbeat
       list and is retried (after Retry-After) until accepted, the server
@@ -273,6 +346,9 @@ class Worker:
     - a lease it cannot renew before it runs out by this worker's clock
       (less ``lease_margin``) stops the handler (cause TaskLost) and its
       result is not reported;
+    - a task's time limit (``Task.timeout_at``) stops the handler (cause
+      TaskTimeLimit): the server ends the attempt, so its result is not
+      reported, and the task stays listed until the server has ended it;
     - never more than ``concurrency`` handlers run at once: a slot is held
       until the handler returns;
     - :meth:`stop` (SIGINT/SIGTERM when :meth:`run` installs its signal
@@ -301,6 +377,7 @@ class Worker:
         report_timeout: float = 30.0,
         task_timeout: Optional[float] = None,
         lease_margin: Optional[float] = None,
+        handler_context: Optional[HandlerContext] = None,
         install_signal_handlers: bool = True,
     ) -> None:
         if not callable(handler):
@@ -332,12 +409,17 @@ class Worker:
         self.report_timeout = report_timeout
         self.task_timeout = task_timeout
         self.lease_margin = lease_margin
+        self.handler_context = handler_context
         self.install_signal_handlers = install_signal_handlers
         self.log = _Prefixed(log, {"worker_id": wid})
 
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._inflight: Dict[LeaseRef, _Job] = {}
+        # The request ids of the claims sent and not yet answered (or given
+        # up): heartbeats name them, so that the server does not take a
+        # task back as orphaned because its claim's answer is late.
+        self._claims: Set[str] = set()
         self._running = 0  # handlers running now (slots taken)
         self._capacity = concurrency
         self._interval = 10.0
@@ -348,6 +430,7 @@ class Worker:
         self._started = False
         self._no_release = False
         self._plain_beats = False
+        self._no_claims_in_flight = False
         self._reports = 0  # reports made on handlers' behalf, still running
 
     # Public surface.
@@ -503,9 +586,13 @@ class Worker:
             # lets its waiting claim run out (claim_wait <= drain_timeout)
             # and handles what it brings within the drain.
             sent = time.monotonic()
+            request_id = new_id()
+            with self._lock:
+                self._claims.add(request_id)
             try:
-                tasks = self.client.claim(self.worker_id, limit=n, wait=wait, lease_seconds=self.lease_seconds, request_id=new_id())
+                tasks = self.client.claim(self.worker_id, limit=n, wait=wait, lease_seconds=self.lease_seconds, request_id=request_id)
             except Problem as p:
+                self._unclaim(request_id)  # given up: its tasks, if any, are orphans
                 self._free(n)
                 if isinstance(p, (WorkerDead, WorkerNotFound)):
                     self._reregister(p)
@@ -518,6 +605,7 @@ class Worker:
                 self._stopping.wait(idle)
                 continue
             except TransportError as e:
+                self._unclaim(request_id)
                 self._free(n)
                 self.log.warning("claim failed: %s", e)
                 idle = self._next_idle(idle)
@@ -526,6 +614,9 @@ class Worker:
             self._free(n - len(tasks))
             for task in tasks:
                 self._start(task, sent)
+            # Its tasks are in flight (listed) before the claim stops being
+            # named: a heartbeat sees them one way or the other.
+            self._unclaim(request_id)
             if tasks:
                 idle = 0.0
             elif wait > 0 and time.monotonic() - sent >= wait:
@@ -533,6 +624,10 @@ class Worker:
             else:
                 idle = self._next_idle(idle)
                 self._stopping.wait(idle)
+
+    def _unclaim(self, request_id: str) -> None:
+        with self._lock:
+            self._claims.discard(request_id)
 
     def _next_idle(self, idle: float) -> float:
         return self.poll_interval if idle == 0 else min(idle * 2, self.max_idle_interval)
@@ -556,7 +651,13 @@ class Worker:
             lease_len = (task.lease_expires_at - task.claimed_at).total_seconds()
         if lease_len <= 0:
             lease_len = 300.0
-        job = _Job(task, lease_len, sent + lease_len)
+        # The server's clock ends the attempt at timeout_at; the claim's
+        # answer came after claimed_at, so counting the limit from its
+        # arrival stops the handler no earlier than the server does.
+        time_limit_at = None
+        if task.timeout_at is not None and task.claimed_at is not None:
+            time_limit_at = time.monotonic() + max((task.timeout_at - task.claimed_at).total_seconds(), 0.0)
+        job = _Job(task, lease_len, sent + lease_len, time_limit_at)
         with self._lock:
             self._inflight[job.ref] = job
         threading.Thread(target=self._work, args=(job,), name=f"taskmaster-task-{task.id}", daemon=True).start()
@@ -566,9 +667,10 @@ class Worker:
         result: Any = None
         error: Optional[BaseException] = None
         try:
-            result = self.handler(ctx)
-            if inspect.isawaitable(result):
-                result = asyncio.run(_await(result))
+            with self.handler_context(ctx) if self.handler_context is not None else contextlib.nullcontext():
+                result = self.handler(ctx)
+                if inspect.isawaitable(result):
+                    result = asyncio.run(_await(result))
         except BaseException as e:  # noqa: BLE001 - the handler's failure is the task's
             error = e
             if not isinstance(e, Exception):
@@ -591,6 +693,10 @@ class Worker:
         if isinstance(cause, TaskLost):
             self.log.warning("dropping the outcome of lost task %s", t.id)
             self._forget(job)
+            return
+        if isinstance(cause, TaskTimeLimit):
+            self.log.warning("dropping the outcome of task %s: its time limit is up and the server ends the attempt", t.id)
+            self._await_end(job)
             return
         if error is None:
             enqueue: List[SubmitParams] = []
@@ -637,6 +743,12 @@ class Worker:
                 self._reports -= 1
                 self._changed.notify_all()
 
+    def _await_end(self, job: _Job) -> None:
+        """Keeps listing a task whose time limit is up until the server
+        says it ended the attempt (a heartbeat names it lost), so that it is
+        not taken back as orphaned first; at most a few heartbeats."""
+        job.ending_by = time.monotonic() + max(3 * self._interval, 5.0)
+
     def _forget(self, job: _Job) -> None:
         with self._changed:
             if self._inflight.get(job.ref) is job:
@@ -652,7 +764,7 @@ class Worker:
         t = job.task
         deadline = time.monotonic() + self.report_timeout
         policy = RetryPolicy(max_attempts=1_000_000, base_delay=0.1, max_delay=5.0)
-        call: Dict[str, Any] = {"retry": policy, "deadline": deadline, "stop": job.lost}
+        call: Dict[str, Any] = {"retry": policy, "deadline": deadline, "stop": job.dropped}
         common: Dict[str, Any] = {"worker_id": self.worker_id, "lease_id": t.lease_id or ""}
         try:
             try:
@@ -681,7 +793,7 @@ class Worker:
             else:
                 self.log.error("report of task %s failed (%s): %s", t.id, kind, p)
         except TransportError as e:
-            if job.lost():
+            if job.dropped():
                 self.log.warning("dropping the report of lost task %s (%s)", t.id, kind)
             else:
                 self.log.error("report of task %s failed for %.3gs; giving up (%s): %s", t.id, self.report_timeout, kind, e)
@@ -719,13 +831,13 @@ class Worker:
         """Heartbeats every interval, listing the tasks held."""
         warned = False
         while not self._beats_done.wait(self._interval):
-            held = self._held()
+            held, claims = self._held()
             if not warned and any(j.lease_len < 3 * self._interval for j in held):
                 warned = True
                 self.log.warning("leases under three heartbeat intervals: a late heartbeat may let a lease run out")
             sent = time.monotonic()
             try:
-                res = self._beat([j.ref for j in held])
+                res = self._beat([j.ref for j in held], claims)
             except (WorkerDead, WorkerNotFound) as p:
                 self._reregister(p)
                 continue
@@ -737,12 +849,19 @@ class Worker:
                 continue
             self._act(res, held, sent)
 
-    def _beat(self, refs: List[LeaseRef]) -> HeartbeatResult:
+    def _beat(self, refs: List[LeaseRef], claims: List[str]) -> HeartbeatResult:
         # A slow answer still renews (from when it was sent): give a loaded
         # server time to give it rather than count the renewal lost.
         timeout = max(2 * self._interval, 5.0)
         if self._plain_beats:
             return self.client.heartbeat(self.worker_id, timeout=timeout)
+        if claims and not self._no_claims_in_flight:
+            try:
+                return self.client.heartbeat(self.worker_id, refs, claims_in_flight=claims, timeout=timeout)
+            except MalformedRequest as p:
+                # A server older than claims_in_flight: list the tasks alone.
+                self._no_claims_in_flight = True
+                self.log.warning("the server takes no claims in flight in heartbeats; listing tasks alone: %s", p)
         try:
             return self.client.heartbeat(self.worker_id, refs, timeout=timeout)
         except MalformedRequest as p:
@@ -750,15 +869,23 @@ class Worker:
             self.log.warning("the server takes no task lists in heartbeats; sending plain ones: %s", p)
             return self.client.heartbeat(self.worker_id, timeout=timeout)
 
-    def _held(self) -> List[_Job]:
+    def _held(self) -> Tuple[List[_Job], List[str]]:
+        """The tasks in flight this worker still holds (not those it lost)
+        and the claims whose answers it awaits, taken together: a claim
+        answered meanwhile is seen one way or the other (its tasks are in
+        flight before it stops being named)."""
         with self._lock:
-            return [j for j in self._inflight.values() if not j.lost()]
+            return [j for j in self._inflight.values() if not j.lost()], list(self._claims)
 
     def _act(self, res: HeartbeatResult, listed: List[_Job], sent: float) -> None:
         lost = set(res.lost)
         for j in listed:
             if j.ref not in lost and not self._plain_beats:
                 j.lease_deadline = max(j.lease_deadline, sent + j.lease_len)
+        for ref in res.lost + res.cancel:
+            job = self._job(ref)
+            if job is not None and job.ending_by is not None:
+                self._forget(job)  # the server ended the attempt past its time limit
         for ref in res.lost:
             job = self._job(ref)
             if job is not None and job.halt(TaskLost("the server no longer gives this worker the task")):
@@ -784,6 +911,12 @@ class Worker:
         with self._lock:
             jobs = list(self._inflight.values())
         for j in jobs:
+            if j.ending_by is not None and now >= j.ending_by:
+                self._forget(j)
+                continue
+            if j.time_limit_at is not None and j.cause is None and now >= j.time_limit_at:
+                if j.halt(TaskTimeLimit("the task's time limit is up")):
+                    self.log.warning("task %s: its time limit is up; stopping its handler and dropping its outcome", j.task.id)
             if j.cause is None and now >= j.lease_deadline - self._margin(j.lease_len):
                 if j.halt(TaskLost("the lease could not be renewed before it ran out")):
                     self.log.warning("task %s: lease not renewed in time; stopping its handler and dropping its outcome", j.task.id)
@@ -798,6 +931,9 @@ class Worker:
             return
         if j.lost():
             self._forget(j)
+            return
+        if isinstance(j.cause, TaskTimeLimit):
+            self._await_end(j)
             return
         with self._lock:
             self._reports += 1
@@ -862,6 +998,6 @@ def _describe(e: BaseException) -> str:
 
 
 __all__ = [
-    "Worker", "TaskContext", "Handler", "NonRetryable", "Snooze", "Next", "Stopped", "Shutdown",
-    "TaskLost", "TaskCancelled", "TaskTimeout", "WorkerError", "default_worker_id",
+    "Worker", "TaskContext", "Handler", "HandlerContext", "NonRetryable", "Snooze", "Next", "Stopped", "Shutdown",
+    "TaskLost", "TaskCancelled", "TaskTimeout", "TaskTimeLimit", "WorkerError", "default_worker_id",
 ]

@@ -71,6 +71,5 @@ if __name__ == "__main__":
         claim_wait=1.0,
         drain_timeout=10.0,
         lease_seconds=30,
-        heartbeat_interval=1.0,  # faster than the server asks (tests/sdks): a cancel is seen within a second
     )
     w.run()

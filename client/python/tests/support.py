@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import unittest
 import urllib.request
 import uuid
-from typing import Any, Callable, Dict, List, Optional, TypeVar
+from typing import Any, Callable, Dict, Generator, List, Optional, TypeVar
 
 import taskmaster
 
@@ -62,11 +63,40 @@ def arm(fault: str, **body: Any) -> None:
         assert resp.status == 204, resp.status
 
 
-def proxy_log() -> Dict[str, List[Dict[str, Any]]]:
+def proxy_log() -> Dict[str, Any]:
+    """What went through the proxy: "claims" and "reports" (lists of
+    records) and "actions" (counts by route name and what the proxy did:
+    ``"claim delay_answer"``)."""
     with urllib.request.urlopen(FAULTS + "/log", timeout=10) as resp:
-        out: Dict[str, List[Dict[str, Any]]] = json.loads(resp.read())
+        out: Dict[str, Any] = json.loads(resp.read())
         return out
 
 
 def server_has_release() -> bool:
     return os.environ.get("TASKMASTER_SERVER_HAS_RELEASE") == "1"
+
+
+def read_events(stream: "Generator[taskmaster.Event, None, None]", until: str, act: Callable[[], object], pause: float) -> List[taskmaster.Event]:
+    """Reads an event stream, on a thread, up to the first event of type
+    ``until``, calling ``act`` every ``pause`` seconds meanwhile: a stream
+    starts at the end of the outbox, so what happened before it connected
+    is not in it. Closes the stream."""
+    box: List[taskmaster.Event] = []
+
+    def read() -> None:
+        for ev in stream:
+            box.append(ev)
+            if ev.type == until:
+                return
+
+    th = threading.Thread(target=read, daemon=True)
+    th.start()
+    deadline = time.monotonic() + 60
+    while th.is_alive() and time.monotonic() < deadline:
+        act()
+        th.join(pause)
+    th.join(30)
+    stream.close()
+    if not box or box[-1].type != until:
+        raise AssertionError(f"no {until} event within 60 s")
+    return box

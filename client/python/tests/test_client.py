@@ -139,6 +139,65 @@ class ClientTest(unittest.TestCase):
         self.assertTrue(drained.draining)
         self.assertTrue(c.heartbeat(worker, []).drain)
 
+    def test_waiting_for_results(self) -> None:
+        c, q = self.c, self.queue
+        worker = support.unique("py-hand")
+        c.register(worker, queues=[q])
+
+        def work(result: object) -> None:
+            (t,) = c.claim(worker, limit=1, wait=10)
+            c.complete(t.id, worker_id=worker, lease_id=t.lease_id or "", result=result)
+
+        th = threading.Thread(target=work, args=({"sum": 3},))
+        th.start()
+        done = c.submit_and_wait(q, {"a": 1, "b": 2}, timeout=60)
+        th.join(15)
+        self.assertEqual((taskmaster.DONE, {"sum": 3}), (done.status, done.result))
+
+        pending = c.submit(q, {})
+        started = time.monotonic()
+        self.assertEqual(taskmaster.PENDING, c.get(pending.id, wait=0.3).status, "the wait ends with the task as it is")
+        self.assertGreaterEqual(time.monotonic() - started, 0.3)
+        with self.assertRaises(taskmaster.WaitTimeout) as to:
+            c.wait(pending.id, timeout=0.5)
+        self.assertEqual((pending.id, taskmaster.PENDING), (to.exception.task.id, to.exception.task.status))
+        self.assertIsInstance(to.exception, TimeoutError)
+
+        th = threading.Thread(target=work, args=("late",))
+        th.start()
+        self.assertEqual((taskmaster.DONE, "late"), (lambda t: (t.status, t.result))(c.wait(pending.id, timeout=60)))
+        th.join(15)
+        with self.assertRaises(ValueError):
+            c.get(pending.id, wait=61)
+
+    def test_progress_and_events_of_chosen_tasks(self) -> None:
+        c, q = self.c, self.queue
+        worker = support.unique("py-hand")
+        c.register(worker, queues=[q])
+        chosen, other = (c.submit(q, {"i": i}).id for i in range(2))
+        held = {t.id: t for t in c.claim(worker, limit=2)}
+        self.assertEqual({chosen, other}, set(held))
+        with self.assertRaises(taskmaster.LeaseLost):
+            c.progress(chosen, worker_id=worker, lease_id=str(uuid.uuid4()), percent=10)
+
+        n = 0
+
+        def report() -> None:
+            nonlocal n
+            n += 1
+            for tid in (other, chosen):
+                c.progress(tid, worker_id=worker, lease_id=held[tid].lease_id or "", percent=n, message=f"step {n}", details={"n": n})
+
+        # task.progress events: at most one a second per task.
+        box = support.read_events(c.events(task_ids=[chosen], read_timeout=30), "task.progress", report, 1.1)
+        self.assertEqual({chosen}, {ev.data["task_id"] for ev in box}, "only the chosen task's events")
+        self.assertEqual("task.progress", box[-1].type)
+        self.assertGreaterEqual(box[-1].data["progress"]["percent"], 1)
+        p = c.get(chosen).progress
+        assert p is not None
+        self.assertEqual((float(n), f"step {n}", {"n": n}), (p.percent, p.message, p.details))
+        self.assertIsNotNone(p.updated_at)
+
     def test_operators(self) -> None:
         c, q = self.c, self.queue
         ids = [c.submit(q, {"i": i}, group_key="g1").id for i in range(3)]
@@ -156,6 +215,10 @@ class ClientTest(unittest.TestCase):
         purged = c.purge_queue(q, status="PENDING")
         assert purged.result is not None
         self.assertEqual(3, purged.result.removed)
+        c.submit(q, {}, metadata={"tenant": "acme", "region": "eu"})
+        c.submit(q, {}, metadata={"tenant": "acme", "region": "us"})
+        self.assertEqual(1, c.bulk_cancel(queue=q, metadata={"tenant": "acme", "region": "eu"}, dry_run=True).matched, "every pair must hold")
+        self.assertEqual(2, c.bulk_cancel(taskmaster.TaskFilter(queue=q, metadata={"tenant": "acme"})).changed)
 
         settings = c.update_queue(q, max_running=5, rate_limit=taskmaster.RateLimit(10, 20), max_running_per_group=2)
         self.assertEqual((5, 2), (settings.max_running, settings.max_running_per_group))
@@ -201,24 +264,7 @@ class ClientTest(unittest.TestCase):
 
     def test_events(self) -> None:
         c, q = self.c, self.queue
-        stream = c.events(queues=[q], types=["task.*"], read_timeout=30)
-        box: List[taskmaster.Event] = []
-
-        def read() -> None:
-            for ev in stream:
-                box.append(ev)
-                if ev.type == "task.submitted":
-                    return
-
-        th = threading.Thread(target=read, daemon=True)
-        th.start()
-        # The stream starts at the end of the outbox: submit until one is seen.
-        deadline = time.monotonic() + 60
-        while not box and time.monotonic() < deadline:
-            c.submit(q, {})
-            th.join(0.5)
-        th.join(30)
-        stream.close()
+        box = support.read_events(c.events(queues=[q], types=["task.*"], read_timeout=30), "task.submitted", lambda: c.submit(q, {}), 0.5)
         self.assertEqual(q, box[-1].data["queue"])
         self.assertIsNotNone(box[-1].id)
 

@@ -9,7 +9,7 @@ import inspect
 import json
 import os
 import unittest
-from typing import Any, Dict, Set
+from typing import Any, Callable, Dict, Set, Tuple
 
 import taskmaster
 from taskmaster import errors as errs
@@ -41,6 +41,11 @@ RESPONSES = {
     taskmaster.FieldError: "FieldError",
     taskmaster.Trace: "Trace",
     taskmaster.Progress: "Progress",
+    taskmaster.Limit: "Limit",
+    taskmaster.LimitValues: "LimitValues",
+    taskmaster.PushSettings: "PushSettings",
+    taskmaster.PushSettingsResult: "PushSettingsResult",
+    taskmaster.Deliveries: "Deliveries",
     taskmaster.ParentPage: "ParentList",
     taskmaster.Workflow: "Workflow",
     taskmaster.WorkflowResult: "WorkflowResult",
@@ -86,6 +91,8 @@ class ContractTest(unittest.TestCase):
         self.assertEqual(self.props(self.schema("BulkRequest")), filt | {"dry_run"})
         sched = {f.name for f in dataclasses.fields(taskmaster.ScheduleTask)}
         self.assertEqual(self.props(self.schema("ScheduleTask")), sched)
+        push = {f.name for f in dataclasses.fields(taskmaster.PushPatch)}
+        self.assertEqual(self.props(self.schema("PushRequest")), push)
         replay = set(inspect.signature(taskmaster.Client.replay).parameters) - {"self", "task_id"}
         self.assertEqual(self.props(self.schema("ReplayRequest")), replay)
         spawn = set(inspect.signature(taskmaster.Client.spawn).parameters) - {"self", "task_id", "items"}
@@ -96,6 +103,19 @@ class ContractTest(unittest.TestCase):
         self.assertEqual(dep, {f.name for f in dataclasses.fields(taskmaster.Dependency)})
         self.assertEqual(set(self.schema("OnFailure")["enum"]) - {None},
                          {taskmaster.ON_FAILURE_FAIL, taskmaster.ON_FAILURE_IGNORE, taskmaster.ON_FAILURE_SKIP})
+
+    def test_calls_take_their_request_members(self) -> None:
+        # Calls whose keyword arguments are a request's members, one for one.
+        calls: Dict[str, Tuple[Callable[..., Any], Set[str]]] = {
+            "UpdateQueueSettingsRequest": (taskmaster.Client.update_queue, {"name"}),
+            "PutLimitRequest": (taskmaster.Client.put_limit, {"name"}),
+            "HeartbeatRequest": (taskmaster.Client.heartbeat, {"worker_id", "timeout"}),
+            "ProgressRequest": (taskmaster.Client.progress, {"task_id", "call"}),
+        }
+        for schema, (fn, own) in calls.items():
+            with self.subTest(schema=schema):
+                params = set(inspect.signature(fn).parameters) - {"self"} - own
+                self.assertEqual(self.props(self.schema(schema)), params)
 
     def test_problem_members_and_types(self) -> None:
         p = errs.Problem(type="about:blank", title="t", status=400)

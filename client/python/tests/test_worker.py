@@ -5,6 +5,7 @@ to, and the rules of the lease protocol."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import threading
 import time
 import unittest
@@ -48,9 +49,9 @@ class WorkerTest(unittest.TestCase):
     @contextlib.contextmanager
     def worker(self, handler: Callable[[taskmaster.TaskContext], Any], **kw: Any) -> Iterator[taskmaster.Worker]:
         expect_error = kw.pop("_expect_error", False)
-        # Heartbeats every second, faster than the server asks (tests/sdks).
+        # Heartbeats as the server asks: every 500 ms (tests/sdks).
         options: Dict[str, Any] = dict(queues=[self.queue], worker_id=support.unique("py-w"), claim_wait=0.5,
-                                       heartbeat_interval=1.0, install_signal_handlers=False)
+                                       install_signal_handlers=False)
         options.update(kw)
         w = taskmaster.Worker(self.c, handler, **options)
         errors: List[BaseException] = []
@@ -237,6 +238,80 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual((taskmaster.DONE, {"n": 1}), (nxt.status, nxt.result))
         self.assertEqual((taskmaster.DEAD, "non_retryable"), (unencodable.status, unencodable.dead_reason))
         self.assertIn("cannot be encoded as JSON", unencodable.last_error or "")
+
+    def test_a_late_claim_answer_is_not_a_lost_one(self) -> None:
+        # A claim's answer held past the server's heartbeat interval (the
+        # grace after which a heartbeat that does not list a task takes it
+        # back as orphaned): the heartbeats sent meanwhile name the claim in
+        # flight, so the task stays this worker's and runs once.
+        interval = self.c.register(support.unique("py-probe")).heartbeat_interval_seconds
+        rec = Recorder()
+
+        def handle(ctx: taskmaster.TaskContext) -> Any:
+            rec.enter(ctx)
+            rec.leave(ctx)
+            return "ok"
+
+        task = self.c.submit(self.queue, {})
+        support.arm("delay-answers", on=["claim"], ms=int((interval + 1.5) * 1000), count=1)
+        with self.worker(handle, heartbeat_interval=0.2):
+            support.eventually(lambda: self.c.get(task.id).terminal, "the task finished")
+        self.assertEqual(1, support.proxy_log()["actions"].get("claim delay_answer"), "the claim's answer was held")
+        self.assertEqual(taskmaster.DONE, self.c.get(task.id).status)
+        self.assertEqual(["completed"], self.outcomes(task.id), "one attempt, completed")
+        self.assertEqual(1, rec.calls[task.id], "the handler ran once")
+
+    def test_a_handler_gets_its_trace_and_reports_progress(self) -> None:
+        traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        current: "contextvars.ContextVar[Optional[str]]" = contextvars.ContextVar("current_trace", default=None)
+
+        @contextlib.contextmanager
+        def scope(ctx: taskmaster.TaskContext) -> Iterator[None]:
+            # What a tracing system's hook does: make the task's trace the
+            # current one while the handler runs.
+            token = current.set(ctx.trace_headers().get("traceparent"))
+            try:
+                yield
+            finally:
+                current.reset(token)
+
+        def handle(ctx: taskmaster.TaskContext) -> Any:
+            ctx.progress(40, "4 of 10", {"done": 4})
+            return {"current": current.get(), "trace": ctx.trace_headers()}
+
+        async def handle_async(ctx: taskmaster.TaskContext) -> Any:
+            return {"current": current.get()}
+
+        traced = self.c.submit(self.queue, {}, traceparent=traceparent, tracestate="vendor=1")
+        with self.worker(handle, handler_context=scope):
+            t = self.c.wait(traced.id, timeout=60)
+        self.assertEqual(taskmaster.DONE, t.status, t.last_error)
+        self.assertEqual({"current": traceparent, "trace": {"traceparent": traceparent, "tracestate": "vendor=1"}}, t.result)
+        assert t.progress is not None
+        self.assertEqual((40.0, "4 of 10", {"done": 4}), (t.progress.percent, t.progress.message, t.progress.details))
+
+        plain = self.c.submit(self.queue, {})
+        with self.worker(handle_async, handler_context=scope):
+            t = self.c.wait(plain.id, timeout=60)
+        self.assertEqual((taskmaster.DONE, {"current": None}), (t.status, t.result), "no trace, none current; async handlers in the scope too")
+
+    def test_a_time_limit_stops_the_handler_and_drops_its_outcome(self) -> None:
+        rec = Recorder()
+
+        def handle(ctx: taskmaster.TaskContext) -> Any:
+            rec.enter(ctx)
+            ctx.wait(30)
+            rec.leave(ctx)
+            return "too late"  # never reported: the server ended the attempt
+
+        task = self.c.submit(self.queue, {}, timeout_seconds=1, max_attempts=1)
+        with self.worker(handle, heartbeat_interval=0.2):
+            support.eventually(lambda: task.id in rec.causes, "the handler is stopped", timeout=30)
+            t = self.c.wait(task.id, timeout=60)
+        self.assertIsInstance(rec.causes[task.id], taskmaster.TaskTimeLimit)
+        self.assertEqual((taskmaster.DEAD, "exhausted"), (t.status, t.dead_reason))
+        self.assertEqual(["timed_out"], self.outcomes(task.id), "the server ended the attempt")
+        self.assertEqual([], [r for r in support.proxy_log()["reports"] if r["task_id"] == task.id], "nothing was reported")
 
     def test_options_are_checked(self) -> None:
         with self.assertRaises(ValueError):

@@ -72,7 +72,6 @@ const worker = new Worker(
     claimWaitMs: 1000,
     drainTimeoutMs: 10_000,
     leaseSeconds: 30,
-    heartbeatIntervalMs: 1000, // faster than the server asks (tests/sdks): a cancel is seen within a second
     logger: quiet,
   },
 );

@@ -1,4 +1,4 @@
-import { Problem, TransportError } from "./errors.js";
+import { Problem, TransportError, WaitTimeout } from "./errors.js";
 import { DEFAULT_RETRY_POLICY, Transport, newId, problemFromAnswer, sleep, type CallOptions, type RetryPolicy } from "./http.js";
 import type {
   Attempt,
@@ -7,15 +7,21 @@ import type {
   CreateKeyRequest,
   CreateScheduleRequest,
   CreatedKey,
+  HeartbeatRequest,
   HeartbeatResult,
+  HeartbeatTask,
   ItemOutcome,
   JsonValue,
   Key,
   LeaseRef,
+  Limit,
+  LimitValues,
   LifecycleEvent,
   ParentPage,
+  ProgressRequest,
   PurgeJob,
   PurgeRequest,
+  PutLimitRequest,
   Queue,
   QueueDetail,
   QueueSettingsResult,
@@ -46,6 +52,8 @@ export const MAX_CLAIM_WAIT_MS = 30_000;
 export const MAX_LEASE_SECONDS = 43_200;
 export const MAX_HEARTBEAT_TASKS = 10_000;
 export const MAX_ERROR_BYTES = 64 << 10;
+/** The longest one request waits on the server for a task to finish (`wait_ms`); `wait` and `submitAndWait` chain such requests. */
+export const MAX_WAIT_MS = 60_000;
 
 export interface ClientOptions {
   /** Sent as `Authorization: Bearer <key>`. */
@@ -82,6 +90,22 @@ export interface ListQueuesParams {
   paused?: boolean;
   limit?: number;
   cursor?: string;
+}
+
+/** A heartbeat's options. */
+export interface HeartbeatOptions extends RequestOptions {
+  /**
+   * With `tasks`: the request ids of the worker's claims sent and not yet
+   * answered. The tasks they made RUNNING are not taken back as orphaned,
+   * however late their answer: name a claim from its sending until its
+   * tasks are in `tasks` (take both at the same moment), or until the
+   * worker gives up on it.
+   */
+  claimsInFlight?: string[];
+  /** Ends the retries: an epoch in ms (Date.now()). */
+  deadline?: number;
+  /** Replaces the client's timeout for each try, in ms. */
+  timeoutMs?: number;
 }
 
 /** A claim's parameters (`waitMs` becomes `wait_ms`). */
@@ -123,10 +147,19 @@ export interface StreamEvent {
   data: LifecycleEvent | { type: string; [key: string]: unknown };
 }
 
+/** How long `wait` and `submitAndWait` wait, at most. */
+export interface WaitOptions extends RequestOptions {
+  /** Reject with WaitTimeout when the task is not DONE or DEAD by then (default: wait until it is). */
+  timeoutMs?: number;
+}
+
 export interface EventsParams {
   queues?: string[];
+  /** Event types; one ending in `*` is a prefix (`task.*`). */
   types?: string[];
-  /** Only the events of these runs. */
+  /** Only the events of these tasks (at most 100). */
+  taskIds?: string[];
+  /** Only the events of these runs (at most 100). */
   workflows?: string[];
   lastEventId?: string;
   /** Open the stream again after it ends or breaks, resuming after the last event (default true). */
@@ -135,6 +168,12 @@ export interface EventsParams {
 }
 
 const enc = encodeURIComponent;
+
+/** How long one waiting request may wait: up to MAX_WAIT_MS, and no longer than until `end` (epoch ms), less a margin for the answer. */
+function waitFor(end: number | undefined): number {
+  if (end === undefined) return MAX_WAIT_MS;
+  return Math.min(MAX_WAIT_MS, Math.max(end - Date.now() - 250, 1));
+}
 
 export function taskPath(id: string, action = ""): string {
   return "/tasks/v1/" + enc(id) + (action ? "/" + action : "");
@@ -238,9 +277,57 @@ export class Client {
     return checkCreated("batch", items.length, out);
   }
 
-  /** One task (with `depends_on` and `blocked_by`). */
-  get(id: string, o: RequestOptions = {}): Promise<Task> {
-    return this.data<Task>("GET", taskPath(id), o);
+  /**
+   * Submits a task (as `submit`) and resolves it once it is DONE or DEAD
+   * (read `status`, `result`, `last_error`). The submission itself waits on
+   * the server (`POST /tasks/v1?wait_ms`), then `wait` goes on. With
+   * `timeoutMs` it rejects with WaitTimeout when the task is not finished by
+   * then (the task stays submitted). Retried like `submit`.
+   */
+  async submitAndWait(req: SubmitRequest, o: WaitOptions = {}): Promise<Task> {
+    const item = req as BatchSubmitItem;
+    if (item.ref !== undefined || item.depends_on !== undefined) throw new TypeError("taskmaster: ref and depends_on need submitBatch");
+    const end = o.timeoutMs === undefined ? undefined : Date.now() + o.timeoutMs;
+    const waitMs = waitFor(end);
+    const t = await this.data<Task>("POST", "/tasks/v1", {
+      query: { wait_ms: Math.ceil(waitMs) },
+      body: req,
+      mode: req.idempotency_key ? "safe" : "unsent",
+      waitMs,
+      ...(o.signal ? { signal: o.signal } : {}),
+    });
+    return this.waitFrom(t.id, t, end, o.signal);
+  }
+
+  /**
+   * One task (with `depends_on` and `blocked_by`). With `waitMs` (at most
+   * MAX_WAIT_MS) the server answers as soon as the task is DONE or DEAD, or
+   * when the wait ends with the task as it is then: read `status`.
+   */
+  get(id: string, o: RequestOptions & { waitMs?: number } = {}): Promise<Task> {
+    const { waitMs, ...rest } = o;
+    if (waitMs === undefined || waitMs <= 0) return this.data<Task>("GET", taskPath(id), rest);
+    if (waitMs > MAX_WAIT_MS) throw new RangeError(`taskmaster: waitMs must be at most ${MAX_WAIT_MS}`);
+    return this.data<Task>("GET", taskPath(id), { ...rest, query: { wait_ms: Math.ceil(waitMs) }, waitMs });
+  }
+
+  /**
+   * Resolves the task once it is DONE or DEAD. It waits on the server, which
+   * answers within milliseconds of the task's end, in requests of up to
+   * MAX_WAIT_MS (polling nothing). With `timeoutMs` it rejects with
+   * WaitTimeout (carrying the task as last seen) when the task is not
+   * finished by then.
+   */
+  wait(id: string, o: WaitOptions = {}): Promise<Task> {
+    return this.waitFrom(id, undefined, o.timeoutMs === undefined ? undefined : Date.now() + o.timeoutMs, o.signal);
+  }
+
+  private async waitFrom(id: string, t: Task | undefined, end: number | undefined, signal: AbortSignal | undefined): Promise<Task> {
+    for (;;) {
+      if (t && (t.status === "DONE" || t.status === "DEAD")) return t;
+      if (t && end !== undefined && Date.now() >= end) throw new WaitTimeout(t);
+      t = await this.get(id, { waitMs: waitFor(end), ...(signal ? { signal } : {}) });
+    }
   }
 
   /** The tasks it depends on, with their results, in its order: every page, a join over 10,000 children included. */
@@ -404,9 +491,17 @@ export class Client {
     return this.data<QueueDetail>("GET", "/queues/v1/" + enc(name), o);
   }
 
-  /** Changes some of a queue's settings (admin): absent members stay, null clears a limit. */
+  /**
+   * Changes some of a queue's settings (admin): absent members stay, null
+   * clears a setting. `push` makes the queue a push queue or changes its
+   * delivery (null turns it off); the answer of the change that created or
+   * rotated its signing secret shows it, once (`push.secret`). A change of
+   * push settings is not sent again after a lost answer (the repeat would
+   * show no secret the first one created): rotate the secret instead.
+   */
   updateQueue(name: string, patch: UpdateQueueSettingsRequest, o: RequestOptions = {}): Promise<QueueSettingsResult> {
-    return this.data<QueueSettingsResult>("PATCH", "/queues/v1/" + enc(name), { ...o, body: patch });
+    const mode = patch.push ? "unsent" : "safe"; // a secret is in the first answer only
+    return this.data<QueueSettingsResult>("PATCH", "/queues/v1/" + enc(name), { ...o, body: patch, mode });
   }
 
   pauseQueue(name: string, o: RequestOptions = {}): Promise<QueueSettingsResult> {
@@ -415,6 +510,35 @@ export class Client {
 
   resumeQueue(name: string, o: RequestOptions = {}): Promise<QueueSettingsResult> {
     return this.updateQueue(name, { paused: false }, o);
+  }
+
+  // Named limits.
+
+  /**
+   * Creates or replaces a named limit (admin): a token bucket (`per_second`,
+   * `burst`) and a cap on RUNNING tasks (`max_running`) that the queues
+   * naming it share (`updateQueue(q, { limits: [name] })`); at least one of
+   * per_second and max_running, an absent one is none. `created` is true
+   * for a new limit.
+   */
+  async putLimit(name: string, req: PutLimitRequest, o: RequestOptions = {}): Promise<Limit & { created: boolean }> {
+    const a = await this.transport.call("PUT", "/limits/v1/" + enc(name), { ...o, body: req });
+    return { ...(a.data as Limit), created: a.status === 201 };
+  }
+
+  /** One named limit (LimitNotFound when none has the name). */
+  limit(name: string, o: RequestOptions = {}): Promise<Limit> {
+    return this.data<Limit>("GET", "/limits/v1/" + enc(name), o);
+  }
+
+  /** Every named limit, by name. */
+  async limits(o: RequestOptions = {}): Promise<Limit[]> {
+    return (await this.data<{ limits: Limit[] }>("GET", "/limits/v1", o)).limits;
+  }
+
+  /** Deletes a named limit no queue names (admin; LimitInUse otherwise); resolves its values as they were. */
+  deleteLimit(name: string, o: RequestOptions = {}): Promise<LimitValues> {
+    return this.data<LimitValues>("DELETE", "/limits/v1/" + enc(name), o);
   }
 
   // Schedules.
@@ -474,7 +598,7 @@ export class Client {
     const reconnect = p.reconnect ?? true;
     let last = p.lastEventId;
     let delay = 2000;
-    const query = { queue: p.queues, type: p.types, workflow_id: p.workflows };
+    const query = { queue: p.queues, type: p.types, task_id: p.taskIds, workflow_id: p.workflows };
     while (!p.signal?.aborted) {
       const cid = newId();
       const headers = this.transport.headers(cid, false, "text/event-stream, application/problem+json");
@@ -568,9 +692,14 @@ export class Client {
    * back what it holds unlisted; the answer names the tasks it lost, those
    * to cancel, and whether to drain. Without, it renews nothing.
    */
-  heartbeat(workerId: string, tasks?: LeaseRef[], o: RequestOptions & { deadline?: number; timeoutMs?: number } = {}): Promise<HeartbeatResult> {
-    const call: CallOptions = { ...o };
-    if (tasks !== undefined) call.body = { tasks };
+  heartbeat(workerId: string, tasks?: HeartbeatTask[], o: HeartbeatOptions = {}): Promise<HeartbeatResult> {
+    const { claimsInFlight, ...rest } = o;
+    const call: CallOptions = { ...rest };
+    if (tasks !== undefined) {
+      const body: HeartbeatRequest = { tasks };
+      if (claimsInFlight?.length) body.claims_in_flight = claimsInFlight;
+      call.body = body;
+    }
     return this.data<HeartbeatResult>("POST", "/workers/v1/" + enc(workerId) + "/heartbeat", call);
   }
 
@@ -629,6 +758,18 @@ export class Client {
   /** Hands a held task back, PENDING at once, without spending an attempt (a stopping worker's call). */
   release(taskId: string, req: { worker_id: string; lease_id: string }, o: ReportOptions = {}): Promise<Task> {
     return this.data<Task>("POST", taskPath(taskId, "release"), { ...o, body: req });
+  }
+
+  /**
+   * Reports how far a held task got (`percent` 0-100, a `message` of at
+   * most 1 KiB, `details` of at most 16 KiB). Fenced like complete
+   * (LeaseLost or InvalidTransition: the task is no longer this worker's)
+   * and a sign of life of the worker; announced with a `task.progress`
+   * event, at most one a second.
+   */
+  progress(taskId: string, req: ProgressRequest, o: ReportOptions = {}): Promise<Task> {
+    if (req.details !== undefined) checkJson(req.details, "the details");
+    return this.data<Task>("POST", taskPath(taskId, "progress"), { ...o, body: req });
   }
 
   /** Sets a held task's lease to run out `lease_seconds` from now (its current length when absent). */

@@ -1,4 +1,4 @@
-import type { FieldError, ProblemDocument, TaskStatus } from "./types.js";
+import type { FieldError, ProblemDocument, Task, TaskStatus } from "./types.js";
 
 /** Every problem type the server uses starts with this. */
 export const PROBLEM_TYPE_PREFIX = "urn:problem-type:taskmaster:";
@@ -18,6 +18,18 @@ export class TransportError extends TaskmasterError {
   constructor(message: string, options: { sent: boolean; cause?: unknown }) {
     super(message, { cause: options.cause });
     this.sent = options.sent;
+  }
+}
+
+/**
+ * `Client.wait` or `Client.submitAndWait` ran out of time before the task
+ * was DONE or DEAD. `task` is the task as last seen (it stays submitted:
+ * wait for it again with its id).
+ */
+export class WaitTimeout extends TaskmasterError {
+  override name = "WaitTimeout";
+  constructor(readonly task: Task) {
+    super(`taskmaster: task ${task.id} is still ${task.status}`);
   }
 }
 
@@ -102,6 +114,8 @@ export class QueueNotFound extends NotFound { override name = "QueueNotFound"; }
 export class ScheduleNotFound extends NotFound { override name = "ScheduleNotFound"; }
 /** 404 key-not-found. */
 export class KeyNotFound extends NotFound { override name = "KeyNotFound"; }
+/** 404 limit-not-found: no named limit has this name. */
+export class LimitNotFound extends NotFound { override name = "LimitNotFound"; }
 /** 404 workflow-not-found: no task (that the key may see) belongs to the run. */
 export class WorkflowNotFound extends NotFound { override name = "WorkflowNotFound"; }
 /** 405: the route does not answer this method. */
@@ -118,6 +132,8 @@ export class WorkerDead extends Conflict { override name = "WorkerDead"; }
 export class ScheduleExists extends Conflict { override name = "ScheduleExists"; }
 /** 409 unique-key-taken. */
 export class UniqueKeyTaken extends Conflict { override name = "UniqueKeyTaken"; }
+/** 409 limit-in-use: queues name the limit; take it out of their `limits` first. */
+export class LimitInUse extends Conflict { override name = "LimitInUse"; }
 /** 409 cancel-requested: an operator asked to cancel the task, which may no longer spawn; stop it and fail it. */
 export class CancelRequested extends Conflict { override name = "CancelRequested"; }
 /** 403 host-not-allowed: with authentication off the server answers only requests to a loopback name. */
@@ -150,6 +166,7 @@ export const PROBLEM_CLASSES: Readonly<Record<string, ProblemClass>> = {
   "queue-not-found": QueueNotFound,
   "schedule-not-found": ScheduleNotFound,
   "key-not-found": KeyNotFound,
+  "limit-not-found": LimitNotFound,
   "purge-job-not-found": NotFound,
   "workflow-not-found": WorkflowNotFound,
   "method-not-allowed": MethodNotAllowed,
@@ -158,6 +175,7 @@ export const PROBLEM_CLASSES: Readonly<Record<string, ProblemClass>> = {
   "worker-dead": WorkerDead,
   "schedule-exists": ScheduleExists,
   "unique-key-taken": UniqueKeyTaken,
+  "limit-in-use": LimitInUse,
   "cancel-requested": CancelRequested,
   "body-too-large": BodyTooLarge,
   "unsupported-media-type": UnsupportedMediaType,

@@ -7,6 +7,7 @@
 export * from "./types.js";
 export * from "./errors.js";
 export { DEFAULT_RETRY_POLICY, type RetryPolicy } from "./http.js";
+export * from "./push.js";
 export {
   Client,
   VERSION,
@@ -17,15 +18,18 @@ export {
   MAX_LEASE_SECONDS,
   MAX_HEARTBEAT_TASKS,
   MAX_ERROR_BYTES,
+  MAX_WAIT_MS,
   type ClientOptions,
   type RequestOptions,
   type ListParams,
   type ListQueuesParams,
   type ClaimParams,
+  type HeartbeatOptions,
   type CompleteItem,
   type FailItem,
   type PurgeResult,
   type StreamEvent,
+  type WaitOptions,
   type EventsParams,
 } from "./client.js";
 export {
@@ -38,9 +42,11 @@ export {
   TaskLost,
   TaskCancelled,
   TaskTimeout,
+  TaskTimeLimit,
   WorkerError,
   defaultWorkerId,
   type TaskContext,
   type Handler,
+  type HandlerContext,
   type WorkerOptions,
 } from "./worker.js";

@@ -151,8 +151,11 @@ export interface Attempt {
     | "cancelled"
     | "snoozed"
     | "released"
+    | "timed_out"
     | null;
   error: string | null;
+  /** A push delivery's answer status (null: no push delivery, or no answer). */
+  http_status: number | null;
 }
 
 /** A page of a task's parents, in the order it named them (schema ParentList). */
@@ -271,6 +274,37 @@ export interface RateLimit {
   burst: number;
 }
 
+/** A push queue's delivery; the static headers by name only, the signing secret never (schema PushSettings). */
+export interface PushSettings {
+  url: string;
+  timeout_seconds: number;
+  /** Deliveries in flight at once, across every instance. */
+  max_in_flight: number;
+  header_names: string[];
+  /** Answer statuses that dead-letter the task at once. */
+  non_retryable_statuses: number[];
+  secret_rotated_at: string;
+  /** Until when the secret the last rotation replaced still signs deliveries. */
+  previous_secret_expires_at: string | null;
+}
+
+/** A push queue's delivery in the answer of a change (schema PushSettingsResult). */
+export interface PushSettingsResult extends PushSettings {
+  /** The new signing secret, in the answer of the change that created or rotated it only: keep it, it is never shown again. */
+  secret?: string;
+}
+
+/** A push queue's recent deliveries, as the dispatchers reported them within the last minute (schema Deliveries). */
+export interface Deliveries {
+  in_flight: number;
+  recent: number;
+  /** Recent deliveries by answer status ("none": no answer). */
+  statuses: Record<string, number>;
+  last_status: number | null;
+  latency_ms: { p50: number; p99: number };
+  as_of: string;
+}
+
 /** A queue's settings (schema QueueSettings). */
 export interface QueueSettings {
   paused: boolean;
@@ -278,6 +312,11 @@ export interface QueueSettings {
   rate_limit: RateLimit | null;
   max_running_per_group: number | null;
   default_timeout_seconds: number | null;
+  /** A token bucket for each group_key of the queue. */
+  rate_limit_per_group: RateLimit | null;
+  /** The named limits the queue draws on. */
+  limits: string[];
+  push: PushSettings | null;
 }
 
 /** A queue's throughput over one window, per minute (schema QueueRate). */
@@ -338,6 +377,8 @@ export interface QueueDetail extends Queue {
   leased_sample: LeasedTask[];
   avg_execution_seconds: QueueAverages;
   avg_queue_wait_seconds: QueueAverages;
+  /** A push queue's recent deliveries (null for another queue, or when no dispatcher reported in the last minute). */
+  deliveries: Deliveries | null;
 }
 
 /** A queue's settings after a change (schema QueueSettingsResult). */
@@ -348,6 +389,10 @@ export interface QueueSettingsResult {
   rate_limit: RateLimit | null;
   max_running_per_group: number | null;
   default_timeout_seconds: number | null;
+  rate_limit_per_group: RateLimit | null;
+  limits: string[];
+  /** With `secret` when the change created or rotated it. */
+  push: PushSettingsResult | null;
   updated_at: string;
 }
 
@@ -378,6 +423,34 @@ export interface Schedule {
   skipped_ticks: number;
   created_at: string;
   updated_at: string;
+}
+
+/** A named limit's values (schema LimitValues; the answer of a delete). */
+export interface LimitValues {
+  name: string;
+  per_second: number | null;
+  burst: number | null;
+  max_running: number | null;
+}
+
+/** A named limit: a token bucket and a cap on RUNNING tasks the queues naming it share (schema Limit). */
+export interface Limit extends LimitValues {
+  /** The queues naming it. */
+  queues: string[];
+  /** Their RUNNING tasks now. */
+  running: number;
+  /** The bucket's level now (null without per_second). */
+  tokens: number | null;
+  created_at: string;
+  updated_at: string;
+}
+
+/** A named limit's values; a put replaces them all (schema PutLimitRequest). */
+export interface PutLimitRequest {
+  per_second?: number;
+  /** With per_second; default one second's tokens. */
+  burst?: number;
+  max_running?: number;
 }
 
 /** An API key, never its token (schema Key). */
@@ -556,6 +629,18 @@ export interface SnoozeRequest {
   delay_seconds: number;
 }
 
+/** A holder's progress report (schema ProgressRequest). */
+export interface ProgressRequest {
+  worker_id: string;
+  lease_id: string;
+  /** 0 to 100. */
+  percent: number;
+  /** At most 1 KiB. */
+  message?: string;
+  /** Any JSON value of at most 16 KiB. */
+  details?: JsonValue;
+}
+
 /** A lease extension (schema ExtendRequest). */
 export interface ExtendRequest {
   worker_id: string;
@@ -584,7 +669,19 @@ export interface RegisterRequest {
 
 /** A heartbeat's body (schema HeartbeatRequest). */
 export interface HeartbeatRequest {
-  tasks?: LeaseRef[];
+  tasks?: HeartbeatTask[];
+  /** The request ids of the claims sent and not yet answered (see Client.heartbeat). */
+  claims_in_flight?: string[];
+}
+
+/** A task a heartbeat lists, with its progress if any (schema HeartbeatTask). */
+export interface HeartbeatTask {
+  id: string;
+  lease_id: string;
+  /** Required with message or details. */
+  percent?: number;
+  message?: string;
+  details?: JsonValue;
 }
 
 /** A batch completion (schema CompleteBatchRequest). */
@@ -665,6 +762,32 @@ export interface UpdateQueueSettingsRequest {
   rate_limit?: { per_second: number; burst?: number } | null;
   max_running_per_group?: number | null;
   default_timeout_seconds?: number | null;
+  /** A token bucket for each group_key. */
+  rate_limit_per_group?: { per_second: number; burst?: number } | null;
+  /** Replaces the named limits the queue draws on (each must exist). */
+  limits?: string[] | null;
+  /** Makes the queue a push queue or changes its delivery; null turns push off. */
+  push?: PushRequest | null;
+}
+
+/**
+ * Turns push delivery on (`url` required) or changes it; an absent member
+ * keeps its value, its default when push is turned on (schema PushRequest).
+ */
+export interface PushRequest {
+  url?: string;
+  /** 1-900 (default 30). */
+  timeout_seconds?: number;
+  /** 1-10,000 (default 10), across every instance. */
+  max_in_flight?: number;
+  /** Replaces the static headers (secret: never shown again); null removes them. */
+  headers?: Record<string, string> | null;
+  /** Replaces the statuses that dead-letter at once; null restores the default [400, 401, 403, 404, 410, 422]. */
+  non_retryable_statuses?: number[] | null;
+  /** A new signing secret, shown once in the answer. */
+  rotate_secret?: boolean;
+  /** With rotate_secret: how long the replaced secret keeps signing (default 86400; 0: dropped at once). */
+  secret_overlap_seconds?: number;
 }
 
 /** A new API key (schema CreateKeyRequest). */

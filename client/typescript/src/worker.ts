@@ -15,7 +15,7 @@ import {
   isRouteMissing,
 } from "./errors.js";
 import { newId, sleep, type RetryPolicy } from "./http.js";
-import type { BatchSubmitItem, HeartbeatResult, JsonValue, LeaseRef, Task } from "./types.js";
+import type { BatchSubmitItem, HeartbeatResult, JsonValue, LeaseRef, Task, Trace } from "./types.js";
 
 /** Throw it from a handler to fail the task for good: DEAD at once (reason non_retryable). */
 export class NonRetryable extends TaskmasterError {
@@ -69,6 +69,17 @@ export class TaskTimeout extends Stopped {
   override name = "TaskTimeout";
 }
 
+/**
+ * The task's time limit on its attempt is up (`Task.timeout_at`: its
+ * `timeout_seconds`, else its queue's default, from the claim). The server
+ * ends the attempt itself (outcome `timed_out`, retried after backoff or
+ * DEAD `exhausted`), so whatever the handler returns is dropped, as for a
+ * lost task.
+ */
+export class TaskTimeLimit extends Stopped {
+  override name = "TaskTimeLimit";
+}
+
 /** The worker cannot go on: it could not register, or the server refused its key (401/403). */
 export class WorkerError extends TaskmasterError {
   override name = "WorkerError";
@@ -82,7 +93,7 @@ export interface TaskContext {
   readonly attempt: number;
   readonly workerId: string;
   readonly client: Client;
-  /** Aborted when the handler is asked to stop; its reason is the cause (Shutdown, TaskLost, TaskCancelled, TaskTimeout). */
+  /** Aborted when the handler is asked to stop; its reason is the cause (Shutdown, TaskLost, TaskCancelled, TaskTimeout, TaskTimeLimit). */
   readonly signal: AbortSignal;
   /** Whether the handler was asked to stop. */
   readonly cancelled: boolean;
@@ -92,6 +103,24 @@ export interface TaskContext {
   readonly leaseDeadline: number;
   /** Milliseconds until the lease runs out, as last renewed. */
   leaseRemainingMs(): number;
+  /** The W3C trace context the task was submitted under, or null. */
+  readonly trace: Trace | null;
+  /**
+   * The task's trace as W3C headers (`traceparent`, and `tracestate` when it
+   * has one; empty without a trace): the carrier a tracing system's
+   * propagator extracts from (OpenTelemetry:
+   * `propagation.extract(ROOT_CONTEXT, ctx.traceHeaders())`).
+   */
+  traceHeaders(): Record<string, string>;
+  /**
+   * Reports how far the handler got (`percent` 0-100, a `message` for a
+   * human of at most 1 KiB, `details` of at most 16 KiB): kept on the task
+   * (`progress`, the dashboard's bar) and announced with a `task.progress`
+   * event, at most one a second. Sent under this worker and the task's
+   * lease, retried through outages for `reportTimeoutMs`. LeaseLost or
+   * InvalidTransition: the task is no longer this worker's; stop.
+   */
+  progress(percent: number, message?: string, details?: JsonValue): Promise<void>;
   /**
    * Creates tasks on behalf of this task, under this worker and the task's
    * lease (Client.spawn); the task stays RUNNING. A handler that fans out
@@ -104,6 +133,15 @@ export interface TaskContext {
 
 /** A handler: returns the result (any JSON value, or a Next), or throws. */
 export type Handler = (ctx: TaskContext) => unknown | Promise<unknown>;
+
+/**
+ * Runs each handler (`run`) in a context of the caller's: it must call
+ * `run` once and resolve what it resolves (or reject as it rejects). The
+ * hook to start handlers in a tracing system with the task's trace, e.g.
+ * OpenTelemetry's
+ * `(ctx, run) => context.with(propagation.extract(ROOT_CONTEXT, ctx.traceHeaders()), run)`.
+ */
+export type HandlerContext = (ctx: TaskContext, run: () => Promise<unknown>) => Promise<unknown>;
 
 export interface WorkerOptions {
   /** The queues the worker serves (none: any). */
@@ -131,6 +169,8 @@ export interface WorkerOptions {
   taskTimeoutMs?: number;
   /** How long before the lease runs out (by this worker's clock) a lease not renewed counts as lost (default 10 % of the lease, 250 ms to 5 s). */
   leaseMarginMs?: number;
+  /** Runs each handler in a context of the caller's (a tracing system's span, say). */
+  handlerContext?: HandlerContext;
   /** Stop on SIGINT/SIGTERM while running (default true); a second signal skips the drain's waiting. */
   handleSignals?: boolean;
   /** Where the worker logs (default console). */
@@ -154,11 +194,18 @@ class Job {
   haltedAt = 0;
   handlerDone = false;
   reporterTaken = false;
+  /**
+   * Set when the handler is done with a task whose time limit is up: it
+   * stays listed until the server says it ended the attempt, or until then.
+   */
+  endingBy: number | undefined;
 
   constructor(
     readonly task: Task,
     readonly leaseMs: number,
     public leaseDeadline: number,
+    /** When the task's time limit is up by this worker's clock, if it has one. */
+    readonly timeLimitAt: number | undefined,
   ) {
     this.ref = { id: task.id, lease_id: task.lease_id ?? "" };
   }
@@ -173,6 +220,11 @@ class Job {
 
   lost(): boolean {
     return this.cause instanceof TaskLost;
+  }
+
+  /** Whether the handler's outcome is not reported: the task was lost, or the server ends its attempt (time limit). */
+  dropped(): boolean {
+    return this.cause instanceof TaskLost || this.cause instanceof TaskTimeLimit;
   }
 
   takeReporter(): boolean {
@@ -194,24 +246,35 @@ const key = (r: LeaseRef) => r.id + "\u0000" + r.lease_id;
  * attempts remain). Its context's `signal` aborts when it must stop.
  *
  * Guarantees (docs/sdks.md says where each stops): a claim whose answer was
- * lost is retried with its request id; a report failing with a transport
- * error, 5xx, 408 or 429 keeps its task heartbeated and is retried (after
- * Retry-After) until accepted, the lease is lost, or `reportTimeoutMs`
- * runs out (only a 400/413/422 about the result fails the task; 401/403
- * stop the worker without touching its tasks); a lease it cannot renew
- * before it runs out by its own clock aborts the handler (TaskLost) and its
- * result is not reported; never more than `concurrency` handlers at once
- * (a slot is held until the handler settles); `stop()` (SIGINT/SIGTERM)
- * drains and hands back, without spending an attempt, the tasks whose
- * handlers do not finish. CPU-bound handlers block heartbeats: run them in
- * worker_threads.
+ * lost is retried with its request id, and until its answer arrives every
+ * heartbeat names it (`claims_in_flight`), so a late answer does not cost
+ * its tasks; a report failing with a transport error, 5xx, 408 or 429
+ * keeps its task heartbeated and is retried (after Retry-After) until
+ * accepted, the lease is lost, or `reportTimeoutMs` runs out (only a
+ * 400/413/422 about the result fails the task; 401/403 stop the worker
+ * without touching its tasks); a lease it cannot renew before it runs out
+ * by its own clock aborts the handler (TaskLost) and its result is not
+ * reported, and so does a task's time limit (TaskTimeLimit: the server ends
+ * the attempt; the task stays listed until it has); never more than
+ * `concurrency` handlers at once (a slot is held until the handler
+ * settles); `stop()` (SIGINT/SIGTERM) drains and hands back, without
+ * spending an attempt, the tasks whose handlers do not finish. CPU-bound
+ * handlers block heartbeats: run them in worker_threads. `handlerContext`
+ * runs each handler in a context of the caller's (a tracing system's, with
+ * the task's trace: `ctx.traceHeaders()`).
  */
 export class Worker {
   readonly workerId: string;
-  private readonly o: Required<Omit<WorkerOptions, "leaseSeconds" | "taskTimeoutMs" | "leaseMarginMs" | "heartbeatIntervalMs" | "workerId">> &
-    Pick<WorkerOptions, "leaseSeconds" | "taskTimeoutMs" | "leaseMarginMs" | "heartbeatIntervalMs">;
+  private readonly o: Required<Omit<WorkerOptions, "leaseSeconds" | "taskTimeoutMs" | "leaseMarginMs" | "heartbeatIntervalMs" | "workerId" | "handlerContext">> &
+    Pick<WorkerOptions, "leaseSeconds" | "taskTimeoutMs" | "leaseMarginMs" | "heartbeatIntervalMs" | "handlerContext">;
   private readonly log: Pick<Console, "info" | "warn" | "error">;
   private readonly inflight = new Map<string, Job>();
+  /**
+   * The request ids of the claims sent and not yet answered (or given up):
+   * heartbeats name them, so that the server does not take a task back as
+   * orphaned because its claim's answer is late.
+   */
+  private readonly claims = new Set<string>();
   private running = 0;
   private capacity: number;
   private intervalMs = 10_000;
@@ -222,6 +285,7 @@ export class Worker {
   private started = false;
   private noRelease = false;
   private plainBeats = false;
+  private noClaimsInFlight = false;
   private onBehalf = 0;
   private wake: (() => void) | undefined;
 
@@ -257,6 +321,7 @@ export class Worker {
       taskTimeoutMs: options.taskTimeoutMs,
       leaseMarginMs: options.leaseMarginMs,
       heartbeatIntervalMs: options.heartbeatIntervalMs,
+      handlerContext: options.handlerContext,
     };
     this.capacity = concurrency;
     const prefix = `taskmaster worker ${this.workerId}:`;
@@ -391,15 +456,18 @@ export class Worker {
       // leave its tasks held by no one. A stopping worker lets its waiting
       // claim run out (claimWaitMs <= drainTimeoutMs).
       const sent = now();
+      const requestId = newId();
+      this.claims.add(requestId);
       let tasks: Task[];
       try {
         tasks = await this.client.claim(this.workerId, {
           limit: n,
           waitMs: wait,
-          request_id: newId(),
+          request_id: requestId,
           ...(this.o.leaseSeconds ? { lease_seconds: this.o.leaseSeconds } : {}),
         });
       } catch (e) {
+        this.claims.delete(requestId); // given up: its tasks, if any, are orphans
         this.free(n);
         if (e instanceof WorkerDead || e instanceof WorkerNotFound) {
           await this.reregister(e);
@@ -417,6 +485,8 @@ export class Worker {
       }
       this.free(n - tasks.length);
       for (const t of tasks) this.start(t, sent);
+      // Its tasks are in flight (listed) before the claim stops being named.
+      this.claims.delete(requestId);
       if (tasks.length) idle = 0;
       else if (wait > 0 && now() - sent >= wait) idle = 0;
       else {
@@ -443,7 +513,12 @@ export class Worker {
     let leaseMs = (this.o.leaseSeconds ?? 0) * 1000;
     if (task.lease_expires_at && task.claimed_at) leaseMs = Date.parse(task.lease_expires_at) - Date.parse(task.claimed_at);
     if (!(leaseMs > 0)) leaseMs = 300_000;
-    const job = new Job(task, leaseMs, sent + leaseMs);
+    // The server's clock ends the attempt at timeout_at; the claim's answer
+    // came after claimed_at, so counting the limit from its arrival stops
+    // the handler no earlier than the server does.
+    let timeLimitAt: number | undefined;
+    if (task.timeout_at && task.claimed_at) timeLimitAt = now() + Math.max(Date.parse(task.timeout_at) - Date.parse(task.claimed_at), 0);
+    const job = new Job(task, leaseMs, sent + leaseMs, timeLimitAt);
     this.inflight.set(key(job.ref), job);
     void this.work(job);
   }
@@ -451,6 +526,8 @@ export class Worker {
   private context(job: Job): TaskContext {
     const client = this.client;
     const workerId = this.workerId;
+    const reportTimeoutMs = this.o.reportTimeoutMs;
+    const trace = job.task.trace;
     return {
       task: job.task,
       payload: job.task.payload,
@@ -468,6 +545,25 @@ export class Worker {
         return job.leaseDeadline;
       },
       leaseRemainingMs: () => job.leaseDeadline - now(),
+      trace,
+      traceHeaders: () => {
+        const out: Record<string, string> = {};
+        if (trace) {
+          out["traceparent"] = trace.traceparent;
+          if (trace.tracestate) out["tracestate"] = trace.tracestate;
+        }
+        return out;
+      },
+      progress: async (percent, message, details) => {
+        const req: { worker_id: string; lease_id: string; percent: number; message?: string; details?: JsonValue } = {
+          worker_id: workerId,
+          lease_id: job.ref.lease_id,
+          percent,
+        };
+        if (message) req.message = message;
+        if (details !== undefined) req.details = details;
+        await client.progress(job.task.id, req, { deadline: Date.now() + reportTimeoutMs, stop: () => job.dropped() });
+      },
       spawn: async (...tasks: BatchSubmitItem[]) =>
         (await client.spawn(job.task.id, { worker_id: workerId, lease_id: job.ref.lease_id, tasks }, { signal: job.ctl.signal })).tasks,
     };
@@ -478,7 +574,9 @@ export class Worker {
     let error: unknown;
     let failed = false;
     try {
-      result = await this.handler(this.context(job));
+      const ctx = this.context(job);
+      const hook = this.o.handlerContext;
+      result = hook ? await hook(ctx, async () => this.handler(ctx)) : await this.handler(ctx);
     } catch (e) {
       error = e;
       failed = true;
@@ -501,6 +599,11 @@ export class Worker {
     if (cause instanceof TaskLost) {
       this.log.warn(`dropping the outcome of lost task ${t.id}`);
       this.forget(job);
+      return;
+    }
+    if (cause instanceof TaskTimeLimit) {
+      this.log.warn(`dropping the outcome of task ${t.id}: its time limit is up and the server ends the attempt`);
+      this.awaitEnd(job);
       return;
     }
     if (!failed) {
@@ -550,6 +653,15 @@ export class Worker {
     }
   }
 
+  /**
+   * Keeps listing a task whose time limit is up until the server says it
+   * ended the attempt (a heartbeat names it lost), so that it is not taken
+   * back as orphaned first; at most a few heartbeats.
+   */
+  private awaitEnd(job: Job): void {
+    job.endingBy = now() + Math.max(3 * this.intervalMs, 5000);
+  }
+
   private forget(job: Job): void {
     const k = key(job.ref);
     if (this.inflight.get(k) === job) this.inflight.delete(k);
@@ -568,7 +680,7 @@ export class Worker {
   ): Promise<void> {
     const t = job.task;
     const policy: RetryPolicy = { maxAttempts: Number.MAX_SAFE_INTEGER, baseDelayMs: 100, maxDelayMs: 5000 };
-    const call = { retry: policy, deadline: Date.now() + this.o.reportTimeoutMs, stop: () => job.lost() };
+    const call = { retry: policy, deadline: Date.now() + this.o.reportTimeoutMs, stop: () => job.dropped() };
     const who = { worker_id: this.workerId, lease_id: t.lease_id ?? "" };
     try {
       try {
@@ -603,7 +715,7 @@ export class Worker {
     } catch (e) {
       if (e instanceof Unauthorized || e instanceof Forbidden) this.fatalStop(r.kind, e);
       else if (isHeldElsewhere(e)) this.log.warn(`task ${t.id} no longer held by this worker; dropping it (${r.kind}):`, (e as Error).message);
-      else if (e instanceof TransportError && job.lost()) this.log.warn(`dropping the report of lost task ${t.id} (${r.kind})`);
+      else if (e instanceof TransportError && job.dropped()) this.log.warn(`dropping the report of lost task ${t.id} (${r.kind})`);
       else if (e instanceof Problem || e instanceof TransportError) this.log.error(`report of task ${t.id} failed (${r.kind}):`, e.message);
       else throw e;
     } finally {
@@ -653,7 +765,11 @@ export class Worker {
       const t = now();
       if (t < nextBeat) continue;
       nextBeat = t + this.intervalMs;
+      // The tasks held and the claims awaited, taken together (one turn of
+      // the event loop): a claim answered meanwhile is seen one way or the
+      // other.
       const held = [...this.inflight.values()].filter((j) => !j.lost());
+      const claims = [...this.claims];
       if (!warned && held.some((j) => j.leaseMs < 3 * this.intervalMs)) {
         warned = true;
         this.log.warn("leases under three heartbeat intervals: a late heartbeat may let a lease run out");
@@ -661,7 +777,7 @@ export class Worker {
       const sent = now();
       let res: HeartbeatResult;
       try {
-        res = await this.beat(held.map((j) => j.ref));
+        res = await this.beat(held.map((j) => j.ref), claims);
       } catch (e) {
         if (e instanceof WorkerDead || e instanceof WorkerNotFound) await this.reregister(e);
         else if (e instanceof Unauthorized || e instanceof Forbidden) this.fatalStop("heartbeat", e);
@@ -673,12 +789,22 @@ export class Worker {
     }
   }
 
-  private async beat(refs: LeaseRef[]): Promise<HeartbeatResult> {
+  private async beat(refs: LeaseRef[], claims: string[]): Promise<HeartbeatResult> {
     // A slow answer still renews (from when it was sent): give a loaded
     // server time to give it rather than count the renewal lost.
     const timeoutMs = Math.max(2 * this.intervalMs, 5000);
     const o = { deadline: Date.now() + timeoutMs, timeoutMs };
     if (this.plainBeats) return this.client.heartbeat(this.workerId, undefined, o);
+    if (claims.length && !this.noClaimsInFlight) {
+      try {
+        return await this.client.heartbeat(this.workerId, refs, { ...o, claimsInFlight: claims });
+      } catch (e) {
+        if (!(e instanceof MalformedRequest)) throw e;
+        // A server older than claims_in_flight: list the tasks alone.
+        this.noClaimsInFlight = true;
+        this.log.warn("the server takes no claims in flight in heartbeats; listing tasks alone:", e.message);
+      }
+    }
     try {
       return await this.client.heartbeat(this.workerId, refs, o);
     } catch (e) {
@@ -690,6 +816,10 @@ export class Worker {
   }
 
   private act(res: HeartbeatResult, listed: Job[], sent: number): void {
+    for (const ref of [...res.lost, ...res.cancel]) {
+      const j = this.inflight.get(key(ref));
+      if (j?.endingBy !== undefined) this.forget(j); // the server ended the attempt past its time limit
+    }
     const lost = new Set(res.lost.map(key));
     if (!this.plainBeats) {
       for (const j of listed) if (!lost.has(key(j.ref))) j.leaseDeadline = Math.max(j.leaseDeadline, sent + j.leaseMs);
@@ -714,6 +844,13 @@ export class Worker {
 
   private watch(t: number): void {
     for (const j of [...this.inflight.values()]) {
+      if (j.endingBy !== undefined && t >= j.endingBy) {
+        this.forget(j);
+        continue;
+      }
+      if (j.timeLimitAt !== undefined && !j.cause && t >= j.timeLimitAt) {
+        if (j.halt(new TaskTimeLimit("the task's time limit is up"))) this.log.warn(`task ${j.task.id}: its time limit is up; aborting its handler and dropping its outcome`);
+      }
       if (!j.cause && t >= j.leaseDeadline - this.margin(j.leaseMs)) {
         if (j.halt(new TaskLost("the lease could not be renewed before it ran out"))) {
           this.log.warn(`task ${j.task.id}: lease not renewed in time; aborting its handler and dropping its outcome`);
@@ -731,6 +868,10 @@ export class Worker {
     if (j.lost()) {
       this.log.warn(`dropping lost task ${j.task.id}; its handler has not returned`);
       this.forget(j);
+      return;
+    }
+    if (j.cause instanceof TaskTimeLimit) {
+      this.awaitEnd(j);
       return;
     }
     this.onBehalf++;

@@ -16,11 +16,14 @@ import {
   TaskNotFound,
   TransportError,
   ValidationProblem,
+  WaitTimeout,
   WorkerNotFound,
+  type JsonValue,
+  type StreamEvent,
   type Task,
 } from "../src/index.js";
 import { problemFromAnswer } from "../src/http.js";
-import { arm, client, eventually, needsServer, unique } from "./support.js";
+import { arm, client, eventually, needsServer, sleepMs, unique } from "./support.js";
 
 describe("client", { skip: needsServer }, () => {
   let c: Client;
@@ -132,6 +135,67 @@ describe("client", { skip: needsServer }, () => {
     assert.equal((await c.heartbeat(worker, [])).drain, true);
   });
 
+  test("waiting for results", async () => {
+    const worker = unique("ts-hand");
+    await c.register({ id: worker, queues: [q] });
+    const work = async (result: JsonValue) => {
+      const [t] = await c.claim(worker, { limit: 1, waitMs: 10_000 });
+      await c.complete(t!.id, { worker_id: worker, lease_id: t!.lease_id!, result });
+    };
+    const working = work({ sum: 3 });
+    const done = await c.submitAndWait({ queue: q, payload: { a: 1, b: 2 } }, { timeoutMs: 60_000 });
+    await working;
+    assert.deepEqual([done.status, done.result], ["DONE", { sum: 3 }]);
+
+    const pending = await c.submit({ queue: q });
+    const started = Date.now();
+    assert.equal((await c.get(pending.id, { waitMs: 300 })).status, "PENDING", "the wait ends with the task as it is");
+    assert.ok(Date.now() - started >= 300);
+    await assert.rejects(c.wait(pending.id, { timeoutMs: 500 }), (e: unknown) => e instanceof WaitTimeout && e.task.id === pending.id && e.task.status === "PENDING");
+    const late = work("late");
+    const finished = await c.wait(pending.id, { timeoutMs: 60_000 });
+    await late;
+    assert.deepEqual([finished.status, finished.result], ["DONE", "late"]);
+    assert.throws(() => c.get(pending.id, { waitMs: 61_000 }), RangeError);
+  });
+
+  test("progress and the events of chosen tasks", async () => {
+    const worker = unique("ts-hand");
+    await c.register({ id: worker, queues: [q] });
+    const chosen = (await c.submit({ queue: q, payload: { i: 0 } })).id;
+    const other = (await c.submit({ queue: q, payload: { i: 1 } })).id;
+    const held = new Map((await c.claim(worker, { limit: 2 })).map((t) => [t.id, t]));
+    assert.deepEqual(new Set(held.keys()), new Set([chosen, other]));
+    await assert.rejects(c.progress(chosen, { worker_id: worker, lease_id: randomUUID(), percent: 10 }), LeaseLost);
+
+    const ctl = new AbortController();
+    const seen: StreamEvent[] = [];
+    const reading = (async () => {
+      for await (const ev of c.events({ taskIds: [chosen], signal: ctl.signal })) {
+        seen.push(ev);
+        if (ev.data.type === "task.progress") return;
+      }
+    })();
+    let readingDone = false;
+    void reading.finally(() => (readingDone = true));
+    // The stream starts at the end of the outbox: report until it sees one
+    // (task.progress events: at most one a second per task).
+    let n = 0;
+    const deadline = Date.now() + 60_000;
+    while (!readingDone && Date.now() < deadline) {
+      n++;
+      for (const id of [other, chosen]) await c.progress(id, { worker_id: worker, lease_id: held.get(id)!.lease_id!, percent: n, message: `step ${n}`, details: { n } });
+      await sleepMs(1100);
+    }
+    await reading;
+    ctl.abort();
+    assert.deepEqual(new Set(seen.map((ev) => (ev.data as { task_id?: string }).task_id)), new Set([chosen]), "only the chosen task's events");
+    assert.equal(seen.at(-1)!.data.type, "task.progress");
+    const p = (await c.get(chosen)).progress!;
+    assert.deepEqual([p.percent, p.message, p.details], [n, `step ${n}`, { n }]);
+    assert.ok(p.updated_at);
+  });
+
   test("operators", async () => {
     const ids: string[] = [];
     for (let i = 0; i < 3; i++) ids.push((await c.submit({ queue: q, payload: { i }, group_key: "g1" })).id);
@@ -145,6 +209,10 @@ describe("client", { skip: needsServer }, () => {
     assert.equal((await c.bulkRetry({ queue: q })).changed, 3);
     assert.equal((await c.purgeQueue(q, { dry_run: true })).result?.matched, 3);
     assert.equal((await c.purgeQueue(q, { status: "PENDING" })).result?.removed, 3);
+    await c.submit({ queue: q, metadata: { tenant: "acme", region: "eu" } });
+    await c.submit({ queue: q, metadata: { tenant: "acme", region: "us" } });
+    assert.equal((await c.bulkCancel({ queue: q, metadata: { tenant: "acme", region: "eu" } }, true)).matched, 1, "every pair must hold");
+    assert.equal((await c.bulkCancel({ queue: q, metadata: { tenant: "acme" } })).changed, 2);
 
     const s = await c.updateQueue(q, { max_running: 5, rate_limit: { per_second: 10, burst: 20 }, max_running_per_group: 2 });
     assert.deepEqual([s.max_running, s.rate_limit, s.max_running_per_group], [5, { per_second: 10, burst: 20 }, 2]);

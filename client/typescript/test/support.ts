@@ -56,9 +56,16 @@ export interface ReportRecord {
   faulted: boolean;
 }
 
-export async function proxyLog(): Promise<{ claims: ClaimRecord[]; reports: ReportRecord[] }> {
+/** What went through the proxy: claims and reports, and the proxy's actions counted by route name and action ("claim delay_answer"). */
+export interface ProxyLog {
+  claims: ClaimRecord[];
+  reports: ReportRecord[];
+  actions: Record<string, number>;
+}
+
+export async function proxyLog(): Promise<ProxyLog> {
   const resp = await fetch(`${FAULTS}/log`);
-  return (await resp.json()) as { claims: ClaimRecord[]; reports: ReportRecord[] };
+  return (await resp.json()) as ProxyLog;
 }
 
 export function serverHasRelease(): boolean {

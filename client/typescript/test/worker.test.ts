@@ -4,6 +4,7 @@
  * and the rules of the lease protocol.
  */
 import assert from "node:assert/strict";
+import { AsyncLocalStorage } from "node:async_hooks";
 import { beforeEach, describe, test } from "node:test";
 import {
   Client,
@@ -11,6 +12,7 @@ import {
   NonRetryable,
   Snooze,
   TaskLost,
+  TaskTimeLimit,
   Unauthorized,
   Worker,
   WorkerError,
@@ -57,8 +59,8 @@ describe("worker", { skip: needsServer, concurrency: false }, () => {
 
   /** Runs a worker around body; stops it after; resolves run()'s error, if any. */
   async function withWorker(handler: Handler, options: WorkerOptions, body: (w: Worker, stopped: () => boolean) => Promise<void>): Promise<unknown> {
-    // Heartbeats every second, faster than the server asks (tests/sdks).
-    const w = new Worker(c, handler, { queues: [q], workerId: unique("ts-w"), claimWaitMs: 500, heartbeatIntervalMs: 1000, handleSignals: false, logger: quiet, ...options });
+    // Heartbeats as the server asks: every 500 ms (tests/sdks).
+    const w = new Worker(c, handler, { queues: [q], workerId: unique("ts-w"), claimWaitMs: 500, handleSignals: false, logger: quiet, ...options });
     let failure: unknown;
     let settled = false;
     const run = w
@@ -209,6 +211,78 @@ describe("worker", { skip: needsServer, concurrency: false }, () => {
     assert.ok(err.cause instanceof Unauthorized);
     assert.equal((await c.get(task.id)).status, "RUNNING", "the task was not failed: the server takes it back");
     assert.deepEqual(await outcomes(task.id), [null]);
+  });
+
+  test("a late claim answer is not a lost one", async () => {
+    // A claim's answer held past the server's heartbeat interval (the grace
+    // after which a heartbeat that does not list a task takes it back as
+    // orphaned): the heartbeats sent meanwhile name the claim in flight, so
+    // the task stays this worker's and runs once.
+    const interval = (await c.register({ id: unique("ts-probe") })).heartbeat_interval_seconds;
+    const rec = new Recorder();
+    const task = await c.submit({ queue: q });
+    await arm("delay-answers", { on: ["claim"], ms: Math.round((interval + 1.5) * 1000), count: 1 });
+    await withWorker((ctx) => {
+      rec.enter(ctx);
+      rec.leave(ctx);
+      return "ok";
+    }, { heartbeatIntervalMs: 200 }, async () => {
+      await eventually(async () => ["DONE", "DEAD"].includes((await c.get(task.id)).status), "the task finished");
+    });
+    assert.equal((await proxyLog()).actions["claim delay_answer"], 1, "the claim's answer was held");
+    assert.equal((await c.get(task.id)).status, "DONE");
+    assert.deepEqual(await outcomes(task.id), ["completed"], "one attempt, completed");
+    assert.equal(rec.calls.get(task.id), 1, "the handler ran once");
+  });
+
+  test("a handler gets its trace and reports progress", async () => {
+    const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    // What a tracing system's hook does: make the task's trace the current one while the handler runs.
+    const current = new AsyncLocalStorage<string | undefined>();
+    const handlerContext = (ctx: TaskContext, run: () => Promise<unknown>) => current.run(ctx.traceHeaders()["traceparent"], run);
+    const traced = await c.submit({ queue: q, traceparent, tracestate: "vendor=1" });
+    await withWorker(async (ctx) => {
+      await sleepMs(1); // the context survives awaits
+      await ctx.progress(40, "4 of 10", { done: 4 });
+      return { current: current.getStore() ?? null, trace: ctx.traceHeaders() };
+    }, { handlerContext }, async () => {
+      await c.wait(traced.id, { timeoutMs: 60_000 });
+    });
+    const t = await c.get(traced.id);
+    assert.equal(t.status, "DONE", t.last_error ?? "");
+    assert.deepEqual(t.result, { current: traceparent, trace: { traceparent, tracestate: "vendor=1" } });
+    assert.deepEqual([t.progress?.percent, t.progress?.message, t.progress?.details], [40, "4 of 10", { done: 4 }]);
+
+    const plain = await c.submit({ queue: q });
+    await withWorker((ctx) => ({ current: current.getStore() ?? null, trace: ctx.trace }), { handlerContext }, async () => {
+      await c.wait(plain.id, { timeoutMs: 60_000 });
+    });
+    assert.deepEqual((await c.get(plain.id)).result, { current: null, trace: null }, "no trace, none current");
+  });
+
+  test("a time limit stops the handler and drops its outcome", async () => {
+    const rec = new Recorder();
+    const task = await c.submit({ queue: q, timeout_seconds: 1, max_attempts: 1 });
+    await withWorker(async (ctx) => {
+      rec.enter(ctx);
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, 30_000);
+        ctx.signal.addEventListener("abort", () => {
+          clearTimeout(t);
+          resolve();
+        });
+      });
+      rec.leave(ctx);
+      return "too late"; // never reported: the server ended the attempt
+    }, { heartbeatIntervalMs: 200 }, async () => {
+      await eventually(() => rec.causes.has(task.id), "the handler is stopped", 30_000);
+      await c.wait(task.id, { timeoutMs: 60_000 });
+    });
+    assert.ok(rec.causes.get(task.id) instanceof TaskTimeLimit, String(rec.causes.get(task.id)));
+    const t = await c.get(task.id);
+    assert.deepEqual([t.status, t.dead_reason], ["DEAD", "exhausted"]);
+    assert.deepEqual(await outcomes(task.id), ["timed_out"], "the server ended the attempt");
+    assert.deepEqual((await proxyLog()).reports.filter((r) => r.task_id === task.id), [], "nothing was reported");
   });
 
   test("snooze, next and non-retryable", async () => {

@@ -59,9 +59,7 @@ func run() error {
 		ClaimWait:    time.Second,
 		DrainTimeout: 10 * time.Second,
 		LeaseSeconds: 30,
-		// Faster than the server asks (tests/sdks): a cancel is seen within a second.
-		HeartbeatInterval: time.Second,
-		Logger:            slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}, func(ctx context.Context, t client.Task) (any, error) {
 		record("start", t)
 		var p struct {
