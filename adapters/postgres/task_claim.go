@@ -236,9 +236,53 @@ func claimSQL(s claimShape) string {
 // if it read a tenth of the table: on a large backlog that passes
 // jit_above_cost and the optimize and inline thresholds, and compiling the
 // plan, at every execution, took ~3 s per claim of one task on a 1M backlog.
-const claimPlanSettings = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
-	set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true),
-	set_config('enable_sort', 'off', true), set_config('jit', 'off', true)`
+//
+// They are sent as SET LOCAL commands in one message (no parameters, so no
+// plan of their own), before the claim transaction's first statement
+// (TouchLiveEach): the statements that read the workers and the held tasks
+// are then planned once per connection too.
+const claimPlanSettings = `SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_bitmapscan = off;
+	SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off; SET LOCAL jit = off`
+
+// reportPlanSettings pin the plans of a shared transaction of reports
+// (CompleteEach, TouchEach): generic plans, planned once per connection
+// (each of those statements keys its rows by arrays, whose custom plans
+// PostgreSQL prefers and makes again at every execution: 0.1-0.3 ms each,
+// as long as running them), never a sequential or bitmap scan of the
+// tasks table (a generic plan made while the table was small would
+// otherwise keep scanning it once it is large and not yet analyzed), and
+// no JIT. Sorts stay allowed: a report's statements order the few rows
+// they lock.
+const reportPlanSettings = `SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_bitmapscan = off;
+	SET LOCAL enable_seqscan = off; SET LOCAL jit = off`
+
+// planSettings are the sets of settings a transaction pins (pinPlans).
+type planSettings uint8
+
+const (
+	reportPlans planSettings = 1 << iota
+	claimPlans
+)
+
+// pinPlans applies the settings of want once per transaction (the claim's
+// include the report's).
+func (s *txState) pinPlans(ctx context.Context, want planSettings) error {
+	if want == reportPlans && s.plans != 0 {
+		return nil
+	}
+	if want == claimPlans && s.plans&claimPlans != 0 {
+		return nil
+	}
+	q := reportPlanSettings
+	if want == claimPlans {
+		q = claimPlanSettings
+	}
+	if _, err := s.tx.ExecContext(ctx, q); err != nil {
+		return fmt.Errorf("plan settings: %w", err)
+	}
+	s.plans |= want
+	return nil
+}
 
 // claimQueuesSQL lists the queues that have PENDING tasks, with the claim
 // order of their first: a loose index scan of tasks_claim, one descent per
@@ -316,8 +360,8 @@ func (s *TaskStore) ClaimGroup(ctx context.Context, p ports.ClaimGroupParams) ([
 	if n == 0 {
 		return out, nil
 	}
-	if err := s.st.pinClaimPlan(ctx); err != nil {
-		return nil, err
+	if err := s.st.pinPlans(ctx, claimPlans); err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
 	}
 	queues := p.Queues
 	if len(queues) == 0 {
@@ -442,16 +486,4 @@ func claimOrder(pa int, ra, sa int64, pb int, rb, sb int64) bool {
 		return ra < rb
 	}
 	return sa < sb
-}
-
-// pinClaimPlan applies claimPlanSettings once per transaction.
-func (s *txState) pinClaimPlan(ctx context.Context) error {
-	if s.claimPlanPinned {
-		return nil
-	}
-	if _, err := s.tx.ExecContext(ctx, claimPlanSettings); err != nil {
-		return fmt.Errorf("claim: plan settings: %w", err)
-	}
-	s.claimPlanPinned = true
-	return nil
 }
