@@ -53,13 +53,15 @@ import (
 const claimEligible = `%[1]s.status = 'PENDING' AND %[1]s.run_at <= now()
 		AND (%[1]s.deadline IS NULL OR %[1]s.deadline > now()) AND %[2]s`
 
-// Tag conditions. A worker without tags takes only untagged tasks, written
-// "tags = '{}'" rather than "tags <@ '{}'": the planner estimates the first
-// from column statistics and gives "<@" a fixed, tiny selectivity. (The
-// cardinality test, a one-time filter, keeps $7 typed in both shapes.)
+// Tag conditions (%[1]s: the row's alias, %[2]d: the number of the
+// workers' tags parameter, $7 in the general statement). A worker without
+// tags takes only untagged tasks, written "tags = '{}'" rather than
+// "tags <@ '{}'": the planner estimates the first from column statistics
+// and gives "<@" a fixed, tiny selectivity. (The cardinality test, a
+// one-time filter, keeps the parameter typed in both shapes.)
 const (
-	claimTagsNone   = `%[1]s.tags = '{}' AND cardinality($7::text[]) = 0`
-	claimTagsSubset = `%[1]s.tags <@ $7::text[]`
+	claimTagsNone   = `%[1]s.tags = '{}' AND cardinality($%[2]d::text[]) = 0`
+	claimTagsSubset = `%[1]s.tags <@ $%[2]d::text[]`
 )
 
 // claimRequests are the claim's requests ($1-$5: workers, limits, lease
@@ -162,14 +164,49 @@ const (
 			(SELECT d.secs FROM unnest($%[1]d::text[], $%[2]d::int[]) AS d(queue, secs) WHERE d.queue = t.queue))`
 )
 
+// claimOneEachSQL is the claim of the common case (claimShape.oneEach): one
+// queue without limits or a default time limit, every request for one
+// task. It locks, of queue $6, up to $4 claimable rows (%[1]s: claimEligible
+// with the tag condition, tags $5) in claim order, and gives the n-th of
+// them to the n-th request ($1-$3: workers, lease seconds, request ids):
+// what claimAssign does when every request has one slot, and where a byte
+// cap cannot cut (a request keeps its first task whatever its size), without
+// its slots, deals and running sums. The returned rows carry their
+// request's number, and offered 1.
+var claimOneEachSQL = `
+	WITH reqs AS (
+		SELECT r.worker, r.secs, r.req, r.i FROM unnest($1::text[], $2::int[], $3::text[]) WITH ORDINALITY AS r(worker, secs, req, i)
+	), locked AS (
+		SELECT l.id, row_number() OVER (ORDER BY l.priority DESC, l.grank, l.seq) AS n FROM (
+			SELECT t.id, t.priority, t.grank, t.seq FROM tasks t
+			WHERE t.queue = $6 AND %[1]s
+			ORDER BY t.priority DESC, t.grank, t.seq
+			LIMIT $4
+			FOR UPDATE SKIP LOCKED
+		) l
+	)
+	UPDATE tasks t SET status = 'RUNNING', attempts = t.attempts + 1, worker_id = q.worker,
+		lease_id = gen_random_uuid(), claimed_at = now(), updated_at = now(),
+		lease_seconds = q.secs, lease_expires_at = now() + q.secs * interval '1 second',
+		cancel_requested_at = NULL, claim_request_id = q.req,
+		timeout_at = now() + ` + claimTimeoutOwn + ` * interval '1 second', progress = NULL
+	FROM locked c JOIN reqs q ON q.i = c.n
+	WHERE t.id = c.id
+	RETURNING ` + prefixedTaskColumns + `, c.n AS request, 1::bigint AS offered`
+
+// prefixedTaskColumns are taskColumns of the alias t.
+var prefixedTaskColumns = prefixed("t.", taskColumns)
+
 // claimShape is what a claim statement's text depends on: the number of
 // queues it reads (0: it locks the candidates a planned claim chose, $8),
-// whether the workers have tags, and whether a queue has a default time
-// limit.
+// whether the workers have tags, whether a queue has a default time limit,
+// and whether it is the common case's statement (claimOneEachSQL: one
+// queue, no limits and no default time limit, every request for one task).
 type claimShape struct {
 	queues   int
 	tagged   bool
 	timeouts bool
+	oneEach  bool
 }
 
 // timeoutParam is the number of the first parameter after the queues (or
@@ -188,8 +225,17 @@ func claimSQL(s claimShape) string {
 	if s.tagged {
 		tags = claimTagsSubset
 	}
+	tagParam := 7
+	if s.oneEach {
+		tagParam = 5
+	}
 	eligible := func(alias string) string {
-		return fmt.Sprintf(claimEligible, alias, fmt.Sprintf(tags, alias))
+		return fmt.Sprintf(claimEligible, alias, fmt.Sprintf(tags, alias, tagParam))
+	}
+	if s.oneEach {
+		q := fmt.Sprintf(claimOneEachSQL, eligible("t"))
+		claimStatements.Store(s, q)
+		return q
 	}
 	var lock string
 	switch {
@@ -399,7 +445,9 @@ func (s *TaskStore) ClaimGroup(ctx context.Context, p ports.ClaimGroupParams) ([
 		}
 	}
 	shape.timeouts = len(timeoutQueues) > 0
-	if lim.limited() {
+	if shape.oneEach = oneEachClaim(queues, lim, shape.timeouts, n, total); shape.oneEach {
+		args = []any{workers, secs, nullTexts(requests), total, tags, queues[0]}
+	} else if lim.limited() {
 		ids, err := s.planClaim(ctx, lim, queues, tags, total)
 		if err != nil {
 			return nil, err
@@ -414,7 +462,7 @@ func (s *TaskStore) ClaimGroup(ctx context.Context, p ports.ClaimGroupParams) ([
 			args = append(args, q)
 		}
 	}
-	if shape.timeouts {
+	if shape.timeouts && !shape.oneEach {
 		args = append(args, timeoutQueues, timeoutSecs)
 	}
 	rows, err := selectRows(ctx, s.st.tx, claimedRowFields, claimSQL(shape), args...)
@@ -441,6 +489,13 @@ func (s *TaskStore) ClaimGroup(ctx context.Context, p ports.ClaimGroupParams) ([
 	}
 	s.st.Record(events...)
 	return out, nil
+}
+
+// oneEachClaim reports whether a claim of requests asking total tasks from
+// queues, under lim, is the common case claimOneEachSQL serves: one queue,
+// no limits and no default time limit, every request for one task.
+func oneEachClaim(queues []string, lim *claimLimits, timeouts bool, requests int, total int64) bool {
+	return len(queues) == 1 && !lim.limited() && !timeouts && total == int64(requests)
 }
 
 // claimableQueues returns the queues that have PENDING tasks, at most
