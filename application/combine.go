@@ -9,12 +9,17 @@ import (
 )
 
 // combiner serves concurrent requests in batches, one transaction per
-// batch (group commit without timers): a request that finds fewer than
-// `running` batches in progress runs one at once, taking along every
-// request queued meanwhile (up to a batch's size); a request that finds
-// them all busy waits, and the first waiting request when one finishes
-// leads the next batch. An idle instance adds no delay; a busy one serves
-// as many requests per transaction as arrived during the previous one.
+// batch (group commit without timers): a request that finds no batch in
+// progress runs one at once, taking along every request queued meanwhile
+// (up to a batch's size); a request that finds one busy waits, and the
+// first waiting request when it finishes leads the next batch. Another
+// batch runs beside it, up to `running` at once, only while a full batch's
+// worth of requests waits: more transactions at once would serve fewer
+// requests each, and every transaction costs its fixed statements and its
+// commit (on two cores, two claim transactions of three requests cost a
+// quarter more database CPU per task than one of six: docs/performance.md).
+// An idle instance adds no delay; a busy one serves as many requests per
+// transaction as arrived during the previous one.
 //
 // Every request is answered only when its batch's transaction has ended:
 // with its own result when it committed, with the batch's error when it
@@ -53,7 +58,7 @@ func (c *combiner[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 	p := &pending[Req, Res]{ctx: ctx, req: req, done: make(chan struct{}), lead: make(chan struct{}, 1)}
 	c.mu.Lock()
 	c.queue = append(c.queue, p)
-	if c.leaders < c.running {
+	if c.leaders == 0 || (c.leaders < c.running && len(c.queue) >= c.size) {
 		c.leaders++
 		p.lead <- struct{}{}
 	}
@@ -93,8 +98,14 @@ func (c *combiner[Req, Res]) lead(ctx context.Context) {
 }
 
 // handOver gives the lead to the first waiting request that has none, or
-// gives it up. The caller holds c.mu.
+// gives it up: when none waits, and when another batch runs and fewer than
+// a full batch's worth wait (that one's leader hands over when it ends).
+// The caller holds c.mu.
 func (c *combiner[Req, Res]) handOver() {
+	if c.leaders > 1 && len(c.queue) < c.size {
+		c.leaders--
+		return
+	}
 	for _, p := range c.queue {
 		select {
 		case p.lead <- struct{}{}:

@@ -73,8 +73,9 @@ type Config struct {
 	// failures) one shared transaction serves (0: DefaultBatchRequests; 1:
 	// every request in a transaction of its own).
 	BatchRequests int
-	// ConcurrentBatches is how many shared transactions of one kind run at
-	// once (0: DefaultConcurrentBatches).
+	// ConcurrentBatches is how many shared transactions of one kind may run
+	// at once (0: DefaultConcurrentBatches); more than one only while a
+	// full batch of requests (BatchRequests) waits for the one running.
 	ConcurrentBatches int
 	// AwaitSafetyInterval is how often a producer waiting for a task
 	// looks again without a notification (0: DefaultAwaitSafetyInterval).
