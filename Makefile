@@ -3,15 +3,36 @@
 
 GO ?= go
 
-.PHONY: run test fuzz build lint browser screenshots
+.PHONY: run test fuzz build lint browser sdks screenshots
 
 ## run: serve on a local PostgreSQL kept in ./.data (or on TASKMASTER_DATABASE_URL)
 run: build
 	./bin/taskmaster dev
 
 ## test: every test with the race detector; starts its own throwaway PostgreSQL
-test: browser
-	$(GO) test -race -count=1 ./...
+## (the Python and TypeScript SDKs' tests run in tests/sdks)
+test: browser sdks
+	$(GO) test -race -count=1 -timeout 30m ./...
+
+## sdks: the tools of the Python and TypeScript SDKs (Debian's python3, nodejs,
+## npm and mypy, if missing), their dependencies (npm ci) and type checks
+## (tsc --noEmit, mypy --strict); without the tools the checks and tests/sdks
+## skip, unless TASKMASTER_REQUIRE_SDKS=1
+sdks:
+	@missing=""; \
+	for tool in python3 node npm mypy; do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
+	if [ -n "$$missing" ]; then \
+		pkgs=$$(echo "$$missing" | sed 's/\bnode\b/nodejs/'); \
+		echo "installing$$pkgs (SDK tests)"; \
+		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $$pkgs) || \
+		echo "warning: could not install$$pkgs: the SDK checks and tests/sdks will skip (or fail with TASKMASTER_REQUIRE_SDKS=1)"; \
+	fi
+	@if command -v npm >/dev/null 2>&1; then \
+		cd client/typescript && npm ci --no-audit --no-fund && npx tsc --noEmit -p tsconfig.json; \
+	elif [ "$$TASKMASTER_REQUIRE_SDKS" = 1 ]; then echo "npm is missing" >&2; exit 1; fi
+	@if command -v mypy >/dev/null 2>&1; then \
+		cd client/python && mypy --strict taskmaster tests; \
+	elif [ "$$TASKMASTER_REQUIRE_SDKS" = 1 ]; then echo "mypy is missing" >&2; exit 1; fi
 
 ## browser: Debian's chromium for the dashboard's browser tests (tests/ui), if
 ## missing; they skip without it unless TASKMASTER_REQUIRE_BROWSER is set

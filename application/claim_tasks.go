@@ -59,12 +59,15 @@ type claim struct {
 	// again marks a waiting claim's later attempts: they give no sign of
 	// life (the request's first attempt did), so waiting writes nothing.
 	again bool
+	// push marks a push dispatcher's claim (ports.ClaimCommand.Push).
+	push bool
 }
 
 // claimOf validates cmd: every field it names is checked, absent ones get
 // their defaults.
 func (s *TaskService) claimOf(cmd ports.ClaimCommand) (claim, error) {
-	c := claim{workerID: cmd.WorkerID, queue: cmd.Queue, leaseSeconds: s.cfg.leaseSeconds(), maxBytes: s.cfg.maxResponseBytes()}
+	c := claim{workerID: cmd.WorkerID, queue: cmd.Queue, leaseSeconds: s.cfg.leaseSeconds(), maxBytes: s.cfg.maxResponseBytes(),
+		push: cmd.Push}
 	var v validation.Errors
 	if cmd.WorkerID == "" {
 		v.Add("worker_id", "is required")
@@ -288,9 +291,12 @@ func claimInTx(ctx context.Context, st ports.Stores, batch []*pending[claim, cla
 			continue
 		}
 		key := strings.Join(p.res.queues, "\x00") + "\x01" + strings.Join(w.Tags(), "\x00")
+		if p.req.push {
+			key = "\x02" + key
+		}
 		g := byKey[key]
 		if g == nil {
-			g = &group{params: ports.ClaimGroupParams{Queues: p.res.queues, WorkerTags: w.Tags()}}
+			g = &group{params: ports.ClaimGroupParams{Queues: p.res.queues, WorkerTags: w.Tags(), Push: p.req.push}}
 			byKey[key] = g
 			groups = append(groups, g)
 		}

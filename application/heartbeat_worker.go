@@ -22,6 +22,10 @@ import (
 // advertises it.
 const MaxHeartbeatTasks = 10000
 
+// MaxHeartbeatClaimsInFlight is the most claims a heartbeat may name as in
+// flight (a worker has one or a few claims outstanding at a time).
+const MaxHeartbeatClaimsInFlight = 100
+
 // Heartbeat records a worker's sign of life (a STALE worker becomes ACTIVE
 // again; a DEAD one gets worker.ErrDead and must register again) and answers
 // with what the worker must act on: the listed tasks it lost, the held tasks
@@ -37,6 +41,13 @@ func (s *WorkerService) Heartbeat(ctx context.Context, cmd ports.HeartbeatComman
 	var v validation.Errors
 	if len(cmd.Tasks) > MaxHeartbeatTasks {
 		v.Add("tasks", fmt.Sprintf("must list at most %d tasks", MaxHeartbeatTasks))
+	}
+	if len(cmd.ClaimsInFlight) > MaxHeartbeatClaimsInFlight {
+		v.Add("claims_in_flight", fmt.Sprintf("must name at most %d claims", MaxHeartbeatClaimsInFlight))
+	} else {
+		for i, id := range cmd.ClaimsInFlight {
+			task.CheckRequestID(&v, fmt.Sprintf("claims_in_flight[%d]", i), id)
+		}
 	}
 	progress := map[uuid.UUID]ports.ProgressReport{}
 	for i, p := range cmd.Progress {
@@ -81,7 +92,7 @@ func (s *WorkerService) Heartbeat(ctx context.Context, cmd ports.HeartbeatComman
 			held []*task.Task
 			err  error
 		)
-		listing := task.NewListing(cmd.WorkerID, cmd.Tasks, s.cfg.Liveness.HeartbeatInterval())
+		listing := task.NewListing(cmd.WorkerID, cmd.Tasks, s.cfg.Liveness.HeartbeatInterval()).WithClaimsInFlight(cmd.ClaimsInFlight)
 		if cmd.ListsTasks {
 			held, err = st.Tasks.UpdateHeld(ctx, cmd.WorkerID, func(t *task.Task, now time.Time) ([]event.Event, bool, error) {
 				es, changed, err := leaseDecision(t, listing, now)

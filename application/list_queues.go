@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -104,7 +105,11 @@ func checkQueueName(ctx context.Context, name string) error {
 
 // UpdateSettings applies p to the queue's settings in one transaction that
 // also records event.AuditQueueSettingsChanged with the settings after the
-// change. A queue that holds no tasks yet may have settings.
+// change (secrets left out). A queue that holds no tasks yet may have
+// settings. The named limits p names must exist (they are locked against
+// deletion until the change commits); a push URL must be allowed by the
+// server's configuration. A change that turns push delivery on, or asks
+// for a new secret, answers with the secret (the only time it is shown).
 func (s *QueueService) UpdateSettings(ctx context.Context, name string, p queue.Patch) (ports.QueueSettings, error) {
 	if err := checkQueueName(ctx, name); err != nil {
 		return ports.QueueSettings{}, err
@@ -112,15 +117,41 @@ func (s *QueueService) UpdateSettings(ctx context.Context, name string, p queue.
 	if err := p.Validate(); err != nil {
 		return ports.QueueSettings{}, err
 	}
+	if err := s.push.checkPushAllowed(p); err != nil {
+		return ports.QueueSettings{}, err
+	}
 	out := ports.QueueSettings{Queue: name}
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
+		if p.Limits.Set && p.Limits.Value != nil && len(*p.Limits.Value) > 0 {
+			missing, err := st.Limits.Missing(ctx, *p.Limits.Value)
+			if err != nil {
+				return err
+			}
+			if len(missing) > 0 {
+				var v validation.Errors
+				for i, n := range *p.Limits.Value {
+					if slices.Contains(missing, n) {
+						v.Add(fmt.Sprintf("limits[%d]", i), "no named limit "+n+": create it first (PUT /limits/v1/"+n+")")
+					}
+				}
+				return v.Err()
+			}
+		}
 		var err error
 		out.Settings, out.UpdatedAt, err = st.QueueSettings.Update(ctx, name,
 			func(cur queue.Settings, now time.Time) (queue.Settings, []event.Event, error) {
+				if err := p.Check(cur); err != nil {
+					return queue.Settings{}, nil, err
+				}
 				next := p.Apply(cur)
+				secret, err := s.push.applyPushSecrets(name, p, cur.Push, next.Push, now)
+				if err != nil {
+					return queue.Settings{}, nil, err
+				}
+				out.NewSecret = secret
 				audit := event.Audit(event.AuditQueueSettingsChanged, auditKeyID(ctx), now)
 				audit.Queue = name
-				saved := next
+				saved := next.Clone()
 				audit.Settings = &saved
 				return next, []event.Event{audit}, nil
 			})

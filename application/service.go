@@ -244,12 +244,26 @@ func (s *WorkerService) MaxHeartbeatTasks() int { return MaxHeartbeatTasks }
 type QueueService struct {
 	stats ports.StatsReader
 	tx    ports.TxRunner
+	push  PushConfig
 }
 
 var _ ports.QueueService = (*QueueService)(nil)
 
+// QueueServiceOption configures a QueueService.
+type QueueServiceOption func(*QueueService)
+
+// WithPushDelivery lets queues be push queues under c (without it, a
+// change that turns push delivery on is refused).
+func WithPushDelivery(c PushConfig) QueueServiceOption {
+	return func(s *QueueService) { s.push = c }
+}
+
 // NewQueueService returns the queue use cases: statistics read through
 // stats, settings changed through tx.
-func NewQueueService(stats ports.StatsReader, tx ports.TxRunner) *QueueService {
-	return &QueueService{stats: stats, tx: tx}
+func NewQueueService(stats ports.StatsReader, tx ports.TxRunner, opts ...QueueServiceOption) *QueueService {
+	s := &QueueService{stats: stats, tx: tx}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }

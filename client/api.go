@@ -211,18 +211,38 @@ func (c *Client) Heartbeat(ctx context.Context, workerID string) (*HeartbeatResu
 // tasks to cancel, and whether to drain. List a task from the moment its
 // claim's answer arrives until it is reported.
 func (c *Client) HeartbeatTasks(ctx context.Context, workerID string, held []LeaseRef) (*HeartbeatResult, error) {
-	if held == nil {
-		held = []LeaseRef{}
-	}
-	return c.heartbeat(ctx, workerID, held)
+	return c.HeartbeatWith(ctx, workerID, HeartbeatParams{Tasks: held})
 }
 
-func (c *Client) heartbeat(ctx context.Context, workerID string, held []LeaseRef) (*HeartbeatResult, error) {
+// HeartbeatParams is what a task-listing heartbeat says.
+type HeartbeatParams struct {
+	// Tasks are the tasks the worker holds, under the leases it knows (as
+	// HeartbeatTasks).
+	Tasks []LeaseRef
+	// ClaimsInFlight are the request ids (ClaimParams.RequestID) of the
+	// worker's claims it has sent but has no answer to yet: the tasks they
+	// made RUNNING are not taken back as orphaned while they are named,
+	// however late their answer. Name a claim until its tasks are in Tasks,
+	// or until the worker gives up on it.
+	ClaimsInFlight []string
+}
+
+// HeartbeatWith sends a task-listing heartbeat (see HeartbeatTasks) that
+// may also name the claims in flight.
+func (c *Client) HeartbeatWith(ctx context.Context, workerID string, p HeartbeatParams) (*HeartbeatResult, error) {
+	if p.Tasks == nil {
+		p.Tasks = []LeaseRef{}
+	}
+	return c.heartbeat(ctx, workerID, &p)
+}
+
+func (c *Client) heartbeat(ctx context.Context, workerID string, p *HeartbeatParams) (*HeartbeatResult, error) {
 	var body any
-	if held != nil {
+	if p != nil {
 		body = struct {
-			Tasks []LeaseRef `json:"tasks"`
-		}{held}
+			Tasks          []LeaseRef `json:"tasks"`
+			ClaimsInFlight []string   `json:"claims_in_flight,omitempty"`
+		}{p.Tasks, p.ClaimsInFlight}
 	}
 	var res HeartbeatResult
 	path := "/workers/v1/" + url.PathEscape(workerID) + "/heartbeat"

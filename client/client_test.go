@@ -551,13 +551,17 @@ func TestQueuesCarryEveryServedField(t *testing.T) {
 		`"last_15m":{"enqueued":0.6,"claimed":0.4,"completed":0.33,"dead_lettered":0.07}},` +
 		`"totals":{"submitted":9,"claimed":7,"completed":5,"failed":2,"dead_lettered":{"exhausted":1},"requeued":{"failed":1},"cleaned":0},` +
 		`"stats_as_of":"2026-01-01T00:00:00.5Z","paused":true,` +
-		`"settings":{"paused":true,"max_running":5,"rate_limit":{"per_second":2.5,"burst":10},"max_running_per_group":null,"default_timeout_seconds":600}}`
+		`"settings":{"paused":true,"max_running":5,"rate_limit":{"per_second":2.5,"burst":10},"max_running_per_group":null,"default_timeout_seconds":600,` +
+		`"rate_limit_per_group":{"per_second":1,"burst":2},"limits":["tenant-api"],` +
+		`"push":{"url":"https://hooks.example.com/in","timeout_seconds":30,"max_in_flight":10,"header_names":["Authorization"],` +
+		`"non_retryable_statuses":[400,404],"secret_rotated_at":"2026-01-01T00:00:00Z","previous_secret_expires_at":null}}}`
 	const idle = `{"queue":"idle","pending":0,"running":0,"done":1,"dead":0,"blocked":0,"active_workers":0,"oldest_pending_age_seconds":null,` +
 		`"rates":{"last_1m":{"enqueued":0,"claimed":0,"completed":0,"dead_lettered":0},` +
 		`"last_5m":{"enqueued":0,"claimed":0,"completed":0,"dead_lettered":0},` +
 		`"last_15m":{"enqueued":0,"claimed":0,"completed":0,"dead_lettered":0}},` +
 		`"totals":{"submitted":1,"claimed":1,"completed":1,"failed":0,"dead_lettered":{},"requeued":{},"cleaned":0},"stats_as_of":null,` +
-		`"paused":false,"settings":{"paused":false,"max_running":null,"rate_limit":null,"max_running_per_group":null,"default_timeout_seconds":null}}`
+		`"paused":false,"settings":{"paused":false,"max_running":null,"rate_limit":null,"max_running_per_group":null,"default_timeout_seconds":null,` +
+		`"rate_limit_per_group":null,"limits":[],"push":null}}`
 	srv := httptest.NewServer(&flaky{ok: `{"queues":[` + queue + `,` + idle + `]}`})
 	defer srv.Close()
 
@@ -575,6 +579,8 @@ func TestQueuesCarryEveryServedField(t *testing.T) {
 	require.True(t, q.Paused)
 	require.Equal(t, 5, *q.Settings.MaxRunning)
 	require.Equal(t, client.RateLimit{PerSecond: 2.5, Burst: 10}, *q.Settings.RateLimit)
+	require.Equal(t, []string{"tenant-api"}, q.Settings.Limits)
+	require.Equal(t, "https://hooks.example.com/in", q.Settings.Push.URL)
 	_, ok = qs[1].OldestPendingAge()
 	require.False(t, ok)
 	require.Nil(t, qs[1].StatsAsOf)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
+	"net/http"
 	"os/signal"
 	"syscall"
 	"time"
@@ -63,4 +65,27 @@ func Example_runner() {
 	if err := r.Run(ctx); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// A push queue's endpoint: verify the signature over the raw body with the
+// secret the queue's PATCH showed, then deduplicate on the task id
+// (delivery is at least once) and answer 2xx to complete the task.
+func ExampleVerifySignature() {
+	secret := "tmpush_..." // from UpdateQueue's answer, kept in your secret store
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, "unreadable", http.StatusBadRequest)
+			return
+		}
+		if err := client.VerifySignature(secret, r.Header.Get(client.HeaderSignature), body, 0); err != nil {
+			http.Error(w, "bad signature", http.StatusUnauthorized) // 401: non-retryable by default
+			return
+		}
+		taskID := r.Header.Get(client.HeaderTaskID) // the same on a repeated delivery
+		_ = taskID
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"done":true}`) // becomes the task's result
+	}
+	http.HandleFunc("/hooks/emails", handler)
 }

@@ -29,6 +29,12 @@ type QueueSettings struct {
 	// DefaultTimeoutSeconds limits each attempt of the queue's tasks that
 	// have no TimeoutSeconds of their own, from its claim.
 	DefaultTimeoutSeconds *int `json:"default_timeout_seconds"`
+	// RateLimitPerGroup gives each group_key a token bucket of its own.
+	RateLimitPerGroup *RateLimit `json:"rate_limit_per_group"`
+	// Limits are the named limits the queue draws on (see PutLimit).
+	Limits []string `json:"limits"`
+	// Push, when set, makes the queue a push queue (see PushSettings).
+	Push *PushSettings `json:"push"`
 }
 
 // RateLimit is a token bucket shared by every instance: claims take one
@@ -134,6 +140,9 @@ type QueueDetail struct {
 	// RateLast15m; nil when no task's attempt ended (was claimed) then.
 	AvgExecutionSeconds map[string]*float64 `json:"avg_execution_seconds"`
 	AvgQueueWaitSeconds map[string]*float64 `json:"avg_queue_wait_seconds"`
+	// Deliveries are a push queue's recent deliveries (nil for another
+	// queue, or when no dispatcher reported in the last minute).
+	Deliveries *Deliveries `json:"deliveries"`
 }
 
 // LeasedTask is one RUNNING task of a queue.
@@ -172,9 +181,20 @@ type QueuePatch struct {
 	// after the change.
 	DefaultTimeoutSeconds      *int
 	ClearDefaultTimeoutSeconds bool
+	RateLimitPerGroup          *RateLimit
+	ClearRateLimitPerGroup     bool
+	// Limits replaces the named limits the queue draws on (each must
+	// exist); ClearLimits removes them all.
+	Limits      []string
+	ClearLimits bool
+	// Push turns push delivery on or changes it; ClearPush turns it off.
+	Push      *PushPatch
+	ClearPush bool
 }
 
-// QueueSettingsResult is a queue's settings after a change.
+// QueueSettingsResult is a queue's settings after a change. When the
+// change created or rotated a push queue's signing secret, Push.Secret
+// holds it: this answer is the only time it is shown.
 type QueueSettingsResult struct {
 	Queue string `json:"queue"`
 	QueueSettings
@@ -183,7 +203,9 @@ type QueueSettingsResult struct {
 
 // UpdateQueue changes a queue's settings (admin); a queue without tasks may
 // have settings. Resuming a queue, or raising or clearing a limit, wakes the
-// workers waiting for its tasks.
+// workers waiting for its tasks. A change of push settings is not sent
+// again after a lost answer (the repeat would show no secret the first
+// one created): rotate the secret instead.
 func (c *Client) UpdateQueue(ctx context.Context, name string, p QueuePatch) (*QueueSettingsResult, error) {
 	body := map[string]any{}
 	if p.Paused != nil {
@@ -205,11 +227,18 @@ func (c *Client) UpdateQueue(ctx context.Context, name string, p QueuePatch) (*Q
 		setting("rate_limit", p.RateLimit, p.RateLimit != nil, p.ClearRateLimit),
 		setting("max_running_per_group", p.MaxRunningPerGroup, p.MaxRunningPerGroup != nil, p.ClearMaxRunningPerGroup),
 		setting("default_timeout_seconds", p.DefaultTimeoutSeconds, p.DefaultTimeoutSeconds != nil, p.ClearDefaultTimeoutSeconds),
+		setting("rate_limit_per_group", p.RateLimitPerGroup, p.RateLimitPerGroup != nil, p.ClearRateLimitPerGroup),
+		setting("limits", p.Limits, p.Limits != nil, p.ClearLimits),
+		setting("push", p.Push.request(), p.Push != nil, p.ClearPush),
 	); err != nil {
 		return nil, err
 	}
+	mode := retrySafe
+	if p.Push != nil {
+		mode = retryUnsent // a secret is in the first answer only
+	}
 	var out QueueSettingsResult
-	if _, err := c.do(ctx, call{method: http.MethodPatch, path: queuePath(name), body: body, out: &out, mode: retrySafe}); err != nil {
+	if _, err := c.do(ctx, call{method: http.MethodPatch, path: queuePath(name), body: body, out: &out, mode: mode}); err != nil {
 		return nil, err
 	}
 	return &out, nil

@@ -306,6 +306,10 @@ type Runner struct {
 	mu       sync.Mutex
 	started  bool
 	inflight map[LeaseRef]*job // by task and lease: what heartbeats list
+	// claims are the request ids of the claims sent and not yet answered
+	// (or given up): heartbeats name them, so that the server does not take
+	// a task back as orphaned because its claim's answer is late.
+	claims map[string]bool
 	releases []*job            // tasks the drain hands back (still in flight)
 	stopRun  context.CancelCauseFunc
 	fatalErr error // why the runner stopped on its own (401, 403)
@@ -432,6 +436,7 @@ func NewRunner(c *Client, cfg RunnerConfig, handler HandlerFunc) (*Runner, error
 		handler:  handler,
 		log:      cfg.Logger.With("worker_id", cfg.WorkerID),
 		inflight: map[LeaseRef]*job{},
+		claims:   map[string]bool{},
 		abandon:  make(chan struct{}),
 		draining: make(chan struct{}),
 		hurry:    make(chan struct{}),
@@ -700,9 +705,10 @@ func (r *Runner) heartbeatLoop(ctx context.Context) {
 			continue
 		case <-t.C:
 		}
-		sent, listed := time.Now(), r.held()
+		sent := time.Now()
+		listed, claims := r.held()
 		bctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
-		res, err := r.beat(bctx, listed)
+		res, err := r.beat(bctx, listed, claims)
 		cancel()
 		switch {
 		case err == nil:
@@ -723,14 +729,18 @@ func (r *Runner) heartbeatLoop(ctx context.Context) {
 	}
 }
 
-// beat sends one heartbeat listing the tasks listed, or a plain one to a
-// server that takes no task lists (it answers the list as an unknown
-// field).
-func (r *Runner) beat(ctx context.Context, listed []LeaseRef) (*HeartbeatResult, error) {
+// beat sends one heartbeat listing the tasks listed and the claims in
+// flight, or a plain one to a server that takes no task lists (it answers
+// the list as an unknown field).
+func (r *Runner) beat(ctx context.Context, listed []LeaseRef, claims []string) (*HeartbeatResult, error) {
 	if r.plainBeats.Load() {
 		return r.client.Heartbeat(ctx, r.cfg.WorkerID)
 	}
-	res, err := r.client.HeartbeatTasks(ctx, r.cfg.WorkerID, listed)
+	res, err := r.client.HeartbeatWith(ctx, r.cfg.WorkerID, HeartbeatParams{Tasks: listed, ClaimsInFlight: claims})
+	if len(claims) > 0 && isType(err, ProblemMalformedRequest) {
+		// A server older than claims_in_flight: list the tasks alone.
+		res, err = r.client.HeartbeatTasks(ctx, r.cfg.WorkerID, listed)
+	}
 	if isType(err, ProblemMalformedRequest) {
 		r.plainBeats.Store(true)
 		r.log.Warn("the server takes no task lists in heartbeats (it has no leases); sending plain heartbeats", "error", err)
@@ -745,8 +755,10 @@ func (r *Runner) beat(ctx context.Context, listed []LeaseRef) (*HeartbeatResult,
 }
 
 // held lists the tasks in flight that the runner still holds (not those it
-// lost), under their leases.
-func (r *Runner) held() []LeaseRef {
+// lost), under their leases, and the claims whose answers it awaits: taken
+// together, so that a claim answered meanwhile is named one way or the
+// other (its tasks are in flight before it leaves the claims).
+func (r *Runner) held() ([]LeaseRef, []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]LeaseRef, 0, len(r.inflight))
@@ -755,7 +767,22 @@ func (r *Runner) held() []LeaseRef {
 			out = append(out, ref)
 		}
 	}
-	return out
+	var claims []string
+	for id := range r.claims {
+		claims = append(claims, id)
+	}
+	return out, claims
+}
+
+// claiming notes a claim sent (on) or answered or given up (off).
+func (r *Runner) claiming(requestID string, on bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if on {
+		r.claims[requestID] = true
+	} else {
+		delete(r.claims, requestID)
+	}
 }
 
 // act carries out the answer to a heartbeat sent at sent listing listed:
@@ -848,9 +875,15 @@ func (r *Runner) claimLoop(ctx, handlerCtx context.Context) {
 		// meanwhile. The timeout only guards against a server that never
 		// answers.
 		begin, tries := time.Now(), 0
+		requestID := newRequestID()
+		r.claiming(requestID, true)
 		cctx, cancel := context.WithTimeout(withTries(context.WithoutCancel(ctx), &tries), wait+r.cfg.ReportTimeout)
-		tasks, err := r.client.Claim(cctx, ClaimParams{WorkerID: r.cfg.WorkerID, Limit: n, Wait: wait, LeaseSeconds: r.cfg.LeaseSeconds})
+		tasks, err := r.client.Claim(cctx, ClaimParams{WorkerID: r.cfg.WorkerID, Limit: n, Wait: wait, LeaseSeconds: r.cfg.LeaseSeconds,
+			RequestID: requestID})
 		cancel()
+		if len(tasks) == 0 {
+			r.claiming(requestID, false) // answered with none, or given up
+		}
 		// The leases started when the server committed the claim, just
 		// before it answered (a long poll waits before it claims). An
 		// answer to a repeat, though, carries the tasks of an earlier try
@@ -890,6 +923,7 @@ func (r *Runner) claimLoop(ctx, handlerCtx context.Context) {
 		for _, t := range tasks {
 			r.start(handlerCtx, t, leasesFrom)
 		}
+		r.claiming(requestID, false)
 	}
 }
 

@@ -697,4 +697,7 @@ type Attempt struct {
 	Outcome AttemptOutcome `json:"outcome"`
 	// Error is the holder's failure message, if any.
 	Error string `json:"error"`
+	// HTTPStatus is a push delivery's response status (0: the attempt was
+	// no push delivery, or got no response).
+	HTTPStatus int `json:"http_status"`
 }

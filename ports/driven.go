@@ -49,6 +49,10 @@ type Stores struct {
 	Bulk BulkStore
 	// QueueSettings stores the queues' settings.
 	QueueSettings QueueSettingsStore
+	// Limits stores the named limits.
+	Limits LimitStore
+	// Push holds what the push dispatchers read and write besides tasks.
+	Push PushStore
 }
 
 // Outbox collects the lifecycle events of one transaction.
@@ -176,6 +180,9 @@ type ClaimParams struct {
 	// (TaskBytes): tasks are claimed in claim order while the running sum
 	// stays within it, and always at least one.
 	MaxBytes int64
+	// Push marks a push dispatcher's claim: it takes from push queues
+	// only, where every other claim passes push queues by.
+	Push bool
 }
 
 // ClaimGroupParams are the claims of several workers that claim from the
@@ -187,6 +194,8 @@ type ClaimGroupParams struct {
 	WorkerTags []string
 	// Requests are the workers' claims.
 	Requests []ClaimRequest
+	// Push marks push dispatchers' claims (see ClaimParams.Push).
+	Push bool
 }
 
 // ClaimRequest is one worker's claim in a group.
@@ -580,6 +589,9 @@ type QueueDetail struct {
 	// Averages are the average durations over QueueAverageWindows,
 	// shortest first.
 	Averages []QueueAverage
+	// Deliveries summarizes a push queue's recent deliveries (nil for a
+	// queue without push delivery, or when no dispatcher reported lately).
+	Deliveries *DeliverySummary
 }
 
 // LeasedTask is one RUNNING task of a queue.

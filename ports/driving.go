@@ -32,6 +32,10 @@ type ClaimCommand struct {
 	// repeat by the same worker while tasks of that claim are still held by
 	// it answers with those tasks, under the same leases, and claims nothing.
 	RequestID *string
+	// Push marks a push dispatcher's claim (set by the dispatcher, never
+	// from a request): it takes from the push queue it names, whatever the
+	// tasks' tags, where workers' claims pass push queues by.
+	Push bool
 }
 
 // ExtendCommand asks for a held task's lease to run out LeaseSeconds from
@@ -57,6 +61,10 @@ type HeartbeatCommand struct {
 	ListsTasks bool
 	// Tasks are the tasks the worker holds, each under the lease it knows.
 	Tasks []task.LeaseRef
+	// ClaimsInFlight are the request ids of the worker's claims it had sent
+	// but had no answer to when it listed Tasks: the tasks they made
+	// RUNNING are not taken back as orphaned (task.Listing.WithClaimsInFlight).
+	ClaimsInFlight []string
 	// Progress, when not nil, holds a progress report for Tasks[i] at i
 	// (nil where the item carries none): each is stored as
 	// TaskService.ReportProgress stores one, with the renewal.
@@ -357,4 +365,7 @@ type QueueSettings struct {
 	Queue     string
 	Settings  queue.Settings
 	UpdatedAt time.Time
+	// NewSecret is the push signing secret the change created or rotated
+	// to, in clear: shown in this answer only ("" when none).
+	NewSecret string
 }

@@ -265,3 +265,37 @@ func TestAPIHeartbeatListingMoreThanTheCapIs422AndChangesNothing(t *testing.T) {
 	require.Len(t, beat.Lost, limit-1)
 	require.True(t, c.Get(held[0].ID).LeaseExpiresAt.After(*before.LeaseExpiresAt))
 }
+
+// A heartbeat that names a claim in flight (its answer not yet received)
+// does not take that claim's tasks back as orphaned, however old the
+// claim; the same heartbeat without the name does. Names that are not
+// request ids, or too many of them, are a 422 that changes nothing.
+func TestAPIHeartbeatKeepsTheTasksOfClaimsInFlight(t *testing.T) {
+	t.Parallel()
+	s, c := startAPI(t, nil)
+	c.Register(jsonObj{"id": "w", "queues": []string{"q"}})
+	c.Submit(jsonObj{"queue": "q"})
+	held := c.Claim(jsonObj{"worker_id": "w", "lease_seconds": 60, "request_id": "c-late"})
+	require.Len(t, held, 1)
+	// Older than any grace: its absence from a list would orphan it.
+	stage(t, s, `UPDATE tasks SET claimed_at = now() - interval '1 hour' WHERE id = $1`, held[0].ID)
+	before := c.Get(held[0].ID)
+
+	for _, bad := range []jsonObj{
+		{"tasks": []any{}, "claims_in_flight": []string{"has space"}},
+		{"tasks": []any{}, "claims_in_flight": []string{""}},
+		{"tasks": []any{}, "claims_in_flight": make([]string, 101)},
+	} {
+		p := c.Do(http.MethodPost, "/workers/v1/w/heartbeat", bad).Problem(t, http.StatusUnprocessableEntity, "validation-error")
+		require.NotEmpty(t, p.Fields())
+		require.Contains(t, p.Fields()[0], "claims_in_flight")
+		require.Equal(t, before, c.Get(held[0].ID), "nothing changed")
+	}
+
+	beat := c.Heartbeat("w", jsonObj{"tasks": []any{}, "claims_in_flight": []string{"c-other", "c-late"}})
+	require.Empty(t, beat.Lost)
+	require.Equal(t, "RUNNING", c.Get(held[0].ID).Status, "its claim is in flight: not orphaned")
+
+	c.Heartbeat("w", jsonObj{"tasks": []any{}, "claims_in_flight": []string{"c-other"}})
+	require.Equal(t, "PENDING", c.Get(held[0].ID).Status, "named no more: orphaned")
+}

@@ -2,7 +2,9 @@ package tests
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -17,9 +19,13 @@ import (
 	"github.com/taskmaster/taskmaster/adapters/outbox"
 	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/adapters/postgres/pgtest"
+	pushadapter "github.com/taskmaster/taskmaster/adapters/push"
+	sealeradapter "github.com/taskmaster/taskmaster/adapters/sealer"
 	"github.com/taskmaster/taskmaster/application"
 	"github.com/taskmaster/taskmaster/application/lifecycle"
 	"github.com/taskmaster/taskmaster/domain/apikey"
+	"github.com/taskmaster/taskmaster/domain/push"
+	"github.com/taskmaster/taskmaster/domain/queue"
 	"github.com/taskmaster/taskmaster/domain/schedule"
 	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/ports"
@@ -70,7 +76,30 @@ func everyService(t *testing.T) []runningService {
 		Name: "stress-scheduler", Interval: 10 * time.Millisecond, Elector: postgres.NewElector(db, "stress", time.Second), Logger: logger,
 		Cycle: application.Cycle(application.NewScheduler(tx, cron.Parse, 0).Run),
 	})
+	sealer, err := sealeradapter.New(nil)
+	require.NoError(t, err)
+	allow, err := push.ParseAllowList("127.0.0.1")
+	require.NoError(t, err)
+	workers := application.NewWorkerService(tx, appCfg)
+	dispatcher := application.NewDispatcher(tasks, workers, tx, pushadapter.NewSender(pushadapter.SenderConfig{Allow: allow}), sealer,
+		application.DispatcherConfig{WorkerID: "push:stress", Instance: "stress", Allow: allow, Refresh: 10 * time.Millisecond,
+			DrainTimeout: 100 * time.Millisecond, ClaimWait: 100 * time.Millisecond}, logger)
+	queues := application.NewQueueService(outbox.NewStatsReader(db), tx, application.WithPushDelivery(application.PushConfig{Allow: allow, Sealer: sealer}))
+	endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.ReadAll(r.Body) }))
+	t.Cleanup(endpoint.Close)
 	return []runningService{
+		{name: "push dispatcher", svc: dispatcher, works: func(t *testing.T) {
+			u := endpoint.URL
+			_, err := queues.UpdateSettings(t.Context(), "stress-push", queue.Patch{Push: queue.Optional[queue.PushPatch]{Set: true, Value: &queue.PushPatch{URL: &u}}})
+			require.NoError(t, err)
+			tk, _, err := tasks.Submit(t.Context(), task.SubmitParams{ID: uuid.Must(uuid.NewV7()), Queue: "stress-push"})
+			require.NoError(t, err)
+			awaitTrue(t, func() bool {
+				got, err := tasks.Get(t.Context(), tk.ID())
+				require.NoError(t, err)
+				return got.Status() == task.StatusDone
+			}, "the restarted dispatcher delivers")
+		}},
 		{name: "http server", svc: srv, works: func(t *testing.T) {
 			resp, err := http.Get("http://" + srv.Addr() + "/healthz")
 			require.NoError(t, err)

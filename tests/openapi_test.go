@@ -197,7 +197,7 @@ func httpStatus(t *testing.T, name string) int {
 // description.
 func TestOpenAPIResponsesMatchSpec(t *testing.T) {
 	t.Parallel()
-	s := testserver.Start(t, nil)
+	s := testserver.Start(t, pushConfig) // push queues may deliver to 127.0.0.1
 	v := spectest.New(t, s.URL)
 	hc := v.Client()
 	call := func(method, path, body string) (int, map[string]any) {
@@ -474,6 +474,7 @@ func TestOpenAPIResponsesMatchSpec(t *testing.T) {
 	exerciseSchedulesAndSnooze(t, specCalls{expect: expect, problem: problem})
 	exerciseBulk(t, s, specCalls{expect: expect, problem: problem})
 	exerciseQueues(t, specCalls{expect: expect, problem: problem})
+	exercisePushAndLimits(t, specCalls{expect: expect, problem: problem})
 	exerciseRelease(t, specCalls{expect: expect, problem: problem})
 
 	// The router's own problems.

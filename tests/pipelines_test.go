@@ -806,7 +806,11 @@ func TestCLIPipelines(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(mustCLI(t, s.URL, "attempts", parent.ID, "--json")), &attempts))
 	require.Len(t, attempts.Attempts, 1)
 
-	sdkQueuesEventually(t, c, func(qs []client.Queue) bool { return len(qs) == 1 && qs[0].Blocked == 1 })
+	// The statistics are projected from the outbox: wait until they show
+	// the failure's requeue (PENDING 1, RUNNING 0), not only the block.
+	sdkQueuesEventually(t, c, func(qs []client.Queue) bool {
+		return len(qs) == 1 && qs[0].Blocked == 1 && qs[0].Pending == 1 && qs[0].Running == 0
+	})
 	require.Regexp(t, queue+`\s+1\s+0\s+0\s+0\s+1\s+1\s+`, mustCLI(t, s.URL, "queues"))
 	require.Contains(t, mustCLI(t, s.URL, "list", "--queue", queue, "--status", "blocked"), child.ID)
 }

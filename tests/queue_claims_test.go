@@ -75,13 +75,7 @@ func TestQueueLimitsHoldAcrossThreeInstances(t *testing.T) {
 		clients[0].Do(http.MethodPost, "/tasks/v1/batch", jsonObj{"tasks": items}).Expect(t, http.StatusCreated, nil)
 	}
 
-	// claimTimes are the claims that took tasks of the rated queue: when
-	// each was sent and answered, and how many of them it took. The bucket
-	// charged each claim at a moment between the two.
-	type claimTime struct {
-		sent, answered time.Time
-		n              int
-	}
+	// ratedHits are the claims that took tasks of the rated queue.
 	var (
 		peak      atomic.Int64
 		done      = make(chan struct{})
@@ -155,19 +149,38 @@ func TestQueueLimitsHoldAcrossThreeInstances(t *testing.T) {
 	require.NoError(t, db.Get(&cappedDone, `SELECT count(*) FROM tasks WHERE queue = $1 AND status = 'DONE'`, capped))
 	require.Greater(t, cappedDone, capN, "the capped queue kept moving")
 
-	// Any set of claims sent at or after a and answered by b was charged
-	// within [a, b]: together they took at most burst + rate x (b - a).
+	total := requireWithinBucket(t, ratedHits, burst, rate)
+	var claimed int
+	require.NoError(t, db.Get(&claimed, `SELECT count(*) FROM tasks WHERE queue = $1 AND claimed_at IS NOT NULL`, rated))
+	require.Equal(t, total, claimed)
+	require.GreaterOrEqual(t, float64(claimed), rate*2, "the rated queue kept moving")
+}
+
+// claimTime is a claim that took tasks of a rate-limited bucket: when it
+// was sent and answered, and how many of them it took. The bucket charged
+// the claim at a moment between the two.
+type claimTime struct {
+	sent, answered time.Time
+	n              int
+}
+
+// requireWithinBucket checks claims against a token bucket (burst, rate a
+// second): any set of claims sent at or after a and answered by b was
+// charged within [a, b], so together they took at most burst + rate x
+// (b - a). It returns how many tasks the claims took.
+func requireWithinBucket(t *testing.T, hits []claimTime, burst, rate float64) int {
+	t.Helper()
 	total := 0
-	for _, h := range ratedHits {
+	for _, h := range hits {
 		total += h.n
 	}
-	for _, first := range ratedHits {
-		for _, last := range ratedHits {
+	for _, first := range hits {
+		for _, last := range hits {
 			if last.answered.Before(first.sent) {
 				continue
 			}
 			n := 0
-			for _, h := range ratedHits {
+			for _, h := range hits {
 				if !h.sent.Before(first.sent) && !h.answered.After(last.answered) {
 					n += h.n
 				}
@@ -176,10 +189,7 @@ func TestQueueLimitsHoldAcrossThreeInstances(t *testing.T) {
 			require.LessOrEqualf(t, float64(n), burst+rate*window, "%d claims in %.3fs", n, window)
 		}
 	}
-	var claimed int
-	require.NoError(t, db.Get(&claimed, `SELECT count(*) FROM tasks WHERE queue = $1 AND claimed_at IS NOT NULL`, rated))
-	require.Equal(t, total, claimed)
-	require.GreaterOrEqual(t, float64(claimed), rate*2, "the rated queue kept moving")
+	return total
 }
 
 // A paused queue hands out nothing: a long poll on it keeps waiting while

@@ -152,6 +152,9 @@ type AttemptJSON struct {
 	// Outcome is null while the attempt runs.
 	Outcome *string `json:"outcome"`
 	Error   *string `json:"error"`
+	// HTTPStatus is a push delivery's response status (null: no delivery,
+	// or no response).
+	HTTPStatus *int `json:"http_status"`
 }
 
 func attemptsJSON(as []task.Attempt) []AttemptJSON {
@@ -160,6 +163,10 @@ func attemptsJSON(as []task.Attempt) []AttemptJSON {
 		out[i] = AttemptJSON{
 			Attempt: a.Number, WorkerID: a.WorkerID, ClaimedAt: a.ClaimedAt.UTC(), FinishedAt: optTime(a.FinishedAt),
 			Outcome: optString(string(a.Outcome)), Error: optString(a.Error),
+		}
+		if a.HTTPStatus != 0 {
+			status := a.HTTPStatus
+			out[i].HTTPStatus = &status
 		}
 	}
 	return out

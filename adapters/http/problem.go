@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"go.uber.org/zap"
 
@@ -83,6 +84,8 @@ var (
 	kindScheduleNF     = problemKind{"schedule-not-found", "Schedule not found", http.StatusNotFound}
 	kindScheduleDup    = problemKind{"schedule-exists", "Schedule exists", http.StatusConflict}
 	kindQueueNF        = problemKind{"queue-not-found", "Queue not found", http.StatusNotFound}
+	kindLimitNF        = problemKind{"limit-not-found", "Limit not found", http.StatusNotFound}
+	kindLimitInUse     = problemKind{"limit-in-use", "Limit in use", http.StatusConflict}
 	kindUniqueKey      = problemKind{"unique-key-taken", "Unique key taken", http.StatusConflict}
 	kindPurgeJobNF     = problemKind{"purge-job-not-found", "Purge job not found", http.StatusNotFound}
 	kindStreamsFull    = problemKind{"too-many-streams", "Too many event streams", http.StatusServiceUnavailable}
@@ -121,6 +124,7 @@ func problemFor(err error) Problem {
 		transErr  *task.TransitionError
 		forbidden *apikey.ForbiddenError
 		keyErr    *task.UniqueKeyError
+		inUse     *queue.LimitInUseError
 	)
 	switch {
 	case errors.As(err, &reqErr):
@@ -154,6 +158,11 @@ func problemFor(err error) Problem {
 		return newProblem(kindScheduleNF, "no schedule has this name", nil)
 	case errors.Is(err, queue.ErrNotFound):
 		return newProblem(kindQueueNF, "no queue has this name: it holds no task and has no settings", nil)
+	case errors.Is(err, queue.ErrLimitNotFound):
+		return newProblem(kindLimitNF, "no named limit has this name", nil)
+	case errors.As(err, &inUse):
+		return newProblem(kindLimitInUse, fmt.Sprintf("queues %s name the limit: remove it from their limits first",
+			strings.Join(inUse.Queues, ", ")), nil)
 	case errors.Is(err, schedule.ErrExists):
 		return newProblem(kindScheduleDup, "a schedule with this name exists; change it with PATCH, or delete it first", nil)
 	case errors.As(err, &keyErr):

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -63,7 +62,44 @@ type QueueSettingsJSON struct {
 	MaxRunningPerGroup *int           `json:"max_running_per_group"`
 	// DefaultTimeoutSeconds is the time limit of the attempts of the
 	// queue's tasks that have none of their own (null: none).
-	DefaultTimeoutSeconds *int `json:"default_timeout_seconds"`
+	DefaultTimeoutSeconds *int           `json:"default_timeout_seconds"`
+	RateLimitPerGroup     *RateLimitJSON `json:"rate_limit_per_group"`
+	// Limits are the named limits the queue draws on.
+	Limits []string `json:"limits"`
+	// Push is the queue's push delivery (null: workers claim its tasks).
+	Push *PushJSON `json:"push"`
+}
+
+// PushJSON is a push queue's delivery. Secrets are never shown: the
+// static headers by name only, the signing secret once, in the answer of
+// the change that created or rotated it (Secret).
+type PushJSON struct {
+	URL                     string     `json:"url"`
+	TimeoutSeconds          int        `json:"timeout_seconds"`
+	MaxInFlight             int        `json:"max_in_flight"`
+	HeaderNames             []string   `json:"header_names"`
+	NonRetryableStatuses    []int      `json:"non_retryable_statuses"`
+	SecretRotatedAt         time.Time  `json:"secret_rotated_at"`
+	PreviousSecretExpiresAt *time.Time `json:"previous_secret_expires_at"`
+	// Secret is the new signing secret, in a PATCH answer that created or
+	// rotated it only.
+	Secret string `json:"secret,omitempty"`
+}
+
+// DeliveriesJSON summarizes a push queue's recent deliveries, as the
+// dispatchers of every instance reported them in the last minute.
+type DeliveriesJSON struct {
+	InFlight int `json:"in_flight"`
+	// Recent is how many recent deliveries are summed up.
+	Recent int `json:"recent"`
+	// Statuses counts them by response status ("none": no response).
+	Statuses map[string]int `json:"statuses"`
+	// LastStatus is the latest reported delivery's status (null: none, or
+	// no response).
+	LastStatus *int `json:"last_status"`
+	// LatencyMillis are the latency percentiles p50 and p99.
+	LatencyMillis map[string]float64 `json:"latency_ms"`
+	AsOf          time.Time          `json:"as_of"`
 }
 
 // RateLimitJSON is a queue's claim rate limit: a token bucket refilled at
@@ -83,6 +119,9 @@ type QueueDetailJSON struct {
 	// last_15m; null when no event of the window carried the duration.
 	AvgExecutionSeconds map[string]*float64 `json:"avg_execution_seconds"`
 	AvgQueueWaitSeconds map[string]*float64 `json:"avg_queue_wait_seconds"`
+	// Deliveries are a push queue's recent deliveries (null: no push
+	// delivery, or none reported in the last minute).
+	Deliveries *DeliveriesJSON `json:"deliveries"`
 }
 
 // LeasedTaskJSON is one RUNNING task of a queue.
@@ -106,9 +145,41 @@ type QueueSettingsResponse struct {
 
 func settingsJSON(s queue.Settings) QueueSettingsJSON {
 	out := QueueSettingsJSON{Paused: s.Paused, MaxRunning: s.MaxRunning, MaxRunningPerGroup: s.MaxRunningPerGroup,
-		DefaultTimeoutSeconds: s.DefaultTimeoutSeconds}
-	if r := s.RateLimit; r != nil {
-		out.RateLimit = &RateLimitJSON{PerSecond: r.PerSecond, Burst: r.Burst}
+		RateLimit: rateLimitJSON(s.RateLimit), RateLimitPerGroup: rateLimitJSON(s.RateLimitPerGroup),
+		Limits: append([]string{}, s.Limits...), DefaultTimeoutSeconds: s.DefaultTimeoutSeconds}
+	if p := s.Push; p != nil {
+		out.Push = &PushJSON{URL: p.URL, TimeoutSeconds: p.TimeoutSeconds, MaxInFlight: p.MaxInFlight,
+			HeaderNames: append([]string{}, p.HeaderNames...), NonRetryableStatuses: append([]int{}, p.NonRetryableStatuses...),
+			SecretRotatedAt: p.SecretRotatedAt.UTC(), PreviousSecretExpiresAt: optTime(p.PreviousSecretExpiresAt)}
+	}
+	return out
+}
+
+func rateLimitJSON(r *queue.RateLimit) *RateLimitJSON {
+	if r == nil {
+		return nil
+	}
+	return &RateLimitJSON{PerSecond: r.PerSecond, Burst: r.Burst}
+}
+
+func deliveriesJSON(d *ports.DeliverySummary) *DeliveriesJSON {
+	if d == nil {
+		return nil
+	}
+	out := &DeliveriesJSON{InFlight: d.InFlight, Recent: d.Count, Statuses: map[string]int{}, AsOf: d.AsOf.UTC(),
+		LatencyMillis: map[string]float64{
+			"p50": float64(d.LatencyP50.Microseconds()) / 1000, "p99": float64(d.LatencyP99.Microseconds()) / 1000,
+		}}
+	for status, n := range d.Statuses {
+		key := "none"
+		if status != 0 {
+			key = strconv.Itoa(status)
+		}
+		out.Statuses[key] += n
+	}
+	if d.Count > 0 && d.LastStatus != 0 {
+		last := d.LastStatus
+		out.LastStatus = &last
 	}
 	return out
 }
@@ -145,6 +216,7 @@ func queueDetailJSON(d *ports.QueueDetail) QueueDetailJSON {
 	out := QueueDetailJSON{
 		QueueJSON: queueJSON(d.QueueStats), Leased: d.Leased, LeasedSample: make([]LeasedTaskJSON, len(d.LeasedSample)),
 		AvgExecutionSeconds: map[string]*float64{}, AvgQueueWaitSeconds: map[string]*float64{},
+		Deliveries: deliveriesJSON(d.Deliveries),
 	}
 	for i, t := range d.LeasedSample {
 		out.LeasedSample[i] = LeasedTaskJSON{ID: t.ID.String(), WorkerID: t.WorkerID, ClaimedAt: t.ClaimedAt.UTC(), LeaseExpiresAt: t.LeaseExpiresAt.UTC(),
@@ -173,7 +245,7 @@ func (s *Server) handleListQueues(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	page, err := s.queues.Queues(r.Context(), q)
+	page, err := s.reads.Queues.Queues(r.Context(), q)
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -226,7 +298,7 @@ func queueQueryOf(values url.Values) (ports.QueueQuery, error) {
 }
 
 func (s *Server) handleGetQueue(w http.ResponseWriter, r *http.Request) {
-	d, err := s.queues.Queue(r.Context(), mux.Vars(r)["queue"])
+	d, err := s.reads.Queues.Queue(r.Context(), mux.Vars(r)["queue"])
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -243,6 +315,21 @@ type patchQueueRequest struct {
 	MaxRunningPerGroup json.RawMessage `json:"max_running_per_group"`
 	// DefaultTimeoutSeconds: seconds, or null to clear.
 	DefaultTimeoutSeconds json.RawMessage `json:"default_timeout_seconds"`
+	RateLimitPerGroup     json.RawMessage `json:"rate_limit_per_group"`
+	Limits                json.RawMessage `json:"limits"`
+	Push                  json.RawMessage `json:"push"`
+}
+
+// pushRequest is the push object of a PATCH: an absent field keeps what
+// the queue has (or its default when push is turned on).
+type pushRequest struct {
+	URL                  json.RawMessage `json:"url"`
+	TimeoutSeconds       json.RawMessage `json:"timeout_seconds"`
+	MaxInFlight          json.RawMessage `json:"max_in_flight"`
+	Headers              json.RawMessage `json:"headers"`
+	NonRetryableStatuses json.RawMessage `json:"non_retryable_statuses"`
+	RotateSecret         json.RawMessage `json:"rotate_secret"`
+	SecretOverlapSeconds json.RawMessage `json:"secret_overlap_seconds"`
 }
 
 type rateLimitRequest struct {
@@ -278,12 +365,32 @@ func (req patchQueueRequest) patch() (queue.Patch, error) {
 	p.MaxRunning = integer("max_running", req.MaxRunning, queue.MaxLimit)
 	p.MaxRunningPerGroup = integer("max_running_per_group", req.MaxRunningPerGroup, queue.MaxLimit)
 	p.DefaultTimeoutSeconds = integer("default_timeout_seconds", req.DefaultTimeoutSeconds, queue.MaxDefaultTimeoutSeconds)
-	if raw := req.RateLimit; raw != nil {
-		p.RateLimit.Set = true
+	rate := func(field string, raw json.RawMessage) queue.Optional[queue.RateLimit] {
+		o := queue.Optional[queue.RateLimit]{Set: raw != nil}
+		if raw != nil && !isNull(raw) {
+			if rl, ok := rateLimitOf(field, raw, &v); ok {
+				o.Value = &rl
+			}
+		}
+		return o
+	}
+	p.RateLimit = rate("rate_limit", req.RateLimit)
+	p.RateLimitPerGroup = rate("rate_limit_per_group", req.RateLimitPerGroup)
+	if raw := req.Limits; raw != nil {
+		p.Limits.Set = true
 		if !isNull(raw) {
-			rl, ok := rateLimitOf(raw, &v)
-			if ok {
-				p.RateLimit.Value = &rl
+			var names []string
+			if err := json.Unmarshal(raw, &names); err != nil {
+				v.Add("limits", "must be null or an array of limit names")
+			}
+			p.Limits.Value = &names
+		}
+	}
+	if raw := req.Push; raw != nil {
+		p.Push.Set = true
+		if !isNull(raw) {
+			if pp, ok := pushOf(raw, &v); ok {
+				p.Push.Value = &pp
 			}
 		}
 	}
@@ -293,27 +400,88 @@ func (req patchQueueRequest) patch() (queue.Patch, error) {
 	return p, p.Validate()
 }
 
-// rateLimitOf reads a rate_limit object; burst defaults to one second's
-// tokens (per_second rounded up, at least 1).
-func rateLimitOf(raw json.RawMessage, v *validation.Errors) (queue.RateLimit, bool) {
+// rateLimitOf reads a rate limit object (field names it); burst defaults
+// to one second's tokens (per_second rounded up, at least 1).
+func rateLimitOf(field string, raw json.RawMessage, v *validation.Errors) (queue.RateLimit, bool) {
 	var req rateLimitRequest
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		v.Add("rate_limit", `must be null or an object {"per_second": number, "burst": integer}`)
+	if err := decodeStrict(raw, &req); err != nil {
+		v.Add(field, `must be null or an object {"per_second": number, "burst": integer}`)
 		return queue.RateLimit{}, false
 	}
 	if req.PerSecond == nil {
-		v.Add("rate_limit.per_second", "is required")
+		v.Add(field+".per_second", "is required")
 		return queue.RateLimit{}, false
 	}
-	rl := queue.RateLimit{PerSecond: *req.PerSecond}
+	rl := queue.RateLimit{PerSecond: *req.PerSecond, Burst: queue.DefaultBurst(*req.PerSecond)}
 	if req.Burst != nil {
 		rl.Burst = *req.Burst
-	} else {
-		rl.Burst = int(max(1, math.Min(math.Ceil(rl.PerSecond), queue.MaxLimit)))
 	}
 	return rl, true
+}
+
+// decodeStrict decodes raw into dst, refusing unknown fields.
+func decodeStrict(raw json.RawMessage, dst any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	return dec.Decode(dst)
+}
+
+// pushOf reads a push object into a queue.PushPatch; a value of the wrong
+// type is a 422 naming its field.
+func pushOf(raw json.RawMessage, v *validation.Errors) (queue.PushPatch, bool) {
+	var req pushRequest
+	if err := decodeStrict(raw, &req); err != nil {
+		v.Add("push", "must be null or an object with url, timeout_seconds, max_in_flight, headers, "+
+			"non_retryable_statuses, rotate_secret, secret_overlap_seconds")
+		return queue.PushPatch{}, false
+	}
+	var p queue.PushPatch
+	notNull := func(field string, raw json.RawMessage, dst any, want string) bool {
+		if raw == nil {
+			return false
+		}
+		if string(raw) == "null" || json.Unmarshal(raw, dst) != nil {
+			v.Add(field, "must be "+want)
+			return false
+		}
+		return true
+	}
+	var u string
+	if notNull("push.url", req.URL, &u, "a URL") {
+		p.URL = &u
+	}
+	var timeout, inFlight, overlap int
+	if notNull("push.timeout_seconds", req.TimeoutSeconds, &timeout, "an integer") {
+		p.TimeoutSeconds = &timeout
+	}
+	if notNull("push.max_in_flight", req.MaxInFlight, &inFlight, "an integer") {
+		p.MaxInFlight = &inFlight
+	}
+	if notNull("push.secret_overlap_seconds", req.SecretOverlapSeconds, &overlap, "an integer") {
+		p.SecretOverlapSeconds = &overlap
+	}
+	notNull("push.rotate_secret", req.RotateSecret, &p.RotateSecret, "true or false")
+	if raw := req.Headers; raw != nil {
+		p.Headers.Set = true
+		if string(raw) != "null" {
+			var h map[string]string
+			if err := json.Unmarshal(raw, &h); err != nil {
+				v.Add("push.headers", "must be null or an object of header names to string values")
+			}
+			p.Headers.Value = &h
+		}
+	}
+	if raw := req.NonRetryableStatuses; raw != nil {
+		p.NonRetryableStatuses.Set = true
+		if string(raw) != "null" {
+			var codes []int
+			if err := json.Unmarshal(raw, &codes); err != nil {
+				v.Add("push.non_retryable_statuses", "must be null (the default) or an array of HTTP statuses")
+			}
+			p.NonRetryableStatuses.Value = &codes
+		}
+	}
+	return p, true
 }
 
 func (s *Server) handlePatchQueue(w http.ResponseWriter, r *http.Request) {
@@ -332,5 +500,10 @@ func (s *Server) handlePatchQueue(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, QueueSettingsResponse{Queue: out.Queue, QueueSettingsJSON: settingsJSON(out.Settings), UpdatedAt: out.UpdatedAt.UTC()})
+	resp := QueueSettingsResponse{Queue: out.Queue, QueueSettingsJSON: settingsJSON(out.Settings), UpdatedAt: out.UpdatedAt.UTC()}
+	if out.NewSecret != "" && resp.Push != nil {
+		resp.Push.Secret = out.NewSecret
+		w.Header().Set("Cache-Control", "no-store") // the secret is shown once
+	}
+	writeJSON(w, http.StatusOK, resp)
 }

@@ -34,7 +34,7 @@ func (s *Server) routes(r *mux.Router) {
 		// A task's parents are its worker's input.
 		readInput = Requires(apikey.ScopeWork, apikey.ScopeRead)
 	)
-	get, post, del, patch := http.MethodGet, http.MethodPost, http.MethodDelete, http.MethodPatch
+	get, post, del, patch, put := http.MethodGet, http.MethodPost, http.MethodDelete, http.MethodPatch, http.MethodPut
 
 	s.route(r, post, "/tasks/v1", produce, s.handleSubmitTask)
 	s.route(r, get, "/tasks/v1", readTasks, s.handleListTasks)
@@ -72,6 +72,13 @@ func (s *Server) routes(r *mux.Router) {
 	}
 	s.route(r, get, "/queues/v1/{queue}", read, s.handleGetQueue)
 	s.route(r, patch, "/queues/v1/{queue}", admin, s.handlePatchQueue)
+	if s.namedLimits != nil {
+		// Named limits that queues share: operators' business.
+		s.route(r, get, "/limits/v1", read, s.handleListLimits)
+		s.route(r, get, "/limits/v1/{name}", read, s.handleGetLimit)
+		s.route(r, put, "/limits/v1/{name}", admin, s.handlePutLimit)
+		s.route(r, del, "/limits/v1/{name}", admin, s.handleDeleteLimit)
+	}
 	if s.events != nil {
 		s.route(r, get, "/events/v1", read, s.handleEvents)
 	}

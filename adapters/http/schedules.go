@@ -117,7 +117,7 @@ type schedulesResponse struct {
 }
 
 func (s *Server) handleListSchedules(w http.ResponseWriter, r *http.Request) {
-	all, err := s.schedules.List(r.Context())
+	all, err := s.reads.Schedules.List(r.Context())
 	if err != nil {
 		writeError(w, r, err)
 		return

@@ -154,6 +154,8 @@ type Deps struct {
 	// Limits are the rate limits the server enforces, shared with the
 	// dashboard; nil: the server makes its own from the config.
 	Limits *Limits
+	// NamedLimits, when set, serves the named limits (/limits/v1).
+	NamedLimits ports.LimitService
 	// Observe, when set, receives every finished request.
 	Observe ObserveFunc
 	// Routes are extra routes to mount.
@@ -164,6 +166,38 @@ type Deps struct {
 	// Tracer, when set, records the server's spans (see tracing.go); nil:
 	// tracing is off and costs nothing.
 	Tracer trace.Tracer
+	// Reads serve the reads that may lag; its zero fields fall back to the
+	// services above.
+	Reads Reads
+}
+
+// Reads are the services of the reads that may lag behind the primary,
+// which a read replica may serve (TASKMASTER_READ_DATABASE_URL): the
+// listings of tasks, workers and schedules, and the queue statistics and
+// detail. Reads that must see what a request just wrote (a task by id,
+// claims, reports, everything that changes state) never use them.
+type Reads struct {
+	Tasks     ports.TaskService
+	Workers   ports.WorkerService
+	Queues    ports.QueueService
+	Schedules ports.ScheduleService
+}
+
+// or completes r with d's services where it has none.
+func (r Reads) or(d Deps) Reads {
+	if r.Tasks == nil {
+		r.Tasks = d.Tasks
+	}
+	if r.Workers == nil {
+		r.Workers = d.Workers
+	}
+	if r.Queues == nil {
+		r.Queues = d.Queues
+	}
+	if r.Schedules == nil {
+		r.Schedules = d.Schedules
+	}
+	return r
 }
 
 // Server serves the API.
@@ -184,6 +218,9 @@ type Server struct {
 	schedules   ports.ScheduleService
 	bulk        ports.BulkService
 	tracer      trace.Tracer
+	// reads serve the reads that may lag (Deps.Reads, completed).
+	reads       Reads
+	namedLimits ports.LimitService
 	// auth says requests must carry a key; access holds each route's
 	// requirement, limiter each key's rate limit.
 	auth   bool
@@ -211,7 +248,7 @@ func NewServer(cfg ServerConfig, d Deps) *Server {
 		cfg: cfg, tasks: d.Tasks, workers: d.Workers, queues: d.Queues, health: d.Health,
 		events: d.Events, logger: d.Logger, extraRoutes: d.Routes, onShutdown: d.OnShutdown,
 		keys: d.Keys, schedules: d.Schedules, bulk: d.Bulk, tracer: d.Tracer, auth: cfg.AuthEnabled(), access: map[*mux.Route]Access{}, jsonRoutes: map[*mux.Route]bool{},
-		limits: d.Limits,
+		limits: d.Limits, namedLimits: d.NamedLimits,
 	}
 	if s.logger == nil {
 		s.logger = zap.NewNop()
@@ -219,6 +256,7 @@ func NewServer(cfg ServerConfig, d Deps) *Server {
 	if s.limits == nil {
 		s.limits = NewLimits(cfg.RateLimits, cfg.ClientRateLimit)
 	}
+	s.reads = d.Reads.or(d)
 	if cfg.TLS.Enabled() {
 		s.cert = &certificate{cfg: cfg.TLS}
 	}

@@ -171,7 +171,7 @@ func (s *Server) handleListTasks(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	page, err := s.tasks.List(r.Context(), q)
+	page, err := s.reads.Tasks.List(r.Context(), q)
 	if err != nil {
 		writeError(w, r, err)
 		return

@@ -45,6 +45,9 @@ func (s *Server) handleRegisterWorker(w http.ResponseWriter, r *http.Request) {
 // absent or {}) means the heartbeat lists nothing.
 type heartbeatRequest struct {
 	Tasks *[]heldTask `json:"tasks"`
+	// ClaimsInFlight are the request ids of claims the worker awaits the
+	// answers of (see ports.HeartbeatCommand).
+	ClaimsInFlight []string `json:"claims_in_flight"`
 }
 
 type heldTask struct {
@@ -58,7 +61,7 @@ type heldTask struct {
 }
 
 func (req heartbeatRequest) command(workerID string) (ports.HeartbeatCommand, error) {
-	cmd := ports.HeartbeatCommand{WorkerID: workerID, ListsTasks: req.Tasks != nil}
+	cmd := ports.HeartbeatCommand{WorkerID: workerID, ListsTasks: req.Tasks != nil, ClaimsInFlight: req.ClaimsInFlight}
 	if req.Tasks == nil {
 		return cmd, nil
 	}
@@ -123,7 +126,7 @@ type workersResponse struct {
 }
 
 func (s *Server) handleListWorkers(w http.ResponseWriter, r *http.Request) {
-	ws, err := s.workers.List(r.Context())
+	ws, err := s.reads.Workers.List(r.Context())
 	if err != nil {
 		writeError(w, r, err)
 		return

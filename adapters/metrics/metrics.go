@@ -195,6 +195,7 @@ type StreamStats struct {
 type Registry struct {
 	reg          *prometheus.Registry
 	httpDuration *prometheus.HistogramVec
+	pushDuration *prometheus.HistogramVec
 	logger       *zap.Logger
 }
 
@@ -215,11 +216,18 @@ func NewRegistry(p Params) *Registry {
 			Help:      "Duration of HTTP requests by route template, method and status.",
 			Buckets:   prometheus.DefBuckets,
 		}, []string{"route", "method", "status"}),
+		pushDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace,
+			Name:      "push_delivery_seconds",
+			Help:      "Duration of this instance's push deliveries by queue and response status class (2xx, 3xx, 4xx, 5xx; none: timeout or connection error).",
+			Buckets:   prometheus.DefBuckets,
+		}, []string{"queue", "status_class"}),
 	}
 	r.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		r.httpDuration,
+		r.pushDuration,
 	)
 	if p.DB != nil {
 		r.reg.MustRegister(collectors.NewDBStatsCollector(p.DB, Namespace))
@@ -274,6 +282,16 @@ func (c *streamsCollector) Collect(ch chan<- prometheus.Metric) {
 // adapter's ObserveFunc.
 func (r *Registry) ObserveHTTP(route, method string, status int, elapsed time.Duration) {
 	r.httpDuration.WithLabelValues(route, method, strconv.Itoa(status)).Observe(elapsed.Seconds())
+}
+
+// ObserveDelivery records one push delivery to queue's endpoint that got
+// status (0: none) after latency.
+func (r *Registry) ObserveDelivery(queue string, status int, latency time.Duration) {
+	class := "none"
+	if status >= 100 && status < 600 {
+		class = strconv.Itoa(status/100) + "xx"
+	}
+	r.pushDuration.WithLabelValues(queue, class).Observe(latency.Seconds())
 }
 
 // InFlightFigures are what the requests served at the moment hold of the
@@ -584,4 +602,51 @@ func (c *waitsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(dueDroppedDesc, prometheus.CounterValue, float64(s.DueDropped))
 	ch <- prometheus.MustNewConstMetric(taskWaitersDesc, prometheus.GaugeValue, float64(s.Awaiting))
 	ch <- prometheus.MustNewConstMetric(taskWaiterWakeupsDesc, prometheus.CounterValue, float64(s.Finished))
+}
+
+// ReadFigures say where this process serves the reads that may lag: on the
+// read replica or the primary, and how far behind the replica was at its
+// last check (LagKnown false when the check failed).
+type ReadFigures struct {
+	OnReplica bool
+	Lag       time.Duration
+	LagKnown  bool
+}
+
+// ObserveReads exports, read at scrape time from figures,
+// taskmaster_read_replica_in_use (1 while the reads that may lag go to the
+// read replica, 0 while the primary serves them) and
+// taskmaster_read_replica_lag_seconds (absent while the replica cannot be
+// checked). Call it once, and only with a read replica configured.
+func (r *Registry) ObserveReads(figures func() ReadFigures) {
+	r.reg.MustRegister(&readsCollector{figures: figures})
+}
+
+var (
+	replicaInUseDesc = prometheus.NewDesc(Namespace+"_read_replica_in_use",
+		"1 while the reads that may lag (listings, queue statistics, dashboard pages) go to the read replica, 0 while the primary serves them.", nil, nil)
+	replicaLagDesc = prometheus.NewDesc(Namespace+"_read_replica_lag_seconds",
+		"How far behind the primary the read replica was at its last check (an upper bound: the age of the last transaction it replayed while it had not replayed all it received); absent while it cannot be checked.", nil, nil)
+)
+
+// readsCollector reads the read replica's figures at scrape time.
+type readsCollector struct {
+	figures func() ReadFigures
+}
+
+func (c *readsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- replicaInUseDesc
+	ch <- replicaLagDesc
+}
+
+func (c *readsCollector) Collect(ch chan<- prometheus.Metric) {
+	f := c.figures()
+	inUse := 0.0
+	if f.OnReplica {
+		inUse = 1
+	}
+	ch <- prometheus.MustNewConstMetric(replicaInUseDesc, prometheus.GaugeValue, inUse)
+	if f.LagKnown {
+		ch <- prometheus.MustNewConstMetric(replicaLagDesc, prometheus.GaugeValue, f.Lag.Seconds())
+	}
 }

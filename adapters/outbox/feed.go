@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -182,6 +183,9 @@ func (f *Feed) Read(ctx context.Context, from string, limit int) (ports.FeedPage
 	if err := rows.Err(); err != nil {
 		return ports.FeedPage{}, postgres.TranslateError(fmt.Errorf("read event feed: %w", err))
 	}
+	if xmin > 0 && c.pos.TransactionID >= xmin {
+		return f.rewound(ctx, c, xmin)
+	}
 	page.More = messages >= limit || kept < candidates
 	if messages == 0 && !page.More && xmin > 0 {
 		// Nothing after the cursor below the oldest running transaction: the
@@ -192,6 +196,62 @@ func (f *Feed) Read(ctx context.Context, from string, limit int) (ports.FeedPage
 		}
 	}
 	return page, nil
+}
+
+// RewindMargin is how far before the last transaction the new primary
+// replayed as a standby a rewound feed goes back (see rewound).
+const RewindMargin = 10 * time.Second
+
+// rewoundSQL finds the first message created less than $1 before the last
+// transaction the server replayed in recovery (a promoted standby's last
+// transaction from its former primary), or before now when it replayed none,
+// among those the janitor has not deleted.
+const rewoundSQL = `
+SELECT m.transaction_id::text, m."offset" FROM watermill_taskmaster_events m, outbox_janitor_state s
+WHERE m.created_at > coalesce(pg_last_xact_replay_timestamp(), now()) - make_interval(secs => $1)
+	AND (m.transaction_id, m."offset") > (s.transaction_id, s."offset")
+ORDER BY m.transaction_id, m."offset" LIMIT 1`
+
+// rewound is the page of a read whose cursor the database has not reached:
+// every cursor the feed hands out is below the oldest running transaction
+// of its read, and that only ever grows, unless the database's history went
+// back. A failover to a standby that had not received every commit (an
+// asynchronous one), or a crash that lost commits made with
+// synchronous_commit off, does that: the transactions after the last one it
+// kept are gone, and the ids they had are handed out again. A reader that
+// kept its cursor would skip every new message until the ids passed it. So
+// the page says the events through the cursor are lost (Lost, which streams
+// send as stream.events_lost), and moves the cursor to just before the
+// first message created RewindMargin before the last transaction the server
+// replayed from its former primary: what the new primary committed is
+// delivered, and so, again, are the last seconds before the failover (at
+// least once across it).
+func (f *Feed) rewound(ctx context.Context, c cursor, xmin uint64) (ports.FeedPage, error) {
+	var (
+		tx  sql.NullString
+		off sql.NullInt64
+	)
+	err := f.db.QueryRowContext(ctx, rewoundSQL, RewindMargin.Seconds()).Scan(&tx, &off)
+	if err != nil && err != sql.ErrNoRows {
+		return ports.FeedPage{}, postgres.TranslateError(fmt.Errorf("read event feed after a rewind: %w", err))
+	}
+	// At the latest just below the oldest running transaction, as a
+	// caught-up reader is: a cursor at or past it would read as rewound
+	// again.
+	next := cursor{pos: Position{TransactionID: xmin - 1, Offset: math.MaxInt64}}
+	if tx.Valid {
+		id, perr := strconv.ParseUint(tx.String, 10, 64)
+		if perr != nil {
+			return ports.FeedPage{}, fmt.Errorf("read event feed after a rewind: transaction id %q: %w", tx.String, perr)
+		}
+		if before := (cursor{pos: Position{TransactionID: id, Offset: off.Int64 - 1}, index: math.MaxInt32}); before.less(next) {
+			next = before
+		}
+	}
+	f.logger.Warn("event feed: the database has not reached this cursor (a failover to a standby that had not received "+
+		"every commit, or commits lost in a crash); the events through it are reported lost, reading resumes before the failover",
+		zap.String("cursor", c.String()), zap.String("resume_after", next.String()))
+	return ports.FeedPage{Next: next.String(), Lost: c.String()}, nil
 }
 
 // feedEvents returns the events of a payload, each with its JSON and the

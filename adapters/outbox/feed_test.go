@@ -166,6 +166,34 @@ func TestFeedReportsEventsTheJanitorDeleted(t *testing.T) {
 	require.Equal(t, first[2:], page.Events)
 }
 
+// A cursor the database has not reached (its history went back: a failover
+// to a standby that had not received everything) is reported lost, and
+// reading resumes before what was committed lately, instead of skipping
+// every message until transaction ids pass the cursor again.
+func TestFeedResumesBeforeTheFailoverFromACursorTheDatabaseHasNotReached(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := ctxT(t)
+	f := NewFeed(e.db.DB, DefaultConfig().StreamReadBytes, nil)
+	submitN(t, e, ctx, 2)
+	tail, err := f.Tail(ctx)
+	require.NoError(t, err)
+	tc, err := parseCursor(tail)
+	require.NoError(t, err)
+	// A position of transactions the database never had (or lost).
+	ahead := cursor{pos: Position{TransactionID: tc.pos.TransactionID + 100000, Offset: 1}}.String()
+
+	page, err := f.Read(ctx, ahead, 10)
+	require.NoError(t, err)
+	require.Equal(t, ahead, page.Lost, "the events through the cursor are lost")
+	require.Empty(t, page.Events)
+	// This server replayed nothing: it goes back RewindMargin before now,
+	// which covers both messages.
+	events, _ := readN(t, f, page.Next, 10, 2)
+	require.Equal(t, event.TaskSubmitted, events[0].Type)
+	require.Equal(t, event.TaskSubmitted, events[1].Type)
+}
+
 func TestFeedRejectsMalformedCursors(t *testing.T) {
 	t.Parallel()
 	f := NewFeed(nil, DefaultConfig().StreamReadBytes, nil)

@@ -22,7 +22,8 @@ const maxJanitorBatches = 100
 // messages that every consumer group (every row of
 // watermill_offsets_taskmaster_events, including other services' groups) has
 // consumed and that are older than the retention, and prunes rate buckets
-// older than their retention.
+// older than their retention (and, once a minute, the groups' token buckets
+// that have refilled).
 //
 // Several instances may run janitors: each delete statement takes a
 // transaction-level advisory lock, so one deletes at a time and the others
@@ -39,7 +40,23 @@ type Janitor struct {
 	// to go instead of every message the retention keeps.
 	mu    sync.Mutex
 	marks []positionMark
+	// groupBucketsPruned is when the last run pruned the groups' full
+	// token buckets (loop only).
+	groupBucketsPruned time.Time
 }
+
+// groupBucketsPruneInterval is how often a janitor prunes the groups'
+// token buckets that have refilled.
+const groupBucketsPruneInterval = time.Minute
+
+// pruneGroupBucketsSQL deletes the buckets of rate_limit_per_group
+// (migration 0021) that are full at now: a missing row is a full bucket,
+// so nothing changes for the claims. A claim that took from a bucket since
+// is seen by the delete's recheck of the row.
+const pruneGroupBucketsSQL = `
+	DELETE FROM queue_group_buckets b USING queue_settings s
+	WHERE s.queue = b.queue AND (s.group_rate_per_second IS NULL
+		OR b.tokens + extract(epoch FROM now() - b.tokens_at) * s.group_rate_per_second >= s.group_rate_burst)`
 
 // positionMark is the outbox's last position at a time.
 type positionMark struct {
@@ -180,6 +197,16 @@ func (j *Janitor) RunOnce(ctx context.Context) (int, error) {
 	return total, nil
 }
 
+// PruneGroupBuckets deletes the groups' token buckets (rate_limit_per_group)
+// that have refilled, and returns how many.
+func (j *Janitor) PruneGroupBuckets(ctx context.Context) (int64, error) {
+	res, err := j.db.ExecContext(ctx, pruneGroupBucketsSQL)
+	if err != nil {
+		return 0, fmt.Errorf("prune group buckets: %w", err)
+	}
+	return res.RowsAffected()
+}
+
 // Start runs the janitor every JanitorInterval until Stop.
 func (j *Janitor) Start(ctx context.Context) error {
 	return j.StartLoop(ctx, "outbox janitor", func(context.Context) (lifecycle.LoopFunc, error) {
@@ -197,6 +224,10 @@ func (j *Janitor) loop(ctx context.Context) {
 		case <-ticker.C:
 		}
 		n, err := j.RunOnce(ctx)
+		if err == nil && time.Since(j.groupBucketsPruned) >= groupBucketsPruneInterval {
+			j.groupBucketsPruned = time.Now()
+			_, err = j.PruneGroupBuckets(ctx)
+		}
 		switch {
 		case err != nil && ctx.Err() == nil:
 			j.logger.Warn("outbox janitor run failed", zap.Error(err))

@@ -137,6 +137,30 @@ func TestJanitorPrunesOldRateBuckets(t *testing.T) {
 	require.Equal(t, 1, n)
 }
 
+// The groups' token buckets that have refilled are deleted (a missing
+// bucket is a full one); the others, and those of a queue whose
+// rate_limit_per_group is gone, are kept and deleted.
+func TestJanitorPrunesFullGroupBuckets(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	_, err := e.db.Exec(`
+		INSERT INTO queue_settings (queue, updated_at, group_rate_per_second, group_rate_burst) VALUES ('rated', now(), 1, 10);
+		INSERT INTO queue_settings (queue, updated_at) VALUES ('unrated', now());
+		INSERT INTO queue_group_buckets VALUES
+			('rated', 'full', 9, now() - interval '2 seconds'),
+			('rated', 'filling', 2, now() - interval '1 second'),
+			('unrated', 'g', 0, now())`)
+	require.NoError(t, err)
+	j, err := NewJanitor(e.db.DB, DefaultConfig(), nil)
+	require.NoError(t, err)
+	n, err := j.PruneGroupBuckets(ctxT(t))
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+	var left []string
+	require.NoError(t, e.db.Select(&left, `SELECT queue || '/' || group_key FROM queue_group_buckets`))
+	require.Equal(t, []string{"rated/filling"}, left)
+}
+
 func TestJanitorServiceRunsPeriodicallyAndStops(t *testing.T) {
 	t.Parallel()
 	e := setup(t)

@@ -156,6 +156,11 @@ func (r *StatsReader) Queue(ctx context.Context, name string) (*ports.QueueDetai
 			return err
 		}
 		out.Averages = averageWindows(buckets[name], now)
+		if out.Settings.Push != nil {
+			if out.Deliveries, err = postgres.ReadDeliverySummary(ctx, tx, name); err != nil {
+				return fmt.Errorf("queue detail: %w", err)
+			}
+		}
 		return nil
 	})
 	if errors.Is(err, queue.ErrNotFound) {
@@ -273,9 +278,9 @@ func GlobToLike(glob string) string {
 // for the first row of each distinct priority (a loose index scan), the
 // head of each priority in claim order (a new task never ranks before the
 // head of its queue, so within a priority that head is the oldest task).
-const queuePageSQL = `
+var queuePageSQL = `
 SELECT n.queue, c.pending, c.running, c.done, c.dead, c.blocked,
-	s.paused, s.max_running, s.rate_per_second, s.rate_burst, s.max_running_per_group, s.default_timeout_seconds,
+	` + postgres.QueueSettingsScanColumns("s") + `,
 	extract(epoch FROM now() - o.oldest)::float8 AS oldest_pending_age
 FROM unnest($1::text[]) WITH ORDINALITY AS n(queue, i)
 CROSS JOIN LATERAL (

@@ -78,6 +78,10 @@ type hubPage struct {
 	page       ports.FeedPage
 }
 
+// rewound reports whether the page moved the reader back: the database did
+// not have its position (Feed.Read's rewind).
+func (hp hubPage) rewound() bool { return hp.next.less(hp.from) }
+
 // NewStreams returns the event streams of db.
 func NewStreams(feed *Feed, cfg Config, logger *zap.Logger) (*Streams, error) {
 	if err := cfg.Validate(); err != nil {
@@ -205,10 +209,17 @@ func (h *Streams) publish(hp hubPage) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.head = hp.next
+	if hp.rewound() {
+		// The database no longer has the history these pages are of: a
+		// stream joins again only from the rewound position on.
+		h.history, h.start = nil, hp.next
+	}
 	if len(hp.page.Events) == 0 && hp.page.Lost == "" {
 		return
 	}
-	h.history = append(h.history, hp)
+	if !hp.rewound() {
+		h.history = append(h.history, hp)
+	}
 	if over := len(h.history) - h.cfg.StreamHistory; over > 0 {
 		h.history = append(h.history[:0:0], h.history[over:]...)
 		h.start = h.history[0].from
@@ -318,12 +329,16 @@ func (h *Streams) Subscribe(ctx context.Context, from string) (ports.EventSubscr
 
 // joinLocked makes s, whose client has seen everything up to c, a stream
 // the reader feeds, if the reader's history covers c and the stream has
-// room for the history's pages after c.
+// room for the history's pages after c. A cursor ahead of the reader (from
+// another instance's reader, a poll ahead; or from a history the database
+// no longer has, after a failover that lost commits) is not joined: the
+// stream reads on its own until the reader passes it, and its own read
+// tells which of the two it was (Feed.Read reports a rewind).
 func (h *Streams) joinLocked(s *subscription, c cursor) bool {
 	if !h.ready || !h.running {
 		return false
 	}
-	if c.less(h.start) {
+	if c.less(h.start) || h.head.less(c) {
 		return false
 	}
 	var pages []hubPage
@@ -398,8 +413,14 @@ func (s *subscription) finish(err error) bool {
 }
 
 // offer hands the stream a page without waiting, leaving out the events
-// it has seen; it reports false when the stream's buffer is full.
+// it has seen; it reports false when the stream's buffer is full. After a
+// rewind (the reader went back: Feed.Read found the database behind it),
+// what the stream had seen is forgotten: it is sent again from the rewound
+// position, after the page that says events were lost.
 func (s *subscription) offer(hp hubPage) bool {
+	if hp.rewound() {
+		s.after = hp.next
+	}
 	page := hp.page
 	if hp.from.less(s.after) {
 		if !s.after.less(hp.next) {

@@ -53,8 +53,9 @@ func (s *txState) noteFinished(ts []*task.Task) {
 
 // insertAttemptsSQL writes ended attempts from parallel arrays.
 const insertAttemptsSQL = `
-	INSERT INTO task_attempts (task_id, attempt, worker_id, claimed_at, finished_at, outcome, error)
-	SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::text[], $7::text[])`
+	INSERT INTO task_attempts (task_id, attempt, worker_id, claimed_at, finished_at, outcome, error, http_status)
+	SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::text[], $7::text[],
+		$8::smallint[])`
 
 func insertAttempts(ctx context.Context, st *txState, as []task.Attempt) error {
 	if len(as) == 0 {
@@ -69,6 +70,7 @@ func insertAttempts(ctx context.Context, st *txState, as []task.Attempt) error {
 		finished = make(pq.StringArray, n)
 		outcomes = make(pq.StringArray, n)
 		errs     = make([]sql.NullString, n)
+		statuses = make(nullInts, n)
 	)
 	for i, a := range as {
 		ids[i], numbers[i], workers[i], claimed[i], outcomes[i] = a.TaskID.String(), int64(a.Number), a.WorkerID, timeText(a.ClaimedAt), string(a.Outcome)
@@ -77,9 +79,10 @@ func insertAttempts(ctx context.Context, st *txState, as []task.Attempt) error {
 		}
 		finished[i] = timeText(*a.FinishedAt)
 		errs[i] = nullString(a.Error)
+		statuses[i] = nullInt(a.HTTPStatus)
 	}
 	if _, err := st.tx.ExecContext(ctx, insertAttemptsSQL, ids, numbers, workers,
-		claimed, finished, outcomes, nullTexts(errs)); err != nil {
+		claimed, finished, outcomes, nullTexts(errs), statuses); err != nil {
 		return fmt.Errorf("save attempts: %w", err)
 	}
 	return nil
@@ -94,13 +97,14 @@ type attemptRow struct {
 	FinishedAt time.Time      `db:"finished_at"`
 	Outcome    string         `db:"outcome"`
 	Error      sql.NullString `db:"error"`
+	HTTPStatus sql.NullInt64  `db:"http_status"`
 }
 
 // Attempts implements ports.TaskStore.
 func (s *TaskStore) Attempts(ctx context.Context, id uuid.UUID) ([]task.Attempt, error) {
 	var rows []attemptRow
 	if err := s.st.tx.SelectContext(ctx, &rows, `
-		SELECT task_id, attempt, worker_id, claimed_at, finished_at, outcome, error
+		SELECT task_id, attempt, worker_id, claimed_at, finished_at, outcome, error, http_status
 		FROM task_attempts WHERE task_id = $1 ORDER BY seq`, id); err != nil {
 		return nil, fmt.Errorf("select attempts: %w", err)
 	}
@@ -109,6 +113,7 @@ func (s *TaskStore) Attempts(ctx context.Context, id uuid.UUID) ([]task.Attempt,
 		out[i] = task.Attempt{
 			TaskID: r.TaskID, Number: r.Attempt, WorkerID: r.WorkerID, ClaimedAt: r.ClaimedAt,
 			FinishedAt: &rows[i].FinishedAt, Outcome: task.Outcome(r.Outcome), Error: r.Error.String,
+			HTTPStatus: int(r.HTTPStatus.Int64),
 		}
 	}
 	return out, nil

@@ -1,8 +1,6 @@
 package postgres
 
 import (
-	"net/url"
-	"strings"
 	"time"
 )
 
@@ -19,15 +17,15 @@ const DefaultConnectTimeout = 5 * time.Second
 // pg_stat_activity.
 const NotifierApplicationName = "taskmaster-notifier"
 
-// withParam adds name=value to a postgres:// URL that does not set name (a
-// key=value DSN is left as it is).
-func withParam(dsn, name, value string) string {
-	u, err := url.Parse(dsn)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || strings.Contains(u.RawQuery, name) {
-		return dsn
+// withParam adds name=value to a connection string (either form) that does
+// not set name, and returns it in the key=value form.
+func withParam(dsn, name, value string) (string, error) {
+	p, err := ParseConnString(dsn)
+	if err != nil {
+		return "", err
 	}
-	q := u.Query()
-	q.Set(name, value)
-	u.RawQuery = q.Encode()
-	return u.String()
+	if _, set := p[name]; !set {
+		p[name] = value
+	}
+	return p.String(), nil
 }

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -74,18 +73,30 @@ type ConnConfig struct {
 	// Zero leaves the operating systems' defaults (keepalives every 15 s on
 	// the client, two hours on a default server).
 	TCPUserTimeout time.Duration
+	// TargetSessionAttrs is the target_session_attrs of connections whose
+	// connection string sets none: "read-write" (the default) connects only
+	// to a server that accepts writes, so that with several hosts listed
+	// every connection goes to the primary, whichever it is now, and a
+	// standby is never mistaken for it; empty leaves lib/pq's default
+	// ("any").
+	TargetSessionAttrs string
 }
 
 // DefaultConnConfig returns the connection defaults: statements end after
 // 30 s, sessions idle in a transaction after 10 s, dead connections are
-// noticed within 30 s.
+// noticed within 30 s, and only a primary is connected to.
 func DefaultConnConfig() ConnConfig {
 	return ConnConfig{
 		StatementTimeout:         30 * time.Second,
 		IdleInTransactionTimeout: 10 * time.Second,
 		TCPUserTimeout:           30 * time.Second,
+		TargetSessionAttrs:       TargetReadWrite,
 	}
 }
+
+// TargetReadWrite is the target_session_attrs that accepts only a server
+// that takes writes: the primary.
+const TargetReadWrite = "read-write"
 
 // keepaliveProbes is how many unanswered keepalive probes close a
 // connection.
@@ -120,29 +131,36 @@ func (c ConnConfig) params() map[string]string {
 	return p
 }
 
-// DSN returns the connection URL to open with c's settings: databaseURL plus
-// binary_parameters=yes (a parameterised statement's parse, bind and execute
-// then go in one round trip instead of two) and c's server settings as
-// run-time parameters, each unless the URL sets it. A key=value DSN is
-// returned as it is.
-func (c ConnConfig) DSN(databaseURL string) string {
-	u, err := url.Parse(databaseURL)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return databaseURL
+// DSN returns the connection string to open with c's settings, in the
+// key=value form lib/pq reads as libpq does (ParseConnString: several hosts,
+// target_session_attrs, connect_timeout per host): databaseURL (either
+// form) plus binary_parameters=yes (a parameterised statement's parse, bind
+// and execute then go in one round trip instead of two), connect_timeout
+// and c's server settings as run-time parameters, each unless the string
+// sets it.
+func (c ConnConfig) DSN(databaseURL string) (string, error) {
+	p, err := ParseConnString(databaseURL)
+	if err != nil {
+		return "", fmt.Errorf("database connection string: %w", err)
 	}
-	q := u.Query()
+	if err := p.CheckDriverSupport(); err != nil {
+		return "", fmt.Errorf("database connection string: %w", err)
+	}
 	params := c.params()
 	params["binary_parameters"] = "yes"
 	// lib/pq ignores context deadlines while it connects: only
-	// connect_timeout bounds a host that accepts and never answers.
+	// connect_timeout bounds a host that accepts and never answers. It
+	// applies to each host of a list in turn.
 	params["connect_timeout"] = strconv.Itoa(int(DefaultConnectTimeout / time.Second))
+	if c.TargetSessionAttrs != "" {
+		params["target_session_attrs"] = c.TargetSessionAttrs
+	}
 	for k, v := range params {
-		if !q.Has(k) && !strings.Contains(q.Get("options"), k) {
-			q.Set(k, v)
+		if _, set := p[k]; !set && !strings.Contains(p["options"], k) {
+			p[k] = v
 		}
 	}
-	u.RawQuery = q.Encode()
-	return u.String()
+	return p.String(), nil
 }
 
 // Dialer returns the dialer of c's connections: keepalive probes every
@@ -184,25 +202,47 @@ func (d dialer) DialContext(ctx context.Context, network, address string) (net.C
 // Open connects to databaseURL with cfg's pool size and connection bounds
 // (see ConnConfig.DSN and ConnConfig.Dialer) and checks the connection.
 func Open(ctx context.Context, databaseURL string, cfg PoolConfig) (*sqlx.DB, error) {
-	connector, err := pq.NewConnector(cfg.Conn.DSN(databaseURL))
+	connector, err := newConnector(databaseURL, cfg.Conn)
+	if err != nil {
+		return nil, err
+	}
+	db := openPool(connector, cfg)
+	if err := db.PingContext(ctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	return db, nil
+}
+
+// newConnector returns the driver connector of databaseURL with conn's
+// settings and dialer, its failures to connect marked (connectErrors).
+func newConnector(databaseURL string, conn ConnConfig) (driver.Connector, error) {
+	dsn, err := conn.DSN(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
-	connector.Dialer(cfg.Conn.Dialer())
-	var conns driver.Connector = connector
-	if cfg.StatementCacheSize >= 0 {
-		conns = NewCachingConnector(connector, cfg.StatementCacheSize)
+	connector, err := pq.NewConnector(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
 	}
-	db := sqlx.NewDb(sql.OpenDB(conns), "postgres")
+	connector.Dialer(conn.Dialer())
+	return connectErrors{connector}, nil
+}
+
+// openPool returns a pool of connector's connections sized by cfg, each
+// keeping prepared statements unless cfg turns them off.
+func openPool(connector driver.Connector, cfg PoolConfig) *sqlx.DB {
+	if cfg.StatementCacheSize >= 0 {
+		connector = NewCachingConnector(connector, cfg.StatementCacheSize)
+	}
+	// Outermost, so that it sees the errors of prepared statements too.
+	connector = guardingConnector{connector}
+	db := sqlx.NewDb(sql.OpenDB(connector), "postgres")
 	db.SetMaxOpenConns(cfg.MaxOpen)
 	if cfg.MaxIdle == 0 {
 		cfg.MaxIdle = cfg.MaxOpen
 	}
 	db.SetMaxIdleConns(cfg.MaxIdle)
 	db.SetConnMaxLifetime(cfg.MaxLifetime)
-	if err := db.PingContext(ctx); err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("connect to database: %w", err)
-	}
-	return db, nil
+	return db
 }

@@ -2,76 +2,46 @@ package postgres
 
 import (
 	"context"
-	"database/sql/driver"
 	"fmt"
 	"io/fs"
+	"slices"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/jmoiron/sqlx"
 
 	"github.com/taskmaster/taskmaster/migrations"
 )
 
-// MigrationLockKey is the pg_advisory_lock key Migrate holds while it runs ("tm_migra" in
+// MigrationLockKey is the advisory lock key each migration's transaction holds ("tm_migra" in
 // ASCII). Advisory locks are per database, so it only has to be unique within this schema.
 const MigrationLockKey int64 = 0x746d5f6d69677261
 
-// unlockTimeout bounds the release of the advisory lock, which must happen even after ctx ends.
-const unlockTimeout = 10 * time.Second
-
 // Migrate applies every migrations/*.sql not yet applied, in file-name order, each in its own
 // transaction, recording it in schema_migrations(version text primary key, applied_at
-// timestamptz default now()). It holds a session-level advisory lock (MigrationLockKey) on one
-// dedicated connection for the whole run, so several instances starting at once apply each
-// migration exactly once: the others wait, then find nothing left to do. That session runs
-// without a statement timeout, and is closed when Migrate returns.
+// timestamptz default now()). Each transaction takes a transaction-level advisory lock
+// (MigrationLockKey) and checks again, under it, that its migration is still to be applied, so
+// several instances starting at once apply each migration exactly once: the others wait, then
+// find it done. Nothing outlives a transaction (no session lock, no session setting: each lifts
+// the statement timeout with SET LOCAL), so migrations run through a transaction-pooling
+// PgBouncer as well as directly. When nothing is pending Migrate only reads.
 func Migrate(ctx context.Context, db *sqlx.DB) error {
+	pending, err := Pending(ctx, db)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if len(pending) == 0 {
+		return nil
+	}
 	files, err := migrationFiles()
 	if err != nil {
 		return err
 	}
-	conn, err := db.Connx(ctx)
-	if err != nil {
-		return fmt.Errorf("migrate: get connection: %w", err)
-	}
-	defer conn.Close()
-	// A migration, and the wait for another instance's, may take longer than
-	// the pool's statement timeout allows any API statement: this session
-	// lifts it, and is closed afterwards rather than pooled with it lifted.
-	defer discard(conn)
-	if _, err := conn.ExecContext(ctx, `SET statement_timeout = 0`); err != nil {
-		return fmt.Errorf("migrate: lift the statement timeout: %w", err)
-	}
-	if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, MigrationLockKey); err != nil {
-		discard(conn) // whether the lock was taken is unknown: never pool this session again
-		return fmt.Errorf("migrate: take advisory lock: %w", err)
-	}
-	defer func() {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
-		defer cancel()
-		if _, uerr := conn.ExecContext(uctx, `SELECT pg_advisory_unlock($1)`, MigrationLockKey); uerr != nil {
-			// Closing the session releases the lock.
-			discard(conn)
-		}
-	}()
-
-	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-		version    text        PRIMARY KEY,
-		applied_at timestamptz NOT NULL DEFAULT now()
-	)`); err != nil {
-		return fmt.Errorf("migrate: create schema_migrations: %w", err)
-	}
-	applied, err := appliedVersions(ctx, conn)
-	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
 	for _, f := range files {
-		if applied[f.version] {
+		if !slices.Contains(pending, f.version) {
 			continue
 		}
-		if err := applyMigration(ctx, conn, f); err != nil {
+		if err := applyMigration(ctx, db, f); err != nil {
 			return fmt.Errorf("migrate: apply %s: %w", f.name, err)
 		}
 	}
@@ -137,17 +107,39 @@ func appliedVersions(ctx context.Context, q sqlx.QueryerContext) (map[string]boo
 	return applied, nil
 }
 
-// applyMigration runs one migration and records it, in one transaction.
-func applyMigration(ctx context.Context, conn *sqlx.Conn, f migrationFile) error {
+// applyMigration runs one migration and records it, in one transaction, under the migration
+// lock, unless another instance recorded it first.
+func applyMigration(ctx context.Context, db *sqlx.DB, f migrationFile) error {
 	body, err := fs.ReadFile(migrations.FS, f.name)
 	if err != nil {
 		return fmt.Errorf("read: %w", err)
 	}
-	tx, err := conn.BeginTxx(ctx, nil)
+	tx, err := db.BeginTxx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	// A migration, and the wait for another instance's, may take longer than the pool's
+	// statement timeout allows any API statement: this transaction lifts it.
+	if _, err := tx.ExecContext(ctx, `SET LOCAL statement_timeout = 0`); err != nil {
+		return fmt.Errorf("lift the statement timeout: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, MigrationLockKey); err != nil {
+		return fmt.Errorf("take advisory lock: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    text        PRIMARY KEY,
+		applied_at timestamptz NOT NULL DEFAULT now()
+	)`); err != nil {
+		return fmt.Errorf("create schema_migrations: %w", err)
+	}
+	applied, err := appliedVersions(ctx, tx)
+	if err != nil {
+		return err
+	}
+	if applied[f.version] {
+		return nil // another instance applied it while this one waited
+	}
 	// Without arguments lib/pq uses the simple query protocol, which runs several statements.
 	if _, err := tx.ExecContext(ctx, string(body)); err != nil {
 		return err
@@ -159,9 +151,4 @@ func applyMigration(ctx context.Context, conn *sqlx.Conn, f migrationFile) error
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
-}
-
-// discard makes the pool close conn's session instead of reusing it.
-func discard(conn *sqlx.Conn) {
-	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 }

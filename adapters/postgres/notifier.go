@@ -108,7 +108,14 @@ func newWaiters() *waiters { return &waiters{tags: map[string]int{}} }
 // Start opens the listening connection and begins waking waiters.
 func (n *Notifier) Start(ctx context.Context) error {
 	return n.StartLoop(ctx, "notifier", func(context.Context) (lifecycle.LoopFunc, error) {
-		l := pq.NewDialListener(n.conn.Dialer(), withParam(n.conn.DSN(n.url), "application_name", NotifierApplicationName), 10*time.Millisecond, 2*time.Second, func(ev pq.ListenerEventType, err error) {
+		dsn, err := n.conn.DSN(n.url)
+		if err == nil {
+			dsn, err = withParam(dsn, "application_name", NotifierApplicationName)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("notifier: %w", err)
+		}
+		l := pq.NewDialListener(n.conn.Dialer(), dsn, 10*time.Millisecond, 2*time.Second, func(ev pq.ListenerEventType, err error) {
 			if err != nil {
 				n.logger.Warn("notification listener", zap.Error(err))
 			}

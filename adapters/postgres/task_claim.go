@@ -62,6 +62,10 @@ const claimEligible = `%[1]s.status = 'PENDING' AND %[1]s.run_at <= now()
 const (
 	claimTagsNone   = `%[1]s.tags = '{}' AND cardinality($%[2]d::text[]) = 0`
 	claimTagsSubset = `%[1]s.tags <@ $%[2]d::text[]`
+	// claimTagsAny is a push dispatcher's: it delivers every task of its
+	// push queue, whatever the task's tags (task.Task.Deliverable). (%.0[1]s
+	// takes the alias and prints nothing.)
+	claimTagsAny = `%.0[1]scardinality($%[2]d::text[]) >= 0`
 )
 
 // claimRequests are the claim's requests ($1-$5: workers, limits, lease
@@ -207,6 +211,8 @@ type claimShape struct {
 	tagged   bool
 	timeouts bool
 	oneEach  bool
+	// anyTags: a push dispatcher's claim, blind to tags (claimTagsAny).
+	anyTags bool
 }
 
 // timeoutParam is the number of the first parameter after the queues (or
@@ -222,7 +228,10 @@ func claimSQL(s claimShape) string {
 		return q.(string)
 	}
 	tags := claimTagsNone
-	if s.tagged {
+	switch {
+	case s.anyTags:
+		tags = claimTagsAny
+	case s.tagged:
 		tags = claimTagsSubset
 	}
 	tagParam := 7
@@ -332,7 +341,8 @@ func (s *txState) pinPlans(ctx context.Context, want planSettings) error {
 
 // claimQueuesSQL lists the queues that have PENDING tasks, with the claim
 // order of their first: a loose index scan of tasks_claim, one descent per
-// queue. A claim from any queue claims from the best maxClaimQueues of them.
+// queue. A claim from any queue claims from the best maxClaimQueues of them
+// (paused and push queues left out: a claim from any queue is a worker's).
 const claimQueuesSQL = `
 	WITH RECURSIVE q(name) AS (
 		SELECT min(queue) FROM tasks WHERE status = 'PENDING'
@@ -346,7 +356,7 @@ const claimQueuesSQL = `
 		ORDER BY t.priority DESC, t.grank, t.seq LIMIT 1
 	) h
 	WHERE q.name IS NOT NULL
-		AND NOT EXISTS (SELECT 1 FROM queue_settings s WHERE s.queue = q.name AND s.paused)`
+		AND NOT EXISTS (SELECT 1 FROM queue_settings s WHERE s.queue = q.name AND (s.paused OR s.push_url IS NOT NULL))`
 
 // maxClaimQueues bounds the queues one claim statement merges
 // (worker.MaxQueues: a registered worker never names more).
@@ -362,7 +372,7 @@ type claimedRow struct {
 // Claim implements ports.TaskStore: a group of one.
 func (s *TaskStore) Claim(ctx context.Context, p ports.ClaimParams) ([]*task.Task, bool, error) {
 	out, err := s.ClaimGroup(ctx, ports.ClaimGroupParams{
-		Queues: p.Queues, WorkerTags: p.WorkerTags,
+		Queues: p.Queues, WorkerTags: p.WorkerTags, Push: p.Push,
 		Requests: []ports.ClaimRequest{{WorkerID: p.WorkerID, Limit: p.Limit, LeaseSeconds: p.LeaseSeconds, RequestID: p.RequestID, MaxBytes: p.MaxBytes}},
 	})
 	if err != nil {
@@ -373,8 +383,9 @@ func (s *TaskStore) Claim(ctx context.Context, p ports.ClaimParams) ([]*task.Tas
 
 // ClaimGroup implements ports.TaskStore with one statement after a read of
 // the queues' settings (and of the queues that have claimable tasks, when
-// the group claims from any queue). Paused queues are left out; a claim
-// that reads a queue with a limit is planned (claimPlan).
+// the group claims from any queue). Paused queues are left out, and so are
+// push queues from workers' claims and other queues from push dispatchers'
+// claims; a claim that reads a queue with a limit is planned (claimPlan).
 func (s *TaskStore) ClaimGroup(ctx context.Context, p ports.ClaimGroupParams) ([]ports.ClaimOutcome, error) {
 	n := len(p.Requests)
 	out := make([]ports.ClaimOutcome, n)
@@ -410,6 +421,9 @@ func (s *TaskStore) ClaimGroup(ctx context.Context, p ports.ClaimGroupParams) ([
 		return nil, fmt.Errorf("claim: %w", err)
 	}
 	queues := p.Queues
+	if len(queues) == 0 && p.Push {
+		return out, nil // a dispatcher names its push queue
+	}
 	if len(queues) == 0 {
 		var err error
 		if queues, err = s.claimableQueues(ctx, total); err != nil {
@@ -423,7 +437,7 @@ func (s *TaskStore) ClaimGroup(ctx context.Context, p ports.ClaimGroupParams) ([
 	if tags == nil {
 		tags = pq.StringArray{}
 	}
-	lim, err := s.claimLimits(ctx, queues)
+	lim, err := s.claimLimits(ctx, queues, p.Push)
 	if err != nil {
 		return nil, err
 	}
@@ -436,7 +450,7 @@ func (s *TaskStore) ClaimGroup(ctx context.Context, p ports.ClaimGroupParams) ([
 		return out, nil
 	}
 	args := []any{workers, limits, secs, nullTexts(requests), caps, total, tags}
-	shape := claimShape{queues: len(queues), tagged: len(tags) > 0}
+	shape := claimShape{queues: len(queues), tagged: len(tags) > 0, anyTags: p.Push}
 	var timeoutQueues pq.StringArray
 	var timeoutSecs pq.Int64Array
 	for _, q := range queues {
@@ -448,7 +462,7 @@ func (s *TaskStore) ClaimGroup(ctx context.Context, p ports.ClaimGroupParams) ([
 	if shape.oneEach = oneEachClaim(queues, lim, shape.timeouts, n, total); shape.oneEach {
 		args = []any{workers, secs, nullTexts(requests), total, tags, queues[0]}
 	} else if lim.limited() {
-		ids, err := s.planClaim(ctx, lim, queues, tags, total)
+		ids, err := s.planClaim(ctx, lim, queues, tags, total, p.Push)
 		if err != nil {
 			return nil, err
 		}

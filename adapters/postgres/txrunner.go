@@ -28,6 +28,8 @@ const maxTxAttempts = 3
 type TxRunner struct {
 	db     *sqlx.DB
 	logger watermill.LoggerAdapter
+	// opts begin every transaction (read-only ones for NewReadOnlyTxRunner).
+	opts *sql.TxOptions
 }
 
 var _ ports.TxRunner = (*TxRunner)(nil)
@@ -35,6 +37,14 @@ var _ ports.TxRunner = (*TxRunner)(nil)
 // NewTxRunner returns a TxRunner over db.
 func NewTxRunner(db *sqlx.DB) *TxRunner {
 	return &TxRunner{db: db, logger: watermill.NopLogger{}}
+}
+
+// NewReadOnlyTxRunner returns a TxRunner over db whose transactions are
+// read-only (BEGIN READ ONLY): the use cases that only read run on it against
+// a read replica, or against the primary when it serves their reads, and a
+// write that slipped into one fails instead of being made.
+func NewReadOnlyTxRunner(db *sqlx.DB) *TxRunner {
+	return &TxRunner{db: db, logger: watermill.NopLogger{}, opts: &sql.TxOptions{ReadOnly: true}}
 }
 
 // Run implements ports.TxRunner. A transaction that fails on a deadlock, a
@@ -46,7 +56,10 @@ func NewTxRunner(db *sqlx.DB) *TxRunner {
 // renewing the job's lease row for that term (see fence).
 // So is one whose BEGIN met a pooled connection that the server had closed
 // (after a database restart every idle connection is such a one; nothing
-// ran, and each try discards one of them), up to the pool's size.
+// ran, and each try discards one of them), or whose write met a server that
+// no longer takes writes (readOnlyServerError: demoted under a pooled
+// connection; the connection is discarded and the next one goes to the
+// primary), up to the pool's size.
 // Connection failures come back marked with ports.ErrUnavailable
 // (TranslateError), including a COMMIT whose connection broke: its outcome
 // is unknown, so it must not be acknowledged as done.
@@ -55,8 +68,13 @@ func (r *TxRunner) Run(ctx context.Context, fn func(ctx context.Context, st port
 	staleBudget := max(r.db.Stats().MaxOpenConnections, maxTxAttempts)
 	for attempt := 1; attempt <= maxTxAttempts; {
 		err = r.runOnce(ctx, fn)
-		var begin *beginError
-		if errors.As(err, &begin) && isStaleConnection(begin.err) && staleBudget > 0 {
+		var (
+			begin    *beginError
+			readOnly *readOnlyServerError
+		)
+		if (errors.As(err, &begin) && isStaleConnection(begin.err) || errors.As(err, &readOnly)) && staleBudget > 0 {
+			// Nothing of the transaction was committed: run it again on
+			// another connection.
 			staleBudget--
 			continue
 		}
@@ -75,7 +93,7 @@ func (e *beginError) Error() string { return "begin: " + e.err.Error() }
 func (e *beginError) Unwrap() error { return e.err }
 
 func (r *TxRunner) runOnce(ctx context.Context, fn func(ctx context.Context, st ports.Stores) error) (err error) {
-	tx, err := r.db.BeginTxx(ctx, nil)
+	tx, err := r.db.BeginTxx(ctx, r.opts)
 	if err != nil {
 		return &beginError{err: err}
 	}
@@ -211,7 +229,8 @@ func (s *txState) sendNotifications(ctx context.Context) error {
 
 func (s *txState) stores() ports.Stores {
 	return ports.Stores{Tasks: &TaskStore{st: s}, Workers: &WorkerStore{st: s}, Outbox: s, Reaper: &ReaperStore{st: s}, Keys: &KeyStore{st: s},
-		Schedules: &ScheduleStore{st: s}, Sessions: &SessionStore{st: s}, Bulk: &BulkStore{st: s}, QueueSettings: &QueueSettingsStore{st: s}}
+		Schedules: &ScheduleStore{st: s}, Sessions: &SessionStore{st: s}, Bulk: &BulkStore{st: s}, QueueSettings: &QueueSettingsStore{st: s},
+		Limits: &LimitStore{st: s}, Push: &PushStore{st: s}}
 }
 
 // Record implements ports.Outbox.

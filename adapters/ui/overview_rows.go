@@ -28,7 +28,13 @@ func overviewRows(rows []queueRow) template.HTML {
 		b.WriteString(template.HTMLEscapeString(escapePath(r.Queue)))
 		b.WriteString(`">`)
 		b.WriteString(name)
-		b.WriteString(`</a></th>`)
+		b.WriteString(`</a>`)
+		if p := r.Settings.Push; p != nil {
+			b.WriteString(` <span class="badge" title="push delivery to `)
+			b.WriteString(template.HTMLEscapeString(p.Host()))
+			b.WriteString(`">push</span>`)
+		}
+		b.WriteString(`</th>`)
 		num("", r.Pending)
 		num("", r.Running)
 		num("", r.Done)

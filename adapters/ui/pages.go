@@ -57,6 +57,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) overviewData(r *http.Request) (overviewData, error) {
 	ctx := r.Context()
+	rd := h.reads(r)
 	q := r.URL.Query()
 	filter := strings.TrimSpace(q.Get("q"))
 	data := overviewData{Filter: filter, ByName: q.Get("sort") == "name", Page: overviewPage}
@@ -71,13 +72,13 @@ func (h *Handler) overviewData(r *http.Request) (overviewData, error) {
 	)
 	if data.ByName {
 		var p ports.QueuePage
-		p, err = h.d.Queues.Queues(ctx, ports.QueueQuery{Pattern: pattern, Limit: &limit, After: q.Get("after"), CountsOnly: true})
+		p, err = rd.Queues.Queues(ctx, ports.QueueQuery{Pattern: pattern, Limit: &limit, After: q.Get("after"), CountsOnly: true})
 		stats = p.Queues
 		if err == nil && p.More && len(p.Queues) > 0 {
 			data.Next = p.Queues[len(p.Queues)-1].Queue
 		}
 	} else {
-		stats, err = h.busiestQueues(ctx, pattern)
+		stats, err = h.busiestQueues(ctx, rd, pattern)
 	}
 	var ve *validation.Error
 	switch {
@@ -95,7 +96,7 @@ func (h *Handler) overviewData(r *http.Request) (overviewData, error) {
 			data.AsOf = fmtTime(*qs.StatsAsOf)
 		}
 	}
-	series, err := h.d.Dashboard.RateSeries(ctx, names)
+	series, err := rd.Dashboard.RateSeries(ctx, names)
 	if err != nil {
 		return data, err
 	}
@@ -109,14 +110,14 @@ func (h *Handler) overviewData(r *http.Request) (overviewData, error) {
 // busiestQueues returns the statistics of the busiest queues matching
 // pattern (the most events in the last minutes first), then of the first
 // others by name, overviewPage in all.
-func (h *Handler) busiestQueues(ctx context.Context, pattern string) ([]ports.QueueStats, error) {
-	busy, err := h.d.Dashboard.ActiveQueues(ctx, pattern, overviewPage)
+func (h *Handler) busiestQueues(ctx context.Context, rd Reads, pattern string) ([]ports.QueueStats, error) {
+	busy, err := rd.Dashboard.ActiveQueues(ctx, pattern, overviewPage)
 	if err != nil {
 		return nil, err
 	}
 	var out []ports.QueueStats
 	if len(busy) > 0 {
-		p, err := h.d.Queues.Queues(ctx, ports.QueueQuery{Names: busy, CountsOnly: true})
+		p, err := rd.Queues.Queues(ctx, ports.QueueQuery{Names: busy, CountsOnly: true})
 		if err != nil {
 			return nil, err
 		}
@@ -126,7 +127,7 @@ func (h *Handler) busiestQueues(ctx context.Context, pattern string) ([]ports.Qu
 		return out[:overviewPage], nil
 	}
 	limit := overviewPage
-	rest, err := h.d.Queues.Queues(ctx, ports.QueueQuery{Pattern: pattern, Limit: &limit, CountsOnly: true})
+	rest, err := rd.Queues.Queues(ctx, ports.QueueQuery{Pattern: pattern, Limit: &limit, CountsOnly: true})
 	if err != nil {
 		return nil, err
 	}
@@ -172,9 +173,11 @@ type queueData struct {
 	Leased       int64
 	LeasedSample []ports.LeasedTask
 	Averages     []ports.QueueAverage
-	Tasks        []*task.Task
-	Next         string
-	Filter       taskFilter
+	// Deliveries are a push queue's recent deliveries (nil: none).
+	Deliveries *ports.DeliverySummary
+	Tasks      []*task.Task
+	Next       string
+	Filter     taskFilter
 	queueExtra
 }
 
@@ -197,7 +200,7 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	name := r.PathValue("queue")
 	data := queueData{Stats: queueRow{QueueStats: ports.QueueStats{Queue: name}}, Filter: taskFilterOf(r)}
-	d, err := h.d.Queues.Queue(ctx, name)
+	d, err := h.reads(r).Queues.Queue(ctx, name)
 	switch {
 	case errors.Is(err, queue.ErrNotFound):
 	case err != nil:
@@ -207,8 +210,9 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 		data.Known = true
 		data.Stats.QueueStats, data.Stats.Paused = d.QueueStats, d.Settings.Paused
 		data.Settings, data.Leased, data.LeasedSample, data.Averages = d.Settings, d.Leased, d.LeasedSample, d.Averages
+		data.Deliveries = d.Deliveries
 	}
-	series, err := h.d.Dashboard.RateSeries(ctx, []string{name})
+	series, err := h.reads(r).Dashboard.RateSeries(ctx, []string{name})
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -358,12 +362,12 @@ func (h *Handler) taskPage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, &pageError{status: http.StatusNotFound, msg: "Task not found."})
 		return
 	}
-	detail, err := h.d.Tasks.Describe(ctx, id)
+	detail, err := h.reads(r).Tasks.Describe(ctx, id)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	attempts, err := h.d.Tasks.Attempts(ctx, id)
+	attempts, err := h.reads(r).Tasks.Attempts(ctx, id)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -411,12 +415,12 @@ type workerRow struct {
 
 func (h *Handler) workersPage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	ws, err := h.d.Workers.List(ctx)
+	ws, err := h.reads(r).Workers.List(ctx)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	held, err := h.d.Dashboard.HeldCounts(ctx)
+	held, err := h.reads(r).Dashboard.HeldCounts(ctx)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -440,7 +444,7 @@ func (h *Handler) drainWorker(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) schedulesPage(w http.ResponseWriter, r *http.Request) {
 	var rows []schedule.Snapshot
 	if h.d.Schedules != nil {
-		all, err := h.d.Schedules.List(r.Context())
+		all, err := h.reads(r).Schedules.List(r.Context())
 		if err != nil {
 			h.fail(w, r, err)
 			return
@@ -450,6 +454,19 @@ func (h *Handler) schedulesPage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h.render(w, r, http.StatusOK, "schedules", page{Title: "Schedules", Nav: "schedules", Data: rows})
+}
+
+// limitsPage lists the named limits, with the queues naming each.
+func (h *Handler) limitsPage(w http.ResponseWriter, r *http.Request) {
+	var rows []ports.LimitInfo
+	if h.d.NamedLimits != nil {
+		var err error
+		if rows, err = h.d.NamedLimits.List(r.Context()); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+	}
+	h.render(w, r, http.StatusOK, "limits", page{Title: "Limits", Nav: "limits", Data: rows})
 }
 
 func (h *Handler) scheduleAction(w http.ResponseWriter, r *http.Request) {
@@ -480,7 +497,7 @@ type deadData struct {
 }
 
 func (h *Handler) deadPage(w http.ResponseWriter, r *http.Request) {
-	groups, err := h.d.Dashboard.DeadCounts(r.Context())
+	groups, err := h.reads(r).Dashboard.DeadCounts(r.Context())
 	if err != nil {
 		h.fail(w, r, err)
 		return

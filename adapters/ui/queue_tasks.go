@@ -75,7 +75,7 @@ func (h *Handler) queueTasks(r *http.Request, queue string, data *queueData) err
 	}
 	limit := pageSize
 	q.Limit = &limit
-	p, err := h.d.Tasks.List(r.Context(), q)
+	p, err := h.reads(r).Tasks.List(r.Context(), q)
 	if err != nil {
 		return err
 	}

@@ -37,7 +37,10 @@ type page struct {
 	Flash string
 	// PollMillis is the live regions' refresh interval.
 	PollMillis int64
-	Data       any
+	// Reads says where the page's reads came from, when a read replica
+	// is configured.
+	Reads string
+	Data  any
 }
 
 // parsePages parses each page template with the layout.
@@ -91,6 +94,7 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, nam
 	if p.Flash == "" {
 		p.Flash = flashOf(r)
 	}
+	p.Reads = h.readNotice(r)
 	root := "layout"
 	if frag := r.Header.Get(fragmentHeader); frag != "" && t.Lookup("live") != nil {
 		root = "live"
@@ -199,6 +203,40 @@ func flashOf(r *http.Request) string {
 	return f
 }
 
+// afterAction reports whether r is the page an action redirected to (its
+// address carries the action's outcome, ?ok=...).
+func afterAction(r *http.Request) bool { return r.URL.Query().Has("ok") }
+
+// readNotice says where the page's reads came from, when a read replica is
+// configured: the replica and how far behind it was, or the primary and why.
+func (h *Handler) readNotice(r *http.Request) string {
+	if h.d.ReadSource == nil || h.d.Reads == nil {
+		return ""
+	}
+	st := h.d.ReadSource.ReadStatus()
+	switch {
+	case afterAction(r):
+		return "Read from the primary, to show your change."
+	case st.OnReplica && st.Lag < 100*time.Millisecond:
+		return "Read from a replica, caught up with the primary."
+	case st.OnReplica:
+		return fmt.Sprintf("Read from a replica, up to %s behind the primary.", roundLag(st.Lag))
+	case st.Reason == "lagging":
+		return fmt.Sprintf("Read from the primary: the replica is %s behind (more than %s).", roundLag(st.Lag), roundLag(st.MaxLag))
+	default:
+		return "Read from the primary: the replica is " + st.Reason + "."
+	}
+}
+
+// roundLag rounds a lag for reading: tenths of a second under ten seconds,
+// seconds above.
+func roundLag(d time.Duration) time.Duration {
+	if d < 10*time.Second {
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Second)
+}
+
 // redirectDone sends the browser back to where after an action.
 func redirectDone(w http.ResponseWriter, r *http.Request, where, code string, n ...int64) {
 	u := where
@@ -234,8 +272,54 @@ var funcs = template.FuncMap{
 	"pair": func(id fmt.Stringer, part string, v *jsonView) jsonPart {
 		return jsonPart{ID: id.String(), Part: part, V: v}
 	},
-	"has": func(ids []uuid.UUID, id uuid.UUID) bool { return slices.Contains(ids, id) },
-	"bar": progressBar,
+	"has":              func(ids []uuid.UUID, id uuid.UUID) bool { return slices.Contains(ids, id) },
+	"statusOf":         fmtStatus,
+	"deliveryStatuses": deliveryStatuses,
+	"millis":           func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) + " ms" },
+	"host":             func(p *queue.Push) string { return p.Host() },
+	"floatPtr":         func(f *float64) string { return strconv.FormatFloat(*f, 'f', 1, 64) },
+	"bar":              progressBar,
+}
+
+// fmtStatus is an HTTP status, or "no response" for 0.
+func fmtStatus(status int) string {
+	if status == 0 {
+		return "no response"
+	}
+	return strconv.Itoa(status)
+}
+
+// deliveryStatus is one answer status of a push queue's recent
+// deliveries and how many had it.
+type deliveryStatus struct {
+	Status int
+	Count  int
+	// Class is the status's class for styling: ok (2xx), warn (429, 3xx,
+	// 503) or bad.
+	Class string
+}
+
+// deliveryStatuses orders a delivery summary's statuses, the most
+// frequent first.
+func deliveryStatuses(m map[int]int) []deliveryStatus {
+	out := make([]deliveryStatus, 0, len(m))
+	for status, n := range m {
+		class := "bad"
+		switch {
+		case status >= 200 && status < 300:
+			class = "ok"
+		case status == 429 || status == 503 || (status >= 300 && status < 400):
+			class = "warn"
+		}
+		out = append(out, deliveryStatus{Status: status, Count: n, Class: class})
+	}
+	slices.SortFunc(out, func(a, b deliveryStatus) int {
+		if a.Count != b.Count {
+			return b.Count - a.Count
+		}
+		return a.Status - b.Status
+	})
+	return out
 }
 
 // progressView is what a progress bar shows: its value (0-100), its text

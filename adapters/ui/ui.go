@@ -73,7 +73,34 @@ type Deps struct {
 	// Limits, when set, are the rate limits the dashboard shares with the
 	// API (required with authentication on).
 	Limits Limits
-	Logger *zap.Logger
+	// NamedLimits, when set, shows the named limits.
+	NamedLimits ports.LimitService
+	Logger      *zap.Logger
+	// Reads, when set, serve the pages' reads, which may lag: a read
+	// replica's services (TASKMASTER_READ_DATABASE_URL). A page shown just
+	// after an action (its address carries the action's outcome) reads
+	// through the services above, so that it shows the change.
+	Reads *Reads
+	// ReadSource, when set, says where Reads read from: every page says it.
+	ReadSource ports.ReadSource
+}
+
+// Reads are the services of the pages' reads that may lag.
+type Reads struct {
+	Tasks     ports.TaskService
+	Workers   ports.WorkerService
+	Queues    ports.QueueService
+	Schedules ports.ScheduleService
+	Dashboard ports.DashboardService
+}
+
+// reads returns the services the page of r reads through: Deps.Reads,
+// unless the page follows an action (or no replica is configured).
+func (h *Handler) reads(r *http.Request) Reads {
+	if h.d.Reads == nil || afterAction(r) {
+		return Reads{Tasks: h.d.Tasks, Workers: h.d.Workers, Queues: h.d.Queues, Schedules: h.d.Schedules, Dashboard: h.d.Dashboard}
+	}
+	return *h.d.Reads
 }
 
 // Limits are the request limits the dashboard shares with the API
@@ -150,6 +177,7 @@ func (h *Handler) routes() {
 	m.Handle("GET /ui/workers", h.read(h.workersPage))
 	m.Handle("POST /ui/workers/{id}/drain", h.act(h.drainWorker))
 	m.Handle("GET /ui/schedules", h.read(h.schedulesPage))
+	m.Handle("GET /ui/limits", h.read(h.limitsPage))
 	m.Handle("POST /ui/schedules/{name}/{action}", h.act(h.scheduleAction))
 	h.extraRoutes(m)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -37,6 +37,12 @@ const (
 	// AuditQueueSettingsChanged: an operator changed a queue's settings
 	// (Queue; Settings: all of them after the change).
 	AuditQueueSettingsChanged Type = "audit.queue_settings_changed"
+	// AuditLimitSet: an operator created or changed a named limit (Limit:
+	// its values after the change).
+	AuditLimitSet Type = "audit.limit_set"
+	// AuditLimitDeleted: an operator deleted a named limit (Limit: its
+	// values before).
+	AuditLimitDeleted Type = "audit.limit_deleted"
 	// AuditQueuePurged: an operator purged a queue of its tasks of one
 	// status (Queue, Filter: the status; Matched: how many were removed).
 	// Each removed task has its own task.purged event.

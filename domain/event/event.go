@@ -136,6 +136,9 @@ type Event struct {
 	// Settings are a queue's settings after an audited change
 	// (audit.queue_settings_changed).
 	Settings *queue.Settings `json:"settings,omitempty"`
+	// Limit is a named limit after (audit.limit_set) or before
+	// (audit.limit_deleted) an audited change.
+	Limit *queue.Limit `json:"limit,omitempty"`
 	// Filter is the filter of an audited bulk action or purge, by the API's
 	// field names (queue, status, dead_reason, created_after, ...).
 	Filter map[string]string `json:"filter,omitempty"`

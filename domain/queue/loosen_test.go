@@ -31,6 +31,14 @@ func TestLoosens(t *testing.T) {
 		{"rate same", queue.Settings{RateLimit: rate(1, 1)}, queue.Settings{RateLimit: rate(1, 1)}, false, false},
 		{"rate changed", queue.Settings{RateLimit: rate(1, 1)}, queue.Settings{RateLimit: rate(0.5, 1)}, true, true},
 		{"rate cleared", queue.Settings{RateLimit: rate(1, 1)}, queue.Settings{}, true, true},
+		{"group rate set", queue.Settings{}, queue.Settings{RateLimitPerGroup: rate(1, 1)}, false, false},
+		{"group rate changed", queue.Settings{RateLimitPerGroup: rate(1, 1)}, queue.Settings{RateLimitPerGroup: rate(2, 1)}, true, false},
+		{"limit named", queue.Settings{}, queue.Settings{Limits: []string{"api"}}, false, false},
+		{"limit dropped", queue.Settings{Limits: []string{"api", "db"}}, queue.Settings{Limits: []string{"db"}}, true, false},
+		{"push on", queue.Settings{}, queue.Settings{Push: &queue.Push{MaxInFlight: 2}}, false, false},
+		{"push off", queue.Settings{Push: &queue.Push{MaxInFlight: 2}}, queue.Settings{}, true, false},
+		{"in flight lowered", queue.Settings{Push: &queue.Push{MaxInFlight: 2}}, queue.Settings{Push: &queue.Push{MaxInFlight: 1}}, false, false},
+		{"in flight raised", queue.Settings{Push: &queue.Push{MaxInFlight: 2}}, queue.Settings{Push: &queue.Push{MaxInFlight: 3}}, true, false},
 	}
 	for _, c := range cases {
 		require.Equal(t, c.loosens, queue.Loosens(c.before, c.after), c.name)

@@ -8,6 +8,7 @@ package queue
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/taskmaster/taskmaster/domain/validation"
@@ -47,6 +48,17 @@ type Settings struct {
 	// MaxRunningPerGroup, when set, caps the RUNNING tasks of each group
 	// (group_key) of the queue; tasks without a group are not capped.
 	MaxRunningPerGroup *int `json:"max_running_per_group"`
+	// RateLimitPerGroup, when set, gives each group (group_key) of the
+	// queue a token bucket of its own, shared by every instance; tasks
+	// without a group are not limited by it.
+	RateLimitPerGroup *RateLimit `json:"rate_limit_per_group"`
+	// Limits are the named limits the queue draws on (see Limit), in the
+	// order the operator gave them; empty when none.
+	Limits []string `json:"limits"`
+	// Push, when set, makes the queue a push queue: the instances'
+	// dispatchers deliver its tasks to an HTTP endpoint, and workers'
+	// claims pass it by.
+	Push *Push `json:"push"`
 	// DefaultTimeoutSeconds, when set, is the time limit of each attempt
 	// of the queue's tasks that have none of their own, from the claim
 	// that starts it. It restricts no claim.
@@ -54,13 +66,36 @@ type Settings struct {
 }
 
 // Limited reports whether claims must count or take tokens under the
-// queue's lock: a cap or a rate limit is set.
+// queue's lock: a cap, a rate limit (the queue's or its groups'), a named
+// limit or push delivery (whose max_in_flight caps it) is set.
 func (s Settings) Limited() bool {
-	return s.MaxRunning != nil || s.RateLimit != nil || s.MaxRunningPerGroup != nil
+	return s.MaxRunning != nil || s.RateLimit != nil || s.MaxRunningPerGroup != nil ||
+		s.RateLimitPerGroup != nil || len(s.Limits) > 0 || s.Push != nil
 }
 
 // Restricts reports whether the settings change what claims do at all.
 func (s Settings) Restricts() bool { return s.Paused || s.Limited() }
+
+// ClosedTo reports whether a claim hands out nothing of the queue: it is
+// paused, or the claim is a push dispatcher's (push) and the queue no push
+// queue, or a worker's and the queue a push queue.
+func (s Settings) ClosedTo(push bool) bool { return s.Paused || (s.Push != nil) != push }
+
+// GroupLimited reports whether claims must mind each group's running
+// tasks or tokens.
+func (s Settings) GroupLimited() bool {
+	return s.MaxRunningPerGroup != nil || s.RateLimitPerGroup != nil
+}
+
+// Clone returns a deep copy of s.
+func (s Settings) Clone() Settings {
+	s.MaxRunning, s.RateLimit, s.MaxRunningPerGroup = clone(s.MaxRunning), clone(s.RateLimit), clone(s.MaxRunningPerGroup)
+	s.RateLimitPerGroup = clone(s.RateLimitPerGroup)
+	s.DefaultTimeoutSeconds = clone(s.DefaultTimeoutSeconds)
+	s.Limits = slices.Clone(s.Limits)
+	s.Push = s.Push.Clone()
+	return s
+}
 
 // Patch changes some settings and leaves the others. A nil field is left
 // alone; a Set field with a nil value clears that limit.
@@ -69,6 +104,13 @@ type Patch struct {
 	MaxRunning         Optional[int]
 	RateLimit          Optional[RateLimit]
 	MaxRunningPerGroup Optional[int]
+	RateLimitPerGroup  Optional[RateLimit]
+	// Limits, when Set, replaces the queue's named limits (a nil Value or
+	// an empty list: none).
+	Limits Optional[[]string]
+	// Push, when Set, turns push delivery off (a nil Value) or on and
+	// changes it.
+	Push Optional[PushPatch]
 	// DefaultTimeoutSeconds applies to the attempts claimed after the
 	// change.
 	DefaultTimeoutSeconds Optional[int]
@@ -83,14 +125,16 @@ type Optional[T any] struct {
 
 // Empty reports whether the patch names no setting.
 func (p Patch) Empty() bool {
-	return p.Paused == nil && !p.MaxRunning.Set && !p.RateLimit.Set && !p.MaxRunningPerGroup.Set && !p.DefaultTimeoutSeconds.Set
+	return p.Paused == nil && !p.MaxRunning.Set && !p.RateLimit.Set && !p.MaxRunningPerGroup.Set &&
+		!p.DefaultTimeoutSeconds.Set && !p.RateLimitPerGroup.Set && !p.Limits.Set && !p.Push.Set
 }
 
 // Validate checks the values the patch sets, by the API's field names.
 func (p Patch) Validate() error {
 	var v validation.Errors
 	if p.Empty() {
-		v.Add("settings", "name at least one of paused, max_running, rate_limit, max_running_per_group, default_timeout_seconds")
+		v.Add("settings", "name at least one of paused, max_running, rate_limit, max_running_per_group, "+
+			"default_timeout_seconds, rate_limit_per_group, limits, push")
 	}
 	limit := func(field string, o Optional[int]) {
 		if o.Set && o.Value != nil && (*o.Value < 1 || *o.Value > MaxLimit) {
@@ -102,19 +146,45 @@ func (p Patch) Validate() error {
 	if t := p.DefaultTimeoutSeconds; t.Set && t.Value != nil && (*t.Value < 1 || *t.Value > MaxDefaultTimeoutSeconds) {
 		v.Add("default_timeout_seconds", fmt.Sprintf("must be null or a whole number of seconds from 1 to %d (24 h)", MaxDefaultTimeoutSeconds))
 	}
-	if r := p.RateLimit.Value; p.RateLimit.Set && r != nil {
+	rate := func(field string, o Optional[RateLimit]) {
+		r := o.Value
+		if !o.Set || r == nil {
+			return
+		}
 		if math.IsNaN(r.PerSecond) || r.PerSecond <= 0 || r.PerSecond > MaxRatePerSecond {
-			v.Add("rate_limit.per_second", fmt.Sprintf("must be a number above 0 and at most %d", MaxRatePerSecond))
+			v.Add(field+".per_second", fmt.Sprintf("must be a number above 0 and at most %d", MaxRatePerSecond))
 		}
 		if r.Burst < 1 || r.Burst > MaxLimit {
-			v.Add("rate_limit.burst", fmt.Sprintf("must be an integer from 1 to %d", MaxLimit))
+			v.Add(field+".burst", fmt.Sprintf("must be an integer from 1 to %d", MaxLimit))
 		}
+	}
+	rate("rate_limit", p.RateLimit)
+	rate("rate_limit_per_group", p.RateLimitPerGroup)
+	if p.Limits.Set && p.Limits.Value != nil {
+		checkLimits(&v, *p.Limits.Value)
+	}
+	if p.Push.Set && p.Push.Value != nil {
+		p.Push.Value.validate(&v)
 	}
 	return v.Err()
 }
 
-// Apply returns s with the patch applied.
+// Check refuses what the patch cannot do to the queue's settings cur:
+// turning push delivery on without a URL, rotating the secret of a queue
+// without push delivery.
+func (p Patch) Check(cur Settings) error {
+	var v validation.Errors
+	if p.Push.Set && p.Push.Value != nil {
+		p.Push.Value.check(&v, cur.Push)
+	}
+	return v.Err()
+}
+
+// Apply returns s with the patch applied (s itself is not changed). Of
+// push delivery it applies the plain fields; the secrets (created with it,
+// rotated, the static headers' values) are sealed by the caller.
 func (p Patch) Apply(s Settings) Settings {
+	s = s.Clone()
 	if p.Paused != nil {
 		s.Paused = *p.Paused
 	}
@@ -126,6 +196,22 @@ func (p Patch) Apply(s Settings) Settings {
 	}
 	if p.MaxRunningPerGroup.Set {
 		s.MaxRunningPerGroup = clone(p.MaxRunningPerGroup.Value)
+	}
+	if p.RateLimitPerGroup.Set {
+		s.RateLimitPerGroup = clone(p.RateLimitPerGroup.Value)
+	}
+	if p.Limits.Set {
+		s.Limits = nil
+		if p.Limits.Value != nil && len(*p.Limits.Value) > 0 {
+			s.Limits = slices.Clone(*p.Limits.Value)
+		}
+	}
+	if p.Push.Set {
+		if p.Push.Value != nil {
+			s.Push = p.Push.Value.apply(s.Push)
+		} else {
+			s.Push = nil
+		}
 	}
 	if p.DefaultTimeoutSeconds.Set {
 		s.DefaultTimeoutSeconds = clone(p.DefaultTimeoutSeconds.Value)
@@ -174,8 +260,10 @@ type State struct {
 }
 
 // Allowance is how many tasks a claim at now may take from the queue:
-// nothing when paused, else the least of the room under max_running and the
-// whole tokens in the bucket; -1 when nothing limits it.
+// nothing when paused, else the least of the room under max_running (and
+// under a push queue's max_in_flight) and the whole tokens in the bucket;
+// -1 when nothing limits it. Named limits and each group's limits are the
+// claim's to apply on top (LimitState, GroupRoom, GroupTokens).
 func (st State) Allowance(now time.Time) int {
 	s := st.Settings
 	if s.Paused {
@@ -184,6 +272,12 @@ func (st State) Allowance(now time.Time) int {
 	allow := -1
 	if s.MaxRunning != nil {
 		allow = max(*s.MaxRunning-st.Running, 0)
+	}
+	if s.Push != nil {
+		// Every RUNNING task of a push queue is a delivery in flight.
+		if room := max(s.Push.MaxInFlight-st.Running, 0); allow < 0 || room < allow {
+			allow = room
+		}
 	}
 	if s.RateLimit != nil {
 		tokens := int(math.Floor(st.Bucket.Level(*s.RateLimit, now)))
@@ -201,4 +295,19 @@ func (s Settings) GroupRoom(running int) int {
 		return -1
 	}
 	return max(*s.MaxRunningPerGroup-running, 0)
+}
+
+// GroupAllowance is how many more tasks of a group a claim at now may
+// take: the least of the room under the per-group cap (the group has
+// running RUNNING tasks) and the whole tokens of the group's bucket b under
+// rate_limit_per_group; -1 when neither is set.
+func (s Settings) GroupAllowance(running int, b Bucket, now time.Time) int {
+	allow := s.GroupRoom(running)
+	if r := s.RateLimitPerGroup; r != nil {
+		tokens := max(int(math.Floor(b.Level(*r, now))), 0)
+		if allow < 0 || tokens < allow {
+			allow = tokens
+		}
+	}
+	return allow
 }

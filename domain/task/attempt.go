@@ -70,6 +70,10 @@ type Attempt struct {
 	// OutcomeCancelled when the holder failed the task), or the time limit
 	// that ended it (OutcomeTimedOut); empty otherwise.
 	Error string
+	// HTTPStatus is the endpoint's response status of a push delivery
+	// (0: the attempt was no delivery, or the delivery got no response:
+	// a timeout, a connection error).
+	HTTPStatus int
 }
 
 // EndedAttempt returns the attempt that a transition of this task ended

@@ -112,6 +112,9 @@ type Listing struct {
 	workerID string
 	held     map[uuid.UUID]uuid.UUID
 	grace    time.Duration
+	// inFlight are the request ids of the worker's claims whose answers it
+	// had not received when it built the listing.
+	inFlight map[string]bool
 }
 
 // NewListing returns the listing of workerID's heartbeat. grace is how old a
@@ -124,6 +127,24 @@ func NewListing(workerID string, refs []LeaseRef, grace time.Duration) Listing {
 		held[r.ID] = r.LeaseID
 	}
 	return Listing{workerID: workerID, held: held, grace: grace}
+}
+
+// WithClaimsInFlight returns the listing with the request ids of the
+// worker's claims whose answers it was still waiting for when it built the
+// listing: a task such a claim made RUNNING is missing from the listing
+// because its answer had not arrived, not because the worker lost track of
+// it, however old the claim (an answer delayed past the grace). The worker
+// stops naming a claim once it has its answer (and then lists its tasks)
+// or gives up on it (and then its tasks are orphans).
+func (l Listing) WithClaimsInFlight(requestIDs []string) Listing {
+	if len(requestIDs) == 0 {
+		return l
+	}
+	l.inFlight = make(map[string]bool, len(requestIDs))
+	for _, id := range requestIDs {
+		l.inFlight[id] = true
+	}
+	return l
 }
 
 // Lists reports whether the listing names t under its current lease.
@@ -154,11 +175,13 @@ func (l Listing) Lost(refs []LeaseRef, held []*Task) []LeaseRef {
 
 // Orphaned reports whether the listing shows its worker has lost track of
 // t at now: t is RUNNING under the listing's worker, was claimed more than
-// the grace before now, and the listing does not name it under its current
-// lease.
+// the grace before now, the listing does not name it under its current
+// lease, and it was not made RUNNING by a claim the listing names as in
+// flight.
 func (t *Task) Orphaned(l Listing, now time.Time) bool {
 	return t.s.Status == StatusRunning && t.s.WorkerID == l.workerID && !l.Lists(t) &&
-		t.s.ClaimedAt != nil && t.s.ClaimedAt.Before(now.Add(-l.grace))
+		t.s.ClaimedAt != nil && t.s.ClaimedAt.Before(now.Add(-l.grace)) &&
+		(t.s.ClaimRequestID == "" || !l.inFlight[t.s.ClaimRequestID])
 }
 
 // ReleaseOrphan takes back a task its worker's heartbeat shows it has lost

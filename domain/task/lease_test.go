@@ -237,29 +237,33 @@ func TestOrphaned(t *testing.T) {
 	const grace = 10 * time.Second
 	claimed := at(5 * time.Second) // running(1)'s claim
 	cases := []struct {
-		name   string
-		snap   task.Snapshot
-		worker string
-		listed []task.LeaseRef
-		now    time.Time
-		want   bool
+		name     string
+		snap     task.Snapshot
+		worker   string
+		listed   []task.LeaseRef
+		inFlight []string
+		now      time.Time
+		want     bool
 	}{
-		{"unlisted, claimed more than the grace ago", running(1), holder, nil, claimed.Add(grace + time.Microsecond), true},
-		{"unlisted, claimed exactly the grace ago", running(1), holder, nil, claimed.Add(grace), false},
-		{"unlisted, claimed just now", running(1), holder, nil, claimed, false},
-		{"listed under its lease", running(1), holder, []task.LeaseRef{{ID: taskID, LeaseID: leaseID}}, at(time.Hour), false},
-		{"listed under a stale lease", running(1), holder, []task.LeaseRef{{ID: taskID, LeaseID: staleID}}, at(time.Hour), true},
-		{"other tasks listed", running(1), holder, []task.LeaseRef{{ID: staleID, LeaseID: leaseID}}, at(time.Hour), true},
-		{"held by another worker", running(1), "worker-2", nil, at(time.Hour), false},
-		{"after a cancel request", cancelRequested(1), holder, nil, at(time.Hour), true},
-		{"PENDING", pending(), holder, nil, at(time.Hour), false},
-		{"DONE", done(), holder, nil, at(time.Hour), false},
-		{"DEAD", dead(), holder, nil, at(time.Hour), false},
+		{"unlisted, claimed more than the grace ago", running(1), holder, nil, nil, claimed.Add(grace + time.Microsecond), true},
+		{"unlisted, claimed exactly the grace ago", running(1), holder, nil, nil, claimed.Add(grace), false},
+		{"unlisted, claimed just now", running(1), holder, nil, nil, claimed, false},
+		{"listed under its lease", running(1), holder, []task.LeaseRef{{ID: taskID, LeaseID: leaseID}}, nil, at(time.Hour), false},
+		{"listed under a stale lease", running(1), holder, []task.LeaseRef{{ID: taskID, LeaseID: staleID}}, nil, at(time.Hour), true},
+		{"other tasks listed", running(1), holder, []task.LeaseRef{{ID: staleID, LeaseID: leaseID}}, nil, at(time.Hour), true},
+		{"held by another worker", running(1), "worker-2", nil, nil, at(time.Hour), false},
+		{"after a cancel request", cancelRequested(1), holder, nil, nil, at(time.Hour), true},
+		{"PENDING", pending(), holder, nil, nil, at(time.Hour), false},
+		{"DONE", done(), holder, nil, nil, at(time.Hour), false},
+		{"DEAD", dead(), holder, nil, nil, at(time.Hour), false},
+		{"unlisted, made RUNNING by a claim in flight", fromClaim(running(1), "c-1"), holder, nil, []string{"c-1"}, at(time.Hour), false},
+		{"unlisted, another claim in flight", fromClaim(running(1), "c-1"), holder, nil, []string{"c-2"}, at(time.Hour), true},
+		{"unlisted, claimed without a request id, a claim in flight", running(1), holder, nil, []string{"c-1"}, at(time.Hour), true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			l := task.NewListing(c.worker, c.listed, grace)
+			l := task.NewListing(c.worker, c.listed, grace).WithClaimsInFlight(c.inFlight)
 			tk := task.Restore(c.snap)
 			require.Equal(t, c.want, tk.Orphaned(l, c.now))
 			before := tk.Snapshot()
@@ -283,6 +287,12 @@ func TestOrphaned(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fromClaim is s as made RUNNING by the claim with this request id.
+func fromClaim(s task.Snapshot, requestID string) task.Snapshot {
+	s.ClaimRequestID = requestID
+	return s
 }
 
 func TestListingLost(t *testing.T) {

@@ -435,6 +435,12 @@ func (t *Task) Claimable(workerTags []string, now time.Time) bool {
 	return true
 }
 
+// Deliverable reports whether a push queue's dispatcher may claim the task
+// at now: it is Claimable whatever its tags (tags are workers'
+// capabilities; a push queue's endpoint takes every task). The push
+// dispatchers' claim statement encodes exactly this rule.
+func (t *Task) Deliverable(now time.Time) bool { return t.Claimable(t.s.Tags, now) }
+
 // Claim moves a claimable PENDING task to RUNNING under the worker, with a
 // fresh lease of p.LeaseSeconds from now, counting an attempt.
 func (t *Task) Claim(p ClaimParams, now time.Time) (event.Event, error) {
@@ -499,6 +505,10 @@ type CompleteParams struct {
 	// the task's current one.
 	LeaseID uuid.UUID
 	Result  json.RawMessage
+	// HTTPStatus is the endpoint's response status when a push queue's
+	// dispatcher delivered the task (0: none); the ended attempt records
+	// it.
+	HTTPStatus int
 }
 
 // Complete moves a RUNNING task held by the worker to DONE.
@@ -507,7 +517,17 @@ func (t *Task) Complete(p CompleteParams, now time.Time) (event.Event, error) {
 		return event.Event{}, err
 	}
 	t.s.Result = p.Result
-	return t.finishRun(event.TaskCompleted, StatusDone, "", now), nil
+	e := t.finishRun(event.TaskCompleted, StatusDone, "", now)
+	t.recordHTTPStatus(p.HTTPStatus)
+	return e, nil
+}
+
+// recordHTTPStatus puts a push delivery's response status on the attempt
+// the transition ended.
+func (t *Task) recordHTTPStatus(status int) {
+	if t.ended != nil && status != 0 {
+		t.ended.HTTPStatus = status
+	}
 }
 
 // FailParams identify the reporting worker and describe the failure.
@@ -521,13 +541,21 @@ type FailParams struct {
 	// Rand is the randomness of a jittered retry delay (nil: a jittered
 	// delay is its longest).
 	Rand backoff.Source
+	// HTTPStatus is the endpoint's response status when a push queue's
+	// dispatcher delivered the task (0: none, as for a timeout or a
+	// connection error); the ended attempt records it.
+	HTTPStatus int
+	// RetryAfter, when not nil, is how long a retry waits instead of the
+	// retry policy's delay: what the endpoint asked for (Retry-After).
+	RetryAfter *time.Duration
 }
 
 // Fail records a failed attempt of a RUNNING task held by the worker. With
 // attempts left and a retryable error the task goes back to PENDING, claimable
 // after the wait of its retry policy (the task's own, else policy, the
 // server's) for its attempts: Delay(attempts), jittered with p.Rand when the
-// policy asks; otherwise it goes to DEAD (exhausted or non_retryable). A task
+// policy asks (or after p.RetryAfter, when set); otherwise it goes to DEAD
+// (exhausted or non_retryable). A task
 // an operator asked to cancel goes to DEAD cancelled, whatever the error: the
 // cancellation is what the holder reports.
 func (t *Task) Fail(p FailParams, policy backoff.Policy, now time.Time) (event.Event, error) {
@@ -535,19 +563,26 @@ func (t *Task) Fail(p FailParams, policy backoff.Policy, now time.Time) (event.E
 		return event.Event{}, err
 	}
 	t.s.LastError = truncate(withoutNUL(p.Error), MaxErrorLength)
+	var e event.Event
 	switch {
 	case t.s.CancelRequestedAt != nil:
-		return t.die(event.TaskFailed, DeadCancelled, now), nil
+		e = t.die(event.TaskFailed, DeadCancelled, now)
 	case !p.Retryable:
-		return t.die(event.TaskFailed, DeadNonRetryable, now), nil
+		e = t.die(event.TaskFailed, DeadNonRetryable, now)
 	case t.s.Attempts >= t.s.MaxAttempts:
-		return t.die(event.TaskFailed, DeadExhausted, now), nil
+		e = t.die(event.TaskFailed, DeadExhausted, now)
 	default:
 		if t.s.Retry != nil {
 			policy = *t.s.Retry
 		}
-		return t.requeue(event.TaskFailed, RequeueFailed, now.Add(policy.Wait(t.s.Attempts, p.Rand)), now), nil
+		wait := policy.Wait(t.s.Attempts, p.Rand)
+		if p.RetryAfter != nil {
+			wait = max(*p.RetryAfter, 0)
+		}
+		e = t.requeue(event.TaskFailed, RequeueFailed, now.Add(wait), now)
 	}
+	t.recordHTTPStatus(p.HTTPStatus)
+	return e, nil
 }
 
 // ReleaseFromDeadWorker takes a RUNNING task back from a worker that was

@@ -35,6 +35,7 @@
 package faultproxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -83,6 +84,8 @@ const (
 	ActionDrop Action = "drop"
 	// ActionDelay: held, then forwarded.
 	ActionDelay Action = "delay"
+	// ActionDelayAnswer: forwarded at once, the server's answer held.
+	ActionDelayAnswer Action = "delay_answer"
 	// ActionHang: held unanswered until the fault ended, then closed.
 	ActionHang Action = "hang"
 	// ActionRefuse: the connection reset at once.
@@ -126,6 +129,11 @@ func DropAnswers() Fault { return Fault{action: ActionDrop} }
 
 // Delay holds each request d before forwarding it.
 func Delay(d time.Duration) Fault { return Fault{action: ActionDelay, delay: d} }
+
+// DelayAnswers forwards each request at once, reads the server's whole
+// answer, and passes it on d later: the server acted long before the
+// client learns of it (a slow network on the way back).
+func DelayAnswers(d time.Duration) Fault { return Fault{action: ActionDelayAnswer, delay: d} }
 
 // Hang holds each request unanswered, and forwards nothing, until the fault
 // is removed (its duration passes, Remove, Heal) or the client gives up;
@@ -436,6 +444,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.setStatus(i, f.status)
 	case ActionDrop:
 		p.forward(w, r.WithContext(context.WithValue(r.Context(), dropKey{}, true)), i)
+	case ActionDelayAnswer:
+		p.forward(w, r.WithContext(context.WithValue(r.Context(), delayAnswerKey{}, f.delay)), i)
 	case ActionDelay:
 		t := time.NewTimer(f.delay)
 		defer t.Stop()
@@ -480,6 +490,9 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 
 type dropKey struct{}
 
+// delayAnswerKey carries how long the transport holds the answer.
+type delayAnswerKey struct{}
+
 var errDropped = errors.New("faultproxy: answer dropped")
 
 // dropper is the proxy's transport: for a request whose answer is to be
@@ -489,6 +502,22 @@ type dropper struct{ next http.RoundTripper }
 
 func (d *dropper) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := d.next.RoundTrip(r)
+	if hold, ok := r.Context().Value(delayAnswerKey{}).(time.Duration); ok && err == nil {
+		body, rerr := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if rerr != nil {
+			return nil, rerr
+		}
+		t := time.NewTimer(hold)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			return nil, r.Context().Err()
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		return resp, nil
+	}
 	if err != nil || r.Context().Value(dropKey{}) == nil {
 		return resp, err
 	}

@@ -52,7 +52,8 @@ var _ ports.TxRunner = TxRunner{}
 
 // Run implements ports.TxRunner: fn runs on stores over the fixed world.
 func (TxRunner) Run(ctx context.Context, fn func(ctx context.Context, st ports.Stores) error) error {
-	return fn(ctx, ports.Stores{Tasks: tasks{}, Workers: workers{}, Outbox: discard{}, Schedules: schedules{}, Bulk: bulk{}, QueueSettings: queueSettings{}})
+	return fn(ctx, ports.Stores{Tasks: tasks{}, Workers: workers{}, Outbox: discard{}, Schedules: schedules{}, Bulk: bulk{}, QueueSettings: queueSettings{},
+		Limits: limits{}})
 }
 
 type discard struct{}
@@ -268,6 +269,27 @@ func (queueSettings) Update(_ context.Context, _ string, fn ports.QueueSettingsF
 	s, _, err := fn(queue.Settings{}, now)
 	return s, now, err
 }
+
+// limits implements ports.LimitStore: every named limit exists, none is
+// kept.
+type limits struct{}
+
+func (limits) Put(_ context.Context, name string, fn ports.LimitPutFunc) (ports.LimitInfo, bool, error) {
+	l, _, err := fn(nil, time.Unix(0, 0).UTC())
+	return ports.LimitInfo{Limit: l, Queues: []string{}}, true, err
+}
+
+func (limits) Get(context.Context, string) (ports.LimitInfo, error) {
+	return ports.LimitInfo{}, queue.ErrLimitNotFound
+}
+
+func (limits) List(context.Context) ([]ports.LimitInfo, error) { return []ports.LimitInfo{}, nil }
+
+func (limits) Delete(context.Context, string, ports.LimitDeleteFunc) (queue.Limit, error) {
+	return queue.Limit{}, queue.ErrLimitNotFound
+}
+
+func (limits) Missing(context.Context, []string) ([]string, error) { return nil, nil }
 
 // Health implements ports.HealthChecker: always ready.
 type Health struct{}

@@ -414,3 +414,32 @@ func TestRunnerHeartbeatsOftenEnoughForShortLeases(t *testing.T) {
 	default:
 	}
 }
+
+// A claim's answer that arrives later than the server's heartbeat interval
+// (the orphan grace) does not cost the task: heartbeats sent while the
+// claim is in flight name it (claims_in_flight), so the server does not
+// take its task back as orphaned, and the handler runs once, on the first
+// attempt. Without it, a heartbeat that listed nothing was processed after
+// the grace, the task was requeued as orphaned, and the late answer started
+// a handler whose task was already gone.
+func TestRunnerKeepsATaskWhoseClaimAnswerIsLate(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, nil) // asks for a heartbeat every 2 s: the grace
+	p := faultproxy.Start(t, s.URL)
+	direct := sdk(t, s.URL)
+	task := submit(t, direct, client.SubmitParams{Queue: "late-answer"})
+	delayed := p.Inject(faultproxy.DelayAnswers(3500 * time.Millisecond).On(faultproxy.Claim).Times(1))
+
+	var runs atomic.Int32
+	startRunner(t, sdk(t, p.URL()), client.RunnerConfig{
+		WorkerID: "late", Queues: []string{"late-answer"}, HeartbeatInterval: 200 * time.Millisecond,
+	}, func(ctx context.Context, tk client.Task) (any, error) {
+		runs.Add(1)
+		return "ok", nil
+	})
+	poll(t, 30*time.Second, "the task done", finished(t, direct, task.ID))
+	require.Equal(t, 1, delayed.Hits(), "the claim's answer was held")
+	require.Equal(t, client.StatusDone, getTask(t, direct, task.ID).Status)
+	require.Equal(t, []client.AttemptOutcome{client.AttemptCompleted}, outcomes(t, direct, task.ID), "one attempt, completed")
+	require.EqualValues(t, 1, runs.Load(), "the handler ran once")
+}

@@ -4,6 +4,7 @@ package testserver
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -32,6 +33,13 @@ type Server struct {
 	fxApp *fx.App
 }
 
+// PgBouncerEnv, set to 1, runs every instance through a PgBouncer in
+// transaction pooling (pgtest.BouncerURL): TASKMASTER_DATABASE_URL through
+// the pooler, TASKMASTER_LISTEN_DATABASE_URL direct,
+// TASKMASTER_DB_TRANSACTION_POOLING on. Server.DatabaseURL and Server.DB
+// stay direct. `.ci/run` runs the end-to-end tests so once more.
+const PgBouncerEnv = "TASKMASTER_TEST_PGBOUNCER"
+
 // OutboxRetention is the outbox retention instances start with unless mutate
 // changes it: far longer than any test, so that the janitor (every second)
 // never deletes outbox rows a test is about to count. The production default
@@ -56,6 +64,11 @@ func StartOn(t testing.TB, databaseURL string, mutate func(*app.Config), extra .
 	cfg.HTTP.ShutdownTimeout = 5 * time.Second
 	cfg.Pool.MaxOpen, cfg.Pool.MaxIdle = 10, 10
 	cfg.Outbox.Retention = OutboxRetention
+	if os.Getenv(PgBouncerEnv) == "1" {
+		cfg.DatabaseURL = pgtest.BouncerURL(t, databaseURL)
+		cfg.ListenDatabaseURL = databaseURL
+		cfg.TransactionPooling = true
+	}
 	if mutate != nil {
 		mutate(&cfg)
 	}

@@ -65,7 +65,10 @@ type harness struct {
 	cancel []context.CancelFunc
 }
 
-func setup(t *testing.T, auth bool) *harness {
+func setup(t *testing.T, auth bool) *harness { return setupWith(t, auth, nil) }
+
+// setupWith is setup with the server's configuration adjusted by mutate.
+func setupWith(t *testing.T, auth bool, mutate func(*app.Config)) *harness {
 	t.Helper()
 	bin := browserPath(t)
 	srv := testserver.Start(t, func(c *app.Config) {
@@ -73,6 +76,9 @@ func setup(t *testing.T, auth bool) *harness {
 			c.HTTP.Auth = httpadapter.AuthOn
 		} else {
 			c.HTTP.Auth = httpadapter.AuthOff
+		}
+		if mutate != nil {
+			mutate(c)
 		}
 	})
 	h := &harness{t: t, srv: srv}

@@ -77,6 +77,14 @@ type Config struct {
 	// ExtraSettings are passed to the server as -c name=value, after (and so overriding)
 	// localpg's own settings, e.g. {"max_connections": "400"}.
 	ExtraSettings map[string]string
+	// Primary, when set, makes the server a hot standby that streams from that server: an
+	// empty DataDir is filled with a base backup of it (pg_basebackup, which also writes
+	// standby.signal) instead of initdb, and the server follows it (primary_conninfo) until
+	// promoted (Promote).
+	Primary *Server
+	// StandbyName is the standby's application_name on its primary, the name that the
+	// primary's synchronous_standby_names lists to wait for it; default "standby".
+	StandbyName string
 }
 
 // Server is a running PostgreSQL server started by Start. Stop it with Stop.
@@ -121,7 +129,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := checkNotRunning(dataDir); err != nil {
 		return nil, fmt.Errorf("start postgres: %w", err)
 	}
-	if err := prepareDataDir(ctx, binDir, dataDir, cfg.Fast, owner); err != nil {
+	if err := prepareDataDir(ctx, binDir, dataDir, cfg, owner); err != nil {
 		return nil, fmt.Errorf("start postgres: %w", err)
 	}
 
@@ -131,6 +139,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		logFile, err = os.OpenFile(filepath.Join(dataDir, defaultLogName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 		if err != nil {
 			return nil, fmt.Errorf("start postgres: open log: %w", err)
+		}
+		// The server user reads it too: a base backup of this server copies it.
+		if err := owner.chownTree(logFile.Name()); err != nil {
+			closeFile(logFile)
+			return nil, fmt.Errorf("start postgres: %w", err)
 		}
 		logw = logFile
 	}
@@ -245,6 +258,113 @@ func (s *Server) StartAgain(ctx context.Context) (*Server, error) {
 	return Start(ctx, s.cfg)
 }
 
+// Kill ends the server and every one of its processes with SIGKILL, as a crash of its
+// machine would (without the loss of what the operating system had not yet written to
+// disk): no shutdown checkpoint, no goodbye to clients or standbys, and no backend left to
+// answer a query on a connection it held. It waits until the postmaster is gone. Stop
+// afterwards reports that it had exited.
+func (s *Server) Kill() error {
+	select {
+	case <-s.done:
+		return nil
+	default:
+	}
+	pid := s.cmd.Process.Pid
+	// Backends run in sessions of their own: each is killed by its pid.
+	if err := KillProcessTree(pid); err != nil {
+		return fmt.Errorf("kill postgres: %w", err)
+	}
+	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("kill postgres: %w", err)
+	}
+	<-s.done
+	return nil
+}
+
+// KillProcessTree kills pid and every process descended from it with SIGKILL, as a crash of
+// their machine would. Each is frozen (SIGSTOP) before its children are listed, so that none
+// starts another (a postmaster restarting a backend, a supervisor restarting its server) while
+// the tree is taken down. Processes already gone are skipped.
+func KillProcessTree(pid int) error {
+	var all []int
+	var freeze func(p int) error
+	freeze = func(p int) error {
+		if err := syscall.Kill(p, syscall.SIGSTOP); err != nil {
+			if errors.Is(err, syscall.ESRCH) {
+				return nil
+			}
+			return fmt.Errorf("stop process %d: %w", p, err)
+		}
+		all = append(all, p)
+		for _, c := range children(p) {
+			if err := freeze(c); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := freeze(pid); err != nil {
+		return err
+	}
+	for i := len(all) - 1; i >= 0; i-- {
+		if err := syscall.Kill(all[i], syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("kill process %d: %w", all[i], err)
+		}
+	}
+	return nil
+}
+
+// ServerUserCommand returns a command that runs as the user localpg runs servers as (the
+// unprivileged "postgres" when the caller is root), in a process group of its own, signalled
+// (SIGINT) when the calling process dies: for the other PostgreSQL tools a test drives
+// (pg_autoctl, pgbouncer).
+func ServerUserCommand(name string, args ...string) (*exec.Cmd, error) {
+	o, err := serverOwner()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(name, args...)
+	cmd.Dir = "/"
+	cmd.SysProcAttr = o.sysProcAttr()
+	return cmd, nil
+}
+
+// PrepareServerUserDir creates dir if needed and gives it (and what it holds) to the server's
+// user, with every parent directory reachable by that user.
+func PrepareServerUserDir(dir string) error {
+	o, err := serverOwner()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := o.makeReachable(dir); err != nil {
+		return err
+	}
+	return o.chownTree(dir)
+}
+
+// Promote makes a standby (Config.Primary) a primary, as a failover manager does
+// (`pg_ctl promote`), and waits until it accepts writes.
+func (s *Server) Promote(ctx context.Context) error {
+	binDir, err := FindBinaries()
+	if err != nil {
+		return fmt.Errorf("promote postgres: %w", err)
+	}
+	owner, err := serverOwner()
+	if err != nil {
+		return fmt.Errorf("promote postgres: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "pg_ctl"), "promote", "-D", s.dataDir, "-w", "-t", strconv.Itoa(int(ReadyTimeout/time.Second)))
+	cmd.Dir = "/"
+	cmd.SysProcAttr = owner.sysProcAttr()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("promote postgres: pg_ctl promote: %w: %s", err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
 // FindBinaries returns a directory that holds the initdb and postgres programs: the directory
 // of `postgres` on PATH (symlinks resolved) if initdb is beside it, else the newest
 // /usr/lib/postgresql/*/bin.
@@ -327,6 +447,9 @@ func launch(ctx context.Context, p launchParams) (*Server, error) {
 		settings["fsync"] = "off"
 		settings["synchronous_commit"] = "off"
 		settings["full_page_writes"] = "off"
+	}
+	if p.cfg.Primary != nil {
+		settings["primary_conninfo"] = p.cfg.primaryConninfo()
 	}
 	for k, v := range p.cfg.ExtraSettings {
 		settings[k] = v
@@ -434,7 +557,7 @@ func (s *Server) ping(ctx context.Context, db *sql.DB) error {
 
 // prepareDataDir makes dataDir a cluster the server user can run: initialised, owned by that
 // user, mode 0700 and reachable.
-func prepareDataDir(ctx context.Context, binDir, dataDir string, fast bool, o *owner) error {
+func prepareDataDir(ctx context.Context, binDir, dataDir string, cfg Config, o *owner) error {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return fmt.Errorf("create data directory: %w", err)
 	}
@@ -449,7 +572,12 @@ func prepareDataDir(ctx context.Context, binDir, dataDir string, fast bool, o *o
 		if len(entries) > 0 {
 			return fmt.Errorf("data directory %s has no %s but is not empty; refusing to initialise it", dataDir, versionFile)
 		}
-		if fast {
+		switch {
+		case cfg.Primary != nil:
+			if err := baseBackup(ctx, binDir, dataDir, cfg.Primary, o); err != nil {
+				return err
+			}
+		case cfg.Fast:
 			tpl, err := ensureTemplate(ctx, binDir, o)
 			if err != nil {
 				return err
@@ -457,8 +585,10 @@ func prepareDataDir(ctx context.Context, binDir, dataDir string, fast bool, o *o
 			if out, err := exec.CommandContext(ctx, "cp", "-a", tpl+"/.", dataDir).CombinedOutput(); err != nil {
 				return fmt.Errorf("copy template cluster: %w: %s", err, bytes.TrimSpace(out))
 			}
-		} else if err := initdb(ctx, binDir, dataDir, false, o); err != nil {
-			return err
+		default:
+			if err := initdb(ctx, binDir, dataDir, false, o); err != nil {
+				return err
+			}
 		}
 	} else if err != nil {
 		return fmt.Errorf("stat data directory: %w", err)
@@ -486,6 +616,37 @@ func initdb(ctx context.Context, binDir, dir string, noSync bool, o *owner) erro
 		return fmt.Errorf("initdb: %w: %s", err, bytes.TrimSpace(out))
 	}
 	return nil
+}
+
+// baseBackup fills dir, which must be missing or empty, with a base backup of primary taken
+// over its replication protocol, with the WAL written meanwhile and standby.signal: started
+// on it, a server is a standby of primary.
+func baseBackup(ctx context.Context, binDir, dir string, primary *Server, o *owner) error {
+	if err := o.chownTree(dir); err != nil {
+		return err
+	}
+	conninfo := fmt.Sprintf("host=127.0.0.1 port=%d user=%s", primary.port, Superuser)
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "pg_basebackup"),
+		"-D", dir, "-d", conninfo, "--wal-method=stream", "--write-recovery-conf", "--checkpoint=fast", "--no-sync")
+	cmd.Dir = "/"
+	cmd.SysProcAttr = o.sysProcAttr()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("pg_basebackup: %w: %s", err, bytes.TrimSpace(out))
+	}
+	// The copy of the primary's log is the primary's story, not the standby's.
+	if err := os.Remove(filepath.Join(dir, defaultLogName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove the primary's log from the base backup: %w", err)
+	}
+	return nil
+}
+
+// primaryConninfo is the standby's primary_conninfo: its primary, and its name there.
+func (c Config) primaryConninfo() string {
+	name := c.StandbyName
+	if name == "" {
+		name = "standby"
+	}
+	return fmt.Sprintf("host=127.0.0.1 port=%d user=%s application_name=%s", c.Primary.port, Superuser, name)
 }
 
 // ensureTemplate returns a freshly initdb'd cluster for the server version in binDir, cached

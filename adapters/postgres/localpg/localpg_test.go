@@ -162,6 +162,87 @@ func TestServerURL(t *testing.T) {
 	require.Equal(t, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/app?sslmode=disable", srv.Port()), srv.URL("app"))
 }
 
+// A standby streams from its primary, and after the primary is killed
+// (SIGKILL of every process, as a crash) and the standby promoted, the
+// standby accepts writes and keeps what was replicated to it.
+func TestStandbyFollowsItsPrimaryAndIsPromoted(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	primary, err := localpg.Start(ctx, localpg.Config{DataDir: t.TempDir(), Fast: true,
+		// Every commit waits for the standby: what a client was told is
+		// committed is on both.
+		ExtraSettings: map[string]string{"synchronous_standby_names": "replica1", "synchronous_commit": "on"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = primary.Stop() }) // killed below
+	standby, err := localpg.Start(ctx, localpg.Config{DataDir: filepath.Join(t.TempDir(), "standby"), Fast: true,
+		Primary: primary, StandbyName: "replica1"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = standby.Stop() })
+
+	pdb, sdb := open(t, primary.URL("postgres")), open(t, standby.URL("postgres"))
+	var inRecovery bool
+	require.NoError(t, sdb.Get(&inRecovery, `SELECT pg_is_in_recovery()`))
+	require.True(t, inRecovery, "a hot standby")
+	require.Eventually(t, func() bool {
+		var syncState string
+		return pdb.Get(&syncState, `SELECT sync_state FROM pg_stat_replication WHERE application_name = 'replica1'`) == nil &&
+			syncState == "sync"
+	}, 30*time.Second, 10*time.Millisecond, "the primary waits for this standby once it has caught up")
+	_, err = pdb.Exec(`CREATE TABLE kept (id int); INSERT INTO kept VALUES (1)`)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		var n int
+		return sdb.Get(&n, `SELECT count(*) FROM kept`) == nil && n == 1
+	}, 30*time.Second, 10*time.Millisecond, "replicated")
+	_, err = sdb.Exec(`INSERT INTO kept VALUES (2)`)
+	require.ErrorContains(t, err, "read-only transaction")
+
+	held, err := pdb.Conn(ctx)
+	require.NoError(t, err)
+	require.NoError(t, primary.Kill())
+	require.NoError(t, primary.Kill(), "a second Kill is a no-op")
+	require.Error(t, held.PingContext(ctx), "no backend of the killed server answers on a connection it held")
+	_ = held.Close()
+	require.Error(t, pdb.Ping(), "the primary is gone")
+	require.ErrorContains(t, primary.Stop(), "had already exited")
+
+	require.NoError(t, standby.Promote(ctx))
+	require.NoError(t, sdb.Get(&inRecovery, `SELECT pg_is_in_recovery()`))
+	require.False(t, inRecovery, "promoted")
+	_, err = sdb.Exec(`INSERT INTO kept VALUES (2)`)
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, sdb.Get(&n, `SELECT count(*) FROM kept`))
+	require.Equal(t, 2, n)
+}
+
+// Through PgBouncer in transaction pooling, two client connections share
+// one server connection: each holds it only for a transaction.
+func TestPgBouncerPoolsTransactions(t *testing.T) {
+	t.Parallel()
+	srv := start(t, localpg.Config{DataDir: t.TempDir(), Fast: true})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := localpg.StartPgBouncer(ctx, localpg.BouncerConfig{Dir: t.TempDir(), ServerPort: srv.Port(), PoolSize: 1})
+	require.NoError(t, err)
+	t.Cleanup(b.Stop)
+	db := open(t, b.URL("postgres"))
+	a, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer a.Close()
+	c, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer c.Close()
+	var pidA, pidC int
+	require.NoError(t, a.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pidA))
+	require.NoError(t, c.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pidC), "a second client while the first stays connected")
+	require.Equal(t, pidA, pidC, "one server connection serves both")
+	b.Stop()
+	b.Stop()
+	require.Error(t, c.PingContext(ctx), "stopped")
+}
+
 func TestFindBinaries(t *testing.T) {
 	t.Parallel()
 	dir, err := localpg.FindBinaries()

@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -55,6 +56,10 @@ type harness struct {
 	admin    *sql.DB
 	prefix   string // tm_<pid>_<random>: this process's database names start with it
 	template string
+
+	bouncerOnce sync.Once
+	bouncer     atomic.Pointer[localpg.Bouncer] // started by BouncerURL
+	bouncerErr  error
 }
 
 var (
@@ -135,6 +140,28 @@ func NewDB(t testing.TB) *sqlx.DB {
 	require.NoError(t, db.Ping(), "pgtest: connect")
 	t.Cleanup(func() { require.NoError(t, db.Close(), "pgtest: close") })
 	return db
+}
+
+// BouncerURL returns the URL of the same database as databaseURL (one of the harness's), reached
+// through a PgBouncer in transaction pooling in front of the harness's server: the first call
+// starts it (Debian's pgbouncer), Main stops it. Only with the harness's own server (not
+// URLEnv).
+func BouncerURL(t testing.TB, databaseURL string) string {
+	t.Helper()
+	h := mustHarness(t)
+	require.NotNil(t, h.srv, "pgtest: a PgBouncer needs the harness's own server, not %s", URLEnv)
+	h.bouncerOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), setUpTimeout)
+		defer cancel()
+		var b *localpg.Bouncer
+		b, h.bouncerErr = localpg.StartPgBouncer(ctx, localpg.BouncerConfig{
+			Dir: filepath.Join(h.dir, "pgbouncer"), ServerPort: h.srv.Port(), PoolSize: 10})
+		h.bouncer.Store(b)
+	})
+	require.NoError(t, h.bouncerErr, "pgtest: start pgbouncer")
+	u, err := url.Parse(databaseURL)
+	require.NoError(t, err)
+	return h.bouncer.Load().URL(strings.TrimPrefix(u.Path, "/"))
 }
 
 // ServerURL returns the URL of database on the test server, as the harness's user;
@@ -241,6 +268,9 @@ func (h *harness) createDatabase(t testing.TB, template string) string {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		defer cancel()
+		if b := h.bouncer.Load(); b != nil {
+			require.NoError(t, b.ReleaseDatabase(ctx, name), "pgtest: release the pooler's connections to %s", name)
+		}
 		require.NoError(t, h.dropDatabase(ctx, name), "pgtest: drop database %s", name)
 	})
 	return h.url(name)
@@ -282,6 +312,9 @@ func (h *harness) close(ctx context.Context) error {
 			}
 		}
 		errs = append(errs, h.admin.Close())
+	}
+	if b := h.bouncer.Load(); b != nil {
+		b.Stop()
 	}
 	if h.srv != nil {
 		if err := h.srv.Stop(); err != nil {

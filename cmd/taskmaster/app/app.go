@@ -41,12 +41,14 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 			newProgressFlusher,
 			newTelemetry,
 			newTaskService,
+			func(s *application.TaskService) ports.TaskService { return s },
 			newWorkerService,
-			fx.Annotate(application.NewQueueService, fx.As(new(ports.QueueService))),
+			func(s *application.WorkerService) ports.WorkerService { return s },
 			newScheduleService,
 			newHTTPServer,
 		),
 		outboxOptions(),
+		readOptions(),
 		securityOptions(),
 		dashboardOptions(),
 		fx.Invoke(func(*httpadapter.Server) {}),
@@ -56,6 +58,7 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 		reapersModule(),
 		schedulerModule(),
 		bulkModule(),
+		pushModule(),
 		fx.StartTimeout(60 * time.Second),
 		fx.StopTimeout(60 * time.Second),
 	}
@@ -67,7 +70,7 @@ func New(cfg Config, logger *zap.Logger, extra ...fx.Option) *fx.App {
 func newDatabase(lc fx.Lifecycle, cfg Config, logger *zap.Logger) (*sqlx.DB, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	db, err := postgres.Open(ctx, cfg.DatabaseURL, cfg.Pool)
+	db, err := postgres.Open(ctx, cfg.DatabaseURL, cfg.PoolConfig())
 	if err != nil {
 		return nil, err
 	}
@@ -82,16 +85,16 @@ func newDatabase(lc fx.Lifecycle, cfg Config, logger *zap.Logger) (*sqlx.DB, err
 
 // newNotifier listens for task wake-ups on one dedicated connection.
 func newNotifier(lc fx.Lifecycle, cfg Config, logger *zap.Logger) *postgres.Notifier {
-	n := postgres.NewNotifier(cfg.DatabaseURL, cfg.Pool.Conn, logger.Named("notifier"))
+	n := postgres.NewNotifier(cfg.ListenURL(), cfg.Pool.Conn, logger.Named("notifier"))
 	lc.Append(fx.Hook{OnStart: n.Start, OnStop: n.Stop})
 	return n
 }
 
-func newTaskService(tx ports.TxRunner, cfg application.Config, n ports.TaskNotifier, f *application.ProgressFlusher) ports.TaskService {
+func newTaskService(tx ports.TxRunner, cfg application.Config, n ports.TaskNotifier, f *application.ProgressFlusher) *application.TaskService {
 	return application.NewTaskService(tx, cfg, application.WithNotifier(n), application.WithProgressFlusher(f))
 }
 
-func newWorkerService(tx ports.TxRunner, cfg application.Config, f *application.ProgressFlusher) ports.WorkerService {
+func newWorkerService(tx ports.TxRunner, cfg application.Config, f *application.ProgressFlusher) *application.WorkerService {
 	return application.NewWorkerService(tx, cfg, application.WithHeartbeatProgress(f))
 }
 
@@ -121,29 +124,31 @@ func newProgressFlusher(lc fx.Lifecycle, tx ports.TxRunner, logger *zap.Logger) 
 
 type httpParams struct {
 	fx.In
-	Lifecycle fx.Lifecycle
-	Config    httpadapter.ServerConfig
-	Tasks     ports.TaskService
-	Workers   ports.WorkerService
-	Queues    ports.QueueService
-	Health    ports.HealthChecker
-	Logger    *zap.Logger
-	Routes    []httpadapter.Route     `group:"routes"`
-	Observe   httpadapter.ObserveFunc `optional:"true"`
-	Notifier  *postgres.Notifier
-	Events    ports.EventStreams `optional:"true"`
-	Keys      ports.KeyService
-	Schedules ports.ScheduleService
-	Bulk      ports.BulkService
-	Telemetry *telemetry.Provider
-	Limits    *httpadapter.Limits
+	Lifecycle   fx.Lifecycle
+	Config      httpadapter.ServerConfig
+	Tasks       ports.TaskService
+	Workers     ports.WorkerService
+	Queues      ports.QueueService
+	Health      ports.HealthChecker
+	Logger      *zap.Logger
+	Routes      []httpadapter.Route     `group:"routes"`
+	Observe     httpadapter.ObserveFunc `optional:"true"`
+	Notifier    *postgres.Notifier
+	Events      ports.EventStreams `optional:"true"`
+	Keys        ports.KeyService
+	Schedules   ports.ScheduleService
+	Bulk        ports.BulkService
+	Telemetry   *telemetry.Provider
+	Limits      *httpadapter.Limits
+	NamedLimits ports.LimitService
+	Reads       Reads
 }
 
 func newHTTPServer(p httpParams) *httpadapter.Server {
 	deps := httpadapter.Deps{
 		Tasks: p.Tasks, Workers: p.Workers, Queues: p.Queues, Health: p.Health,
 		Logger: p.Logger, Observe: p.Observe, Routes: p.Routes, Events: p.Events, Keys: p.Keys, Schedules: p.Schedules,
-		Bulk: p.Bulk, Limits: p.Limits,
+		Bulk: p.Bulk, Limits: p.Limits, NamedLimits: p.NamedLimits, Reads: p.Reads.HTTP,
 		// A stopping server answers waiting long-poll claims at once.
 		OnShutdown: []func(){p.Notifier.CloseWaits},
 	}

@@ -57,7 +57,9 @@ func MigrateCommand(ctx context.Context, args []string, getenv func(string) stri
 	if err != nil {
 		return err
 	}
-	db, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.PoolConfig{MaxOpen: 2, MaxIdle: 2, Conn: cfg.Pool.Conn})
+	// A one-shot command: no prepared statements (it could go through a
+	// transaction pooler, which cannot keep them).
+	db, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.PoolConfig{MaxOpen: 2, MaxIdle: 2, Conn: cfg.Pool.Conn, StatementCacheSize: -1})
 	if err != nil {
 		return err
 	}

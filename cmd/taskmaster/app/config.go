@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -24,8 +23,26 @@ import (
 
 // Config is the whole service configuration.
 type Config struct {
-	// DatabaseURL is the PostgreSQL connection URL.
+	// DatabaseURL is the PostgreSQL connection string: a URL or key=value
+	// pairs, with one host or several (postgres.ParseConnString).
 	DatabaseURL string
+	// ListenDatabaseURL, when set, is where the notifier LISTENs for task
+	// wake-ups instead of DatabaseURL: a session of its own, which a
+	// transaction-pooling PgBouncer cannot give (ListenURL).
+	ListenDatabaseURL string
+	// ReadDatabaseURL, when set, is a read replica of DatabaseURL's primary
+	// (a hot standby): the reads that may lag (listings, queue statistics,
+	// the dashboard's pages) go to it while it is at most ReadMaxLag behind.
+	ReadDatabaseURL string
+	// ReadMaxLag is how far behind the primary the read replica may be for
+	// the reads to go to it.
+	ReadMaxLag time.Duration
+	// TransactionPooling says that DatabaseURL goes through a
+	// transaction-pooling PgBouncer: consecutive transactions of one
+	// connection may run on different server sessions, so no prepared
+	// statement is kept (the statement cache is off), and the notifier
+	// needs ListenDatabaseURL.
+	TransactionPooling bool
 	// HTTP configures the API server.
 	HTTP httpadapter.ServerConfig
 	// Pool sizes the database connection pool.
@@ -76,13 +93,17 @@ type Config struct {
 	// (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_EXPORTER, ...) asks of
 	// tracing: off unless it asks.
 	Telemetry telemetry.Config
+	// Push configures push delivery.
+	Push PushConfig
 }
 
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
+	pool := postgres.DefaultPoolConfig()
+	pool.StatementCacheSize = 0 // postgres.DefaultStatementCacheSize, unless transaction pooling
 	return Config{
 		HTTP: httpadapter.DefaultServerConfig(),
-		Pool: postgres.DefaultPoolConfig(),
+		Pool: pool,
 		App: application.Config{
 			Backoff:             backoff.DefaultPolicy(),
 			Liveness:            worker.DefaultLivenessConfig(),
@@ -107,6 +128,8 @@ func DefaultConfig() Config {
 		LogLevel:               "info",
 		LogFormat:              "json",
 		MetricsMaxQueues:       metrics.DefaultMaxQueueSeries,
+		ReadMaxLag:             postgres.DefaultReadMaxLag,
+		Push:                   DefaultPushConfig(),
 	}
 }
 
@@ -121,8 +144,27 @@ func (c Config) Validate() error {
 	}
 	if c.DatabaseURL == "" {
 		add("TASKMASTER_DATABASE_URL", errors.New("is required"))
-	} else if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		add("TASKMASTER_DATABASE_URL", errors.New("must be a postgres:// URL"))
+	} else {
+		add("TASKMASTER_DATABASE_URL", checkConnString(c.DatabaseURL))
+	}
+	if c.ListenDatabaseURL != "" {
+		add("TASKMASTER_LISTEN_DATABASE_URL", checkConnString(c.ListenDatabaseURL))
+	}
+	if c.ReadDatabaseURL != "" {
+		add("TASKMASTER_READ_DATABASE_URL", checkConnString(c.ReadDatabaseURL))
+	}
+	if c.ReadMaxLag < 100*time.Millisecond {
+		add("TASKMASTER_READ_MAX_LAG_MS", errors.New("must be at least 100"))
+	}
+	if c.TransactionPooling {
+		if c.ListenDatabaseURL == "" {
+			add("TASKMASTER_LISTEN_DATABASE_URL", errors.New("is required with TASKMASTER_DB_TRANSACTION_POOLING=on: "+
+				"LISTEN needs a session of its own, on PostgreSQL directly (or a session-pooling port)"))
+		}
+		if c.Pool.StatementCacheSize > 0 {
+			add("TASKMASTER_DB_STATEMENT_CACHE_SIZE", errors.New("must be 0 with TASKMASTER_DB_TRANSACTION_POOLING=on: "+
+				"a prepared statement stays on the server session that prepared it"))
+		}
 	}
 	add("TASKMASTER_HTTP_ADDR", c.HTTP.Validate())
 	requests, claims, bodyBytes := c.HTTP.ValidateAdmission()
@@ -189,6 +231,7 @@ func (c Config) Validate() error {
 		add("TASKMASTER_OUTBOX_*", c.Outbox.Validate())
 	}
 	c.validateSecurity(add)
+	c.validatePush(add)
 	if c.MetricsMaxQueues < 1 {
 		add("TASKMASTER_METRICS_MAX_QUEUES", errors.New("must be at least 1"))
 	}
@@ -206,6 +249,34 @@ func (c Config) Validate() error {
 		add("TASKMASTER_LOG_FORMAT", errors.New("must be json or console"))
 	}
 	return errors.Join(errs...)
+}
+
+// PoolConfig is the main pool's configuration: Pool, without prepared
+// statements behind a transaction pooler.
+func (c Config) PoolConfig() postgres.PoolConfig {
+	p := c.Pool
+	if c.TransactionPooling {
+		p.StatementCacheSize = -1
+	}
+	return p
+}
+
+// ListenURL is the connection string of the notifier's listening session:
+// ListenDatabaseURL, or DatabaseURL when it is not set.
+func (c Config) ListenURL() string {
+	if c.ListenDatabaseURL != "" {
+		return c.ListenDatabaseURL
+	}
+	return c.DatabaseURL
+}
+
+// checkConnString refuses what libpq would not take as a connection string.
+func checkConnString(v string) error {
+	p, err := postgres.ParseConnString(v)
+	if err != nil {
+		return fmt.Errorf("must be a postgres:// URL or key=value pairs, as libpq takes them: %w", err)
+	}
+	return p.CheckDriverSupport()
 }
 
 // minLeaderLeaseTTL is the shortest leadership lease accepted: leaders renew
@@ -235,9 +306,18 @@ type setting struct {
 
 func settings() []setting {
 	return []setting{
-		{"TASKMASTER_DATABASE_URL", "database-url", "PostgreSQL URL",
+		{"TASKMASTER_DATABASE_URL", "database-url", "PostgreSQL connection string: postgres://user@host1:5432,host2:5432/db?... or host=host1,host2 dbname=db ... (a writable primary among the hosts)",
 			func(c *Config, v string) error { c.DatabaseURL = v; return nil },
 			func(c *Config) string { return c.DatabaseURL }},
+		{"TASKMASTER_LISTEN_DATABASE_URL", "listen-database-url", "PostgreSQL connection string of the session that LISTENs for task wake-ups, when TASKMASTER_DATABASE_URL goes through a transaction-pooling PgBouncer (empty: TASKMASTER_DATABASE_URL)",
+			func(c *Config, v string) error { c.ListenDatabaseURL = v; return nil },
+			func(c *Config) string { return c.ListenDatabaseURL }},
+		{"TASKMASTER_READ_DATABASE_URL", "read-database-url", "PostgreSQL connection string of a read replica (a hot standby): listings, queue statistics and the dashboard's pages read from it while it keeps up (empty: the primary)",
+			func(c *Config, v string) error { c.ReadDatabaseURL = v; return nil },
+			func(c *Config) string { return c.ReadDatabaseURL }},
+		{"TASKMASTER_READ_MAX_LAG_MS", "read-max-lag-ms", "the primary serves the reads that may lag while the read replica is more than this behind",
+			millisSetter(func(c *Config, d time.Duration) { c.ReadMaxLag = d }),
+			func(c *Config) string { return millis(c.ReadMaxLag) }},
 		{"TASKMASTER_HTTP_ADDR", "http-addr", "listen address host:port",
 			func(c *Config, v string) error { c.HTTP.Addr = v; return nil },
 			func(c *Config) string { return c.HTTP.Addr }},
@@ -289,7 +369,7 @@ func settings() []setting {
 		{"TASKMASTER_DB_TCP_USER_TIMEOUT_MS", "db-tcp-user-timeout-ms", "close a database connection unacknowledged or silent to keepalives this long, on both ends (0: OS defaults)",
 			optionalMillisSetter(func(c *Config, d time.Duration) { c.Pool.Conn.TCPUserTimeout = d }),
 			func(c *Config) string { return millis(c.Pool.Conn.TCPUserTimeout) }},
-		{"TASKMASTER_DB_STATEMENT_CACHE_SIZE", "db-statement-cache-size", "prepared statements each database connection keeps (0: none, every statement parsed and planned each time)",
+		{"TASKMASTER_DB_STATEMENT_CACHE_SIZE", "db-statement-cache-size", "prepared statements each database connection keeps (0: none, every statement parsed and planned each time; default 0 with TASKMASTER_DB_TRANSACTION_POOLING=on)",
 			func(c *Config, v string) error {
 				n, err := strconv.Atoi(v)
 				if err != nil || n < 0 {
@@ -301,7 +381,30 @@ func settings() []setting {
 				}
 				return nil
 			},
-			func(c *Config) string { return strconv.Itoa(max(c.Pool.StatementCacheSize, 0)) }},
+			func(c *Config) string {
+				if c.Pool.StatementCacheSize == 0 {
+					return strconv.Itoa(postgres.DefaultStatementCacheSize)
+				}
+				return strconv.Itoa(max(c.Pool.StatementCacheSize, 0))
+			}},
+		{"TASKMASTER_DB_TRANSACTION_POOLING", "db-transaction-pooling", "on when TASKMASTER_DATABASE_URL goes through a transaction-pooling PgBouncer: no prepared statements kept; needs TASKMASTER_LISTEN_DATABASE_URL",
+			func(c *Config, v string) error {
+				switch strings.ToLower(strings.TrimSpace(v)) {
+				case "on", "true", "1":
+					c.TransactionPooling = true
+				case "off", "false", "0":
+					c.TransactionPooling = false
+				default:
+					return errors.New("must be on or off")
+				}
+				return nil
+			},
+			func(c *Config) string {
+				if c.TransactionPooling {
+					return "on"
+				}
+				return "off"
+			}},
 		{"TASKMASTER_HEARTBEAT_STALE_THRESHOLD_SECONDS", "heartbeat-stale-threshold-seconds", "silence before a worker is STALE",
 			secondsSetter(func(c *Config, d time.Duration) { c.App.Liveness.StaleAfter = d }),
 			func(c *Config) string { return seconds(c.App.Liveness.StaleAfter) }},
@@ -377,7 +480,7 @@ func settings() []setting {
 func LoadConfig(name string, args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
 	cfg := DefaultConfig()
 	var errs []error
-	all := append(settings(), securitySettings()...)
+	all := append(append(settings(), securitySettings()...), pushSettings()...)
 	for _, s := range all {
 		if v := getenv(s.env); v != "" {
 			if err := s.set(&cfg, v); err != nil {

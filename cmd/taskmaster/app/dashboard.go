@@ -35,22 +35,25 @@ func dashboardOptions() fx.Option {
 
 type dashboardParams struct {
 	fx.In
-	Config    httpadapter.ServerConfig
-	Tasks     ports.TaskService
-	Workers   ports.WorkerService
-	Queues    ports.QueueService
-	Schedules ports.ScheduleService
-	Sessions  ports.SessionService
-	Dashboard ports.DashboardService
-	Bulk      ports.BulkService
-	Limits    *httpadapter.Limits
-	Logger    *zap.Logger
+	Config      httpadapter.ServerConfig
+	Tasks       ports.TaskService
+	Workers     ports.WorkerService
+	Queues      ports.QueueService
+	Schedules   ports.ScheduleService
+	Sessions    ports.SessionService
+	Dashboard   ports.DashboardService
+	Bulk        ports.BulkService
+	Limits      *httpadapter.Limits
+	NamedLimits ports.LimitService
+	Logger      *zap.Logger
+	Reads       Reads
 }
 
 func dashboardRoutes(p dashboardParams) ([]httpadapter.Route, error) {
 	h, err := ui.New(ui.Config{Auth: p.Config.AuthEnabled(), Secure: p.Config.TLS.Enabled()}, ui.Deps{
 		Tasks: p.Tasks, Workers: p.Workers, Queues: p.Queues, Schedules: p.Schedules,
-		Sessions: p.Sessions, Dashboard: p.Dashboard, Bulk: p.Bulk, Limits: p.Limits, Logger: p.Logger.Named("ui"),
+		Sessions: p.Sessions, Dashboard: p.Dashboard, Bulk: p.Bulk, Limits: p.Limits, NamedLimits: p.NamedLimits,
+		Logger: p.Logger.Named("ui"), Reads: p.Reads.Dashboard, ReadSource: p.Reads.Source,
 	})
 	if err != nil {
 		return nil, err

@@ -140,7 +140,9 @@ func OutboxCommand(ctx context.Context, args []string, getenv func(string) strin
 	default:
 		return usage("unexpected arguments")
 	}
-	db, err := postgres.Open(ctx, *dbURL, postgres.PoolConfig{MaxOpen: 2, MaxIdle: 2})
+	// A one-shot command: no prepared statements (it could go through a
+	// transaction pooler, which cannot keep them).
+	db, err := postgres.Open(ctx, *dbURL, postgres.PoolConfig{MaxOpen: 2, MaxIdle: 2, Conn: postgres.DefaultConnConfig(), StatementCacheSize: -1})
 	if err != nil {
 		return err
 	}

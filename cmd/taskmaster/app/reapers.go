@@ -2,6 +2,7 @@ package app
 
 import (
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -22,6 +23,16 @@ const (
 	TimeoutReaperName   = "timeout-reaper"
 	RetentionName       = "retention"
 )
+
+// LeaderJobs names every background job that one instance at a time leads
+// (its row in leader_leases), sorted: what a test or an operator checks is
+// led after a failover.
+func LeaderJobs() []string {
+	jobs := []string{HeartbeatReaperName, DeadlineReaperName, LeaseReaperName, TimeoutReaperName, RetentionName,
+		SchedulerName, PurgeJobsName}
+	slices.Sort(jobs)
+	return jobs
+}
 
 // Reapers are the background jobs `taskmaster serve` runs, each on the one
 // instance that holds its leadership lease.
@@ -55,6 +66,7 @@ func (r *Reapers) All() []*application.BackgroundService {
 func reapersModule() fx.Option {
 	return fx.Options(
 		fx.Provide(
+			func() InstanceID { return InstanceID(postgres.NewInstanceID()) },
 			newElector,
 			func() application.NowFunc { return time.Now },
 			newReapers,
@@ -65,8 +77,8 @@ func reapersModule() fx.Option {
 
 // newElector returns the leadership elector of this instance, on the main
 // pool: leadership holds no connection between its short transactions.
-func newElector(db *sqlx.DB, cfg Config, logger *zap.Logger) ports.Elector {
-	e := postgres.NewElector(db, postgres.NewInstanceID(), cfg.LeaderLeaseTTL)
+func newElector(db *sqlx.DB, cfg Config, id InstanceID, logger *zap.Logger) ports.Elector {
+	e := postgres.NewElector(db, string(id), cfg.LeaderLeaseTTL)
 	logger.Info("instance", zap.String("instance_id", e.Owner()))
 	return e
 }

@@ -71,10 +71,23 @@ type Options struct {
 	// this binary (B), alternating, this many pairs, and prints the medians
 	// (pairs.go).
 	Pairs int
-	// Peers are the paths of other queues' benchmarks to run on the same
-	// PostgreSQL in the same sitting, by name (peer.go): "river".
+	// Peers are the paths of other queues' benchmarks to run on a
+	// PostgreSQL with the same settings in the same sitting, by name
+	// (peer.go): "river".
 	Peers []string
+	// Via are the ways the server reaches the benchmark's own PostgreSQL,
+	// each measured in turn with a fresh database and server, in the same
+	// run: ViaDirect, or ViaPgBouncer (Debian's PgBouncer in transaction
+	// pooling in front of it, TASKMASTER_DB_TRANSACTION_POOLING on, the
+	// notifier's LISTEN direct).
+	Via []string
 }
+
+// The ways to the database Options.Via names.
+const (
+	ViaDirect    = "direct"
+	ViaPgBouncer = "pgbouncer"
+)
 
 // Report is one scenario's result. The JSON field names are a contract
 // for tools that compare runs.
@@ -82,10 +95,12 @@ type Report struct {
 	Scenario string `json:"scenario"`
 	// Comparable says whether the run had the machine to itself (Machine);
 	// NotComparable says why not.
-	Comparable            bool         `json:"comparable"`
-	NotComparable         string       `json:"not_comparable_reason,omitempty"`
-	Machine               *Machine     `json:"machine,omitempty"`
-	Auth                  bool         `json:"auth"`
+	Comparable    bool     `json:"comparable"`
+	NotComparable string   `json:"not_comparable_reason,omitempty"`
+	Machine       *Machine `json:"machine,omitempty"`
+	Auth          bool     `json:"auth"`
+	// Via is how the server reached its database (Options.Via).
+	Via                   string       `json:"via"`
 	Tasks                 int          `json:"tasks"`
 	Producers             int          `json:"producers"`
 	Workers               int          `json:"workers"`
@@ -138,8 +153,10 @@ type Report struct {
 	Queues *QueueFigures `json:"queues,omitempty"`
 	// Waiters holds the waiters scenario's figures.
 	Waiters *WaiterFigures `json:"waiters,omitempty"`
-	// Peers put a batch run next to other queues' benchmarks run on the
-	// same PostgreSQL in the same sitting (--peer).
+	// Push holds the push scenario's figures.
+	Push *PushFigures `json:"push,omitempty"`
+	// Peers put a batch run next to other queues' benchmarks run on a
+	// PostgreSQL with the same settings in the same sitting (--peer).
 	Peers []PeerRatio `json:"peers,omitempty"`
 }
 
@@ -159,56 +176,22 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return writeJSON(opts.JSONPath, rep, stderr)
 	}
-	var (
-		env   *environment
-		c     *cluster
-		owned bool
-	)
-	if opts.URL != "" {
-		if env, err = startEnvironment(ctx, opts, stderr); err != nil {
-			return err
-		}
-	} else {
-		if c, err = startCluster(ctx, opts, stderr); err != nil {
-			return err
-		}
-		defer c.stop()
-		bin, err := serverBinary(opts)
-		if err != nil {
-			return err
-		}
-		if env, err = startServer(ctx, c, opts, bin, benchDatabase, stderr); err != nil {
-			return err
-		}
-		owned = true
-	}
-	stopEnv := sync.OnceFunc(env.stop)
-	defer stopEnv()
 	var reports []Report
-	for _, name := range opts.Scenarios {
-		fmt.Fprintf(stderr, "\n== scenario %s ==\n", name)
-		r, err := runScenario(ctx, env, name, opts, stderr)
+	for _, via := range opts.Via {
+		one := opts
+		one.Via = []string{via}
+		rs, err := runVia(ctx, one, stdout, stderr)
 		if err != nil {
-			return fmt.Errorf("scenario %s: %w", name, err)
+			return err
 		}
-		reports = append(reports, r)
-		printReport(stdout, r)
+		reports = append(reports, rs...)
 	}
-	if len(opts.Peers) > 0 && owned {
-		stopEnv() // the peer gets the machine to itself
-		for _, p := range opts.Peers {
-			fig, err := runPeer(ctx, c, p, peerJobs(opts), stderr)
-			if err != nil {
-				return err
-			}
-			for i := range reports {
-				if reports[i].Scenario == "batch" {
-					pr := ratioTo(reports[i], fig)
-					reports[i].Peers = append(reports[i].Peers, pr)
-					fmt.Fprintf(stdout, "\nscenario batch against peer %s (same PostgreSQL, same sitting)\n", fig.Name)
-					printPeer(stdout, pr)
-				}
-			}
+	if len(opts.Via) > 1 {
+		printComparison(stdout, reports)
+	}
+	if len(opts.Peers) > 0 {
+		if err := runPeers(ctx, opts, reports, stdout, stderr); err != nil {
+			return err
 		}
 	}
 	var v any = reports
@@ -234,12 +217,59 @@ func writeJSON(path string, v any, log io.Writer) error {
 	return nil
 }
 
+// runVia runs opts' scenarios in an environment of its own, reached the one
+// way opts.Via names.
+func runVia(ctx context.Context, opts Options, stdout, stderr io.Writer) ([]Report, error) {
+	env, err := startEnvironment(ctx, opts, stderr)
+	if err != nil {
+		return nil, err
+	}
+	defer env.stop()
+	var reports []Report
+	for _, name := range opts.Scenarios {
+		fmt.Fprintf(stderr, "\n== scenario %s (%s) ==\n", name, opts.Via[0])
+		r, err := runScenario(ctx, env, name, opts, stderr)
+		if err != nil {
+			return nil, fmt.Errorf("scenario %s (%s): %w", name, opts.Via[0], err)
+		}
+		r.Via = opts.Via[0]
+		reports = append(reports, r)
+		printReport(stdout, r)
+	}
+	return reports, nil
+}
+
+// printComparison sets each scenario's figures through PgBouncer against
+// the direct ones of the same run.
+func printComparison(w io.Writer, reports []Report) {
+	direct := map[string]Report{}
+	for _, r := range reports {
+		if r.Via == ViaDirect {
+			direct[r.Scenario] = r
+		}
+	}
+	fmt.Fprintf(w, "\nthrough PgBouncer (transaction pooling) against direct, same run:\n")
+	for _, r := range reports {
+		d, ok := direct[r.Scenario]
+		if r.Via != ViaPgBouncer || !ok || d.EndToEndTasksPerSec == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "  %-10s end to end %8.0f vs %8.0f tasks/s (%.2fx); claim p50 %6.2f vs %6.2f ms, p99 %6.2f vs %6.2f ms\n",
+			r.Scenario, r.EndToEndTasksPerSec, d.EndToEndTasksPerSec, r.EndToEndTasksPerSec/d.EndToEndTasksPerSec,
+			r.ClaimLatencyMS.P50, d.ClaimLatencyMS.P50, r.ClaimLatencyMS.P99, d.ClaimLatencyMS.P99)
+		if r.CPU != nil && d.CPU != nil {
+			fmt.Fprintf(w, "  %-10s CPU per finished task: PostgreSQL %.0f vs %.0f µs, server %.0f vs %.0f µs (PgBouncer's own in other)\n", "",
+				r.CPU.PostgresUSPerTask, d.CPU.PostgresUSPerTask, r.CPU.ServerUSPerTask, d.CPU.ServerUSPerTask)
+		}
+	}
+}
+
 func parseOptions(args []string, stderr io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	scenario := fs.String("scenario", "batch", strings.Join(Scenarios, ", ")+", or all (comma-separated list allowed)")
 	o := Options{}
-	fs.IntVar(&o.Tasks, "tasks", 0, "tasks per scenario (defaults: batch 200000, single 20000, backlog 1000000 backlog rows, latency rate x duration, projection 200000 single-event messages, streams 100000)")
+	fs.IntVar(&o.Tasks, "tasks", 0, "tasks per scenario (defaults: batch 200000, single 20000, backlog 1000000 backlog rows, latency rate x duration, projection 200000 single-event messages, streams 100000, push 20000 plus rate x duration paced)")
 	fs.IntVar(&o.Streams, "streams", 500, "concurrent event streams in the streams scenario")
 	fs.IntVar(&o.Producers, "producers", 4, "concurrent producers")
 	fs.IntVar(&o.Workers, "workers", 8, "concurrent HTTP workers (single uses 16)")
@@ -285,6 +315,7 @@ func parseOptions(args []string, stderr io.Writer) (Options, error) {
 		o.Peers = append(o.Peers, path)
 		return nil
 	})
+	via := fs.String("via", ViaDirect, "how the server reaches the benchmark's own PostgreSQL: direct, pgbouncer (Debian's, transaction pooling), or both (direct,pgbouncer: each scenario both ways, same run, compared)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -296,6 +327,22 @@ func parseOptions(args []string, stderr io.Writer) (Options, error) {
 	}
 	if o.Pairs < 0 || (o.Pairs > 0 && o.ServerBin == "") {
 		return o, errors.New("--pairs N compares --server-bin (A) with this binary (B): give both, N at least 1")
+	}
+	for _, v := range strings.Split(*via, ",") {
+		switch v = strings.TrimSpace(v); v {
+		case ViaDirect, ViaPgBouncer:
+			if !slices.Contains(o.Via, v) {
+				o.Via = append(o.Via, v)
+			}
+		default:
+			return o, fmt.Errorf("--via: unknown %q (want direct, pgbouncer or both)", v)
+		}
+	}
+	if o.URL != "" && (len(o.Via) > 1 || o.Via[0] != ViaDirect) {
+		return o, errors.New("--via applies to the benchmark's own PostgreSQL, not to --url")
+	}
+	if o.Pairs > 0 && len(o.Via) > 1 {
+		return o, errors.New("--pairs runs one way to the database: give --via one of direct, pgbouncer")
 	}
 	for _, s := range strings.Split(*scenario, ",") {
 		s = strings.TrimSpace(s)
@@ -765,7 +812,11 @@ func printReport(w io.Writer, r Report) {
 	if r.Auth {
 		auth = "on"
 	}
-	fmt.Fprintf(w, "\nscenario %s: %d tasks, %d producers, %d workers, %.1f s, auth %s\n", r.Scenario, r.Tasks, r.Producers, r.Workers, r.DurationSeconds, auth)
+	via := ""
+	if r.Via != "" && r.Via != ViaDirect {
+		via = ", via " + r.Via
+	}
+	fmt.Fprintf(w, "\nscenario %s: %d tasks, %d producers, %d workers, %.1f s, auth %s%s\n", r.Scenario, r.Tasks, r.Producers, r.Workers, r.DurationSeconds, auth, via)
 	printComparability(w, r)
 	if r.SubmitTasksPerSec > 0 {
 		fmt.Fprintf(w, "  submit:           %10.0f tasks/s\n", r.SubmitTasksPerSec)

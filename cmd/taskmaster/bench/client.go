@@ -49,12 +49,18 @@ type submitItem struct {
 }
 
 func (a *api) post(ctx context.Context, path string, body any, out any) (int, error) {
+	return a.send(ctx, http.MethodPost, path, body, out)
+}
+
+// send sends body (JSON) with method to path, decoding a 2xx answer into
+// out; a 503 is repeated after its Retry-After.
+func (a *api) send(ctx context.Context, method, path string, body any, out any) (int, error) {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return 0, err
 	}
 	for {
-		code, wait, err := a.postOnce(ctx, path, b, out)
+		code, wait, err := a.sendOnce(ctx, method, path, b, out)
 		if code != http.StatusServiceUnavailable || wait == 0 {
 			return code, err
 		}
@@ -67,10 +73,10 @@ func (a *api) post(ctx context.Context, path string, body any, out any) (int, er
 	}
 }
 
-// postOnce sends one request; for a 503 it returns the answer's
+// sendOnce sends one request; for a 503 it returns the answer's
 // Retry-After (0 without one).
-func (a *api) postOnce(ctx context.Context, path string, b []byte, out any) (int, time.Duration, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.base+path, bytes.NewReader(b))
+func (a *api) sendOnce(ctx context.Context, method, path string, b []byte, out any) (int, time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, method, a.base+path, bytes.NewReader(b))
 	if err != nil {
 		return 0, 0, err
 	}
@@ -87,7 +93,7 @@ func (a *api) postOnce(ctx context.Context, path string, b []byte, out any) (int
 		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
 			wait = time.Duration(s) * time.Second
 		}
-		return resp.StatusCode, wait, fmt.Errorf("POST %s: %d %s", path, resp.StatusCode, msg)
+		return resp.StatusCode, wait, fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, msg)
 	}
 	if out == nil {
 		_, err = io.Copy(io.Discard, resp.Body)

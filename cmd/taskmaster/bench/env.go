@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 
+	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/adapters/postgres/localpg"
 )
 
@@ -46,7 +48,12 @@ func startEnvironment(ctx context.Context, opts Options, log io.Writer) (*enviro
 		env := &environment{api: newAPI(strings.TrimRight(opts.URL, "/"), opts.Workers+opts.Producers), stop: func() {}}
 		env.api.key = opts.APIKey
 		if opts.DatabaseURL != "" {
-			db, err := sqlx.Open("postgres", opts.DatabaseURL)
+			// Either of libpq's forms, several hosts included.
+			p, err := postgres.ParseConnString(opts.DatabaseURL)
+			if err != nil {
+				return nil, fmt.Errorf("--database-url: %w", err)
+			}
+			db, err := sqlx.Open("postgres", p.String())
 			if err != nil {
 				return nil, err
 			}
@@ -86,6 +93,10 @@ type cluster struct {
 	// tcp connects over loopback TCP instead of the data directory's Unix
 	// socket (--pg-tcp).
 	tcp bool
+	// bouncer, with --via pgbouncer, is Debian's PgBouncer in transaction
+	// pooling in front of pg: the servers' connections go through it, their
+	// LISTEN direct.
+	bouncer *localpg.Bouncer
 }
 
 // startCluster starts a durable throwaway PostgreSQL (default settings:
@@ -112,7 +123,27 @@ func startCluster(ctx context.Context, opts Options, log io.Writer) (*cluster, e
 		fmt.Fprintf(log, "no Unix socket in %s: connecting over TCP\n", pg.DataDir())
 		c.tcp = true
 	}
+	if len(opts.Via) > 0 && opts.Via[0] == ViaPgBouncer {
+		// As many server connections as the server's own pool has by
+		// default.
+		fmt.Fprintf(log, "starting PgBouncer (transaction pooling) in front of it ...\n")
+		if c.bouncer, err = localpg.StartPgBouncer(ctx, localpg.BouncerConfig{Dir: filepath.Join(dir, "pgbouncer"), ServerPort: pg.Port(), PoolSize: 20}); err != nil {
+			c.stop()
+			return nil, err
+		}
+	}
 	return c, nil
+}
+
+// serveEnv is the environment of a server of database on c: its database
+// URL, and through PgBouncer the direct one for its LISTEN and
+// transaction pooling on.
+func (c *cluster) serveEnv(database string) []string {
+	if c.bouncer == nil {
+		return []string{"TASKMASTER_DATABASE_URL=" + c.url(database)}
+	}
+	return []string{"TASKMASTER_DATABASE_URL=" + c.bouncer.URL(database),
+		"TASKMASTER_LISTEN_DATABASE_URL=" + c.url(database), "TASKMASTER_DB_TRANSACTION_POOLING=on"}
 }
 
 // hasSocket reports whether the cluster listens on a Unix socket in its
@@ -154,6 +185,10 @@ func (c *cluster) createDatabase(ctx context.Context, name string) error {
 // dropDatabase drops database name (a run's, once it is over: its disk goes
 // back before the next run).
 func (c *cluster) dropDatabase(ctx context.Context, name string) {
+	if c.bouncer != nil {
+		// Its server connections first (localpg.Bouncer.ReleaseDatabase).
+		_ = c.bouncer.ReleaseDatabase(ctx, name)
+	}
 	admin, err := sqlx.Open("postgres", c.url("postgres"))
 	if err != nil {
 		return
@@ -163,6 +198,9 @@ func (c *cluster) dropDatabase(ctx context.Context, name string) {
 }
 
 func (c *cluster) stop() {
+	if c.bouncer != nil {
+		c.bouncer.Stop()
+	}
 	_ = c.pg.Stop()
 	_ = os.RemoveAll(c.dir)
 }
@@ -185,11 +223,15 @@ func startServer(ctx context.Context, c *cluster, opts Options, bin, database st
 		return nil, err
 	}
 	cmd := exec.Command(bin, "serve")
-	cmd.Env = append(append(os.Environ(),
-		"TASKMASTER_DATABASE_URL="+dbURL,
+	cmd.Env = append(append(append(os.Environ(), c.serveEnv(database)...),
 		"TASKMASTER_HTTP_ADDR="+addr,
 		"TASKMASTER_LOG_LEVEL=warn",
 	), authEnv...)
+	if slices.Contains(opts.Scenarios, "push") {
+		// The push scenario's endpoint; other scenarios run without push
+		// delivery (no dispatcher at all).
+		cmd.Env = append(cmd.Env, "TASKMASTER_PUSH_ALLOWED_HOSTS="+pushEndpointHost)
+	}
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

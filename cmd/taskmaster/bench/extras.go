@@ -89,6 +89,7 @@ func printExtras(w io.Writer, r Report) {
 	printWaiters(w, r.Waiters)
 	printFairness(w, r.Fairness)
 	printQueueFigures(w, r.Queues)
+	printPush(w, r.Push)
 	if s := r.Storage; s != nil {
 		fmt.Fprintf(w, "  storage:          tasks table %.1f MiB for %d finished rows = %.0f MiB per million; database grew %.1f MiB = %.0f MiB per million finished\n",
 			float64(s.TasksTableBytes)/(1<<20), s.FinishedRows, s.TasksTableBytesPerMillion/(1<<20),

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -41,4 +42,31 @@ func TestAmplifiedPayloadsGrowNearTheServersAllowance(t *testing.T) {
 	require.LessOrEqual(t, stored, int64(application.MaxStoredJSONFactor*len(raw)))
 	_, err = parseOptions([]string{"--memory-payload", "none"}, io.Discard)
 	require.ErrorContains(t, err, "memory-payload")
+}
+
+func TestViaNamesTheWaysToTheDatabase(t *testing.T) {
+	o, err := parseOptions(nil, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []string{ViaDirect}, o.Via, "direct by default")
+	o, err = parseOptions([]string{"--via", "direct,pgbouncer", "--scenario", "batch,single"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []string{ViaDirect, ViaPgBouncer}, o.Via)
+	o, err = parseOptions([]string{"--via", "pgbouncer, pgbouncer"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []string{ViaPgBouncer}, o.Via, "each way once")
+	_, err = parseOptions([]string{"--via", "pgpool"}, io.Discard)
+	require.ErrorContains(t, err, `unknown "pgpool"`)
+	_, err = parseOptions([]string{"--url", "http://localhost:8080", "--via", "pgbouncer"}, io.Discard)
+	require.ErrorContains(t, err, "not to --url")
+}
+
+func TestComparisonSetsPgBouncerAgainstDirect(t *testing.T) {
+	var b strings.Builder
+	printComparison(&b, []Report{
+		{Scenario: "batch", Via: ViaDirect, EndToEndTasksPerSec: 10000, ClaimLatencyMS: Percentiles{P50: 2, P99: 8}},
+		{Scenario: "batch", Via: ViaPgBouncer, EndToEndTasksPerSec: 8000, ClaimLatencyMS: Percentiles{P50: 3, P99: 9}},
+		{Scenario: "single", Via: ViaPgBouncer, EndToEndTasksPerSec: 900},
+	})
+	require.Contains(t, b.String(), "batch      end to end     8000 vs    10000 tasks/s (0.80x)")
+	require.NotContains(t, b.String(), "single", "no direct figure to compare with")
 }

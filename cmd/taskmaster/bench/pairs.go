@@ -144,6 +144,7 @@ func runSide(ctx context.Context, c *cluster, opts Options, bin, database string
 		if err != nil {
 			return nil, fmt.Errorf("scenario %s: %w", name, err)
 		}
+		r.Via = opts.Via[0]
 		reports = append(reports, r)
 	}
 	return reports, nil

@@ -13,10 +13,10 @@ import (
 	"time"
 )
 
-// A peer is another job queue whose own benchmark runs on the benchmark's
-// PostgreSQL in the same sitting, so that the batch scenario's throughput
-// can be put next to it: same machine, same PostgreSQL settings, same
-// minutes. The peer's binary is the user's to build (docs/performance.md);
+// A peer is another job queue whose own benchmark runs on a PostgreSQL
+// started the same way as the runs' (the same cluster with --pairs) in the
+// same sitting, so that the batch scenario's throughput can be put next to
+// it: same machine, same PostgreSQL settings, same minutes. The peer's binary is the user's to build (docs/performance.md);
 // nothing of it is vendored here.
 //
 // River (github.com/riverqueue/river, `river bench`) is the one peer known:
@@ -96,6 +96,34 @@ func peerJobs(opts Options) int {
 		return opts.Tasks
 	}
 	return defaultBatchTasks
+}
+
+// runPeers runs each peer of opts on a PostgreSQL of its own, started with
+// the same settings as the runs' (after them: the machine is theirs), and
+// puts each batch report next to it.
+func runPeers(ctx context.Context, opts Options, reports []Report, stdout, stderr io.Writer) error {
+	direct := opts
+	direct.Via = []string{ViaDirect}
+	c, err := startCluster(ctx, direct, stderr)
+	if err != nil {
+		return err
+	}
+	defer c.stop()
+	for _, p := range opts.Peers {
+		fig, err := runPeer(ctx, c, p, peerJobs(opts), stderr)
+		if err != nil {
+			return err
+		}
+		for i := range reports {
+			if reports[i].Scenario == "batch" {
+				pr := ratioTo(reports[i], fig)
+				reports[i].Peers = append(reports[i].Peers, pr)
+				fmt.Fprintf(stdout, "\nscenario batch (%s) against peer %s (same PostgreSQL settings, same sitting)\n", reports[i].Via, fig.Name)
+				printPeer(stdout, pr)
+			}
+		}
+	}
+	return nil
 }
 
 // runPeer runs River's benchmark for jobs jobs in a database of its own on

@@ -82,6 +82,7 @@ func commands() []command {
 		{name: "keys", args: "create|list|revoke", summary: "manage API keys (on the database with TASKMASTER_DATABASE_URL, else on the server)"},
 		{name: "schedule", args: "...", summary: "manage recurring schedules: create|list|get|pause|resume|delete"},
 		{name: "queue", args: "...", summary: "inspect and steer queues: list|show|pause|resume|set"},
+		{name: "limits", args: "...", summary: "manage named limits that queues share: list|show|set|delete"},
 	}
 }
 
@@ -131,6 +132,8 @@ func Run(ctx context.Context, args []string, io IO) error {
 		return runSchedule(ctx, args[1:], io)
 	case "queue":
 		return runQueue(ctx, args[1:], io)
+	case "limits":
+		return runLimits(ctx, args[1:], io)
 	}
 	e := &env{IO: io, command: cmd.name}
 	fs := flag.NewFlagSet("taskmaster "+cmd.name, flag.ContinueOnError)

@@ -286,7 +286,9 @@ type databaseKeys struct {
 }
 
 func openDatabaseKeys(ctx context.Context, url string) (*databaseKeys, error) {
-	db, err := postgres.Open(ctx, url, postgres.PoolConfig{MaxOpen: 2, MaxIdle: 2, Conn: postgres.DefaultConnConfig()})
+	// A one-shot command: no prepared statements (it could go through a
+	// transaction pooler, which cannot keep them).
+	db, err := postgres.Open(ctx, url, postgres.PoolConfig{MaxOpen: 2, MaxIdle: 2, Conn: postgres.DefaultConnConfig(), StatementCacheSize: -1})
 	if err != nil {
 		return nil, err
 	}

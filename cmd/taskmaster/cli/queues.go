@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,14 +25,27 @@ const queueUsage = `usage:
   taskmaster queue pause QUEUE [--json]
   taskmaster queue resume QUEUE [--json]
   taskmaster queue set QUEUE [--max-running N|none] [--rate R/s|R/m|none] [--burst N]
-                             [--max-running-per-group N|none] [--json]
+                             [--max-running-per-group N|none] [--rate-per-group R/s|none]
+                             [--burst-per-group N] [--limits NAME,...|none]
+                             [--push-url URL|none] [--push-timeout SECONDS] [--push-max-in-flight N]
+                             [--push-header 'Name: value' ...|none] [--push-non-retryable 400,404,...|default]
+                             [--rotate-secret [--secret-overlap 24h]] [--json]
   taskmaster queue purge QUEUE [--status PENDING|DEAD] [--dry-run] [--wait] [--json]
 
 GLOB matches queue names with * (any characters) and ? (one character).
 A paused queue accepts tasks but hands none out until resumed. --rate caps
 the claims per second across every instance (a token bucket holding --burst
 tokens, by default one second's worth); "none" clears a limit. A queue
-without tasks may have settings: they apply to its first task.`
+without tasks may have settings: they apply to its first task.
+--rate-per-group gives each group_key a bucket of its own; --limits names
+the named limits the queue draws on (taskmaster limits).
+
+--push-url makes the queue a push queue: the server POSTs each task to the
+URL (whose host TASKMASTER_PUSH_ALLOWED_HOSTS must allow) instead of
+workers claiming it; "none" turns push off. The signing secret is printed
+once, when push is turned on or --rotate-secret asks for a new one (the
+old one keeps signing for --secret-overlap, default 24h). Headers are
+secret: the server shows their names only.`
 
 type queueFlags struct {
 	url                           string
@@ -41,10 +56,22 @@ type queueFlags struct {
 	limit                         int
 	maxRunning, rate, maxPerGroup string
 	burst                         int
-	// set* say which flags the command line named.
-	setPaused, setMin, setBurst    bool
-	setMaxRunning, setRate, setMPG bool
+	ratePerGroup, limits          string
+	burstPerGroup                 int
+	pushURL, pushNonRetryable     string
+	pushTimeout, pushInFlight     int
+	pushHeaders                   headerList
+	rotateSecret                  bool
+	secretOverlap                 time.Duration
+	// set names the flags the command line named.
+	set map[string]bool
 }
+
+// headerList collects repeated --push-header 'Name: value' flags.
+type headerList []string
+
+func (h *headerList) String() string     { return strings.Join(*h, "; ") }
+func (h *headerList) Set(v string) error { *h = append(*h, v); return nil }
 
 // runQueue runs `taskmaster queue SUBCOMMAND ...`.
 func runQueue(ctx context.Context, args []string, io IO) error {
@@ -73,6 +100,16 @@ func runQueue(ctx context.Context, args []string, io IO) error {
 		fs.StringVar(&f.rate, "rate", "", "claims per second (50/s, 50, 3000/m), or none")
 		fs.IntVar(&f.burst, "burst", 0, "tokens the rate limit's bucket holds (default: one second's worth)")
 		fs.StringVar(&f.maxPerGroup, "max-running-per-group", "", "cap on the RUNNING tasks of each group_key, or none")
+		fs.StringVar(&f.ratePerGroup, "rate-per-group", "", "claims per second of each group_key (50/s, 3000/m), or none")
+		fs.IntVar(&f.burstPerGroup, "burst-per-group", 0, "tokens each group's bucket holds (default: one second's worth)")
+		fs.StringVar(&f.limits, "limits", "", "the named limits the queue draws on, comma-separated, or none")
+		fs.StringVar(&f.pushURL, "push-url", "", "deliver the queue's tasks by POST to this URL, or none to stop")
+		fs.IntVar(&f.pushTimeout, "push-timeout", 0, "seconds one delivery may take (1-900)")
+		fs.IntVar(&f.pushInFlight, "push-max-in-flight", 0, "deliveries in flight at once across every instance (1-10000)")
+		fs.Var(&f.pushHeaders, "push-header", "a static header 'Name: value' every delivery carries (repeatable; replaces them all), or none")
+		fs.StringVar(&f.pushNonRetryable, "push-non-retryable", "", "statuses that dead-letter at once, comma-separated, or default")
+		fs.BoolVar(&f.rotateSecret, "rotate-secret", false, "create a new signing secret (printed once)")
+		fs.DurationVar(&f.secretOverlap, "secret-overlap", 24*time.Hour, "with --rotate-secret: how long the old secret keeps signing")
 	case "show", "pause", "resume":
 	default:
 		return usagef("unknown queue command %q\n%s", sub, queueUsage)
@@ -81,22 +118,8 @@ func runQueue(ctx context.Context, args []string, io IO) error {
 	if done || err != nil {
 		return err
 	}
-	fs.Visit(func(fl *flag.Flag) {
-		switch fl.Name {
-		case "paused":
-			f.setPaused = true
-		case "min-pending":
-			f.setMin = true
-		case "burst":
-			f.setBurst = true
-		case "max-running":
-			f.setMaxRunning = true
-		case "rate":
-			f.setRate = true
-		case "max-running-per-group":
-			f.setMPG = true
-		}
-	})
+	f.set = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	c, err := client.New(f.url, client.WithUserAgent("taskmaster-cli/1"), client.WithAPIKey(io.Getenv(client.EnvAPIKey)))
 	if err != nil {
 		return &usageError{msg: err.Error()}
@@ -123,6 +146,9 @@ func runQueue(ctx context.Context, args []string, io IO) error {
 				return printJSON(io.Stdout, out)
 			}
 			_, err = fmt.Fprintf(io.Stdout, "queue %s: %s\n", out.Queue, settingsText(out.QueueSettings))
+			if err == nil && out.Push != nil && out.Push.Secret != "" {
+				_, err = fmt.Fprintf(io.Stdout, "push signing secret (shown once, keep it): %s\n", out.Push.Secret)
+			}
 		}
 	}
 	if err != nil {
@@ -138,8 +164,14 @@ func runQueue(ctx context.Context, args []string, io IO) error {
 // patch is the change `queue set` asks for.
 func (f queueFlags) patch() (client.QueuePatch, error) {
 	var p client.QueuePatch
-	if !f.setMaxRunning && !f.setRate && !f.setMPG {
-		return p, usagef("queue set: name at least one of --max-running, --rate, --max-running-per-group\n%s", queueUsage)
+	settings := 0
+	for name := range f.set {
+		if name != "url" && name != "json" {
+			settings++
+		}
+	}
+	if settings == 0 {
+		return p, usagef("queue set: name at least one setting\n%s", queueUsage)
 	}
 	limit := func(name, v string, set bool, value **int, clear *bool) error {
 		if !set {
@@ -156,26 +188,101 @@ func (f queueFlags) patch() (client.QueuePatch, error) {
 		*value = &n
 		return nil
 	}
-	if err := limit("max-running", f.maxRunning, f.setMaxRunning, &p.MaxRunning, &p.ClearMaxRunning); err != nil {
+	if err := limit("max-running", f.maxRunning, f.set["max-running"], &p.MaxRunning, &p.ClearMaxRunning); err != nil {
 		return p, err
 	}
-	if err := limit("max-running-per-group", f.maxPerGroup, f.setMPG, &p.MaxRunningPerGroup, &p.ClearMaxRunningPerGroup); err != nil {
+	if err := limit("max-running-per-group", f.maxPerGroup, f.set["max-running-per-group"], &p.MaxRunningPerGroup, &p.ClearMaxRunningPerGroup); err != nil {
 		return p, err
 	}
-	switch {
-	case f.setBurst && (!f.setRate || f.rate == "none"):
-		return p, usagef("--burst needs --rate")
-	case !f.setRate:
-	case f.rate == "none":
-		p.ClearRateLimit = true
-	default:
-		perSecond, err := parseRate(f.rate)
-		if err != nil {
-			return p, err
+	rate := func(rateFlag, burstFlag, v string, burst int, value **client.RateLimit, clear *bool) error {
+		switch {
+		case f.set[burstFlag] && (!f.set[rateFlag] || v == "none"):
+			return usagef("--%s needs --%s", burstFlag, rateFlag)
+		case !f.set[rateFlag]:
+		case v == "none":
+			*clear = true
+		default:
+			perSecond, err := parseRate(v)
+			if err != nil {
+				return err
+			}
+			*value = &client.RateLimit{PerSecond: perSecond, Burst: burst}
 		}
-		p.RateLimit = &client.RateLimit{PerSecond: perSecond, Burst: f.burst}
+		return nil
 	}
-	return p, nil
+	if err := rate("rate", "burst", f.rate, f.burst, &p.RateLimit, &p.ClearRateLimit); err != nil {
+		return p, err
+	}
+	if err := rate("rate-per-group", "burst-per-group", f.ratePerGroup, f.burstPerGroup, &p.RateLimitPerGroup, &p.ClearRateLimitPerGroup); err != nil {
+		return p, err
+	}
+	if f.set["limits"] {
+		if f.limits == "none" || f.limits == "" {
+			p.ClearLimits = true
+		} else {
+			p.Limits = strings.Split(f.limits, ",")
+		}
+	}
+	return p, f.pushPatch(&p)
+}
+
+// pushPatch adds to p the push settings the command line names.
+func (f queueFlags) pushPatch(p *client.QueuePatch) error {
+	named := false
+	for _, name := range []string{"push-url", "push-timeout", "push-max-in-flight", "push-header", "push-non-retryable", "rotate-secret", "secret-overlap"} {
+		named = named || f.set[name]
+	}
+	if !named {
+		return nil
+	}
+	if f.pushURL == "none" {
+		if f.set["push-timeout"] || f.set["push-max-in-flight"] || f.set["push-header"] || f.set["push-non-retryable"] || f.set["rotate-secret"] {
+			return usagef("--push-url none turns push off: no other --push flag goes with it")
+		}
+		p.ClearPush = true
+		return nil
+	}
+	if f.set["secret-overlap"] && !f.rotateSecret {
+		return usagef("--secret-overlap needs --rotate-secret")
+	}
+	pp := &client.PushPatch{URL: f.pushURL, TimeoutSeconds: f.pushTimeout, MaxInFlight: f.pushInFlight, RotateSecret: f.rotateSecret}
+	if f.rotateSecret {
+		overlap := f.secretOverlap
+		pp.SecretOverlap = &overlap
+	}
+	if f.set["push-header"] {
+		if len(f.pushHeaders) == 1 && f.pushHeaders[0] == "none" {
+			pp.ClearHeaders = true
+		} else {
+			pp.Headers = map[string]string{}
+			for _, h := range f.pushHeaders {
+				name, value, ok := strings.Cut(h, ":")
+				if !ok || strings.TrimSpace(name) == "" {
+					return usagef("--push-header: %q is not 'Name: value'", h)
+				}
+				pp.Headers[strings.TrimSpace(name)] = strings.TrimSpace(value)
+			}
+		}
+	}
+	if f.set["push-non-retryable"] {
+		if f.pushNonRetryable == "default" {
+			pp.DefaultNonRetryable = true
+		} else {
+			pp.NonRetryableStatuses = []int{}
+			for _, v := range strings.Split(f.pushNonRetryable, ",") {
+				if v = strings.TrimSpace(v); v == "" {
+					continue
+				}
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					return usagef("--push-non-retryable: %q is not a status", v)
+				}
+				pp.NonRetryableStatuses = append(pp.NonRetryableStatuses, n)
+			}
+		}
+	}
+	p.Push = pp
+	return nil
 }
 
 // parseRate reads "50/s", "50" (per second) or "3000/m" as tasks per second.
@@ -200,10 +307,10 @@ func parseRate(v string) (float64, error) {
 
 func queueList(ctx context.Context, c *client.Client, f queueFlags, io IO) error {
 	p := client.ListQueuesParams{Prefix: f.prefix, Pattern: f.pattern, Limit: f.limit, Cursor: f.cursor}
-	if f.setMin {
+	if f.set["min-pending"] {
 		p.MinPending = &f.minPending
 	}
-	if f.setPaused {
+	if f.set["paused"] {
 		p.Paused = &f.paused
 	}
 	page, err := c.ListQueues(ctx, p)
@@ -261,6 +368,14 @@ func queueShow(ctx context.Context, c *client.Client, name string, f queueFlags,
 	fmt.Fprintf(tw, "leased now\t%d\n", d.Leased)
 	fmt.Fprintf(tw, "active workers\t%d\n", d.ActiveWorkers)
 	fmt.Fprintf(tw, "oldest pending\t%s\n", age)
+	if p := d.Settings.Push; p != nil {
+		fmt.Fprintf(tw, "push\t%s; headers %s; non-retryable %v; secret rotated %s\n", p.URL, orDash(strings.Join(p.HeaderNames, ", ")),
+			p.NonRetryableStatuses, when(&p.SecretRotatedAt))
+	}
+	if dl := d.Deliveries; dl != nil {
+		fmt.Fprintf(tw, "deliveries\tin flight %d; last %d: %s; p50 %.0fms, p99 %.0fms\n", dl.InFlight, dl.Recent,
+			statusCounts(dl.Statuses), dl.LatencyMillis["p50"], dl.LatencyMillis["p99"])
+	}
 	for _, w := range []string{client.RateLast5m, client.RateLast15m} {
 		r := d.Rates[w]
 		fmt.Fprintf(tw, "%s\tenqueued %.1f/min, claimed %.1f/min, completed %.1f/min; avg execution %s, avg queue wait %s\n",
@@ -297,8 +412,40 @@ func settingsText(s client.QueueSettings) string {
 	if s.MaxRunningPerGroup != nil {
 		parts = append(parts, fmt.Sprintf("max running per group %d", *s.MaxRunningPerGroup))
 	}
+	if r := s.RateLimitPerGroup; r != nil {
+		parts = append(parts, fmt.Sprintf("rate per group %s/s burst %d", strconv.FormatFloat(r.PerSecond, 'f', -1, 64), r.Burst))
+	}
+	if len(s.Limits) > 0 {
+		parts = append(parts, "limits "+strings.Join(s.Limits, ","))
+	}
+	if p := s.Push; p != nil {
+		host := p.URL
+		if u, err := url.Parse(p.URL); err == nil {
+			host = u.Host
+		}
+		parts = append(parts, fmt.Sprintf("push to %s (timeout %ds, max in flight %d)", host, p.TimeoutSeconds, p.MaxInFlight))
+	}
 	if len(parts) == 0 {
 		return "-"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// statusCounts is "200 ×95, 500 ×3, none ×2", the most frequent first.
+func statusCounts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		if m[a] != m[b] {
+			return m[b] - m[a]
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s ×%d", k, m[k])
+	}
+	return orDash(strings.Join(parts, ", "))
 }

@@ -1,0 +1,561 @@
+/**
+ * The API's objects and request bodies, as they travel (docs/openapi.yaml).
+ *
+ * Every interface here mirrors one schema of the API's contract member for
+ * member, with the API's snake_case names (test/openapi.test.ts checks them
+ * against docs/openapi.yaml): a value read from the server is exactly what
+ * the server sent, and user JSON (`payload`, `result`) is never renamed.
+ * Times are RFC 3339 strings; where a request takes a time, a `Date` will do
+ * (it is sent as its ISO string).
+ */
+
+/** Any JSON value. */
+export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
+
+/** A task's status. */
+export type TaskStatus = "PENDING" | "RUNNING" | "DONE" | "DEAD" | "BLOCKED";
+
+/** Why a task is DEAD. */
+export type DeadReason =
+  | "exhausted"
+  | "non_retryable"
+  | "worker_dead"
+  | "deadline"
+  | "cancelled"
+  | "lease_expired"
+  | "orphaned"
+  | "dependency_failed";
+
+/** A worker's liveness. */
+export type WorkerStatus = "ACTIVE" | "STALE" | "DEAD";
+
+/** A time a request takes: an RFC 3339 string or a Date. */
+export type TimeInput = string | Date;
+
+/** A task's own retry policy as the server shows it (schema RetryPolicy). */
+export interface RetryPolicy {
+  base_seconds: number;
+  max_seconds: number;
+  jitter: "none" | "full";
+}
+
+/** A task's own retry policy in a request (schema RetryRequest). */
+export interface RetryRequest {
+  base_seconds: number;
+  max_seconds?: number;
+  jitter?: "none" | "full";
+}
+
+/** The producer's string data of a task, by key (schema Metadata). */
+export type Metadata = Record<string, string>;
+
+/** A W3C trace context a task was submitted under (schema Trace). */
+export interface Trace {
+  traceparent: string;
+  tracestate: string | null;
+}
+
+/** A holder's last progress report (schema Progress). */
+export interface Progress {
+  percent: number;
+  message: string;
+  details: JsonValue;
+  updated_at: string;
+}
+
+/** A task (schema Task). */
+export interface Task {
+  id: string;
+  queue: string;
+  status: TaskStatus;
+  priority: number;
+  payload: JsonValue;
+  tags: string[];
+  attempts: number;
+  max_attempts: number;
+  worker_id: string | null;
+  lease_id: string | null;
+  last_error: string | null;
+  dead_reason: DeadReason | null;
+  result: JsonValue;
+  deadline: string | null;
+  run_at: string;
+  idempotency_key: string | null;
+  created_at: string;
+  claimed_at: string | null;
+  finished_at: string | null;
+  updated_at: string;
+  lease_expires_at: string | null;
+  cancel_requested_at: string | null;
+  unique_key: string | null;
+  retry: RetryPolicy | null;
+  snoozes: number;
+  group_key: string | null;
+  /** The task's own time limit on each attempt (null: its queue's default, or none). */
+  timeout_seconds: number | null;
+  /** When the running attempt's time limit is up (null unless RUNNING under one). */
+  timeout_at: string | null;
+  metadata: Metadata;
+  trace: Trace | null;
+  progress: Progress | null;
+  /** The recurring schedule whose tick made the task. */
+  schedule_name: string | null;
+  schedule_tick: string | null;
+  /** The tasks it depends on (get only). */
+  depends_on?: string[];
+  /** Those of them not DONE yet (get only). */
+  blocked_by?: string[];
+  /** The tasks a complete with `enqueue` created (its answer only). */
+  enqueued?: Task[];
+}
+
+/** One claim of a task and how it ended (schema Attempt). */
+export interface Attempt {
+  attempt: number;
+  worker_id: string;
+  claimed_at: string;
+  finished_at: string | null;
+  outcome:
+    | "completed"
+    | "failed"
+    | "lease_expired"
+    | "orphaned"
+    | "worker_dead"
+    | "cancelled"
+    | "snoozed"
+    | "released"
+    | null;
+  error: string | null;
+}
+
+/** A page of a task listing (schema TaskPage). */
+export interface TaskPage {
+  tasks: Task[];
+  next_cursor: string | null;
+  truncated: boolean;
+}
+
+/** A task's id and the lease it is held under (schema LeaseRef). */
+export interface LeaseRef {
+  id: string;
+  lease_id: string;
+}
+
+/** A worker (schema Worker). */
+export interface Worker {
+  id: string;
+  queues: string[];
+  tags: string[];
+  status: WorkerStatus;
+  registered_at: string;
+  last_heartbeat_at: string;
+  draining: boolean;
+}
+
+/** A registered worker and what the server asks of it (schema Registration). */
+export interface Registration extends Worker {
+  heartbeat_interval_seconds: number;
+  max_heartbeat_tasks: number;
+}
+
+/** A heartbeat's answer (schema HeartbeatResponse). */
+export interface HeartbeatResult extends Worker {
+  lost: LeaseRef[];
+  cancel: LeaseRef[];
+  drain: boolean;
+}
+
+/** One item's outcome in a batch report. */
+export interface ItemOutcome {
+  id: string;
+  outcome: "done" | "requeued" | "dead" | "error";
+  /** The task after the report (absent or null for an error). */
+  task?: Task | null;
+  /** Why the item was refused (`error` only). */
+  problem?: ProblemDocument | null;
+  enqueued?: Task[];
+}
+
+/** What a bulk action or a purge did (schema BulkResult). */
+export interface BulkResult {
+  matched: number;
+  dry_run: boolean;
+  changed?: number;
+  removed?: number;
+  skipped?: number;
+}
+
+/** A large purge running in the background (schema PurgeJob). */
+export interface PurgeJob {
+  id: string;
+  queue: string;
+  status: string;
+  state: "running" | "done" | "failed";
+  matched: number;
+  removed: number;
+  started_at: string;
+  finished_at: string | null;
+  error?: string;
+}
+
+/** A queue's claim rate limit (schema RateLimit). */
+export interface RateLimit {
+  per_second: number;
+  burst: number;
+}
+
+/** A queue's settings (schema QueueSettings). */
+export interface QueueSettings {
+  paused: boolean;
+  max_running: number | null;
+  rate_limit: RateLimit | null;
+  max_running_per_group: number | null;
+  default_timeout_seconds: number | null;
+}
+
+/** A queue's throughput over one window, per minute (schema QueueRate). */
+export interface QueueRate {
+  enqueued: number;
+  claimed: number;
+  completed: number;
+  dead_lettered: number;
+}
+
+/** A queue's cumulative transition counts (schema QueueTotals). */
+export interface QueueTotals {
+  submitted: number;
+  claimed: number;
+  completed: number;
+  failed: number;
+  dead_lettered: Record<string, number>;
+  requeued: Record<string, number>;
+  cleaned: number;
+}
+
+/** A queue's statistics, eventually consistent (schema Queue). */
+export interface Queue {
+  queue: string;
+  pending: number;
+  running: number;
+  done: number;
+  dead: number;
+  blocked: number;
+  active_workers: number;
+  oldest_pending_age_seconds: number | null;
+  rates: Record<string, QueueRate>;
+  totals: QueueTotals;
+  stats_as_of: string | null;
+  paused: boolean;
+  settings: QueueSettings;
+}
+
+/** One RUNNING task of a queue. */
+export interface LeasedTask {
+  id: string;
+  worker_id: string;
+  claimed_at: string;
+  lease_expires_at: string;
+  progress_percent: number | null;
+  progress_message: string | null;
+}
+
+/** Average durations over the last 5 and 15 minutes (schema QueueAverages). */
+export interface QueueAverages {
+  last_5m: number | null;
+  last_15m: number | null;
+}
+
+/** One queue with its RUNNING tasks and average durations (schema QueueDetail). */
+export interface QueueDetail extends Queue {
+  leased: number;
+  leased_sample: LeasedTask[];
+  avg_execution_seconds: QueueAverages;
+  avg_queue_wait_seconds: QueueAverages;
+}
+
+/** A queue's settings after a change (schema QueueSettingsResult). */
+export interface QueueSettingsResult {
+  queue: string;
+  paused: boolean;
+  max_running: number | null;
+  rate_limit: RateLimit | null;
+  max_running_per_group: number | null;
+  default_timeout_seconds: number | null;
+  updated_at: string;
+}
+
+/** What each tick of a schedule submits, as the server shows it (schema ScheduleTask). */
+export interface ScheduleTask {
+  queue: string;
+  payload: JsonValue;
+  priority: number;
+  max_attempts: number;
+  tags: string[];
+  unique_key: string | null;
+  retry: RetryPolicy | null;
+  timeout_seconds: number | null;
+  metadata: Metadata;
+}
+
+/** A recurring schedule (schema Schedule). */
+export interface Schedule {
+  name: string;
+  cron: string;
+  timezone: string;
+  task: ScheduleTask;
+  overlap: "skip" | "allow";
+  paused: boolean;
+  next_run_at: string | null;
+  last_tick_at: string | null;
+  last_task_id: string | null;
+  skipped_ticks: number;
+  created_at: string;
+  updated_at: string;
+}
+
+/** An API key, never its token (schema Key). */
+export interface Key {
+  id: string;
+  name: string;
+  scopes: string[];
+  queues: string[];
+  worker_prefix: string | null;
+  created_at: string;
+  last_used_at: string | null;
+  expires_at: string | null;
+  revoked_at: string | null;
+}
+
+/** A new key with its token, shown this once (schema CreatedKey). */
+export interface CreatedKey extends Key {
+  key: string;
+}
+
+/** A lifecycle event (schema LifecycleEvent); audit events carry more. */
+export interface LifecycleEvent {
+  version: number;
+  type: string;
+  task_id?: string;
+  queue?: string;
+  queues?: string[];
+  from?: string;
+  to?: string;
+  reason?: string;
+  attempt?: number;
+  worker_id?: string;
+  occurred_at: string;
+  correlation_id?: string;
+  key_id?: string;
+  target_key_id?: string;
+  schedule?: string;
+  filter?: Record<string, JsonValue>;
+  matched?: number;
+  delay_seconds?: number;
+  queue_wait_seconds?: number;
+  execution_seconds?: number;
+  end_to_end_seconds?: number;
+  metadata?: Metadata;
+  progress?: { percent: number; message: string; details?: JsonValue };
+}
+
+/** One offending field of a validation problem (schema FieldError). */
+export interface FieldError {
+  field: string;
+  message: string;
+}
+
+/** An RFC 9457 problem document (schema Problem). */
+export interface ProblemDocument {
+  type: string;
+  title: string;
+  status: number;
+  detail?: string;
+  instance?: string;
+  correlation_id?: string;
+  errors?: FieldError[];
+  current_status?: TaskStatus;
+  required_scopes?: string[];
+  queue?: string;
+  worker_id?: string;
+}
+
+// Requests.
+
+/** A submission (schema SubmitRequest). */
+export interface SubmitRequest {
+  queue: string;
+  payload?: JsonValue;
+  priority?: number;
+  max_attempts?: number;
+  tags?: string[];
+  deadline?: TimeInput;
+  run_at?: TimeInput;
+  idempotency_key?: string;
+  unique_key?: string;
+  retry?: RetryRequest | null;
+  group_key?: string;
+  /** A time limit on each attempt, 1-86400 s (default: the queue's). */
+  timeout_seconds?: number | null;
+  metadata?: Metadata;
+  /** The W3C trace context to keep with the task. */
+  traceparent?: string;
+  tracestate?: string;
+}
+
+/** An item of a batch submission (schema BatchSubmitItem). */
+export interface BatchSubmitItem extends SubmitRequest {
+  ref?: string;
+  depends_on?: string[];
+}
+
+/** A claim (schema ClaimRequest). */
+export interface ClaimRequest {
+  worker_id: string;
+  queue?: string;
+  limit?: number;
+  wait_ms?: number;
+  lease_seconds?: number;
+  request_id?: string;
+}
+
+/** A completion (schema CompleteRequest). */
+export interface CompleteRequest {
+  worker_id: string;
+  lease_id: string;
+  result?: JsonValue;
+  enqueue?: SubmitRequest[];
+}
+
+/** A failure (schema FailRequest). */
+export interface FailRequest {
+  worker_id: string;
+  lease_id: string;
+  error?: string;
+  retryable?: boolean;
+}
+
+/** A snooze (schema SnoozeRequest). */
+export interface SnoozeRequest {
+  worker_id: string;
+  lease_id: string;
+  delay_seconds: number;
+}
+
+/** A lease extension (schema ExtendRequest). */
+export interface ExtendRequest {
+  worker_id: string;
+  lease_id: string;
+  lease_seconds?: number;
+}
+
+/** A hand-back of a held task by a stopping worker (schema ReleaseRequest). */
+export interface ReleaseRequest {
+  worker_id: string;
+  lease_id: string;
+}
+
+/** A hand-back of many held tasks (schema ReleaseBatchRequest). */
+export interface ReleaseBatchRequest {
+  worker_id: string;
+  items: LeaseRef[];
+}
+
+/** A registration (schema RegisterRequest). */
+export interface RegisterRequest {
+  id?: string;
+  queues?: string[];
+  tags?: string[];
+}
+
+/** A heartbeat's body (schema HeartbeatRequest). */
+export interface HeartbeatRequest {
+  tasks?: LeaseRef[];
+}
+
+/** A batch completion (schema CompleteBatchRequest). */
+export interface CompleteBatchRequest {
+  worker_id: string;
+  items: Array<{ id: string; lease_id: string; result?: JsonValue; enqueue?: SubmitRequest[] }>;
+}
+
+/** A batch failure (schema FailBatchRequest). */
+export interface FailBatchRequest {
+  worker_id: string;
+  items: Array<{ id: string; lease_id: string; error?: string; retryable?: boolean }>;
+}
+
+/** A filter of tasks and a dry run, for bulk actions (schema BulkRequest). */
+export interface BulkRequest {
+  queue?: string;
+  status?: string;
+  dead_reason?: string;
+  group_key?: string;
+  created_after?: TimeInput;
+  created_before?: TimeInput;
+  error_contains?: string;
+  text?: string;
+  /** Only tasks whose metadata holds every one of these keys with these values. */
+  metadata?: Metadata;
+  dry_run?: boolean;
+}
+
+/** A filter of tasks (a listing's query, a bulk action's body). */
+export type TaskFilter = Omit<BulkRequest, "dry_run">;
+
+/** A purge (schema PurgeRequest). */
+export interface PurgeRequest {
+  status?: "PENDING" | "DEAD";
+  dry_run?: boolean;
+}
+
+/** What each tick of a new schedule submits. */
+export interface ScheduleTaskRequest {
+  queue: string;
+  payload?: JsonValue;
+  priority?: number;
+  max_attempts?: number;
+  tags?: string[];
+  unique_key?: string;
+  retry?: RetryRequest | null;
+  timeout_seconds?: number | null;
+  metadata?: Metadata;
+}
+
+/** A new schedule (schema CreateScheduleRequest). */
+export interface CreateScheduleRequest {
+  name: string;
+  cron: string;
+  timezone?: string;
+  task: ScheduleTaskRequest;
+  overlap?: "skip" | "allow";
+  paused?: boolean;
+}
+
+/** A change of a schedule (schema UpdateScheduleRequest). */
+export interface UpdateScheduleRequest {
+  name?: string;
+  cron?: string;
+  timezone?: string;
+  task?: ScheduleTaskRequest;
+  overlap?: "skip" | "allow";
+  paused?: boolean;
+}
+
+/** A change of a queue's settings; null clears a limit (schema UpdateQueueSettingsRequest). */
+export interface UpdateQueueSettingsRequest {
+  paused?: boolean;
+  max_running?: number | null;
+  rate_limit?: { per_second: number; burst?: number } | null;
+  max_running_per_group?: number | null;
+  default_timeout_seconds?: number | null;
+}
+
+/** A new API key (schema CreateKeyRequest). */
+export interface CreateKeyRequest {
+  name: string;
+  scopes: Array<"admin" | "produce" | "work" | "read">;
+  queues?: string[];
+  worker_prefix?: string;
+  expires_at?: TimeInput;
+  expires_in_seconds?: number;
+}
