@@ -176,19 +176,7 @@ func summarize(scenarios []string, runs []PairRun, peers []PeerFigures) []PairsS
 }
 
 func medians(rs []Report) Medians {
-	m := Medians{Runs: len(rs)}
-	pick := func(f func(Report) float64) float64 {
-		v := make([]float64, 0, len(rs))
-		for _, r := range rs {
-			v = append(v, f(r))
-		}
-		return median(v)
-	}
-	for _, r := range rs {
-		if r.Comparable {
-			m.ComparableRuns++
-		}
-	}
+	m := Medians{Runs: len(rs), ComparableRuns: countOf(rs, func(r Report) bool { return r.Comparable })}
 	cpu := func(f func(*CPUBreakdown) float64) func(Report) float64 {
 		return func(r Report) float64 {
 			if r.CPU == nil {
@@ -197,38 +185,46 @@ func medians(rs []Report) Medians {
 			return f(r.CPU)
 		}
 	}
-	m.EndToEndPerSec = pick(func(r Report) float64 { return r.EndToEndTasksPerSec })
-	m.SubmitPerSec = pick(func(r Report) float64 { return r.SubmitTasksPerSec })
-	m.ClaimP50MS = pick(func(r Report) float64 { return r.ClaimLatencyMS.P50 })
-	m.ClaimP99MS = pick(func(r Report) float64 { return r.ClaimLatencyMS.P99 })
-	m.ServerUSPerTask = pick(cpu(func(b *CPUBreakdown) float64 { return b.ServerUSPerTask }))
-	m.PostgresUSPerTask = pick(cpu(func(b *CPUBreakdown) float64 { return b.PostgresUSPerTask }))
-	m.LoadGenUSPerTask = pick(cpu(func(b *CPUBreakdown) float64 { return b.LoadGenUSPerTask }))
+	m.EndToEndPerSec = medianOf(rs, func(r Report) float64 { return r.EndToEndTasksPerSec })
+	m.SubmitPerSec = medianOf(rs, func(r Report) float64 { return r.SubmitTasksPerSec })
+	m.ClaimP50MS = medianOf(rs, func(r Report) float64 { return r.ClaimLatencyMS.P50 })
+	m.ClaimP99MS = medianOf(rs, func(r Report) float64 { return r.ClaimLatencyMS.P99 })
+	m.ServerUSPerTask = medianOf(rs, cpu(func(b *CPUBreakdown) float64 { return b.ServerUSPerTask }))
+	m.PostgresUSPerTask = medianOf(rs, cpu(func(b *CPUBreakdown) float64 { return b.PostgresUSPerTask }))
+	m.LoadGenUSPerTask = medianOf(rs, cpu(func(b *CPUBreakdown) float64 { return b.LoadGenUSPerTask }))
 	return m
 }
 
 func peerMedians(peers []PeerFigures, a, b Medians) *PeerMedians {
-	m := &PeerMedians{Name: peers[0].Name, Runs: len(peers)}
-	pick := func(f func(PeerFigures) float64) float64 {
-		v := make([]float64, 0, len(peers))
-		for _, p := range peers {
-			v = append(v, f(p))
-		}
-		return median(v)
-	}
-	for _, p := range peers {
-		if p.Comparable {
-			m.ComparableRuns++
-		}
-	}
-	m.JobsPerSec = pick(func(p PeerFigures) float64 { return p.JobsPerSec })
-	m.EndToEndPerSec = pick(func(p PeerFigures) float64 { return p.EndToEndJobsPerSec })
-	m.PeerUSPerJob = pick(func(p PeerFigures) float64 { return p.PeerUSPerJob })
-	m.PostgresUSPerJob = pick(func(p PeerFigures) float64 { return p.PostgresUSPerJob })
+	m := &PeerMedians{Name: peers[0].Name, Runs: len(peers), ComparableRuns: countOf(peers, func(p PeerFigures) bool { return p.Comparable })}
+	m.JobsPerSec = medianOf(peers, func(p PeerFigures) float64 { return p.JobsPerSec })
+	m.EndToEndPerSec = medianOf(peers, func(p PeerFigures) float64 { return p.EndToEndJobsPerSec })
+	m.PeerUSPerJob = medianOf(peers, func(p PeerFigures) float64 { return p.PeerUSPerJob })
+	m.PostgresUSPerJob = medianOf(peers, func(p PeerFigures) float64 { return p.PostgresUSPerJob })
 	if m.JobsPerSec > 0 {
 		m.RatioA, m.RatioB = round3(a.EndToEndPerSec/m.JobsPerSec), round3(b.EndToEndPerSec/m.JobsPerSec)
 	}
 	return m
+}
+
+// medianOf is the median of f over xs.
+func medianOf[T any](xs []T, f func(T) float64) float64 {
+	v := make([]float64, 0, len(xs))
+	for _, x := range xs {
+		v = append(v, f(x))
+	}
+	return median(v)
+}
+
+// countOf counts the xs that ok accepts.
+func countOf[T any](xs []T, ok func(T) bool) int {
+	n := 0
+	for _, x := range xs {
+		if ok(x) {
+			n++
+		}
+	}
+	return n
 }
 
 // median is the middle value of v (the mean of the two middle ones for an
