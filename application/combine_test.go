@@ -233,3 +233,32 @@ func TestInOneTransactionIsolatesTheRequestThatFailsIt(t *testing.T) {
 	require.ErrorIs(t, inOneTransaction(t.Context(), tx, b, serve(ports.ErrUnavailable)), ports.ErrUnavailable)
 	require.Equal(t, int64(1), tx.runs.Load())
 }
+
+// With overlapAt 1 a request that finds a batch running starts another at
+// once, up to running (the rule before batches had to fill).
+func TestCombinerOverlapsAtOnceWhenAsked(t *testing.T) {
+	t.Parallel()
+	block := make(chan struct{})
+	started := make(chan int, 2)
+	var calls atomic.Int64
+	c := &combiner[int, int]{
+		size: 8, running: 2, overlapAt: 1,
+		run: func(ctx context.Context, batch []*pending[int, int]) error {
+			n := int(calls.Add(1))
+			started <- n
+			if n == 1 {
+				<-block
+			}
+			return nil
+		},
+	}
+	done := make(chan error, 2)
+	for i := range 2 {
+		go func() { _, err := c.do(t.Context(), i); done <- err }()
+		require.Equal(t, i+1, <-started, "batch %d starts at once", i+1)
+	}
+	close(block)
+	for range 2 {
+		require.NoError(t, <-done)
+	}
+}
