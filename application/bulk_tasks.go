@@ -226,8 +226,8 @@ func (w *walk) next(b ports.BulkBatch, maxPasses int) (more, restarted bool) {
 }
 
 // run walks the matching tasks, a batch per transaction (the first one
-// records audit), pausing between passes, and returns how many tasks the
-// committed batches changed.
+// records audit, unless it is the zero event), pausing between passes, and
+// returns how many tasks the committed batches changed.
 func (s *BulkService) run(ctx context.Context, audit event.Event, batch batchFunc) (int64, error) {
 	var (
 		changed int64
@@ -239,7 +239,7 @@ func (s *BulkService) run(ctx context.Context, audit event.Event, batch batchFun
 		err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
 			var err error
 			b, err = batch(ctx, st, ports.BulkBatchParams{After: w.cursor, Limit: s.cfg.BatchSize})
-			if err == nil && first {
+			if err == nil && first && audit.Type != "" {
 				st.Outbox.Record(audit)
 			}
 			return err

@@ -23,9 +23,12 @@ const MaxEnqueue = 1000
 // pipeline to the next. The completion is fenced like Complete, so a stale
 // holder's report creates nothing. The enqueued tasks are submissions like
 // POST /tasks/v1's (an idempotency key that names an existing task gives
-// that task); validation is all-or-nothing ("enqueue[3].queue"). Enqueuing
-// is producing: the principal needs the produce scope as well as work, and
-// may enqueue only into queues it may use (403 otherwise).
+// that task), in the completed task's run; validation is all-or-nothing
+// ("enqueue[3].queue"). With cmd.EnqueueGraph they may depend on each
+// other and on existing tasks, the completed one included (a join: see
+// createGraph). Enqueuing is producing: the principal needs the produce
+// scope as well as work, and may enqueue only into queues it may use (403
+// otherwise).
 func (s *TaskService) CompleteEnqueue(ctx context.Context, cmd ports.CompleteCommand) (ports.Completion, error) {
 	var v validation.Errors
 	checkReporter(&v, cmd.WorkerID)
@@ -33,6 +36,10 @@ func (s *TaskService) CompleteEnqueue(ctx context.Context, cmd ports.CompleteCom
 	if len(cmd.Enqueue) > MaxEnqueue {
 		v.Add("enqueue", fmt.Sprintf("must hold at most %d tasks", MaxEnqueue))
 	} else if err := prepareEnqueue("enqueue", cmd.Enqueue, &v); err != nil {
+		return ports.Completion{}, err
+	}
+	parents, err := resolveGraph(&v, "enqueue", cmd.Enqueue, cmd.EnqueueGraph)
+	if err != nil {
 		return ports.Completion{}, err
 	}
 	if err := v.Err(); err != nil {
@@ -54,6 +61,7 @@ func (s *TaskService) CompleteEnqueue(ctx context.Context, cmd ports.CompleteCom
 		enqueued []*task.Task
 	)
 	decide := func(t *task.Task, now time.Time) ([]event.Event, error) {
+		joinRun(cmd.Enqueue, t)
 		var err error
 		if built, err = buildEnqueue(cmd.Enqueue, "enqueue", now); err != nil {
 			return nil, err
@@ -62,6 +70,10 @@ func (s *TaskService) CompleteEnqueue(ctx context.Context, cmd ports.CompleteCom
 	}
 	then := func(ctx context.Context, st ports.Stores) error {
 		var err error
+		if parents != nil {
+			enqueued, _, err = createGraph(ctx, st, "enqueue", cmd.Enqueue, parents)
+			return err
+		}
 		if enqueued, err = built.create(ctx, st); err != nil {
 			return err
 		}
@@ -81,6 +93,7 @@ func (s *TaskService) CompleteEnqueue(ctx context.Context, cmd ports.CompleteCom
 // ("<field>[j].queue"), fills their defaults and gives each an id.
 func prepareEnqueue(field string, ps []task.SubmitParams, v *validation.Errors) error {
 	for j := range ps {
+		checkSingleOnly(v, fmt.Sprintf("%s[%d].", field, j), ps[j])
 		if err := task.ValidateSubmit(&ps[j]); err != nil {
 			v.Merge(fmt.Sprintf("%s[%d].", field, j), err.(*validation.Error))
 			continue
@@ -94,6 +107,32 @@ func prepareEnqueue(field string, ps []task.SubmitParams, v *validation.Errors) 
 		}
 	}
 	return nil
+}
+
+// resolveGraph checks the refs and depends_on of the submissions ps of a
+// list (specs[j] is ps[j]'s; nil: none), adding what is wrong to v, and
+// returns their parents (nil without specs).
+func resolveGraph(v *validation.Errors, list string, ps []task.SubmitParams, specs []task.DependencySpec) ([][]task.ParentRef, error) {
+	if specs == nil {
+		return nil, nil
+	}
+	if len(specs) != len(ps) {
+		return nil, fmt.Errorf("%s: %d dependency specs for %d tasks", list, len(specs), len(ps))
+	}
+	parents, err := task.ResolveDependencies(list, specs)
+	if err != nil {
+		v.Merge("", err.(*validation.Error))
+		return nil, nil
+	}
+	return parents, nil
+}
+
+// joinRun puts the submissions ps in the run of t, the task that reports
+// them (a complete's enqueue, a spawn).
+func joinRun(ps []task.SubmitParams, t *task.Task) {
+	for j := range ps {
+		ps[j].WorkflowID = t.WorkflowID()
+	}
 }
 
 // checkEnqueueAccess refuses an enqueue the principal may not make: it must

@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/taskmaster/taskmaster/domain/task"
+	"github.com/taskmaster/taskmaster/domain/validation"
 	"github.com/taskmaster/taskmaster/ports"
 )
 
@@ -46,32 +47,41 @@ func describeTask(ctx context.Context, st ports.Stores, t *task.Task) (ports.Tas
 	}
 	for _, p := range parents {
 		out.DependsOn = append(out.DependsOn, p.ID)
-		if p.Status != task.StatusDone {
+		if !(task.ParentState{Status: p.Status, OnFailure: p.OnFailure}).Resolved() {
 			out.BlockedBy = append(out.BlockedBy, p.ID)
 		}
 	}
 	return out, nil
 }
 
-// Parents returns the parents of a task the principal may see, with their
-// results, in the order the task named them: what a worker of the task
-// reads as its input. The parents are shown whatever their queue: the
-// producer that linked them could see both (SubmitGraph), so the link is
-// the grant. Their lease ids are hidden as everywhere else.
-func (s *TaskService) Parents(ctx context.Context, id uuid.UUID) ([]*task.Task, error) {
-	var out []*task.Task
+// Parents returns a page of the parents of a task the principal may see,
+// with their results, in the order the task named them: what a worker of
+// the task reads as its input (a join over 10,000 children reads ten
+// pages). The parents are shown whatever their queue: the producer that
+// linked them could see both (SubmitGraph), so the link is the grant. Their
+// lease ids are hidden as everywhere else.
+func (s *TaskService) Parents(ctx context.Context, id uuid.UUID, q ports.ParentsQuery) (ports.ParentsPage, error) {
+	var v validation.Errors
+	limit := optionalCount(&v, "limit", q.Limit, MaxListLimit, MaxListLimit)
+	if q.After != nil && *q.After < 0 {
+		v.Add("cursor", "is not a cursor this API returned")
+	}
+	if err := v.Err(); err != nil {
+		return ports.ParentsPage{}, err
+	}
+	var out ports.ParentsPage
 	err := s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
 		if _, err := visibleTask(ctx, st, id); err != nil {
 			return err
 		}
 		var err error
-		if out, err = st.Tasks.Parents(ctx, id); err != nil {
+		if out, err = st.Tasks.Parents(ctx, id, ports.PageParams{After: q.After, Limit: limit, MaxBytes: s.cfg.maxResponseBytes()}); err != nil {
 			return err
 		}
-		return hideLeases(ctx, st, out)
+		return hideLeases(ctx, st, out.Parents)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("task parents: %w", err)
+		return ports.ParentsPage{}, fmt.Errorf("task parents: %w", err)
 	}
 	return out, nil
 }

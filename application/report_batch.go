@@ -44,9 +44,15 @@ func (s *TaskService) CompleteBatch(ctx context.Context, workerID string, items 
 	// An item whose enqueue, or whose result, breaks a rule fails on its
 	// own, with a validation problem; the others go on.
 	invalid := make([]*validation.Error, len(items))
+	parents := make([][][]task.ParentRef, len(items))
 	for i, it := range items {
 		var v validation.Errors
-		if err := prepareEnqueue(fmt.Sprintf("items[%d].enqueue", i), it.Enqueue, &v); err != nil {
+		list := fmt.Sprintf("items[%d].enqueue", i)
+		if err := prepareEnqueue(list, it.Enqueue, &v); err != nil {
+			return nil, err
+		}
+		var err error
+		if parents[i], err = resolveGraph(&v, list, it.Enqueue, it.EnqueueGraph); err != nil {
 			return nil, err
 		}
 		if err := v.Err(); err != nil {
@@ -87,6 +93,7 @@ func (s *TaskService) CompleteBatch(ctx context.Context, workerID string, items 
 			b   enqueue
 			err error
 		)
+		joinRun(it.Enqueue, t)
 		if b, err = buildEnqueue(it.Enqueue, fmt.Sprintf("items[%d].enqueue", i), now); err != nil {
 			return nil, err
 		}
@@ -100,7 +107,7 @@ func (s *TaskService) CompleteBatch(ctx context.Context, workerID string, items 
 	var then func(context.Context, ports.Stores, []ports.TaskResult) error
 	if enqueues {
 		then = func(ctx context.Context, st ports.Stores, out []ports.TaskResult) error {
-			return enqueueCompleted(ctx, st, items, built, out)
+			return enqueueCompleted(ctx, st, items, built, parents, out)
 		}
 	}
 	r, err := batchReport(ctx, workerID, ids, refuse, decide, then)
@@ -121,14 +128,26 @@ func (s *TaskService) CompleteBatch(ctx context.Context, workerID string, items 
 }
 
 // enqueueCompleted creates, with one statement, the tasks that the
-// completed items of a batch enqueue, and gives each item its own.
-func enqueueCompleted(ctx context.Context, st ports.Stores, items []ports.CompleteItem, built []enqueue, out []ports.TaskResult) error {
+// completed items of a batch enqueue, and gives each item its own; an item
+// whose enqueue has dependencies (parents[i] not nil) creates its graph on
+// its own (createGraph: a depends_on that names no task then fails the
+// whole request).
+func enqueueCompleted(ctx context.Context, st ports.Stores, items []ports.CompleteItem, built []enqueue, parents [][][]task.ParentRef,
+	out []ports.TaskResult) error {
 	var all enqueue
-	for i := range items {
-		if out[i].Err == nil {
-			all.tasks = append(all.tasks, built[i].tasks...)
-			all.events = append(all.events, built[i].events...)
+	for i, it := range items {
+		if out[i].Err != nil {
+			continue
 		}
+		if parents[i] != nil {
+			var err error
+			if out[i].Enqueued, _, err = createGraph(ctx, st, fmt.Sprintf("items[%d].enqueue", i), it.Enqueue, parents[i]); err != nil {
+				return err
+			}
+			continue
+		}
+		all.tasks = append(all.tasks, built[i].tasks...)
+		all.events = append(all.events, built[i].events...)
 	}
 	created, err := all.create(ctx, st)
 	if err != nil {
@@ -138,7 +157,7 @@ func enqueueCompleted(ctx context.Context, st ports.Stores, items []ports.Comple
 		return err
 	}
 	for i, it := range items {
-		if it.Enqueue == nil || out[i].Err != nil {
+		if it.Enqueue == nil || out[i].Err != nil || parents[i] != nil {
 			continue
 		}
 		n := len(built[i].tasks)

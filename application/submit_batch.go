@@ -79,6 +79,7 @@ func prepareBatch(ps []task.SubmitParams, v *validation.Errors) error {
 		return nil
 	}
 	for i := range ps {
+		checkSingleOnly(v, fmt.Sprintf("tasks[%d].", i), ps[i])
 		if err := task.ValidateSubmit(&ps[i]); err != nil {
 			v.Merge(fmt.Sprintf("tasks[%d].", i), err.(*validation.Error))
 			continue

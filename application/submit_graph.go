@@ -40,7 +40,7 @@ func (s *TaskService) SubmitGraph(ctx context.Context, ps []task.SubmitParams, s
 	if err := prepareBatch(ps, &v); err != nil {
 		return nil, nil, err
 	}
-	parents, err := task.ResolveDependencies(specs)
+	parents, err := task.ResolveDependencies("tasks", specs)
 	if err != nil {
 		v.Merge("", err.(*validation.Error))
 	}
@@ -50,6 +50,36 @@ func (s *TaskService) SubmitGraph(ctx context.Context, ps []task.SubmitParams, s
 	if err := checkBatchQueues(ctx, ps); err != nil {
 		return nil, nil, err
 	}
+	var (
+		out     []*task.Task
+		created []bool
+	)
+	err = s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
+		if err := checkPayloads(st, "tasks", ps); err != nil {
+			return err
+		}
+		var err error
+		out, created, err = createGraph(ctx, st, "tasks", ps, parents)
+		return err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("submit batch: %w", err)
+	}
+	return out, created, nil
+}
+
+// createGraph creates, in st's transaction, the submissions ps of a list
+// (a batch, a complete's enqueue, a spawn; fields "<list>[i]...") with
+// their parents (task.ResolveDependencies). It first locks the existing
+// parents it names and the holders of its keys, in id order (only in the
+// queues the principal may see: naming another queue's task is refused,
+// without waiting for or holding up that task's writers), so that a
+// parent cannot finish unnoticed while its dependants are added, nor a
+// holder finish while items are resolved to it. A task the transaction
+// locked already (a completing or spawning task) may be named: it is
+// read as the transaction left it. Items without a run join the run the
+// list names (their WorkflowID), else the first new item's.
+func createGraph(ctx context.Context, st ports.Stores, list string, ps []task.SubmitParams, parents [][]task.ParentRef) ([]*task.Task, []bool, error) {
 	var (
 		ids    []uuid.UUID
 		keys   []ports.IdempotencyKey
@@ -70,41 +100,35 @@ func (s *TaskService) SubmitGraph(ctx context.Context, ps []task.SubmitParams, s
 			unique = append(unique, ports.UniqueKey{Queue: p.Queue, Key: *p.UniqueKey})
 		}
 	}
-	var (
-		out     []*task.Task
-		created []bool
-	)
-	err = s.tx.Run(ctx, func(ctx context.Context, st ports.Stores) error {
-		if err := checkPayloads(st, "tasks", ps); err != nil {
-			return err
-		}
-		// Only tasks the principal may see are locked: naming another
-		// queue's task is refused (checkParents) without waiting for, or
-		// holding up, that task's writers.
-		locked, err := st.Tasks.LockTasks(ctx, ports.LockParams{IDs: ids, Keys: keys, Unique: unique,
-			Visible: ports.Principal(ctx).QueuePatterns()})
-		if err != nil {
-			return err
-		}
-		g := newGraph(ps, parents, locked)
-		if err := g.checkParents(ports.Principal(ctx)); err != nil {
-			return err
-		}
-		stored, err := st.Tasks.CreateGraph(ctx, g.build)
-		if err != nil {
-			return err
-		}
-		out, created = g.results(stored)
-		return hideLeases(ctx, st, out) // existing tasks may be RUNNING
-	})
+	locked, err := st.Tasks.LockTasks(ctx, ports.LockParams{IDs: ids, Keys: keys, Unique: unique,
+		Visible: ports.Principal(ctx).QueuePatterns()})
 	if err != nil {
-		return nil, nil, fmt.Errorf("submit batch: %w", err)
+		return nil, nil, err
+	}
+	g := newGraph(list, ps, parents, locked)
+	// A shared report transaction has no correlation id of its own: the
+	// events carry their request's.
+	g.cid = ports.CorrelationID(ctx)
+	if err := g.checkParents(ports.Principal(ctx)); err != nil {
+		return nil, nil, err
+	}
+	stored, err := st.Tasks.CreateGraph(ctx, g.build)
+	if err != nil {
+		return nil, nil, err
+	}
+	out, created := g.results(stored)
+	if err := hideLeases(ctx, st, out); err != nil { // existing tasks may be RUNNING
+		return nil, nil, err
 	}
 	return out, created, nil
 }
 
 // graph builds a batch with dependencies.
 type graph struct {
+	// list names the submissions in fields ("tasks", "enqueue", ...).
+	list string
+	// cid is the correlation id of the request that creates them.
+	cid     string
 	ps      []task.SubmitParams
 	parents [][]task.ParentRef
 	byID    map[uuid.UUID]*task.Task
@@ -117,9 +141,9 @@ type graph struct {
 	created []bool
 }
 
-func newGraph(ps []task.SubmitParams, parents [][]task.ParentRef, locked []*task.Task) *graph {
+func newGraph(list string, ps []task.SubmitParams, parents [][]task.ParentRef, locked []*task.Task) *graph {
 	g := &graph{
-		ps: ps, parents: parents,
+		list: list, ps: ps, parents: parents,
 		byID:     make(map[uuid.UUID]*task.Task, len(locked)),
 		byKey:    make(map[ports.IdempotencyKey]*task.Task, len(locked)),
 		byUnique: make(map[ports.UniqueKey]*task.Task, len(locked)),
@@ -147,7 +171,7 @@ func (g *graph) checkParents(p *apikey.Key) error {
 				continue
 			}
 			if t, ok := g.byID[ref.ID]; !ok || !p.QueueAllowed(t.Queue()) {
-				v.Add(fmt.Sprintf("tasks[%d].depends_on[%d]", i, ref.Index), "names no task")
+				v.Add(fmt.Sprintf("%s[%d].depends_on[%d]", g.list, i, ref.Index), "names no task")
 			}
 		}
 	}
@@ -162,14 +186,29 @@ func (g *graph) build(now time.Time) (ports.TaskGraph, error) {
 		v         validation.Errors
 		newKeys   = map[ports.IdempotencyKey]*task.Task{}
 		newUnique = map[ports.UniqueKey]*task.Task{}
+		// run is the list's run: the one it names, else its first new
+		// task's.
+		run uuid.UUID
 	)
+	for _, p := range g.ps {
+		if p.WorkflowID != uuid.Nil {
+			run = p.WorkflowID
+			break
+		}
+	}
 	for i, p := range g.ps {
 		if t := g.holder(p, newKeys, newUnique); t != nil {
 			g.items[i] = t
 			continue
 		}
+		if p.WorkflowID == uuid.Nil {
+			if run == uuid.Nil {
+				run = p.ID
+			}
+			p.WorkflowID = run
+		}
 		parents := make([]*task.Task, len(g.parents[i]))
-		statuses := make([]task.Status, len(parents))
+		states := make([]task.ParentState, len(parents))
 		for j, ref := range g.parents[i] {
 			if ref.Item >= 0 {
 				parents[j] = g.items[ref.Item]
@@ -179,7 +218,7 @@ func (g *graph) build(now time.Time) (ports.TaskGraph, error) {
 			if parents[j] == nil { // an earlier item that failed validation
 				continue
 			}
-			statuses[j] = parents[j].Status()
+			states[j] = task.ParentState{Status: parents[j].Status(), OnFailure: ref.OnFailure}
 		}
 		var (
 			t      *task.Task
@@ -191,13 +230,18 @@ func (g *graph) build(now time.Time) (ports.TaskGraph, error) {
 			t, e, err = task.Submit(p, now)
 			events = []event.Event{e}
 		} else {
-			t, events, err = task.SubmitAfter(p, statuses, now)
+			t, events, err = task.SubmitAfter(p, states, now)
 		}
 		if err != nil {
 			// Only rules that need the database time can fail here (a
 			// deadline already past).
-			v.Merge(fmt.Sprintf("tasks[%d].", i), asValidation(err))
+			v.Merge(fmt.Sprintf("%s[%d].", g.list, i), asValidation(err))
 			continue
+		}
+		for k := range events {
+			if events[k].CorrelationID == "" {
+				events[k].CorrelationID = g.cid
+			}
 		}
 		g.items[i], g.created[i] = t, true
 		if p.IdempotencyKey != "" {
@@ -213,7 +257,7 @@ func (g *graph) build(now time.Time) (ports.TaskGraph, error) {
 			if parent == nil {
 				continue
 			}
-			out.Dependencies = append(out.Dependencies, ports.Dependency{Parent: parent.ID(), Child: t.ID(), Position: ref.Index})
+			out.Dependencies = append(out.Dependencies, ports.Dependency{Parent: parent.ID(), Child: t.ID(), Position: ref.Index, OnFailure: ref.OnFailure})
 			if parent.AddDependant() && !g.isNew(parent) {
 				out.Dependants = append(out.Dependants, parent.ID())
 			}

@@ -44,17 +44,23 @@ const MaxBatch = 1000
 //
 // Items may depend on earlier items (Ref, DependsOn) and on existing tasks
 // (their ids in DependsOn): such a task is BLOCKED until every parent is
-// DONE. A reference to the item itself or a later one (a cycle), or to
-// nothing the key may see, is a validation problem naming
-// "tasks[i].depends_on[k]".
+// DONE (Dependencies choose what a parent ending DEAD means). A reference
+// to the item itself or a later one (a cycle), or to nothing the key may
+// see, is a validation problem naming "tasks[i].depends_on[k]". A batch
+// with dependencies is one run (Task.WorkflowID: its first task's id).
 //
 // The batch is retried like Submit: after any transport error or 5xx only
 // when every item has an idempotency key, otherwise only when the request
 // surely did not reach the server.
 func (c *Client) SubmitBatch(ctx context.Context, ps []SubmitParams) ([]Task, []bool, error) {
+	return c.submitBatch(ctx, "", ps)
+}
+
+func (c *Client) submitBatch(ctx context.Context, workflowID string, ps []SubmitParams) ([]Task, []bool, error) {
 	body := struct {
-		Tasks []submitRequest `json:"tasks"`
-	}{Tasks: make([]submitRequest, len(ps))}
+		WorkflowID string          `json:"workflow_id,omitempty"`
+		Tasks      []submitRequest `json:"tasks"`
+	}{WorkflowID: workflowID, Tasks: make([]submitRequest, len(ps))}
 	mode := retrySafe
 	for i, p := range ps {
 		req, err := p.request()
@@ -82,7 +88,7 @@ func (c *Client) SubmitBatch(ctx context.Context, ps []SubmitParams) ([]Task, []
 // single is the body of a submission of one task and how it may be
 // retried: after any transport error or 5xx only with an idempotency key.
 func (p SubmitParams) single() (submitRequest, retryMode, error) {
-	if p.Ref != "" || len(p.DependsOn) > 0 {
+	if p.Ref != "" || len(p.DependsOn) > 0 || len(p.Dependencies) > 0 {
 		return submitRequest{}, 0, errors.New("taskmaster: Ref and DependsOn need SubmitBatch")
 	}
 	req, err := p.request()
@@ -100,9 +106,16 @@ func (p SubmitParams) request() (submitRequest, error) {
 	req := submitRequest{
 		Queue: p.Queue, Priority: p.Priority, MaxAttempts: p.MaxAttempts, Tags: p.Tags,
 		Deadline: p.Deadline, RunAt: p.RunAt, IdempotencyKey: p.IdempotencyKey,
-		Ref: p.Ref, DependsOn: p.DependsOn,
+		Ref:       p.Ref,
 		UniqueKey: p.UniqueKey, Retry: p.Retry, GroupKey: p.GroupKey,
 		TimeoutSeconds: p.TimeoutSeconds, Metadata: p.Metadata, Traceparent: p.Traceparent, Tracestate: p.Tracestate,
+		DebounceSeconds: wholeSeconds(p.Debounce), DebounceMaxSeconds: wholeSeconds(p.DebounceMax), ThrottleSeconds: wholeSeconds(p.Throttle),
+	}
+	for _, d := range p.DependsOn {
+		req.DependsOn = append(req.DependsOn, d)
+	}
+	for _, d := range p.Dependencies {
+		req.DependsOn = append(req.DependsOn, d)
 	}
 	raw, err := marshalValue(p.Payload)
 	if err != nil {
@@ -122,15 +135,25 @@ func (c *Client) Get(ctx context.Context, id string) (*Task, error) {
 }
 
 // Parents returns the tasks the task depends on, with their results, in
-// the order it named them: a worker's input (work or read scope).
+// the order it named them: a worker's input (work or read scope). It reads
+// every page (ParentsPage), a join over 10,000 children included.
 func (c *Client) Parents(ctx context.Context, id string) ([]Task, error) {
-	var out struct {
-		Parents []Task `json:"parents"`
+	var out []Task
+	cursor := ""
+	for {
+		page, err := c.ParentsPage(ctx, id, 0, cursor)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page.Parents...)
+		if page.NextCursor == "" {
+			if out == nil {
+				out = []Task{}
+			}
+			return out, nil
+		}
+		cursor = page.NextCursor
 	}
-	if _, err := c.do(ctx, call{method: http.MethodGet, path: taskPath(id, "parents"), out: &out}); err != nil {
-		return nil, err
-	}
-	return out.Parents, nil
 }
 
 // Attempts returns every attempt of the task, oldest first, the running
@@ -147,7 +170,7 @@ func (c *Client) Attempts(ctx context.Context, id string) ([]Attempt, error) {
 
 // List returns a page of tasks, newest first.
 func (c *Client) List(ctx context.Context, p ListParams) (*TaskPage, error) {
-	return c.ListFiltered(ctx, TaskFilter{Queue: p.Queue, Status: string(p.Status), Metadata: p.Metadata}, p.Limit, p.Cursor)
+	return c.ListFiltered(ctx, TaskFilter{Queue: p.Queue, Status: string(p.Status), Metadata: p.Metadata, WorkflowID: p.WorkflowID}, p.Limit, p.Cursor)
 }
 
 // Retry moves a DEAD task back to PENDING (attempts reset). Any other
@@ -460,9 +483,6 @@ func (it CompleteItem) request() (completeRequest, error) {
 	}
 	out := completeRequest{ID: it.ID, LeaseID: it.LeaseID, Result: raw}
 	for j, p := range it.Enqueue {
-		if p.Ref != "" || len(p.DependsOn) > 0 {
-			return completeRequest{}, fmt.Errorf("enqueue[%d]: Ref and DependsOn need SubmitBatch", j)
-		}
 		req, err := p.request()
 		if err != nil {
 			return completeRequest{}, fmt.Errorf("enqueue[%d]: %w", j, err)
@@ -509,6 +529,14 @@ func marshalValue(v any) (json.RawMessage, error) {
 	default:
 		return json.Marshal(v)
 	}
+}
+
+// wholeSeconds is d in whole seconds, rounded up (0 for none).
+func wholeSeconds(d time.Duration) int {
+	if d <= 0 {
+		return 0
+	}
+	return int((d + time.Second - 1) / time.Second)
 }
 
 // truncateUTF8 cuts s to at most n bytes without splitting a character.

@@ -34,6 +34,8 @@ type TaskFilter struct {
 	Text string `json:"text,omitempty"`
 	// Metadata are pairs the task's metadata must all hold.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// WorkflowID is the tasks' run.
+	WorkflowID string `json:"workflow_id,omitempty"`
 }
 
 // BulkResult is what a bulk action or a purge did.
@@ -113,6 +115,14 @@ func (c *Client) BulkCancel(ctx context.Context, f TaskFilter, dryRun bool) (*Bu
 	return c.bulk(ctx, "cancel", f, dryRun)
 }
 
+// BulkReplay makes a new task of every DONE or DEAD task f matches (f's
+// Status: DONE, DEAD, or both, the default), as Replay does each, skipping
+// those whose unique key an unfinished task holds; with dryRun it only
+// counts them. It needs the admin scope.
+func (c *Client) BulkReplay(ctx context.Context, f TaskFilter, dryRun bool) (*BulkResult, error) {
+	return c.bulk(ctx, "replay", f, dryRun)
+}
+
 func (c *Client) bulk(ctx context.Context, action string, f TaskFilter, dryRun bool) (*BulkResult, error) {
 	var out BulkResult
 	// A repeated run changes only what still matches; it is still not
@@ -184,6 +194,7 @@ func (c *Client) ListFiltered(ctx context.Context, f TaskFilter, limit int, curs
 	set("group_key", f.GroupKey)
 	set("error_contains", f.ErrorContains)
 	set("text", f.Text)
+	set("workflow_id", f.WorkflowID)
 	for k, v := range f.Metadata {
 		q.Set("metadata."+k, v)
 	}

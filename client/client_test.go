@@ -30,7 +30,8 @@ const taskJSON = `{"id":"8f0e3a4e-4f5e-4a51-9e0e-2b1b8c1d9a11","queue":"q","stat
 	`"result":null,"deadline":null,"run_at":"2026-01-01T00:00:00Z","idempotency_key":null,"created_at":"2026-01-01T00:00:00Z",` +
 	`"claimed_at":null,"finished_at":null,"updated_at":"2026-01-01T00:00:00Z","lease_expires_at":null,"cancel_requested_at":null,` +
 	`"unique_key":null,"retry":null,"snoozes":0,"group_key":null,"timeout_seconds":null,"timeout_at":null,"metadata":{},` +
-	`"trace":null,"progress":null,"schedule_name":null,"schedule_tick":null}`
+	`"trace":null,"progress":null,"schedule_name":null,"schedule_tick":null,` +
+	`"workflow_id":"8f0e3a4e-4f5e-4a51-9e0e-2b1b8c1d9a11","replay_of":null,"debounce_until":null}`
 
 // flaky answers the first `failures` requests with status, then with ok.
 type flaky struct {
@@ -331,6 +332,8 @@ func TestTaskMarshalsNullsLikeTheServer(t *testing.T) {
 			`"trace":{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","tracestate":null},`+
 			`"progress":{"percent":12.5,"message":"m","details":{"n":1},"updated_at":"2026-01-01T00:00:10Z"},`+
 			`"schedule_name":"nightly","schedule_tick":"2026-01-01T02:30:00Z"`, 1)
+	withPolicy = strings.Replace(withPolicy, `"replay_of":null,"debounce_until":null`,
+		`"replay_of":"1f0e3a4e-4f5e-4a51-9e0e-2b1b8c1d9a11","debounce_until":"2026-01-01T00:01:00Z"`, 1)
 	require.NotEqual(t, taskJSON, withPolicy)
 	for _, in := range []string{taskJSON, withPolicy} {
 		var task client.Task

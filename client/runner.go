@@ -309,8 +309,8 @@ type Runner struct {
 	// claims are the request ids of the claims sent and not yet answered
 	// (or given up): heartbeats name them, so that the server does not take
 	// a task back as orphaned because its claim's answer is late.
-	claims map[string]bool
-	releases []*job            // tasks the drain hands back (still in flight)
+	claims   map[string]bool
+	releases []*job // tasks the drain hands back (still in flight)
 	stopRun  context.CancelCauseFunc
 	fatalErr error // why the runner stopped on its own (401, 403)
 

@@ -19,6 +19,14 @@ const ProblemScheduleExists = ProblemTypePrefix + "schedule-exists"
 // unique key another unfinished task of its queue holds now.
 const ProblemUniqueKeyTaken = ProblemTypePrefix + "unique-key-taken"
 
+// ProblemWorkflowNotFound (404): no task (that the key may see) belongs to
+// a run with this id.
+const ProblemWorkflowNotFound = ProblemTypePrefix + "workflow-not-found"
+
+// ProblemCancelRequested (409): a spawn by a task an operator asked to
+// cancel.
+const ProblemCancelRequested = ProblemTypePrefix + "cancel-requested"
+
 // IsScheduleNotFound reports whether err is a 404 schedule-not-found.
 func IsScheduleNotFound(err error) bool { return isType(err, ProblemScheduleNotFound) }
 

@@ -41,6 +41,9 @@ const (
 	DeadOrphaned DeadReason = "orphaned"
 	// DeadDependencyFailed: a task it depends on ended DEAD.
 	DeadDependencyFailed DeadReason = "dependency_failed"
+	// DeadDependencySkipped: a task it depends on under OnFailureSkip
+	// ended DEAD; it was skipped, not failed.
+	DeadDependencySkipped DeadReason = "dependency_skipped"
 )
 
 // WorkerStatus is a worker's liveness.
@@ -119,6 +122,15 @@ type Task struct {
 	// tick that made the task ("" and nil for any other task).
 	ScheduleName string     `json:"schedule_name"`
 	ScheduleTick *time.Time `json:"schedule_tick"`
+	// WorkflowID is the task's run: its own id when submitted alone, its
+	// run's when a complete's Enqueue, a Spawn or a batch with
+	// dependencies created it (see Client.Workflow).
+	WorkflowID string `json:"workflow_id"`
+	// ReplayOf is the task this one was replayed from ("" when none).
+	ReplayOf string `json:"replay_of"`
+	// DebounceUntil is the latest RunAt debounced submissions may push the
+	// task to (nil: never debounced).
+	DebounceUntil *time.Time `json:"debounce_until"`
 
 	// progress reports for a Runner's handler (see Task.Progress).
 	progress *progressReporter
@@ -226,6 +238,7 @@ func (t Task) MarshalJSON() ([]byte, error) {
 		UniqueKey      *string           `json:"unique_key"`
 		GroupKey       *string           `json:"group_key"`
 		ScheduleName   *string           `json:"schedule_name"`
+		ReplayOf       *string           `json:"replay_of"`
 		Payload        json.RawMessage   `json:"payload"`
 		Result         json.RawMessage   `json:"result"`
 		TimeoutSeconds *int              `json:"timeout_seconds"`
@@ -234,7 +247,7 @@ func (t Task) MarshalJSON() ([]byte, error) {
 		plain: plain(t), WorkerID: nullable(t.WorkerID), LeaseID: nullable(t.LeaseID),
 		LastError: nullable(t.LastError), DeadReason: nullable(string(t.DeadReason)),
 		IdempotencyKey: nullable(t.IdempotencyKey), UniqueKey: nullable(t.UniqueKey), GroupKey: nullable(t.GroupKey),
-		ScheduleName: nullable(t.ScheduleName), Payload: rawOrNull(t.Payload), Result: rawOrNull(t.Result),
+		ScheduleName: nullable(t.ScheduleName), ReplayOf: nullable(t.ReplayOf), Payload: rawOrNull(t.Payload), Result: rawOrNull(t.Result),
 		TimeoutSeconds: nullableInt(t.TimeoutSeconds), Metadata: nonNilMetadata(t.Metadata),
 	})
 }
@@ -428,13 +441,26 @@ type SubmitParams struct {
 	// queue returns the first task. Setting it also lets the client retry a
 	// submission safely after any transport error.
 	IdempotencyKey string
-	// Ref names the task for later items' DependsOn (SubmitBatch only):
-	// unique in the batch, not a UUID.
+	// Ref names the task for later items' DependsOn (SubmitBatch, a
+	// complete's Enqueue, Spawn): unique in the list, not a UUID.
 	Ref string
-	// DependsOn are refs of earlier items of the batch and ids of existing
-	// tasks (SubmitBatch only): the task is BLOCKED until they are all DONE,
-	// and DEAD (DeadDependencyFailed) if one ends DEAD.
+	// DependsOn are refs of earlier items of the list and ids of existing
+	// tasks (SubmitBatch, Enqueue, Spawn): the task is BLOCKED until they
+	// are all DONE, and DEAD (DeadDependencyFailed) if one ends DEAD.
 	DependsOn []string
+	// Dependencies are more parents, each named as a ref or an id only and
+	// with the failure policy of its edge (sent after DependsOn).
+	Dependencies []Dependency
+	// Debounce, with UniqueKey (Submit only): the PENDING task holding the
+	// key takes this submission's payload and waits Debounce from now
+	// again (whole seconds, rounded up), never past DebounceMax after the
+	// first submission (0: ten times Debounce); the first submission waits
+	// Debounce. Submit returns the holder.
+	Debounce, DebounceMax time.Duration
+	// Throttle, with UniqueKey (Submit only): with no unfinished holder,
+	// the key's last holder is returned while it finished less than
+	// Throttle ago (whole seconds, rounded up); then a new task.
+	Throttle time.Duration
 	// UniqueKey: while a task of the queue with this key is unfinished
 	// (PENDING, RUNNING or BLOCKED), a submission returns it instead of
 	// creating another; once it is DONE or DEAD a new one is created. 1-255
@@ -475,7 +501,7 @@ type submitRequest struct {
 	RunAt          *time.Time        `json:"run_at,omitempty"`
 	IdempotencyKey string            `json:"idempotency_key,omitempty"`
 	Ref            string            `json:"ref,omitempty"`
-	DependsOn      []string          `json:"depends_on,omitempty"`
+	DependsOn      []any             `json:"depends_on,omitempty"`
 	UniqueKey      string            `json:"unique_key,omitempty"`
 	Retry          *Backoff          `json:"retry,omitempty"`
 	GroupKey       string            `json:"group_key,omitempty"`
@@ -483,6 +509,10 @@ type submitRequest struct {
 	Metadata       map[string]string `json:"metadata,omitempty"`
 	Traceparent    string            `json:"traceparent,omitempty"`
 	Tracestate     string            `json:"tracestate,omitempty"`
+	// Debounce and throttle windows in whole seconds (0: none).
+	DebounceSeconds    int `json:"debounce_seconds,omitempty"`
+	DebounceMaxSeconds int `json:"debounce_max_seconds,omitempty"`
+	ThrottleSeconds    int `json:"throttle_seconds,omitempty"`
 }
 
 // ListParams filter a task listing.
@@ -494,6 +524,8 @@ type ListParams struct {
 	// Metadata, when set, lists only the tasks whose metadata holds every
 	// one of these pairs.
 	Metadata map[string]string
+	// WorkflowID, when set, lists only the tasks of this run.
+	WorkflowID string
 	// Limit is the page size, 1-1000 (0: the server's default, 100).
 	Limit int
 	// Cursor is the previous page's NextCursor.
@@ -570,9 +602,11 @@ type CompleteParams struct {
 	// Result is any value encoding/json can marshal; nil sends none.
 	Result any
 	// Enqueue are tasks to create in the transaction that completes this
-	// one, or not at all (at most 1,000; no Ref or DependsOn): the next
-	// stage of a pipeline. The key needs the produce scope as well as work.
-	// The answer lists them in Task.Enqueued.
+	// one, or not at all (at most 1,000): the next stage of a pipeline, in
+	// this task's run. Their Ref and DependsOn name earlier items of
+	// Enqueue and existing tasks, this one included (DONE by then): a join
+	// over the children of a Spawn. The key needs the produce scope as well
+	// as work. The answer lists them in Task.Enqueued.
 	Enqueue []SubmitParams
 }
 

@@ -27,6 +27,8 @@ type BulkBatchParams struct {
 	After *uuid.UUID
 	// Limit is the most tasks of the batch.
 	Limit int
+	// OldestFirst walks a listing in id order instead of its reverse.
+	OldestFirst bool
 }
 
 // BulkBatch is what one batch of a bulk action did.
@@ -70,7 +72,7 @@ type BulkStore interface {
 	// ends are passed on to their dependants as a DEAD parent's.
 	PurgeMatching(ctx context.Context, p BulkBatchParams, fn TaskUpdateFunc) (BulkBatch, error)
 	// Search returns up to p.Limit matching tasks after the cursor, newest
-	// first, within maxBytes (as TaskStore.List; truncated likewise).
+	// first (oldest first with p.OldestFirst), within maxBytes (as TaskStore.List; truncated likewise).
 	Search(ctx context.Context, p BulkBatchParams, maxBytes int64) (tasks []*task.Task, truncated bool, err error)
 
 	// CreatePurgeJob stores a new purge job.
@@ -126,6 +128,9 @@ type BulkService interface {
 	// BulkCancel cancels every PENDING or BLOCKED task the filter matches
 	// and asks the holders of the RUNNING ones to stop them, in batches.
 	BulkCancel(ctx context.Context, cmd BulkCommand) (BulkResult, error)
+	// BulkReplay makes a new task of every DONE or DEAD task the filter
+	// matches, in batches.
+	BulkReplay(ctx context.Context, cmd BulkCommand) (BulkResult, error)
 	// Purge removes a queue's tasks of one status: at once, in batches,
 	// or, when many match, as a background job (BulkResult.Job).
 	Purge(ctx context.Context, cmd PurgeCommand) (BulkResult, error)

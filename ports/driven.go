@@ -49,6 +49,8 @@ type Stores struct {
 	Bulk BulkStore
 	// QueueSettings stores the queues' settings.
 	QueueSettings QueueSettingsStore
+	// Workflows reads and changes runs as a whole.
+	Workflows WorkflowStore
 	// Limits stores the named limits.
 	Limits LimitStore
 	// Push holds what the push dispatchers read and write besides tasks.
@@ -239,6 +241,11 @@ type TaskStore interface {
 	// task with the same idempotency key it returns that task and created
 	// false, and records no event.
 	Create(ctx context.Context, fn TaskCreateFunc) (t *task.Task, created bool, err error)
+	// CreateKeyed is Create for a submission with rules for the holders
+	// of its unique key (see KeyRules): the holders are looked up first,
+	// so that a throttled submission is answered by the last one, and a
+	// debounced one changes the unfinished one, under its row lock.
+	CreateKeyed(ctx context.Context, fn TaskCreateFunc, rules KeyRules) (t *task.Task, created bool, err error)
 	// Get loads one task (task.ErrNotFound when absent).
 	Get(ctx context.Context, id uuid.UUID) (*task.Task, error)
 	// Update locks the task, lets fn decide at the database time, saves the
@@ -309,9 +316,9 @@ type TaskStore interface {
 	// statuses now, without locking them. Parents that retention deleted
 	// are gone from it.
 	DependsOn(ctx context.Context, id uuid.UUID) ([]Parent, error)
-	// Parents returns the task's parents in depends_on order, with every
-	// column, without locking them.
-	Parents(ctx context.Context, id uuid.UUID) ([]*task.Task, error)
+	// Parents returns a page of the task's parents in depends_on order,
+	// with every column, without locking them (see ParentsPage).
+	Parents(ctx context.Context, id uuid.UUID, p PageParams) (ParentsPage, error)
 	// LockTasks locks, in id order, the tasks p names (see LockParams)
 	// and returns them (missing ones are absent), with every column. A
 	// holder of a unique key that finished while LockTasks waited for its
@@ -346,10 +353,45 @@ type TaskStore interface {
 	CreateGraph(ctx context.Context, fn TaskGraphFunc) ([]*task.Task, error)
 }
 
-// Parent is one parent of a task and its status.
+// Parent is one parent of a task, its status and the failure policy of
+// the edge.
 type Parent struct {
-	ID     uuid.UUID
-	Status task.Status
+	ID        uuid.UUID
+	Status    task.Status
+	OnFailure task.OnFailure
+}
+
+// KeyRules are what a submission asks of the holders of its unique key
+// beyond the active-unique rule (task.Task.Debounce, Throttles).
+type KeyRules struct {
+	// ThrottleSeconds, when positive: without an unfinished holder, the
+	// last holder answers while it finished less than this long ago.
+	ThrottleSeconds int
+	// Debounce, when not nil, decides at the database time the change a
+	// debounced submission makes to the unfinished holder, locked (changed
+	// false: it is answered as it is).
+	Debounce TaskDecideFunc
+}
+
+// PageParams select a page of a listing in a fixed order.
+type PageParams struct {
+	// After, when not nil, continues after this position (a cursor).
+	After *int64
+	// Limit is the most items of the page.
+	Limit int
+	// MaxBytes caps the estimated size of the page's tasks (as
+	// ClaimParams.MaxBytes; at least one is always returned).
+	MaxBytes int64
+}
+
+// ParentsPage is a page of a task's parents.
+type ParentsPage struct {
+	// Parents are in depends_on order.
+	Parents []*task.Task
+	// Next, when not nil, is the position the next page continues after.
+	Next *int64
+	// Truncated: the page stopped before its limit at MaxBytes.
+	Truncated bool
 }
 
 // LockParams name the tasks LockTasks locks: those with IDs, those that
@@ -385,6 +427,8 @@ type Dependency struct {
 	Parent   uuid.UUID
 	Child    uuid.UUID
 	Position int
+	// OnFailure is the edge's failure policy.
+	OnFailure task.OnFailure
 }
 
 // TaskGraph is what a batch with dependencies adds.

@@ -120,6 +120,9 @@ type CompleteItem struct {
 	// Enqueue, when not nil, are tasks to create in the transaction that
 	// completes the task, or not at all (see CompleteCommand.Enqueue).
 	Enqueue []task.SubmitParams
+	// EnqueueGraph, when not nil, is Enqueue's refs and depends_on (see
+	// CompleteCommand.EnqueueGraph).
+	EnqueueGraph []task.DependencySpec
 }
 
 // FailItem is one failure report of a batch.
@@ -155,8 +158,34 @@ type CompleteCommand struct {
 	// completes the task, or not at all: the next stage of a pipeline. A
 	// refused completion (a stale holder) creates none. Each is a
 	// submission (idempotency keys included: a repeated key names the
-	// existing task).
+	// existing task). They join the completed task's run.
 	Enqueue []task.SubmitParams
+	// EnqueueGraph, when not nil, holds each of Enqueue's ref and
+	// depends_on (EnqueueGraph[j] is Enqueue[j]'s): refs of earlier items
+	// of Enqueue and ids of existing tasks, the completed task's included
+	// (DONE by then).
+	EnqueueGraph []task.DependencySpec
+}
+
+// SpawnCommand asks a held task to create tasks while it runs.
+type SpawnCommand struct {
+	TaskID   uuid.UUID
+	WorkerID string
+	// LeaseID is required: only the current lease's holder may spawn.
+	LeaseID *uuid.UUID
+	// Tasks are the submissions (1 to 1,000), which join the task's run.
+	Tasks []task.SubmitParams
+	// Graph, when not nil, holds each of Tasks' ref and depends_on (as
+	// CompleteCommand.EnqueueGraph; the spawning task, RUNNING, may be
+	// named too).
+	Graph []task.DependencySpec
+}
+
+// ReplayCommand asks for a new task made from a DONE or DEAD one.
+type ReplayCommand struct {
+	TaskID uuid.UUID
+	// Params are the overrides (their ID is given by the use case).
+	Params task.ReplayParams
 }
 
 // Completion is a completed task and the tasks its completion enqueued (or
@@ -172,7 +201,8 @@ type TaskDetail struct {
 	// DependsOn are the task's parents, in the order it named them (those
 	// retention deleted are gone).
 	DependsOn []uuid.UUID
-	// BlockedBy are the parents not DONE yet.
+	// BlockedBy are the parents not resolved yet: not DONE, nor DEAD under
+	// an ignore edge.
 	BlockedBy []uuid.UUID
 }
 
@@ -200,6 +230,8 @@ type ListQuery struct {
 	// Metadata, when not empty, are pairs the tasks' metadata must all
 	// hold (task.Filter.Metadata).
 	Metadata map[string]string
+	// WorkflowID, when not uuid.Nil, restricts to one run.
+	WorkflowID uuid.UUID
 	// Limit is the page size (1-1000); nil means the default (100).
 	Limit *int
 	// After, when not nil, continues after this task id (the cursor).
@@ -211,11 +243,20 @@ func (q ListQuery) Filter() task.Filter {
 	f := task.Filter{
 		Queue: q.Queue, DeadReason: q.DeadReason, GroupKey: q.GroupKey, CreatedAfter: q.CreatedAfter,
 		CreatedBefore: q.CreatedBefore, ErrorContains: q.ErrorContains, Text: q.Text, Metadata: q.Metadata,
+		WorkflowID: q.WorkflowID,
 	}
 	if q.Status != "" {
 		f.Statuses = []task.Status{q.Status}
 	}
 	return f
+}
+
+// ParentsQuery asks for a page of a task's parents.
+type ParentsQuery struct {
+	// Limit is the page size (1-1000); nil means 1000.
+	Limit *int
+	// After, when not nil, continues after this position (the cursor).
+	After *int64
 }
 
 // TaskPage is one page of a task listing.
@@ -258,6 +299,11 @@ type TaskService interface {
 	// CompleteEnqueue marks a held task DONE and creates cmd.Enqueue in the
 	// same transaction.
 	CompleteEnqueue(ctx context.Context, cmd CompleteCommand) (Completion, error)
+	// Spawn creates tasks on behalf of a held task, which stays RUNNING;
+	// created[i] is false where a key named an existing task.
+	Spawn(ctx context.Context, cmd SpawnCommand) (tasks []*task.Task, created []bool, err error)
+	// Replay creates a new task from a DONE or DEAD one (task.Replay).
+	Replay(ctx context.Context, cmd ReplayCommand) (*task.Task, error)
 	// Fail records a held task's failure (retry after backoff, or DEAD).
 	Fail(ctx context.Context, cmd FailCommand) (*task.Task, error)
 	// SubmitBatch creates up to MaxBatch tasks in one transaction,
@@ -268,9 +314,9 @@ type TaskService interface {
 	SubmitGraph(ctx context.Context, ps []task.SubmitParams, specs []task.DependencySpec) (tasks []*task.Task, created []bool, err error)
 	// Describe returns one task with its dependencies.
 	Describe(ctx context.Context, id uuid.UUID) (TaskDetail, error)
-	// Parents returns a task's parents, with their results, in the order
-	// it named them.
-	Parents(ctx context.Context, id uuid.UUID) ([]*task.Task, error)
+	// Parents returns a page of a task's parents, with their results, in
+	// the order it named them.
+	Parents(ctx context.Context, id uuid.UUID, q ParentsQuery) (ParentsPage, error)
 	// Attempts returns a task's attempts, oldest first, the running one
 	// last.
 	Attempts(ctx context.Context, id uuid.UUID) ([]task.Attempt, error)

@@ -51,12 +51,13 @@ type EventSubscription interface {
 type FeedEvent struct {
 	// ID is the cursor that resumes right after this event.
 	ID string
-	// Type, TaskID, Queue and Queues are the event's (domain/event.Event),
-	// for filtering.
-	Type   event.Type
-	TaskID string
-	Queue  string
-	Queues []string
+	// Type, TaskID, WorkflowID, Queue and Queues are the event's
+	// (domain/event.Event), for filtering.
+	Type       event.Type
+	TaskID     string
+	WorkflowID string
+	Queue      string
+	Queues     []string
 	// Data is the event's JSON (an event.Event) as it was stored.
 	Data []byte
 }

@@ -26,6 +26,7 @@ var (
 		"idempotency_key", "created_at", "claimed_at", "finished_at", "updated_at",
 		"lease_expires_at", "cancel_requested_at", "unique_key", "retry", "snoozes", "group_key",
 		"timeout_seconds", "timeout_at", "metadata", "trace", "progress", "schedule_name", "schedule_tick",
+		"workflow_id", "replay_of", "debounce_until",
 	}
 	workerFields = []string{"id", "queues", "tags", "status", "registered_at", "last_heartbeat_at", "draining"}
 	queueFields  = []string{"queue", "pending", "running", "done", "dead", "blocked", "active_workers",

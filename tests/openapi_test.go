@@ -476,6 +476,7 @@ func TestOpenAPIResponsesMatchSpec(t *testing.T) {
 	exerciseQueues(t, specCalls{expect: expect, problem: problem})
 	exercisePushAndLimits(t, specCalls{expect: expect, problem: problem})
 	exerciseRelease(t, specCalls{expect: expect, problem: problem})
+	exerciseWorkflows(t, specCalls{expect: expect, problem: problem})
 
 	// The router's own problems.
 	problem(404, "not-found", "GET", "/nowhere", "")

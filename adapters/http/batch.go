@@ -1,7 +1,9 @@
 package http
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -10,18 +12,74 @@ import (
 	"github.com/taskmaster/taskmaster/ports"
 )
 
-// batchSubmitItem is a submission in a batch: it may have a place in a
-// graph of dependencies.
+// batchSubmitItem is a submission in a list (a batch, a complete's
+// enqueue, a spawn): it may have a place in a graph of dependencies.
 type batchSubmitItem struct {
 	submitRequest
 	// Ref names the item for later items' depends_on.
 	Ref string `json:"ref"`
 	// DependsOn lists refs of earlier items and ids of existing tasks.
-	DependsOn []string `json:"depends_on"`
+	DependsOn []dependencyJSON `json:"depends_on"`
+}
+
+// dependencyJSON is one depends_on entry: a string (an earlier item's ref,
+// else an existing task's id), or {"ref"|"id": ..., "on_failure": ...}.
+type dependencyJSON struct{ task.DependsOn }
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (d *dependencyJSON) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '"' {
+		return json.Unmarshal(b, &d.Name)
+	}
+	var o struct {
+		Ref       *string `json:"ref"`
+		ID        *string `json:"id"`
+		OnFailure *string `json:"on_failure"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil || (o.Ref == nil) == (o.ID == nil) {
+		return errors.New(`a depends_on entry is a string, or an object with one of "ref" or "id" and an optional "on_failure"`)
+	}
+	if o.Ref != nil {
+		d.Name, d.As = *o.Ref, task.NameRef
+	} else {
+		d.Name, d.As = *o.ID, task.NameID
+	}
+	if o.OnFailure != nil {
+		d.OnFailure = task.OnFailure(*o.OnFailure)
+	}
+	return nil
+}
+
+// graphOf returns the items' submissions, and their refs and depends_on
+// when any item has one (nil otherwise: a list without a graph).
+func graphOf(items []batchSubmitItem) ([]task.SubmitParams, []task.DependencySpec) {
+	if items == nil {
+		return nil, nil
+	}
+	ps := make([]task.SubmitParams, len(items))
+	specs := make([]task.DependencySpec, len(items))
+	graph := false
+	for i, t := range items {
+		ps[i] = t.params()
+		specs[i].Ref = t.Ref
+		for _, d := range t.DependsOn {
+			specs[i].DependsOn = append(specs[i].DependsOn, d.DependsOn)
+		}
+		graph = graph || t.Ref != "" || len(t.DependsOn) > 0
+	}
+	if !graph {
+		specs = nil
+	}
+	return ps, specs
 }
 
 type submitBatchRequest struct {
-	Tasks []batchSubmitItem `json:"tasks"`
+	// WorkflowID, when given, is the run every item joins.
+	WorkflowID *uuidValue        `json:"workflow_id"`
+	Tasks      []batchSubmitItem `json:"tasks"`
 }
 
 // BatchSubmitResponse lists the batch's tasks in request order; created[i]
@@ -37,13 +95,11 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	ps := make([]task.SubmitParams, len(req.Tasks))
-	specs := make([]task.DependencySpec, len(req.Tasks))
-	graph := false
-	for i, t := range req.Tasks {
-		ps[i] = t.params()
-		specs[i] = task.DependencySpec{Ref: t.Ref, DependsOn: t.DependsOn}
-		graph = graph || t.Ref != "" || len(t.DependsOn) > 0
+	ps, specs := graphOf(req.Tasks)
+	if run := req.WorkflowID.get(); run != nil {
+		for i := range ps {
+			ps[i].WorkflowID = *run
+		}
 	}
 	var (
 		ts      []*task.Task
@@ -51,7 +107,7 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request) {
 		err     error
 	)
 	end := s.traced(r, ps)
-	if graph {
+	if specs != nil {
 		ts, created, err = s.tasks.SubmitGraph(r.Context(), ps, specs)
 	} else {
 		ts, created, err = s.tasks.SubmitBatch(r.Context(), ps)
@@ -65,12 +121,12 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request) {
 }
 
 type batchItem struct {
-	ID        *uuidValue      `json:"id"`
-	LeaseID   *uuidValue      `json:"lease_id"`
-	Result    json.RawMessage `json:"result"`
-	Error     *string         `json:"error"`
-	Retryable *bool           `json:"retryable"`
-	Enqueue   []submitRequest `json:"enqueue"`
+	ID        *uuidValue        `json:"id"`
+	LeaseID   *uuidValue        `json:"lease_id"`
+	Result    json.RawMessage   `json:"result"`
+	Error     *string           `json:"error"`
+	Retryable *bool             `json:"retryable"`
+	Enqueue   []batchSubmitItem `json:"enqueue"`
 }
 
 type batchReportRequest struct {
@@ -129,7 +185,8 @@ func (s *Server) handleCompleteBatch(w http.ResponseWriter, r *http.Request) {
 	// Each item's enqueued tasks keep the traces of their submit spans.
 	ends := map[int]func([]*task.Task, error){}
 	for i, it := range req.Items {
-		items[i] = ports.CompleteItem{TaskID: *it.ID.get(), LeaseID: it.LeaseID.get(), Result: it.Result, Enqueue: submitParams(it.Enqueue)}
+		items[i] = ports.CompleteItem{TaskID: *it.ID.get(), LeaseID: it.LeaseID.get(), Result: it.Result}
+		items[i].Enqueue, items[i].EnqueueGraph = graphOf(it.Enqueue)
 		if items[i].Enqueue != nil {
 			ends[i] = s.traced(r, items[i].Enqueue)
 		}

@@ -29,7 +29,9 @@ type bulkRequest struct {
 	Text          *string    `json:"text"`
 	// Metadata are pairs the tasks' metadata must all hold.
 	Metadata map[string]string `json:"metadata"`
-	DryRun   bool              `json:"dry_run"`
+	// WorkflowID is the tasks' run.
+	WorkflowID *uuidValue `json:"workflow_id"`
+	DryRun     bool       `json:"dry_run"`
 }
 
 func (q bulkRequest) filter() (task.Filter, error) {
@@ -53,6 +55,9 @@ func (q bulkRequest) filter() (task.Filter, error) {
 		ErrorContains: text("error_contains", q.ErrorContains),
 		Text:          text("text", q.Text),
 		Metadata:      q.Metadata,
+	}
+	if id := q.WorkflowID.get(); id != nil {
+		f.WorkflowID = *id
 	}
 	return f, v.Err()
 }
@@ -78,6 +83,10 @@ func (s *Server) handleBulkRetry(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleBulkCancel(w http.ResponseWriter, r *http.Request) {
 	s.handleBulk(w, r, s.bulk.BulkCancel)
+}
+
+func (s *Server) handleBulkReplay(w http.ResponseWriter, r *http.Request) {
+	s.handleBulk(w, r, s.bulk.BulkReplay)
 }
 
 func (s *Server) handleBulk(w http.ResponseWriter, r *http.Request, do func(context.Context, ports.BulkCommand) (ports.BulkResult, error)) {
@@ -177,12 +186,20 @@ func (s *Server) handlePurgeProgress(w http.ResponseWriter, r *http.Request) {
 
 // listFilterOf reads the listing's filter parameters beyond queue and
 // status into q: dead_reason, group_key, created_after and created_before
-// (RFC 3339), error_contains, text. Empty parameters are absent ones.
+// (RFC 3339), error_contains, text, workflow_id. Empty parameters are
+// absent ones.
 func listFilterOf(values url.Values, q *ports.ListQuery, v *validation.Errors) {
 	q.DeadReason = task.DeadReason(values.Get("dead_reason"))
 	q.GroupKey = values.Get("group_key")
 	q.ErrorContains = values.Get("error_contains")
 	q.Text = values.Get("text")
+	if raw := values.Get("workflow_id"); raw != "" {
+		id, err := uuid.Parse(raw)
+		if err != nil {
+			v.Add("workflow_id", "must be a UUID")
+		}
+		q.WorkflowID = id
+	}
 	for name, vals := range values {
 		key, ok := strings.CutPrefix(name, task.MetadataFilterPrefix)
 		if !ok {

@@ -65,6 +65,14 @@ type TaskJSON struct {
 	// tick that made the task (null both: not a schedule's).
 	ScheduleName *string    `json:"schedule_name"`
 	ScheduleTick *time.Time `json:"schedule_tick"`
+	// WorkflowID is the task's run (its own id for a task submitted
+	// alone).
+	WorkflowID string `json:"workflow_id"`
+	// ReplayOf is the task this one was replayed from (null: none).
+	ReplayOf *string `json:"replay_of"`
+	// DebounceUntil is the latest run_at debounced submissions may push
+	// the task to (null: never debounced).
+	DebounceUntil *time.Time `json:"debounce_until"`
 }
 
 // TraceJSON is a task's W3C trace context.
@@ -99,6 +107,10 @@ func taskJSON(t *task.Task) TaskJSON {
 		CancelRequestedAt: optTime(s.CancelRequestedAt),
 		UniqueKey:         optString(s.UniqueKey), Retry: retryJSONOf(s.Retry), Snoozes: s.Snoozes,
 		GroupKey: optString(s.GroupKey), ScheduleName: optString(s.ScheduleName), ScheduleTick: optTime(s.ScheduleTick),
+		WorkflowID: s.WorkflowID.String(), DebounceUntil: optTime(s.DebounceUntil),
+	}
+	if s.ReplayOf != uuid.Nil {
+		out.ReplayOf = optString(s.ReplayOf.String())
 	}
 	if s.LeaseID != uuid.Nil {
 		out.LeaseID = optString(s.LeaseID.String())

@@ -49,13 +49,16 @@ type eventFilter struct {
 	// tasks, when not empty, are the tasks whose events the stream sends
 	// (by id, lowercase).
 	tasks []string
+	// workflows, when not empty, are the runs whose events the stream
+	// sends: their tasks' and their audit events (by id, lowercase).
+	workflows []string
 }
 
 // MaxStreamTasks is the most task_id values one stream follows.
 const MaxStreamTasks = 100
 
-// eventFilterOf reads the repeatable, comma-separated queue, type and
-// task_id parameters.
+// eventFilterOf reads the repeatable, comma-separated queue, type,
+// task_id and workflow_id parameters.
 func eventFilterOf(q url.Values) (eventFilter, error) {
 	var f eventFilter
 	var v validation.Errors
@@ -89,6 +92,19 @@ func eventFilterOf(q url.Values) (eventFilter, error) {
 	if len(f.tasks) > MaxStreamTasks {
 		v.Add("task_id", fmt.Sprintf("must name at most %d tasks", MaxStreamTasks))
 	}
+	for _, raw := range split("workflow_id") {
+		id, err := uuid.Parse(raw)
+		if err != nil {
+			v.Add("workflow_id", fmt.Sprintf("%q is not a workflow id", raw))
+			continue
+		}
+		if s := id.String(); !slices.Contains(f.workflows, s) {
+			f.workflows = append(f.workflows, s)
+		}
+	}
+	if len(f.workflows) > MaxStreamTasks {
+		v.Add("workflow_id", fmt.Sprintf("must name at most %d workflows", MaxStreamTasks))
+	}
 	return f, v.Err()
 }
 
@@ -96,6 +112,9 @@ func eventFilterOf(q url.Values) (eventFilter, error) {
 // when the worker serves it: it lists the queue, or lists none (any queue).
 func (f eventFilter) match(e ports.FeedEvent) bool {
 	if len(f.tasks) > 0 && !slices.Contains(f.tasks, e.TaskID) {
+		return false
+	}
+	if len(f.workflows) > 0 && !f.inWorkflow(e) {
 		return false
 	}
 	if len(f.types) > 0 && !slices.ContainsFunc(f.types, func(t string) bool {
@@ -116,6 +135,16 @@ func (f eventFilter) match(e ports.FeedEvent) bool {
 		return len(e.Queues) == 0 || slices.ContainsFunc(e.Queues, func(q string) bool { return slices.Contains(f.queues, q) })
 	}
 	return false
+}
+
+// inWorkflow reports whether e concerns one of f's runs: it names the run,
+// or it is an event of a task that is its own run (such events name none)
+// whose id is the run's.
+func (f eventFilter) inWorkflow(e ports.FeedEvent) bool {
+	if e.WorkflowID != "" {
+		return slices.Contains(f.workflows, e.WorkflowID)
+	}
+	return e.TaskID != "" && slices.Contains(f.workflows, e.TaskID)
 }
 
 // lostNotice is the data of a stream.events_lost message.

@@ -203,7 +203,7 @@ func appendBools(b []byte, bs []bool) []byte {
 // encoding/json refuses.
 func (t *TaskJSON) checkTimes() error {
 	for _, tm := range [...]*time.Time{&t.RunAt, &t.CreatedAt, &t.UpdatedAt, t.Deadline, t.ClaimedAt,
-		t.FinishedAt, t.LeaseExpiresAt, t.CancelRequestedAt, t.ScheduleTick, t.TimeoutAt} {
+		t.FinishedAt, t.LeaseExpiresAt, t.CancelRequestedAt, t.ScheduleTick, t.TimeoutAt, t.DebounceUntil} {
 		if !jsonTime(tm) {
 			return errJSONTime
 		}
@@ -321,6 +321,12 @@ func (t *TaskJSON) appendFields(b []byte, spill spillFunc) ([]byte, error) {
 	b = appendOptString(b, t.ScheduleName)
 	b = append(b, `,"schedule_tick":`...)
 	b = appendOptTime(b, t.ScheduleTick)
+	b = append(b, `,"workflow_id":`...)
+	b = appendJSONString(b, t.WorkflowID)
+	b = append(b, `,"replay_of":`...)
+	b = appendOptString(b, t.ReplayOf)
+	b = append(b, `,"debounce_until":`...)
+	b = appendOptTime(b, t.DebounceUntil)
 	return b, nil
 }
 
@@ -431,7 +437,14 @@ func (p parentsResponse) checkTimes() error { return checkTaskTimes(p.Parents) }
 func (p parentsResponse) appendJSON(b []byte, spill spillFunc) ([]byte, error) {
 	b = append(b, `{"parents":`...)
 	b, err := appendTasks(b, p.Parents, spill)
-	return append(b, '}'), err
+	if err != nil {
+		return b, err
+	}
+	b = append(b, `,"next_cursor":`...)
+	b = appendOptString(b, p.NextCursor)
+	b = append(b, `,"truncated":`...)
+	b = strconv.AppendBool(b, p.Truncated)
+	return append(b, '}'), nil
 }
 
 func (d TaskDetailJSON) checkTimes() error { return d.TaskJSON.checkTimes() }

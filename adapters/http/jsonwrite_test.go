@@ -49,9 +49,10 @@ func fullTask() TaskJSON {
 		UniqueKey: s("u<"), Retry: &retryJSON{BaseSeconds: f(0.0000001), MaxSeconds: f(1e21), Jitter: s("full")},
 		Snoozes: 2, GroupKey: s("g&"), ScheduleName: s("nightly<"), ScheduleTick: &at,
 		TimeoutSeconds: func(n int) *int { return &n }(3600), TimeoutAt: &later,
-		Metadata: map[string]string{"z": tricky, "a": "", "tenant.id": "<&>", tricky: "k"},
-		Trace:    &TraceJSON{Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", Tracestate: s("a=" + tricky)},
-		Progress: &ProgressJSON{Percent: 1e-7, Message: tricky, Details: json.RawMessage(`{"n": [1, 2]}`), UpdatedAt: at},
+		Metadata:   map[string]string{"z": tricky, "a": "", "tenant.id": "<&>", tricky: "k"},
+		Trace:      &TraceJSON{Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", Tracestate: s("a=" + tricky)},
+		Progress:   &ProgressJSON{Percent: 1e-7, Message: tricky, Details: json.RawMessage(`{"n": [1, 2]}`), UpdatedAt: at},
+		WorkflowID: "7a6c1f5e-3d0e-4f55-9a51-4f0b8c1d2e3f", ReplayOf: s("1b6c1f5e-3d0e-4f55-9a51-4f0b8c1d2e3f<"), DebounceUntil: &later,
 	}
 }
 
@@ -91,7 +92,7 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 		"bare task detail": TaskDetailJSON{TaskJSON: bare},
 		"listing":          listTasksResponse{Tasks: []TaskJSON{full, bare}, NextCursor: &cursor, Truncated: true},
 		"last listing":     listTasksResponse{Tasks: []TaskJSON{}},
-		"parents":          parentsResponse{Parents: []TaskJSON{bare, full}},
+		"parents":          parentsResponse{Parents: []TaskJSON{bare, full}, NextCursor: &cursor, Truncated: true},
 		"no parents":       parentsResponse{},
 	} {
 		require.Equal(t, encodingJSON(t, v), written(v), name)
@@ -116,6 +117,7 @@ func TestAppendJSONFallsBackWhereEncodingJSONRefuses(t *testing.T) {
 		"timeout_at":          func(t *TaskJSON) { t.TimeoutAt = &far },
 		"progress.updated_at": func(t *TaskJSON) { t.Progress.UpdatedAt = far },
 		"schedule_tick":       func(t *TaskJSON) { t.ScheduleTick = &far },
+		"debounce_until":      func(t *TaskJSON) { t.DebounceUntil = &far },
 	} {
 		task := fullTask()
 		set(&task)

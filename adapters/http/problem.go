@@ -88,6 +88,8 @@ var (
 	kindLimitInUse     = problemKind{"limit-in-use", "Limit in use", http.StatusConflict}
 	kindUniqueKey      = problemKind{"unique-key-taken", "Unique key taken", http.StatusConflict}
 	kindPurgeJobNF     = problemKind{"purge-job-not-found", "Purge job not found", http.StatusNotFound}
+	kindWorkflowNF     = problemKind{"workflow-not-found", "Workflow not found", http.StatusNotFound}
+	kindCancelReq      = problemKind{"cancel-requested", "Cancel requested", http.StatusConflict}
 	kindStreamsFull    = problemKind{"too-many-streams", "Too many event streams", http.StatusServiceUnavailable}
 	kindInternal       = problemKind{"internal-error", "Internal server error", http.StatusInternalServerError}
 )
@@ -122,6 +124,7 @@ func problemFor(err error) Problem {
 		valErr    *validation.Error
 		leaseErr  *task.LeaseError
 		transErr  *task.TransitionError
+		replayErr *task.ReplayError
 		forbidden *apikey.ForbiddenError
 		keyErr    *task.UniqueKeyError
 		inUse     *queue.LimitInUseError
@@ -135,8 +138,17 @@ func problemFor(err error) Problem {
 		return newProblem(kindLeaseLost, leaseDetail(leaseErr), func(p *Problem) { p.CurrentStatus = string(leaseErr.Status) })
 	case errors.As(err, &transErr):
 		return newProblem(kindTransition, transitionDetail(transErr), func(p *Problem) { p.CurrentStatus = string(transErr.From) })
+	case errors.As(err, &replayErr):
+		return newProblem(kindTransition, fmt.Sprintf("the task is %s: only a DONE or DEAD task can be replayed", replayErr.Status),
+			func(p *Problem) { p.CurrentStatus = string(replayErr.Status) })
+	case errors.Is(err, task.ErrCancelRequested):
+		return newProblem(kindCancelReq, "an operator asked to cancel the task: it may not spawn more; stop it and fail it", func(p *Problem) {
+			p.CurrentStatus = string(task.StatusRunning)
+		})
 	case errors.Is(err, task.ErrNotFound):
 		return newProblem(kindTaskNotFound, "no task has this id", nil)
+	case errors.Is(err, task.ErrWorkflowNotFound):
+		return newProblem(kindWorkflowNF, "no task belongs to a workflow with this id", nil)
 	case errors.Is(err, worker.ErrNotFound):
 		return newProblem(kindWorkerNF, "no worker has this id; register first", nil)
 	case errors.Is(err, worker.ErrDead):

@@ -11,10 +11,11 @@ import (
 // batchRoutes carry up to 1,000 items: their bodies may be up to
 // MaxBatchBodyBytes instead of MaxBodyBytes.
 var batchRoutes = map[string]bool{
-	"/tasks/v1/batch":    true,
-	"/tasks/v1/complete": true,
-	"/tasks/v1/fail":     true,
-	"/tasks/v1/release":  true,
+	"/tasks/v1/batch":      true,
+	"/tasks/v1/complete":   true,
+	"/tasks/v1/fail":       true,
+	"/tasks/v1/release":    true,
+	"/tasks/v1/{id}/spawn": true,
 }
 
 // routes is the whole API surface at a glance, each route with the access
@@ -43,6 +44,7 @@ func (s *Server) routes(r *mux.Router) {
 		// Before /tasks/v1/{id}/...: "bulk" is no task id.
 		s.route(r, post, "/tasks/v1/bulk/retry", admin, s.handleBulkRetry)
 		s.route(r, post, "/tasks/v1/bulk/cancel", admin, s.handleBulkCancel)
+		s.route(r, post, "/tasks/v1/bulk/replay", admin, s.handleBulkReplay)
 	}
 	s.route(r, post, "/tasks/v1/claim", work, s.handleClaimTasks)
 	s.route(r, post, "/tasks/v1/complete", work, s.handleCompleteBatch)
@@ -59,6 +61,14 @@ func (s *Server) routes(r *mux.Router) {
 	s.route(r, post, "/tasks/v1/{id}/snooze", work, s.handleSnoozeTask)
 	s.route(r, post, "/tasks/v1/{id}/release", work, s.handleReleaseTask)
 	s.route(r, post, "/tasks/v1/{id}/progress", work, s.handleReportProgress)
+	s.route(r, post, "/tasks/v1/{id}/spawn", work, s.handleSpawn)
+	s.route(r, post, "/tasks/v1/{id}/replay", produce, s.handleReplay)
+
+	if s.workflows != nil {
+		s.route(r, get, "/workflows/v1/{id}", readTasks, s.handleGetWorkflow)
+		s.route(r, post, "/workflows/v1/{id}/cancel", admin, s.handleCancelWorkflow)
+		s.route(r, post, "/workflows/v1/{id}/retry", admin, s.handleRetryWorkflow)
+	}
 
 	s.route(r, post, "/workers/v1/register", work, s.handleRegisterWorker)
 	s.route(r, post, "/workers/v1/{id}/heartbeat", work, s.handleHeartbeat)

@@ -151,6 +151,9 @@ type Deps struct {
 	Schedules ports.ScheduleService
 	// Bulk, when set, serves the bulk actions and queue purges.
 	Bulk ports.BulkService
+	// Workflows, when set, serves the runs (GET /workflows/v1/{id}, its
+	// cancel and retry).
+	Workflows ports.WorkflowService
 	// Limits are the rate limits the server enforces, shared with the
 	// dashboard; nil: the server makes its own from the config.
 	Limits *Limits
@@ -217,6 +220,7 @@ type Server struct {
 	keys        ports.KeyService
 	schedules   ports.ScheduleService
 	bulk        ports.BulkService
+	workflows   ports.WorkflowService
 	tracer      trace.Tracer
 	// reads serve the reads that may lag (Deps.Reads, completed).
 	reads       Reads
@@ -247,7 +251,7 @@ func NewServer(cfg ServerConfig, d Deps) *Server {
 	s := &Server{
 		cfg: cfg, tasks: d.Tasks, workers: d.Workers, queues: d.Queues, health: d.Health,
 		events: d.Events, logger: d.Logger, extraRoutes: d.Routes, onShutdown: d.OnShutdown,
-		keys: d.Keys, schedules: d.Schedules, bulk: d.Bulk, tracer: d.Tracer, auth: cfg.AuthEnabled(), access: map[*mux.Route]Access{}, jsonRoutes: map[*mux.Route]bool{},
+		keys: d.Keys, schedules: d.Schedules, bulk: d.Bulk, workflows: d.Workflows, tracer: d.Tracer, auth: cfg.AuthEnabled(), access: map[*mux.Route]Access{}, jsonRoutes: map[*mux.Route]bool{},
 		limits: d.Limits, namedLimits: d.NamedLimits,
 	}
 	if s.logger == nil {

@@ -35,17 +35,33 @@ type submitRequest struct {
 	// context (else the request's headers').
 	Traceparent string `json:"traceparent"`
 	Tracestate  string `json:"tracestate"`
+	// DebounceSeconds and DebounceMaxSeconds debounce the submission on
+	// its unique key; ThrottleSeconds throttles it (single submissions
+	// only).
+	DebounceSeconds    *int `json:"debounce_seconds"`
+	DebounceMaxSeconds *int `json:"debounce_max_seconds"`
+	ThrottleSeconds    *int `json:"throttle_seconds"`
 }
 
 // params are the submission's parameters; the trace is the item's own
-// (the handler fills in the request's when it has none: traced).
+// (the handler fills in the request's when it has none: traced). A
+// debounce_max_seconds without debounce_seconds is checked as a debounce
+// of 0 seconds (refused).
 func (q submitRequest) params() task.SubmitParams {
-	return task.SubmitParams{
+	p := task.SubmitParams{
 		Queue: q.Queue, Payload: q.Payload, Priority: q.Priority, MaxAttempts: q.MaxAttempts,
 		Tags: q.Tags, Deadline: q.Deadline.get(), RunAt: q.RunAt.get(), IdempotencyKey: q.IdempotencyKey,
 		UniqueKey: q.UniqueKey, Retry: q.Retry.params(), GroupKey: q.GroupKey,
 		TimeoutSeconds: q.TimeoutSeconds, Metadata: q.Metadata, Trace: task.Trace{Parent: q.Traceparent, State: q.Tracestate},
+		ThrottleSeconds: q.ThrottleSeconds,
 	}
+	if q.DebounceSeconds != nil || q.DebounceMaxSeconds != nil {
+		p.Debounce = &task.DebounceParams{MaxSeconds: q.DebounceMaxSeconds}
+		if q.DebounceSeconds != nil {
+			p.Debounce.Seconds = *q.DebounceSeconds
+		}
+	}
+	return p
 }
 
 // traced gives each submission the trace it keeps (its own, else the
@@ -260,7 +276,7 @@ type completeRequest struct {
 	Result   json.RawMessage `json:"result"`
 	// Enqueue, when present (even empty), takes the path that creates the
 	// tasks with the completion and answers with them (enqueued).
-	Enqueue []submitRequest `json:"enqueue"`
+	Enqueue []batchSubmitItem `json:"enqueue"`
 }
 
 // CompleteResponse is the completed task and, when the complete carried
@@ -282,7 +298,7 @@ func (s *Server) handleCompleteTask(w http.ResponseWriter, r *http.Request) {
 	}
 	cmd := ports.CompleteCommand{TaskID: id, WorkerID: req.WorkerID, LeaseID: req.LeaseID.get(), Result: req.Result}
 	if req.Enqueue != nil {
-		cmd.Enqueue = submitParams(req.Enqueue)
+		cmd.Enqueue, cmd.EnqueueGraph = graphOf(req.Enqueue)
 		end := s.traced(r, cmd.Enqueue)
 		c, err := s.tasks.CompleteEnqueue(r.Context(), cmd)
 		end(c.Enqueued, err)
@@ -301,18 +317,6 @@ func (s *Server) handleCompleteTask(w http.ResponseWriter, r *http.Request) {
 	}
 	s.taskSpans(r, "taskmaster.complete", requestStart(r.Context()), []*task.Task{t}, nil)
 	writeJSON(w, http.StatusOK, taskJSON(t))
-}
-
-// submitParams are the submissions reqs describe (nil for nil).
-func submitParams(reqs []submitRequest) []task.SubmitParams {
-	if reqs == nil {
-		return nil
-	}
-	out := make([]task.SubmitParams, len(reqs))
-	for i, q := range reqs {
-		out[i] = q.params()
-	}
-	return out
 }
 
 type failRequest struct {

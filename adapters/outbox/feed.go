@@ -261,7 +261,8 @@ func feedEvents(payload []byte) ([]ports.FeedEvent, error) {
 	var out []ports.FeedEvent
 	s := newScanner(payload)
 	err := s.events(func(raw []byte, e *scannedEvent) {
-		out = append(out, ports.FeedEvent{Type: event.Type(e.typ), TaskID: string(e.taskID), Queue: e.queue, Queues: e.queues, Data: raw})
+		out = append(out, ports.FeedEvent{Type: event.Type(e.typ), TaskID: string(e.taskID), WorkflowID: string(e.workflowID),
+			Queue: e.queue, Queues: e.queues, Data: raw})
 	})
 	if err == nil {
 		return out, nil
@@ -278,7 +279,7 @@ func feedEvents(payload []byte) ([]ports.FeedEvent, error) {
 		if err := json.Unmarshal(raw, &e); err != nil {
 			return nil, fmt.Errorf("decode outbox event: %w", err)
 		}
-		out = append(out, ports.FeedEvent{Type: e.Type, TaskID: e.TaskID, Queue: e.Queue, Queues: e.Queues, Data: raw})
+		out = append(out, ports.FeedEvent{Type: e.Type, TaskID: e.TaskID, WorkflowID: e.WorkflowID, Queue: e.Queue, Queues: e.Queues, Data: raw})
 	}
 	return out, nil
 }

@@ -369,7 +369,7 @@ func (s *scanner) skipField(key []byte) (bool, error) {
 }
 
 // readFields are the JSON names of the event fields the scanner reads.
-var readFields = []string{"type", "task_id", "queue", "queues", "from", "to", "reason", "schedule", "occurred_at",
+var readFields = []string{"type", "task_id", "workflow_id", "queue", "queues", "from", "to", "reason", "schedule", "occurred_at",
 	"queue_wait_seconds", "execution_seconds", "end_to_end_seconds"}
 
 // eventFields are the JSON names of every field of event.Event, and
@@ -419,12 +419,35 @@ func foldsToField(key []byte) bool {
 type scannedEvent struct {
 	typ, queue, from, to, reason, schedule string
 	// taskID is the task id as it stands in the payload (not interned:
-	// ids do not repeat), or decoded when it holds escapes.
-	taskID    []byte
-	queues    []string
-	minute    int64
-	has       uint8
-	durations [3]float64
+	// ids do not repeat), or decoded when it holds escapes; workflowID
+	// the same of the run's id.
+	taskID, workflowID []byte
+	queues             []string
+	minute             int64
+	has                uint8
+	durations          [3]float64
+}
+
+// id reads an id's string (a null leaves dst as it is): the bytes as they
+// stand in the payload, or decoded when they hold escapes.
+func (s *scanner) id(dst *[]byte) error {
+	if s.literal("null") {
+		return nil
+	}
+	raw, escaped, err := s.rawString()
+	if err != nil {
+		return err
+	}
+	if !escaped {
+		*dst = raw[1 : len(raw)-1]
+		return nil
+	}
+	var v string
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return errScan
+	}
+	*dst = []byte(v)
+	return nil
 }
 
 // event reads one event object.
@@ -434,23 +457,9 @@ func (s *scanner) event(e *scannedEvent) error {
 		case "type":
 			return s.optString(fieldType, &e.typ)
 		case "task_id":
-			if s.literal("null") {
-				return nil
-			}
-			raw, escaped, err := s.rawString()
-			if err != nil {
-				return err
-			}
-			if !escaped {
-				e.taskID = raw[1 : len(raw)-1]
-				return nil
-			}
-			var v string
-			if err := json.Unmarshal(raw, &v); err != nil {
-				return errScan
-			}
-			e.taskID = []byte(v)
-			return nil
+			return s.id(&e.taskID)
+		case "workflow_id":
+			return s.id(&e.workflowID)
 		case "queue":
 			return s.optString(fieldQueue, &e.queue)
 		case "from":

@@ -73,6 +73,9 @@ func matching(f task.Filter, visible []string, args []any) (string, []any) {
 	if f.WithoutCancelRequest {
 		where = append(where, "t.cancel_requested_at IS NULL")
 	}
+	if f.WorkflowID != uuid.Nil {
+		where = append(where, fmt.Sprintf(inWorkflowSQL, arg(f.WorkflowID)))
+	}
 	if len(f.Metadata) > 0 {
 		// Containment, which tasks_metadata (GIN, jsonb_path_ops, partial
 		// on metadata IS NOT NULL) serves.
@@ -88,6 +91,11 @@ func matching(f task.Filter, visible []string, args []any) (string, []any) {
 	}
 	return strings.Join(where, " AND "), args
 }
+
+// inWorkflowSQL is the condition of a task t of the run %s
+// (task.Filter.WorkflowID): the run's first task, whose workflow_id is
+// NULL (its own id), by the primary key, and the others by tasks_workflow.
+const inWorkflowSQL = `((t.id = %[1]s AND t.workflow_id IS NULL) OR t.workflow_id = %[1]s)`
 
 // Count implements ports.BulkStore.
 func (s *BulkStore) Count(ctx context.Context, f task.Filter) (int64, time.Time, error) {
@@ -189,17 +197,23 @@ func (s *BulkStore) UpdateMatching(ctx context.Context, p ports.BulkBatchParams,
 		events = append(events, d.events...)
 	}
 	if err := saveTasks(ctx, s.st, ts); err != nil {
-		var pqErr *pq.Error
-		if errors.As(err, &pqErr) && pqErr.Code == "23505" && pqErr.Constraint == UniqueActiveIndex {
-			// A submission took a key between the check and the save:
-			// run the batch again, which sees it taken.
-			return out, fmt.Errorf("bulk action: %w", errRaced)
-		}
-		return out, err
+		return out, uniqueKeyTaken(err)
 	}
 	out.Changed = len(ts)
 	s.st.Record(events...)
 	return out, nil
+}
+
+// uniqueKeyTaken turns a unique violation of UniqueActiveIndex by a save
+// of tasks moving back into an unfinished status into errRaced: a
+// submission took a key between the check and the save, and the
+// transaction, run again, sees it taken.
+func uniqueKeyTaken(err error) error {
+	var pqErr *pq.Error
+	if errors.As(err, &pqErr) && pqErr.Code == "23505" && pqErr.Constraint == UniqueActiveIndex {
+		return fmt.Errorf("save tasks: %w", errRaced)
+	}
+	return err
 }
 
 // heldKeysSQL returns which of the (queue, unique key) pairs $1, $2 an
@@ -295,8 +309,8 @@ func (s *BulkStore) PurgeMatching(ctx context.Context, p ports.BulkBatchParams, 
 	return out, nil
 }
 
-// Search implements ports.BulkStore: newest first, keyset on the primary
-// key, capped like TaskStore.List (the payloads and results of rows left
+// Search implements ports.BulkStore: newest first (or oldest first),
+// keyset on the primary key, capped like TaskStore.List (the payloads and results of rows left
 // out are never read).
 func (s *BulkStore) Search(ctx context.Context, p ports.BulkBatchParams, maxBytes int64) ([]*task.Task, bool, error) {
 	q, args := searchSQL(p, maxBytes)
@@ -316,9 +330,13 @@ func (s *BulkStore) Search(ctx context.Context, p ports.BulkBatchParams, maxByte
 // searchSQL is Search's statement and its arguments.
 func searchSQL(p ports.BulkBatchParams, maxBytes int64) (string, []any) {
 	where, args := matching(p.Filter, p.Visible, nil)
+	order, after := "DESC", "<"
+	if p.OldestFirst {
+		order, after = "ASC", ">"
+	}
 	if p.After != nil {
 		args = append(args, *p.After)
-		where += fmt.Sprintf(" AND t.id < $%d", len(args))
+		where += fmt.Sprintf(" AND t.id %s $%d", after, len(args))
 	}
 	if maxBytes <= 0 {
 		maxBytes = math.MaxInt64
@@ -327,9 +345,9 @@ func searchSQL(p ports.BulkBatchParams, maxBytes int64) (string, []any) {
 	q := `SELECT ` + taskColumns + `, candidates FROM (
 		SELECT p.*, sum(p.bytes) OVER w AS upto, row_number() OVER w AS n, count(*) OVER () AS candidates
 		FROM (SELECT ` + prefixed("t.", taskColumns) + `, ` + taskBytesSQL + ` AS bytes FROM tasks t
-			WHERE ` + where + fmt.Sprintf(` ORDER BY t.id DESC LIMIT $%d) p
-		WINDOW w AS (ORDER BY p.id DESC ROWS UNBOUNDED PRECEDING)
-	) s WHERE s.n = 1 OR s.upto <= $%d ORDER BY s.id DESC`, len(args)-1, len(args))
+			WHERE ` + where + fmt.Sprintf(` ORDER BY t.id %[1]s LIMIT $%[2]d) p
+		WINDOW w AS (ORDER BY p.id %[1]s ROWS UNBOUNDED PRECEDING)
+	) s WHERE s.n = 1 OR s.upto <= $%[3]d ORDER BY s.id %[1]s`, order, len(args)-1, len(args))
 	return q, args
 }
 

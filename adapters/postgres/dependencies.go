@@ -2,8 +2,10 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/google/uuid"
 	"github.com/lib/pq"
@@ -54,16 +56,20 @@ func (s *txState) settleDependants(ctx context.Context) error {
 
 // dependantsSQL locks, in id order, the BLOCKED dependants of the parents
 // $1 (their ends: $2, true for DONE) and counts, for each, how many of them
-// ended DONE and how many DEAD. It walks the primary key of
-// task_dependencies by parent.
+// ended DONE, and how many not, by the failure policy of the edge (NULL:
+// fail): task.ParentEnds. It walks the primary key of task_dependencies by
+// parent.
 var dependantsSQL = `
 	WITH p(id, done) AS (SELECT * FROM unnest($1::uuid[], $2::bool[])),
 	d AS (
-		SELECT e.child_id, count(*) FILTER (WHERE p.done) AS done, count(*) FILTER (WHERE NOT p.done) AS failed
+		SELECT e.child_id, count(*) FILTER (WHERE p.done) AS done,
+			count(*) FILTER (WHERE NOT p.done AND e.on_failure IS NULL) AS failed,
+			count(*) FILTER (WHERE NOT p.done AND e.on_failure = 'skip') AS skipped,
+			count(*) FILTER (WHERE NOT p.done AND e.on_failure = 'ignore') AS ignored
 		FROM task_dependencies e JOIN p ON e.parent_id = p.id
 		GROUP BY e.child_id
 	)
-	SELECT ` + prefixed("c.", heldTaskColumns) + `, d.done, d.failed, now() AS db_now
+	SELECT ` + prefixed("c.", heldTaskColumns) + `, d.done, d.failed, d.skipped, d.ignored, now() AS db_now
 	FROM d JOIN tasks c ON c.id = d.child_id
 	WHERE c.status = 'BLOCKED'
 	ORDER BY c.id
@@ -72,8 +78,10 @@ var dependantsSQL = `
 // dependantRow is a locked dependant and what its parents did.
 type dependantRow struct {
 	taskRowNow
-	Done   int `db:"done"`
-	Failed int `db:"failed"`
+	Done    int `db:"done"`
+	Failed  int `db:"failed"`
+	Skipped int `db:"skipped"`
+	Ignored int `db:"ignored"`
 }
 
 func (s *txState) settleRound(ctx context.Context, parents []*task.Task) error {
@@ -94,7 +102,7 @@ func (s *txState) settleRound(ctx context.Context, parents []*task.Task) error {
 		r := &rows[i]
 		t := r.toDomain()
 		s.setNow(r.Now)
-		es, ok := t.ParentsFinished(r.Done, r.Failed, r.Now)
+		es, ok := t.ParentsFinished(task.ParentEnds{Done: r.Done, Failed: r.Failed, Skipped: r.Skipped, Ignored: r.Ignored}, r.Now)
 		if ok {
 			changed = append(changed, t)
 			events = append(events, es...)
@@ -272,47 +280,104 @@ func (s *TaskStore) insertDependencies(ctx context.Context, deps []ports.Depende
 	parents := make([]uuid.UUID, len(deps))
 	children := make([]uuid.UUID, len(deps))
 	positions := make(pq.Int64Array, len(deps))
+	policies := make(nullTexts, len(deps))
 	for i, d := range deps {
 		parents[i], children[i], positions[i] = d.Parent, d.Child, int64(d.Position)
+		policies[i] = onFailureColumn(d.OnFailure)
 	}
 	if _, err := s.st.tx.ExecContext(ctx, `
-		INSERT INTO task_dependencies (parent_id, child_id, position)
-		SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[])`,
-		uuidArray(parents), uuidArray(children), positions); err != nil {
+		INSERT INTO task_dependencies (parent_id, child_id, position, on_failure)
+		SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::text[])`,
+		uuidArray(parents), uuidArray(children), positions, policies); err != nil {
 		return fmt.Errorf("insert dependencies: %w", err)
 	}
 	return nil
 }
 
+// onFailureColumn is the on_failure column of an edge: NULL for fail
+// (migrations/0022).
+func onFailureColumn(o task.OnFailure) sql.NullString {
+	if o == "" || o == task.OnFailureFail {
+		return sql.NullString{}
+	}
+	return sql.NullString{String: string(o), Valid: true}
+}
+
+// onFailureOf reads the on_failure column.
+func onFailureOf(c sql.NullString) task.OnFailure {
+	if !c.Valid {
+		return task.OnFailureFail
+	}
+	return task.OnFailure(c.String)
+}
+
 // DependsOn implements ports.TaskStore. It walks task_dependencies_child.
 func (s *TaskStore) DependsOn(ctx context.Context, id uuid.UUID) ([]ports.Parent, error) {
 	var rows []struct {
-		ID     uuid.UUID `db:"id"`
-		Status string    `db:"status"`
+		ID        uuid.UUID      `db:"id"`
+		Status    string         `db:"status"`
+		OnFailure sql.NullString `db:"on_failure"`
 	}
 	if err := s.st.tx.SelectContext(ctx, &rows, `
-		SELECT p.id, p.status FROM task_dependencies d JOIN tasks p ON p.id = d.parent_id
+		SELECT p.id, p.status, d.on_failure FROM task_dependencies d JOIN tasks p ON p.id = d.parent_id
 		WHERE d.child_id = $1 ORDER BY d.position`, id); err != nil {
 		return nil, fmt.Errorf("select parents: %w", err)
 	}
 	out := make([]ports.Parent, len(rows))
 	for i, r := range rows {
-		out[i] = ports.Parent{ID: r.ID, Status: task.Status(r.Status)}
+		out[i] = ports.Parent{ID: r.ID, Status: task.Status(r.Status), OnFailure: onFailureOf(r.OnFailure)}
 	}
 	return out, nil
 }
 
+// parentsPageSQL selects the parents of task $1 after position $2, in
+// position order, at most $3 of them and, past the first, within $4 bytes
+// (taskBytesSQL), with the number of candidates considered (Parents asks
+// for one more than the page, to know whether more follow). It walks
+// task_dependencies_child.
+var parentsPageSQL = `
+	SELECT ` + taskColumns + `, position, candidates FROM (
+		SELECT s.*, sum(s.bytes) OVER w AS upto, row_number() OVER w AS n, count(*) OVER () AS candidates
+		FROM (SELECT ` + prefixed("t.", taskColumns) + `, d.position, ` + taskBytesSQL + ` AS bytes
+			FROM task_dependencies d JOIN tasks t ON t.id = d.parent_id
+			WHERE d.child_id = $1 AND d.position > $2
+			ORDER BY d.position LIMIT $3) s
+		WINDOW w AS (ORDER BY s.position ROWS UNBOUNDED PRECEDING)
+	) p WHERE p.n = 1 OR p.upto <= $4 ORDER BY p.position`
+
 // Parents implements ports.TaskStore.
-func (s *TaskStore) Parents(ctx context.Context, id uuid.UUID) ([]*task.Task, error) {
-	var rows []taskRow
-	if err := s.st.tx.SelectContext(ctx, &rows, `
-		SELECT `+prefixed("p.", taskColumns)+` FROM task_dependencies d JOIN tasks p ON p.id = d.parent_id
-		WHERE d.child_id = $1 ORDER BY d.position`, id); err != nil {
-		return nil, fmt.Errorf("select parents: %w", err)
+func (s *TaskStore) Parents(ctx context.Context, id uuid.UUID, p ports.PageParams) (ports.ParentsPage, error) {
+	after := int64(-1)
+	if p.After != nil {
+		after = *p.After
 	}
-	out := make([]*task.Task, len(rows))
+	maxBytes := p.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = math.MaxInt64
+	}
+	var rows []struct {
+		countedRow
+		Position int64 `db:"position"`
+	}
+	if err := s.st.tx.SelectContext(ctx, &rows, parentsPageSQL, id, after, p.Limit+1, maxBytes); err != nil {
+		return ports.ParentsPage{}, fmt.Errorf("select parents: %w", err)
+	}
+	candidates := 0
+	if len(rows) > 0 {
+		candidates = rows[0].Candidates
+	}
+	if len(rows) > p.Limit {
+		rows = rows[:p.Limit]
+	}
+	n := len(rows)
+	out := ports.ParentsPage{Parents: make([]*task.Task, n)}
 	for i := range rows {
-		out[i] = rows[i].toDomain()
+		out.Parents[i] = rows[i].toDomain()
+	}
+	if n > 0 && candidates > n {
+		last := rows[n-1].Position
+		out.Next = &last
+		out.Truncated = n < p.Limit
 	}
 	return out, nil
 }

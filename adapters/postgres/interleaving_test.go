@@ -487,7 +487,7 @@ func TestRetentionKeepsAParentLinkedWhileItJudged(t *testing.T) {
 
 	// B: a batch links a dependant to P and commits.
 	children, _, err := tasks.SubmitGraph(ctx, []task.SubmitParams{{Queue: queue}},
-		[]task.DependencySpec{{DependsOn: []string{parent.String()}}})
+		[]task.DependencySpec{{DependsOn: task.Plain(parent.String())}})
 	require.NoError(t, err)
 	child := children[0]
 	require.Equal(t, task.StatusPending, child.Status(), "its only parent is DONE")
@@ -505,10 +505,10 @@ func TestRetentionKeepsAParentLinkedWhileItJudged(t *testing.T) {
 	detail, err := tasks.Describe(ctx, child.ID())
 	require.NoError(t, err)
 	require.Equal(t, []uuid.UUID{parent}, detail.DependsOn, "the dependant still depends on P")
-	ps, err := tasks.Parents(ctx, child.ID())
+	ps, err := tasks.Parents(ctx, child.ID(), ports.ParentsQuery{})
 	require.NoError(t, err)
-	require.Len(t, ps, 1)
-	require.JSONEq(t, `"input"`, string(ps[0].Snapshot().Result))
+	require.Len(t, ps.Parents, 1)
+	require.JSONEq(t, `"input"`, string(ps.Parents[0].Snapshot().Result))
 
 	// Retention's next cycle keeps P too (the flag and the edge are seen).
 	rep, err := application.NewRetention(tx, application.RetentionConfig{TTL: time.Hour}).Apply(ctx)

@@ -58,7 +58,7 @@ func (p *pipeline) graph(items ...[]string) []*task.Task {
 	specs := make([]task.DependencySpec, len(items))
 	for i, it := range items {
 		ps[i] = task.SubmitParams{Queue: p.queue, MaxAttempts: ptr(1)}
-		specs[i] = task.DependencySpec{Ref: it[0], DependsOn: it[1:]}
+		specs[i] = task.DependencySpec{Ref: it[0], DependsOn: task.Plain(it[1:]...)}
 	}
 	out, _, err := p.tasks.SubmitGraph(p.t.Context(), ps, specs)
 	require.NoError(p.t, err)
@@ -236,7 +236,7 @@ func TestCancelAndDeadlineEndBlockedTasksAndTheirDependants(t *testing.T) {
 
 	// The deadline of a BLOCKED task.
 	ps := []task.SubmitParams{{Queue: p.queue}, {Queue: p.queue, Deadline: ptr(time.Now().Add(time.Hour))}, {Queue: p.queue}}
-	specs := []task.DependencySpec{{Ref: "x"}, {Ref: "y", DependsOn: []string{"x"}}, {DependsOn: []string{"y"}}}
+	specs := []task.DependencySpec{{Ref: "x"}, {Ref: "y", DependsOn: task.Plain("x")}, {DependsOn: task.Plain("y")}}
 	more, _, err := p.tasks.SubmitGraph(t.Context(), ps, specs)
 	require.NoError(t, err)
 	_, err = p.db.ExecContext(t.Context(), `UPDATE tasks SET deadline = now() - interval '1 second' WHERE id = $1`, more[1].ID())
@@ -464,7 +464,7 @@ func TestGraphRacingAnIdempotencyKeyRunsAgain(t *testing.T) {
 	done := make(chan result, 1)
 	go func() {
 		ps := []task.SubmitParams{{Queue: p.queue, IdempotencyKey: "k"}, {Queue: p.queue}}
-		specs := []task.DependencySpec{{Ref: "k"}, {DependsOn: []string{"k"}}}
+		specs := []task.DependencySpec{{Ref: "k"}, {DependsOn: task.Plain("k")}}
 		ts, created, err := p.tasks.SubmitGraph(context.WithoutCancel(ctx), ps, specs)
 		done <- result{ts, created, err}
 	}()

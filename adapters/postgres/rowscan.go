@@ -109,6 +109,9 @@ var taskRowFields = rowFields[taskRow]{
 	"awaited":             func(r *taskRow) any { return &r.Awaited },
 	"schedule_name":       func(r *taskRow) any { return &r.ScheduleName },
 	"schedule_tick":       func(r *taskRow) any { return &r.ScheduleTick },
+	"workflow_id":         func(r *taskRow) any { return &r.WorkflowID },
+	"replay_of":           func(r *taskRow) any { return &r.ReplayOf },
+	"debounce_until":      func(r *taskRow) any { return &r.DebounceUntil },
 }
 
 // taskRowNowFields are taskRowNow's columns.

@@ -32,10 +32,10 @@ var insertTasksSQL = `
 		SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::int[],
 			$7::text[], $8::text[], $9::text[], $11::int[], $12::text[], $13::float8[], $14::float8[], $15::text[],
 			$16::text[], $17::int[], $18::bool[], $19::text[], $20::text[], $21::text[],
-			$22::int[], $23::text[], $24::text[], $25::text[], $26::bool[])
+			$22::int[], $23::text[], $24::text[], $25::text[], $26::bool[], $27::uuid[], $28::uuid[])
 			WITH ORDINALITY AS u(id, queue, priority, payload, tags, max_attempts, deadline, run_at, idempotency_key, payload_bytes,
 				unique_key, retry_base, retry_max, retry_jitter, status, blockers, has_dependants, dead_reason, finished_at,
-				group_key, timeout_seconds, metadata, traceparent, tracestate, awaited, n)
+				group_key, timeout_seconds, metadata, traceparent, tracestate, awaited, workflow_id, replay_of, n)
 	), k AS MATERIALIZED (
 		SELECT k.queue, k.group_key, ` + fmt.Sprintf(fairRankSQL, "k.queue", "k.group_key") + ` AS base
 		FROM (SELECT DISTINCT queue, group_key FROM u) k
@@ -44,13 +44,13 @@ var insertTasksSQL = `
 		deadline, run_at, idempotency_key, created_at, updated_at, payload_bytes,
 		unique_key, retry_base_seconds, retry_max_seconds, retry_jitter,
 		blockers, has_dependants, dead_reason, finished_at, group_key, grank,
-		timeout_seconds, metadata, traceparent, tracestate, awaited)
+		timeout_seconds, metadata, traceparent, tracestate, awaited, workflow_id, replay_of)
 	SELECT u.id, u.queue, u.status, u.priority, u.payload::jsonb, u.tags::text[], 0, u.max_attempts,
 		u.deadline::timestamptz, u.run_at::timestamptz, u.idempotency_key, $10, $10, u.payload_bytes,
 		u.unique_key, u.retry_base, u.retry_max, u.retry_jitter,
 		u.blockers, u.has_dependants, u.dead_reason, u.finished_at::timestamptz, u.group_key,
 		k.base + row_number() OVER (PARTITION BY u.queue, u.group_key ORDER BY u.n) - 1,
-		u.timeout_seconds, u.metadata::jsonb, u.traceparent, u.tracestate, u.awaited
+		u.timeout_seconds, u.metadata::jsonb, u.traceparent, u.tracestate, u.awaited, u.workflow_id, u.replay_of
 	FROM u JOIN k ON k.queue = u.queue AND k.group_key IS NOT DISTINCT FROM u.group_key
 	ORDER BY u.n
 	ON CONFLICT DO NOTHING
@@ -91,6 +91,7 @@ type newTaskArrays struct {
 	timeouts                            []sql.NullInt64
 	metadata, parents, states           []sql.NullString
 	awaited                             pq.BoolArray
+	workflows, replays                  []sql.NullString
 }
 
 func newTaskArraysOf(ts []*task.Task) (newTaskArrays, error) {
@@ -106,6 +107,7 @@ func newTaskArraysOf(ts []*task.Task) (newTaskArrays, error) {
 		sizes: make([]sql.NullInt64, n), blockers: make([]sql.NullInt64, n), dependants: make(pq.BoolArray, n),
 		timeouts: make([]sql.NullInt64, n), metadata: make([]sql.NullString, n), parents: make([]sql.NullString, n),
 		states: make([]sql.NullString, n), awaited: make(pq.BoolArray, n),
+		workflows: make([]sql.NullString, n), replays: make([]sql.NullString, n),
 	}
 	for i, t := range ts {
 		v := t.Snapshot()
@@ -143,6 +145,14 @@ func newTaskArraysOf(ts []*task.Task) (newTaskArrays, error) {
 		}
 		a.parents[i], a.states[i] = nullString(v.Trace.Parent), nullString(v.Trace.State)
 		a.awaited[i] = v.Awaited
+		a.workflows[i] = workflowColumn(v)
+		if v.ReplayOf != uuid.Nil {
+			a.replays[i] = sql.NullString{String: v.ReplayOf.String(), Valid: true}
+		}
+		if v.DebounceUntil != nil {
+			// Debounce applies to single submissions only.
+			return newTaskArrays{}, fmt.Errorf("insert tasks: task %s is debounced: create it with CreateKeyed", v.ID)
+		}
 	}
 	return a, nil
 }
@@ -156,7 +166,8 @@ func (a newTaskArrays) insert(ctx context.Context, tx sqlx.QueryerContext, now t
 		nullTexts(a.deadlines), a.runAts, nullTexts(a.keys), now, nullInts(a.sizes),
 		nullTexts(a.ukeys), nullFloats(a.bases), nullFloats(a.maxes), nullTexts(a.jitters),
 		a.statuses, nullInts(a.blockers), a.dependants, nullTexts(a.deadReasons), nullTexts(a.finishedAts), nullTexts(a.groups),
-		nullInts(a.timeouts), nullTexts(a.metadata), nullTexts(a.parents), nullTexts(a.states), a.awaited)
+		nullInts(a.timeouts), nullTexts(a.metadata), nullTexts(a.parents), nullTexts(a.states), a.awaited,
+		nullTexts(a.workflows), nullTexts(a.replays))
 	if err != nil {
 		return nil, fmt.Errorf("insert tasks: %w", err)
 	}

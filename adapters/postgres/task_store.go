@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -23,7 +24,8 @@ const taskColumns = `id, seq, queue, status, priority, payload, tags, attempts, 
 	lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id,
 	unique_key, snoozes, retry_base_seconds, retry_max_seconds, retry_jitter,
 	blockers, has_dependants, group_key, grank, schedule_name, schedule_tick,
-	timeout_seconds, timeout_at, metadata, traceparent, tracestate, progress, awaited`
+	timeout_seconds, timeout_at, metadata, traceparent, tracestate, progress, awaited,
+	workflow_id, replay_of, debounce_until`
 
 // heldTaskColumns are taskColumns but the payload: what the lease protocol
 // reads of a worker's tasks (saving a task never writes its payload).
@@ -33,7 +35,8 @@ const heldTaskColumns = `id, seq, queue, status, priority, tags, attempts, max_a
 	lease_seconds, lease_expires_at, cancel_requested_at, claim_request_id,
 	unique_key, snoozes, retry_base_seconds, retry_max_seconds, retry_jitter,
 	blockers, has_dependants, group_key, grank, schedule_name, schedule_tick,
-	timeout_seconds, timeout_at, metadata, traceparent, tracestate, progress, awaited`
+	timeout_seconds, timeout_at, metadata, traceparent, tracestate, progress, awaited,
+	workflow_id, replay_of, debounce_until`
 
 // taskRow is one row of tasks.
 type taskRow struct {
@@ -81,6 +84,12 @@ type taskRow struct {
 	// (migrations/0017).
 	ScheduleName sql.NullString `db:"schedule_name"`
 	ScheduleTick sql.NullTime   `db:"schedule_tick"`
+	// WorkflowID is NULL for a task that is its own run, ReplayOf for a
+	// task that is no replay, DebounceUntil for one never debounced
+	// (migrations/0022).
+	WorkflowID    uuid.NullUUID `db:"workflow_id"`
+	ReplayOf      uuid.NullUUID `db:"replay_of"`
+	DebounceUntil sql.NullTime  `db:"debounce_until"`
 }
 
 // taskRowNow is a task row with the transaction's now().
@@ -139,6 +148,9 @@ func (r *taskRow) toDomain() *task.Task {
 		Awaited:        r.Awaited,
 		ScheduleName:   r.ScheduleName.String,
 		ScheduleTick:   utcPtr(r.ScheduleTick),
+		WorkflowID:     r.WorkflowID.UUID,
+		ReplayOf:       r.ReplayOf.UUID,
+		DebounceUntil:  timePtr(r.DebounceUntil),
 	})
 }
 
@@ -151,6 +163,15 @@ var _ ports.TaskStore = (*TaskStore)(nil)
 
 // Create implements ports.TaskStore.
 func (s *TaskStore) Create(ctx context.Context, fn ports.TaskCreateFunc) (*task.Task, bool, error) {
+	return s.CreateKeyed(ctx, fn, ports.KeyRules{})
+}
+
+// CreateKeyed implements ports.TaskStore. Without rules it inserts first
+// and looks for the holder of the task's keys only when the insert gives
+// way; with rules it looks first (a throttle must answer before anything is
+// inserted, a debounce must change the holder), then inserts. Either way
+// a holder that finishes in between sends it round again.
+func (s *TaskStore) CreateKeyed(ctx context.Context, fn ports.TaskCreateFunc, rules ports.KeyRules) (*task.Task, bool, error) {
 	now, err := s.st.Now(ctx)
 	if err != nil {
 		return nil, false, err
@@ -165,7 +186,19 @@ func (s *TaskStore) Create(ctx context.Context, fn ports.TaskCreateFunc) (*task.
 		return nil, false, fmt.Errorf("insert task: payload: %w", err)
 	}
 	retry := retryColumnsOf(v.Retry)
+	keyed := rules.Debounce != nil || rules.ThrottleSeconds > 0
 	for range maxKeyRaces {
+		if keyed {
+			held, ok, err := s.keyHolder(ctx, t, rules, now)
+			if err != nil || ok {
+				return held, false, err
+			}
+			if held == nil && rules.ThrottleSeconds > 0 {
+				if held, err = s.lastHolder(ctx, v, rules.ThrottleSeconds, now); err != nil || held != nil {
+					return held, false, err
+				}
+			}
+		}
 		var row taskRow
 		// No conflict target: the statement gives way to the idempotency
 		// index and to the active-unique index (tasks_unique_active) alike.
@@ -173,16 +206,17 @@ func (s *TaskStore) Create(ctx context.Context, fn ports.TaskCreateFunc) (*task.
 			INSERT INTO tasks (id, queue, status, priority, payload, tags, attempts, max_attempts,
 				deadline, run_at, idempotency_key, created_at, updated_at, payload_bytes,
 				unique_key, retry_base_seconds, retry_max_seconds, retry_jitter, group_key, schedule_name, schedule_tick, grank,
-				timeout_seconds, metadata, traceparent, tracestate, awaited)
+				timeout_seconds, metadata, traceparent, tracestate, awaited, workflow_id, replay_of, debounce_until)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, $13, $14, $15, $16, $17, $18, $19, $20,
-				`+fmt.Sprintf(fairRankSQL, "$2::text", "$18::text")+`, $21, $22, $23, $24, $25)
+				`+fmt.Sprintf(fairRankSQL, "$2::text", "$18::text")+`, $21, $22, $23, $24, $25, $26, $27, $28)
 			ON CONFLICT DO NOTHING
 			RETURNING `+taskColumns,
 			v.ID, v.Queue, string(v.Status), v.Priority, nullJSON(v.Payload), pq.StringArray(v.Tags),
 			v.Attempts, v.MaxAttempts, v.Deadline, v.RunAt, nullString(v.IdempotencyKey), v.CreatedAt, payloadBytes,
 			nullString(v.UniqueKey), retry.Base, retry.Max, retry.Jitter, nullString(v.GroupKey),
 			nullString(v.ScheduleName), v.ScheduleTick,
-			nullInt(v.TimeoutSeconds), metadataJSON(v.Metadata), nullString(v.Trace.Parent), nullString(v.Trace.State), v.Awaited)
+			nullInt(v.TimeoutSeconds), metadataJSON(v.Metadata), nullString(v.Trace.Parent), nullString(v.Trace.State), v.Awaited,
+			workflowColumn(v), nullUUID(v.ReplayOf), v.DebounceUntil)
 		if err == nil {
 			s.st.Record(e)
 			if v.Status == task.StatusPending {
@@ -192,6 +226,9 @@ func (s *TaskStore) Create(ctx context.Context, fn ports.TaskCreateFunc) (*task.
 		}
 		if err != sql.ErrNoRows {
 			return nil, false, fmt.Errorf("insert task: %w", err)
+		}
+		if keyed {
+			continue // the holder committed meanwhile: found by the look-up
 		}
 		// The queue already holds this idempotency key, or an unfinished
 		// task with this unique key, or (a schedule's tick) the tick has
@@ -208,6 +245,78 @@ func (s *TaskStore) Create(ctx context.Context, fn ports.TaskCreateFunc) (*task.
 		// look-up: the key is free, try again.
 	}
 	return nil, false, fmt.Errorf("insert task: unique key %q of queue %q: the holder kept changing", v.UniqueKey, v.Queue)
+}
+
+// keyHolder finds the task that holds t's idempotency key or, unfinished,
+// its unique key (ok: it answers the submission). The unique key's holder
+// of a debounced submission is locked and, while still unfinished, let
+// rules.Debounce decide at the database time now; a holder that finished
+// before the lock is not one (ok false, held nil: look again).
+func (s *TaskStore) keyHolder(ctx context.Context, t *task.Task, rules ports.KeyRules, now time.Time) (*task.Task, bool, error) {
+	found, err := s.existing(ctx, []*task.Task{t})
+	if err != nil || found[0] == nil {
+		return nil, false, err
+	}
+	held, v := found[0].Snapshot(), t.Snapshot()
+	byIdempotency := v.IdempotencyKey != "" && held.IdempotencyKey == v.IdempotencyKey
+	if byIdempotency || rules.Debounce == nil {
+		return found[0], true, nil
+	}
+	var row taskRow
+	err = s.st.tx.GetContext(ctx, &row, `SELECT `+taskColumns+` FROM tasks WHERE id = $1 AND status IN `+unfinishedSQL+` FOR UPDATE`, held.ID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, false, nil // it finished meanwhile
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("lock the unique key's holder: %w", err)
+	}
+	h := row.toDomain()
+	events, changed, err := rules.Debounce(h, now)
+	if err != nil || !changed {
+		return h, true, err
+	}
+	hv := h.Snapshot()
+	payloadBytes, err := jsonBytes(hv.Payload)
+	if err != nil {
+		return nil, false, fmt.Errorf("debounce task: payload: %w", err)
+	}
+	if _, err := s.st.tx.ExecContext(ctx, `
+		UPDATE tasks SET payload = $2, payload_bytes = $3, run_at = $4, updated_at = $5, debounce_until = $6 WHERE id = $1`,
+		hv.ID, nullJSON(hv.Payload), payloadBytes, hv.RunAt, hv.UpdatedAt, hv.DebounceUntil); err != nil {
+		return nil, false, fmt.Errorf("debounce task: %w", err)
+	}
+	s.st.Record(events...)
+	if hv.Status == task.StatusPending {
+		s.st.notify(hv.Queue, hv.RunAt)
+	}
+	return h, true, nil
+}
+
+// lastHolderSQL selects the queue's ($1) task with unique key $2 that
+// finished last, if it finished after $3 (tasks_unique_finished).
+var lastHolderSQL = `
+	SELECT ` + taskColumns + ` FROM tasks
+	WHERE queue = $1 AND unique_key = $2 AND finished_at IS NOT NULL AND finished_at > $3
+	ORDER BY finished_at DESC LIMIT 1`
+
+// lastHolder returns the last holder of v's unique key when it finished
+// less than seconds before now (task.Task.Throttles), else nil.
+func (s *TaskStore) lastHolder(ctx context.Context, v task.Snapshot, seconds int, now time.Time) (*task.Task, error) {
+	if v.UniqueKey == "" || !storableText(v.UniqueKey) {
+		return nil, nil
+	}
+	var row taskRow
+	err := s.st.tx.GetContext(ctx, &row, lastHolderSQL, v.Queue, v.UniqueKey, now.Add(-time.Duration(seconds)*time.Second))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("last holder of a unique key: %w", err)
+	}
+	if t := row.toDomain(); t.Throttles(seconds, now) {
+		return t, nil
+	}
+	return nil, nil
 }
 
 // maxKeyRaces bounds the tries of a submission whose unique key's holder
@@ -376,6 +485,15 @@ func timePtr(t sql.NullTime) *time.Time {
 func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
 
 func nullUUID(id uuid.UUID) uuid.NullUUID { return uuid.NullUUID{UUID: id, Valid: id != uuid.Nil} }
+
+// workflowColumn is the workflow_id column of v: NULL when the task is its
+// own run (migrations/0022).
+func workflowColumn(v task.Snapshot) sql.NullString {
+	if v.WorkflowID == uuid.Nil || v.WorkflowID == v.ID {
+		return sql.NullString{}
+	}
+	return sql.NullString{String: v.WorkflowID.String(), Valid: true}
+}
 
 // nullInt stores 0 as SQL NULL.
 func nullInt(n int) sql.NullInt64 { return sql.NullInt64{Int64: int64(n), Valid: n != 0} }

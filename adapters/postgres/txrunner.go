@@ -230,7 +230,8 @@ func (s *txState) sendNotifications(ctx context.Context) error {
 func (s *txState) stores() ports.Stores {
 	return ports.Stores{Tasks: &TaskStore{st: s}, Workers: &WorkerStore{st: s}, Outbox: s, Reaper: &ReaperStore{st: s}, Keys: &KeyStore{st: s},
 		Schedules: &ScheduleStore{st: s}, Sessions: &SessionStore{st: s}, Bulk: &BulkStore{st: s}, QueueSettings: &QueueSettingsStore{st: s},
-		Limits: &LimitStore{st: s}, Push: &PushStore{st: s}}
+		Limits: &LimitStore{st: s}, Push: &PushStore{st: s},
+		Workflows: &WorkflowStore{st: s}}
 }
 
 // Record implements ports.Outbox.

@@ -351,9 +351,15 @@ type taskData struct {
 	Attempts  []task.Attempt
 	DependsOn []uuid.UUID
 	BlockedBy []uuid.UUID
-	CanRetry  bool
-	CanCancel bool
+	// MoreParents counts the parents beyond the first shownParents, which
+	// the page leaves out (a join may have 10,000).
+	MoreParents int
+	CanRetry    bool
+	CanCancel   bool
 }
+
+// shownParents is the most parents a task page lists.
+const shownParents = 100
 
 func (h *Handler) taskPage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
@@ -378,6 +384,9 @@ func (h *Handler) taskPage(w http.ResponseWriter, r *http.Request) {
 		DependsOn: detail.DependsOn, BlockedBy: detail.BlockedBy,
 		CanRetry:  s.Status == task.StatusDead,
 		CanCancel: s.Status == task.StatusPending || s.Status == task.StatusBlocked || (s.Status == task.StatusRunning && s.CancelRequestedAt == nil)}
+	if n := len(data.DependsOn); n > shownParents {
+		data.DependsOn, data.MoreParents = data.DependsOn[:shownParents], n-shownParents
+	}
 	h.render(w, r, http.StatusOK, "task", page{Title: "Task " + s.ID.String(), Nav: "overview", Data: data})
 }
 
@@ -491,9 +500,19 @@ func (h *Handler) scheduleAction(w http.ResponseWriter, r *http.Request) {
 }
 
 type deadData struct {
-	Groups []ports.DeadCount
-	Total  int64
+	// Failures are the groups of tasks that failed; NotRun those of tasks
+	// stopped without running (task.DeadReason.Failure false).
+	Failures, NotRun []ports.DeadCount
+	Total            int64
 	queueExtra
+}
+
+// deadTableView is one table of the dead letters page.
+type deadTableView struct {
+	Groups    []ports.DeadCount
+	Act, Bulk bool
+	CSRF      string
+	Empty     string
 }
 
 func (h *Handler) deadPage(w http.ResponseWriter, r *http.Request) {
@@ -502,9 +521,14 @@ func (h *Handler) deadPage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	data := deadData{Groups: groups, queueExtra: queueExtra{BulkByFilter: h.d.Bulk != nil}}
+	data := deadData{queueExtra: queueExtra{BulkByFilter: h.d.Bulk != nil}}
 	for _, g := range groups {
 		data.Total += g.Count
+		if task.DeadReason(g.Reason).Failure() {
+			data.Failures = append(data.Failures, g)
+		} else {
+			data.NotRun = append(data.NotRun, g)
+		}
 	}
 	h.render(w, r, http.StatusOK, "dead", page{Title: "Dead letters", Nav: "dead", Data: data})
 }

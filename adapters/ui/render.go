@@ -177,14 +177,16 @@ func capitalize(s string) string {
 // Flash messages: actions redirect with ?ok=<code>[&n=<count>]; only these
 // fixed texts are shown, so a crafted link cannot put words on the page.
 var flashes = map[string]string{
-	"retried":   "Task retried: it is PENDING again.",
-	"cancelled": "Cancel requested.",
-	"drained":   "Worker asked to drain: it claims nothing more.",
-	"paused":    "Paused.",
-	"resumed":   "Resumed.",
-	"saved":     "Settings saved.",
-	"bulk":      "Done: %s task(s) changed.",
-	"bulkpart":  "Done: %s task(s) changed; the others had moved on or were held.",
+	"retried":         "Task retried: it is PENDING again.",
+	"cancelled":       "Cancel requested.",
+	"drained":         "Worker asked to drain: it claims nothing more.",
+	"paused":          "Paused.",
+	"resumed":         "Resumed.",
+	"saved":           "Settings saved.",
+	"bulk":            "Done: %s task(s) changed.",
+	"bulkpart":        "Done: %s task(s) changed; the others had moved on or were held.",
+	"workflow-cancel": "Workflow cancelled: %s task(s) cancelled or asked to stop.",
+	"workflow-retry":  "Workflow retried: %s task(s) out of DEAD.",
 }
 
 func flashOf(r *http.Request) string {
@@ -279,6 +281,9 @@ var funcs = template.FuncMap{
 	"host":             func(p *queue.Push) string { return p.Host() },
 	"floatPtr":         func(f *float64) string { return strconv.FormatFloat(*f, 'f', 1, 64) },
 	"bar":              progressBar,
+	"deadTable": func(groups []ports.DeadCount, act bool, csrf string, bulk bool, empty string) deadTableView {
+		return deadTableView{Groups: groups, Act: act, CSRF: csrf, Bulk: bulk, Empty: empty}
+	},
 }
 
 // fmtStatus is an HTTP status, or "no response" for 0.

@@ -70,6 +70,8 @@ type Deps struct {
 	// Bulk, when set, offers retry and cancel of every task matching a
 	// filter.
 	Bulk ports.BulkService
+	// Workflows, when set, serves the run pages.
+	Workflows ports.WorkflowService
 	// Limits, when set, are the rate limits the dashboard shares with the
 	// API (required with authentication on).
 	Limits Limits
@@ -173,6 +175,8 @@ func (h *Handler) routes() {
 	m.Handle("GET /ui/tasks/{id}/{part}", h.read(h.taskDownload))
 	m.Handle("POST /ui/tasks/{id}/retry", h.act(h.retryTask))
 	m.Handle("POST /ui/tasks/{id}/cancel", h.act(h.cancelTask))
+	m.Handle("GET /ui/workflows/{id}", h.read(h.workflowPage))
+	m.Handle("POST /ui/workflows/{id}/{action}", h.act(h.workflowAction))
 	m.Handle("GET /ui/dead", h.read(h.deadPage))
 	m.Handle("GET /ui/workers", h.read(h.workersPage))
 	m.Handle("POST /ui/workers/{id}/drain", h.act(h.drainWorker))

@@ -54,6 +54,20 @@ const (
 	// AuditTasksBulkCancelled: an operator cancelled every PENDING, BLOCKED
 	// or RUNNING task a filter matched (Filter, Matched).
 	AuditTasksBulkCancelled Type = "audit.tasks_bulk_cancelled"
+	// AuditTasksBulkReplayed: an operator replayed every DONE or DEAD task
+	// a filter matched (Filter, Matched). Each replay has its own
+	// task.submitted event, with ReplayOf.
+	AuditTasksBulkReplayed Type = "audit.tasks_bulk_replayed"
+	// AuditTaskReplayed: a task was replayed (TaskID and Queue: the new
+	// task; ReplayOf: the original).
+	AuditTaskReplayed Type = "audit.task_replayed"
+	// AuditWorkflowCancelled: an operator cancelled a run's unfinished
+	// tasks (WorkflowID; Matched: how many were unfinished when the
+	// action began).
+	AuditWorkflowCancelled Type = "audit.workflow_cancelled"
+	// AuditWorkflowRetried: an operator retried a run's DEAD tasks
+	// (WorkflowID; Matched: how many it moved out of DEAD).
+	AuditWorkflowRetried Type = "audit.workflow_retried"
 )
 
 // Audit returns an audit event of type t performed by keyID ("" when no key

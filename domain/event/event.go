@@ -67,6 +67,11 @@ const (
 	// per task per second: a report that comes sooner is announced by a
 	// later event, with the latest values.
 	TaskProgress Type = "task.progress"
+	// TaskDebounced: a debounced submission replaced the payload of the
+	// PENDING task holding its unique key and pushed its run_at on (From
+	// and To are both PENDING; Reason debounced; DelaySeconds is how long
+	// from now the task waits).
+	TaskDebounced Type = "task.debounced"
 )
 
 // Schedule event types. They carry the schedule's name (Schedule) and the
@@ -105,6 +110,14 @@ type Event struct {
 	Type Type `json:"type"`
 	// TaskID is the task concerned, for task events.
 	TaskID string `json:"task_id,omitempty"`
+	// WorkflowID is the run of the task concerned, on every event of a
+	// task that belongs to another task's run (absent: the task is its
+	// own run, TaskID), and on the audit events of a run's cancel and
+	// retry.
+	WorkflowID string `json:"workflow_id,omitempty"`
+	// ReplayOf is the task a replay was made from (task.submitted of a
+	// replay, audit.task_replayed).
+	ReplayOf string `json:"replay_of,omitempty"`
 	// Queue is the task's queue, for task events.
 	Queue string `json:"queue,omitempty"`
 	// Queues are a worker's queues, for worker events.
@@ -144,7 +157,8 @@ type Event struct {
 	Filter map[string]string `json:"filter,omitempty"`
 	// Matched is how many tasks an audited bulk action or purge changed.
 	Matched *int64 `json:"matched,omitempty"`
-	// DelaySeconds is how long a snoozed task waits (task.snoozed).
+	// DelaySeconds is how long a snoozed task waits (task.snoozed), or a
+	// debounced one (task.debounced).
 	DelaySeconds *float64 `json:"delay_seconds,omitempty"`
 	// QueueWaitSeconds is claimed_at - created_at, on claims.
 	QueueWaitSeconds *float64 `json:"queue_wait_seconds,omitempty"`

@@ -20,8 +20,10 @@ var (
 
 func TestResolveDependencies(t *testing.T) {
 	t.Parallel()
-	item := func(i, k int) task.ParentRef { return task.ParentRef{Item: i, Index: k} }
-	existing := func(id uuid.UUID, k int) task.ParentRef { return task.ParentRef{Item: -1, ID: id, Index: k} }
+	item := func(i, k int) task.ParentRef { return task.ParentRef{Item: i, Index: k, OnFailure: task.OnFailureFail} }
+	existing := func(id uuid.UUID, k int) task.ParentRef {
+		return task.ParentRef{Item: -1, ID: id, Index: k, OnFailure: task.OnFailureFail}
+	}
 	cases := []struct {
 		name  string
 		specs []task.DependencySpec
@@ -36,9 +38,9 @@ func TestResolveDependencies(t *testing.T) {
 			name: "a diamond of earlier items, in depends_on order",
 			specs: []task.DependencySpec{
 				{Ref: "root"},
-				{Ref: "left", DependsOn: []string{"root"}},
-				{Ref: "right", DependsOn: []string{"root"}},
-				{DependsOn: []string{"right", "left"}},
+				{Ref: "left", DependsOn: task.Plain("root")},
+				{Ref: "right", DependsOn: task.Plain("root")},
+				{DependsOn: task.Plain("right", "left")},
 			},
 			want: [][]task.ParentRef{nil, {item(0, 0)}, {item(0, 0)}, {item(2, 0), item(1, 1)}},
 		},
@@ -46,7 +48,7 @@ func TestResolveDependencies(t *testing.T) {
 			name: "existing tasks by id, mixed with items; repeats are dropped",
 			specs: []task.DependencySpec{
 				{Ref: "fetch"},
-				{DependsOn: []string{parentA.String(), "fetch", parentA.String(), "fetch", strings.ToUpper(parentB.String())}},
+				{DependsOn: task.Plain(parentA.String(), "fetch", parentA.String(), "fetch", strings.ToUpper(parentB.String()))},
 			},
 			want: [][]task.ParentRef{nil, {existing(parentA, 0), item(0, 1), existing(parentB, 4)}},
 		},
@@ -54,7 +56,7 @@ func TestResolveDependencies(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := task.ResolveDependencies(c.specs)
+			got, err := task.ResolveDependencies("tasks", c.specs)
 			require.NoError(t, err)
 			require.Equal(t, c.want, got)
 		})
@@ -75,22 +77,22 @@ func TestResolveDependenciesRefusals(t *testing.T) {
 	}{
 		{
 			name:   "a self reference is a cycle",
-			specs:  []task.DependencySpec{{Ref: "a", DependsOn: []string{"a"}}},
+			specs:  []task.DependencySpec{{Ref: "a", DependsOn: task.Plain("a")}},
 			fields: []string{"tasks[0].depends_on[0]"}, says: "cycle",
 		},
 		{
 			name:   "a forward reference is a cycle",
-			specs:  []task.DependencySpec{{Ref: "a", DependsOn: []string{"b"}}, {Ref: "b", DependsOn: []string{"a"}}},
-			fields: []string{"tasks[0].depends_on[0]"}, says: "not earlier in the batch",
+			specs:  []task.DependencySpec{{Ref: "a", DependsOn: task.Plain("b")}, {Ref: "b", DependsOn: task.Plain("a")}},
+			fields: []string{"tasks[0].depends_on[0]"}, says: "not earlier in the list",
 		},
 		{
 			name:   "an unknown ref",
-			specs:  []task.DependencySpec{{Ref: "a"}, {DependsOn: []string{"a", "nope"}}},
+			specs:  []task.DependencySpec{{Ref: "a"}, {DependsOn: task.Plain("a", "nope")}},
 			fields: []string{"tasks[1].depends_on[1]"}, says: "names no earlier item",
 		},
 		{
 			name:   "a UUID in another form is not an id",
-			specs:  []task.DependencySpec{{DependsOn: []string{"{" + parentA.String() + "}", strings.ReplaceAll(parentA.String(), "-", "")}}},
+			specs:  []task.DependencySpec{{DependsOn: task.Plain("{"+parentA.String()+"}", strings.ReplaceAll(parentA.String(), "-", ""))}},
 			fields: []string{"tasks[0].depends_on[0]", "tasks[0].depends_on[1]"}, says: "is not a task id",
 		},
 		{
@@ -110,15 +112,15 @@ func TestResolveDependenciesRefusals(t *testing.T) {
 		},
 		{
 			name:   "too many parents for one task",
-			specs:  []task.DependencySpec{{DependsOn: many}},
-			fields: []string{"tasks[0].depends_on"}, says: "at most 1000",
+			specs:  []task.DependencySpec{{DependsOn: task.Plain(many...)}},
+			fields: []string{"tasks[0].depends_on", "tasks"}, says: "at most 10000",
 		},
 		{
 			name: "too many depends_on entries in one batch",
 			specs: func() []task.DependencySpec {
 				out := make([]task.DependencySpec, 11)
 				for i := range out {
-					out[i].DependsOn = many[:task.MaxDependsOn]
+					out[i].DependsOn = task.Plain(many[:1000]...)
 				}
 				return out
 			}(),
@@ -128,7 +130,7 @@ func TestResolveDependenciesRefusals(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := task.ResolveDependencies(c.specs)
+			got, err := task.ResolveDependencies("tasks", c.specs)
 			require.Nil(t, got)
 			var verr *validation.Error
 			require.ErrorAs(t, err, &verr)
@@ -138,40 +140,71 @@ func TestResolveDependenciesRefusals(t *testing.T) {
 	}
 }
 
+// ps are parent states under edges of policy o.
+func ps(o task.OnFailure, statuses ...task.Status) []task.ParentState {
+	out := make([]task.ParentState, len(statuses))
+	for i, st := range statuses {
+		out[i] = task.ParentState{Status: st, OnFailure: o}
+	}
+	return out
+}
+
 func TestSubmitAfter(t *testing.T) {
 	t.Parallel()
 	params := func() task.SubmitParams { return task.SubmitParams{ID: taskID, Queue: "emails"} }
 	submitted := func(to task.Status) event.Event {
 		return taskEvent(event.TaskSubmitted, "", to, "", 0, "", base)
 	}
+	died := func(reason string) event.Event {
+		e := taskEvent(event.TaskDeadLettered, task.StatusBlocked, task.StatusDead, reason, 0, "", base)
+		e.EndToEndSeconds = secs(0)
+		return e
+	}
+	fail, ignore, skip := task.OnFailureFail, task.OnFailureIgnore, task.OnFailureSkip
 	cases := []struct {
 		name     string
-		parents  []task.Status
+		parents  []task.ParentState
 		status   task.Status
+		reason   task.DeadReason
 		blockers int
 		events   []event.Event
 	}{
 		{
-			name: "every parent DONE: PENDING at once", parents: []task.Status{task.StatusDone, task.StatusDone},
+			name: "every parent DONE: PENDING at once", parents: ps(fail, task.StatusDone, task.StatusDone),
 			status: task.StatusPending, events: []event.Event{submitted(task.StatusPending)},
 		},
 		{
 			name:    "parents not yet DONE block it, each counted",
-			parents: []task.Status{task.StatusDone, task.StatusPending, task.StatusRunning, task.StatusBlocked},
+			parents: ps(fail, task.StatusDone, task.StatusPending, task.StatusRunning, task.StatusBlocked),
 			status:  task.StatusBlocked, blockers: 3, events: []event.Event{submitted(task.StatusBlocked)},
 		},
 		{
 			name:    "a parent already DEAD: DEAD dependency_failed, as if it had died just after",
-			parents: []task.Status{task.StatusPending, task.StatusDead},
-			status:  task.StatusDead, blockers: 2,
-			events: []event.Event{
-				submitted(task.StatusBlocked),
-				func() event.Event {
-					e := taskEvent(event.TaskDeadLettered, task.StatusBlocked, task.StatusDead, "dependency_failed", 0, "", base)
-					e.EndToEndSeconds = secs(0)
-					return e
-				}(),
-			},
+			parents: ps(fail, task.StatusPending, task.StatusDead),
+			status:  task.StatusDead, reason: task.DeadDependencyFailed, blockers: 2,
+			events: []event.Event{submitted(task.StatusBlocked), died("dependency_failed")},
+		},
+		{
+			name:    "a parent DEAD under an ignore edge is resolved: PENDING once the others are DONE",
+			parents: append(ps(ignore, task.StatusDead), ps(fail, task.StatusDone)...),
+			status:  task.StatusPending, events: []event.Event{submitted(task.StatusPending)},
+		},
+		{
+			name:    "an ignore edge to an unfinished parent blocks like any",
+			parents: append(ps(ignore, task.StatusRunning, task.StatusDead), ps(fail, task.StatusPending)...),
+			status:  task.StatusBlocked, blockers: 2, events: []event.Event{submitted(task.StatusBlocked)},
+		},
+		{
+			name:    "a parent DEAD under a skip edge: DEAD dependency_skipped",
+			parents: append(ps(skip, task.StatusDead), ps(fail, task.StatusPending)...),
+			status:  task.StatusDead, reason: task.DeadDependencySkipped, blockers: 2,
+			events: []event.Event{submitted(task.StatusBlocked), died("dependency_skipped")},
+		},
+		{
+			name:    "a mixed fan-in: fail wins over skip, ignore counts for nothing",
+			parents: append(append(ps(skip, task.StatusDead), ps(ignore, task.StatusDead)...), ps(fail, task.StatusDead)...),
+			status:  task.StatusDead, reason: task.DeadDependencyFailed, blockers: 2,
+			events: []event.Event{submitted(task.StatusBlocked), died("dependency_failed")},
 		},
 	}
 	for _, c := range cases {
@@ -185,15 +218,15 @@ func TestSubmitAfter(t *testing.T) {
 			require.Equal(t, c.blockers, s.Blockers)
 			require.Equal(t, c.events, events)
 			require.Equal(t, c.status == task.StatusDead, tk.Finished())
+			require.Equal(t, c.reason, s.DeadReason)
 			if c.status == task.StatusDead {
-				require.Equal(t, task.DeadDependencyFailed, s.DeadReason)
 				require.Equal(t, &base, s.FinishedAt)
 			}
 			_, ended := tk.EndedAttempt()
 			require.False(t, ended, "a new task has no attempt to end")
 		})
 	}
-	_, _, err := task.SubmitAfter(task.SubmitParams{ID: taskID, Queue: ""}, []task.Status{task.StatusDone}, base)
+	_, _, err := task.SubmitAfter(task.SubmitParams{ID: taskID, Queue: ""}, ps(fail, task.StatusDone), base)
 	var verr *validation.Error
 	require.ErrorAs(t, err, &verr)
 	require.Equal(t, []string{"queue"}, fields(verr))
@@ -207,57 +240,73 @@ func TestParentsFinished(t *testing.T) {
 		s.Blockers = n
 		return s
 	}
+	died := func(reason task.DeadReason) (func(s *task.Snapshot), []event.Event) {
+		e := taskEvent(event.TaskDeadLettered, task.StatusBlocked, task.StatusDead, string(reason), 0, "", now)
+		e.EndToEndSeconds = secs(60)
+		return func(s *task.Snapshot) { endRun(s, task.StatusDead, reason, now) }, []event.Event{e}
+	}
+	failedWant, failedEvents := died(task.DeadDependencyFailed)
+	skippedWant, skippedEvents := died(task.DeadDependencySkipped)
+	unblocked := []event.Event{taskEvent(event.TaskUnblocked, task.StatusBlocked, task.StatusPending, "dependencies_done", 0, "", now)}
 	cases := []struct {
-		name         string
-		start        task.Snapshot
-		done, failed int
-		changed      bool
-		want         func(s *task.Snapshot)
-		events       []event.Event
+		name    string
+		start   task.Snapshot
+		ends    task.ParentEnds
+		changed bool
+		want    func(s *task.Snapshot)
+		events  []event.Event
 	}{
 		{
-			name: "one of two parents done: one blocker left, no event", start: withBlockers(2), done: 1, changed: true,
+			name: "one of two parents done: one blocker left, no event", start: withBlockers(2), ends: task.ParentEnds{Done: 1}, changed: true,
 			want: func(s *task.Snapshot) { s.Blockers, s.UpdatedAt = 1, now },
 		},
 		{
-			name: "the last parent done: PENDING, task.unblocked", start: withBlockers(1), done: 1, changed: true,
+			name: "the last parent done: PENDING, task.unblocked", start: withBlockers(1), ends: task.ParentEnds{Done: 1}, changed: true,
 			want:   func(s *task.Snapshot) { s.Status, s.Blockers, s.UpdatedAt = task.StatusPending, 0, now },
-			events: []event.Event{taskEvent(event.TaskUnblocked, task.StatusBlocked, task.StatusPending, "dependencies_done", 0, "", now)},
+			events: unblocked,
 		},
 		{
-			name: "several parents done at once (a batch report)", start: withBlockers(3), done: 3, changed: true,
+			name: "several parents done at once (a batch report)", start: withBlockers(3), ends: task.ParentEnds{Done: 3}, changed: true,
 			want:   func(s *task.Snapshot) { s.Status, s.Blockers, s.UpdatedAt = task.StatusPending, 0, now },
-			events: []event.Event{taskEvent(event.TaskUnblocked, task.StatusBlocked, task.StatusPending, "dependencies_done", 0, "", now)},
+			events: unblocked,
 		},
 		{
-			name: "a parent DEAD: DEAD dependency_failed", start: withBlockers(2), failed: 1, changed: true,
-			want: func(s *task.Snapshot) { endRun(s, task.StatusDead, task.DeadDependencyFailed, now) },
-			events: []event.Event{func() event.Event {
-				e := taskEvent(event.TaskDeadLettered, task.StatusBlocked, task.StatusDead, "dependency_failed", 0, "", now)
-				e.EndToEndSeconds = secs(60)
-				return e
-			}()},
+			name: "a parent DEAD under an ignore edge counts down like a DONE one", start: withBlockers(2),
+			ends: task.ParentEnds{Done: 1, Ignored: 1}, changed: true,
+			want:   func(s *task.Snapshot) { s.Status, s.Blockers, s.UpdatedAt = task.StatusPending, 0, now },
+			events: unblocked,
 		},
 		{
-			name: "a parent DEAD wins over others done in the same transaction", start: withBlockers(2), done: 1, failed: 1, changed: true,
-			want: func(s *task.Snapshot) { endRun(s, task.StatusDead, task.DeadDependencyFailed, now) },
-			events: []event.Event{func() event.Event {
-				e := taskEvent(event.TaskDeadLettered, task.StatusBlocked, task.StatusDead, "dependency_failed", 0, "", now)
-				e.EndToEndSeconds = secs(60)
-				return e
-			}()},
+			name: "a parent DEAD: DEAD dependency_failed", start: withBlockers(2), ends: task.ParentEnds{Failed: 1}, changed: true,
+			want: failedWant, events: failedEvents,
+		},
+		{
+			name: "a parent DEAD under a skip edge: DEAD dependency_skipped", start: withBlockers(2), ends: task.ParentEnds{Skipped: 1}, changed: true,
+			want: skippedWant, events: skippedEvents,
+		},
+		{
+			name: "a parent DEAD wins over others done in the same transaction", start: withBlockers(2),
+			ends: task.ParentEnds{Done: 1, Failed: 1}, changed: true, want: failedWant, events: failedEvents,
+		},
+		{
+			name: "a mixed fan-in: fail wins over skip and ignore", start: withBlockers(3),
+			ends: task.ParentEnds{Failed: 1, Skipped: 1, Ignored: 1}, changed: true, want: failedWant, events: failedEvents,
+		},
+		{
+			name: "skip wins over ignore and done", start: withBlockers(3),
+			ends: task.ParentEnds{Done: 1, Skipped: 1, Ignored: 1}, changed: true, want: skippedWant, events: skippedEvents,
 		},
 		{name: "nothing finished: unchanged", start: withBlockers(2), want: func(*task.Snapshot) {}},
-		{name: "already DEAD (another parent failed): unchanged", start: dead(), done: 1, want: func(*task.Snapshot) {}},
-		{name: "already DEAD: a second failure changes nothing", start: dead(), failed: 1, want: func(*task.Snapshot) {}},
-		{name: "retried out of DEAD by an operator, PENDING: unchanged", start: pending(), done: 1, want: func(*task.Snapshot) {}},
-		{name: "RUNNING: unchanged", start: running(1), failed: 1, want: func(*task.Snapshot) {}},
+		{name: "already DEAD (another parent failed): unchanged", start: dead(), ends: task.ParentEnds{Done: 1}, want: func(*task.Snapshot) {}},
+		{name: "already DEAD: a second failure changes nothing", start: dead(), ends: task.ParentEnds{Failed: 1}, want: func(*task.Snapshot) {}},
+		{name: "retried out of DEAD by an operator, PENDING: unchanged", start: pending(), ends: task.ParentEnds{Done: 1}, want: func(*task.Snapshot) {}},
+		{name: "RUNNING: unchanged", start: running(1), ends: task.ParentEnds{Failed: 1}, want: func(*task.Snapshot) {}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			tk := task.Restore(c.start)
-			events, changed := tk.ParentsFinished(c.done, c.failed, now)
+			events, changed := tk.ParentsFinished(c.ends, now)
 			require.Equal(t, c.changed, changed)
 			require.Equal(t, c.events, events)
 			want := task.Restore(c.start).Snapshot()

@@ -10,6 +10,9 @@ import (
 var (
 	// ErrNotFound: no task has the given id.
 	ErrNotFound = errors.New("task not found")
+	// ErrWorkflowNotFound: no task (that the caller may see) belongs to
+	// the run with the given id.
+	ErrWorkflowNotFound = errors.New("workflow not found")
 	// ErrLeaseLost: the caller does not hold the task (another worker holds
 	// it, or the lease id is stale). Every *LeaseError matches it.
 	ErrLeaseLost = errors.New("lease lost")

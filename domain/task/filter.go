@@ -7,6 +7,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
+
 	"github.com/taskmaster/taskmaster/domain/event"
 	"github.com/taskmaster/taskmaster/domain/validation"
 )
@@ -40,6 +42,8 @@ type Filter struct {
 	// Metadata, when not empty, are pairs the task's metadata must all
 	// hold (equality of each key's value).
 	Metadata map[string]string
+	// WorkflowID, when not uuid.Nil, is the task's run.
+	WorkflowID uuid.UUID
 
 	// The fields below are set by the runs of bulk actions, never by the
 	// API: they keep a run to the tasks as they were when it began.
@@ -66,6 +70,7 @@ func (f Filter) Matches(t *Task) bool {
 		f.Text != "" && !containsFold(s.LastError, f.Text) && !containsFold(s.IdempotencyKey, f.Text),
 		f.UpdatedBefore != nil && !s.UpdatedAt.Before(*f.UpdatedBefore),
 		f.WithoutCancelRequest && s.CancelRequestedAt != nil,
+		f.WorkflowID != uuid.Nil && s.WorkflowID != f.WorkflowID,
 		!t.HasMetadata(f.Metadata):
 		return false
 	}
@@ -149,24 +154,34 @@ const (
 	// BulkCancel cancels PENDING and BLOCKED tasks and asks the holders of
 	// RUNNING ones to stop them (Task.Cancel).
 	BulkCancel BulkAction = "cancel"
+	// BulkReplay makes a new task of each DONE or DEAD task (Replay); it
+	// changes none of them.
+	BulkReplay BulkAction = "replay"
 )
 
 // Statuses are the statuses the action can change: a filter for it names
 // some of them, or takes them all.
 func (a BulkAction) Statuses() []Status {
-	if a == BulkRetry {
+	switch a {
+	case BulkRetry:
 		return []Status{StatusDead}
+	case BulkReplay:
+		return []Status{StatusDone, StatusDead}
 	}
 	return []Status{StatusPending, StatusBlocked, StatusRunning}
 }
 
 // Apply is the action's transition of one task: the single-task action's
-// (a *TransitionError when its status does not allow it).
+// (a *TransitionError when its status does not allow it). A replay changes
+// no task: it has no transition (Replay makes the new task).
 func (a BulkAction) Apply(t *Task, now time.Time) (event.Event, error) {
-	if a == BulkRetry {
+	switch a {
+	case BulkRetry:
 		return t.Retry(now)
+	case BulkCancel:
+		return t.Cancel(now)
 	}
-	return t.Cancel(now)
+	return event.Event{}, fmt.Errorf("a bulk %s changes no task", a)
 }
 
 // ForBulk validates f as the filter of a bulk action and returns it with
@@ -176,8 +191,8 @@ func (a BulkAction) Apply(t *Task, now time.Time) (event.Event, error) {
 // cancel leaves out RUNNING tasks already asked to stop.
 func (f Filter) ForBulk(a BulkAction) (Filter, error) {
 	var v validation.Errors
-	if a != BulkRetry && a != BulkCancel {
-		v.Add("action", "must be retry or cancel")
+	if a != BulkRetry && a != BulkCancel && a != BulkReplay {
+		v.Add("action", "must be retry, cancel or replay")
 		return f, v.Err()
 	}
 	f.check(&v)
@@ -221,6 +236,9 @@ func (f Filter) Fields() map[string]string {
 	}
 	add("error_contains", f.ErrorContains)
 	add("text", f.Text)
+	if f.WorkflowID != uuid.Nil {
+		add("workflow_id", f.WorkflowID.String())
+	}
 	for k, val := range f.Metadata {
 		out[MetadataFilterPrefix+k] = val
 	}

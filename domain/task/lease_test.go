@@ -327,6 +327,6 @@ func TestHeldByAndCancelRequested(t *testing.T) {
 
 func TestReasonsAreListed(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, []task.DeadReason{"exhausted", "non_retryable", "worker_dead", "deadline", "cancelled", "lease_expired", "orphaned", "dependency_failed"}, task.DeadReasons)
+	require.Equal(t, []task.DeadReason{"exhausted", "non_retryable", "worker_dead", "deadline", "cancelled", "lease_expired", "orphaned", "dependency_failed", "dependency_skipped"}, task.DeadReasons)
 	require.Equal(t, []task.RequeueReason{"failed", "worker_dead", "lease_expired", "orphaned", "retried", "snoozed", "released", "timed_out"}, task.RequeueReasons)
 }

@@ -96,13 +96,22 @@ const (
 	// DeadDependencyFailed: a task it depends on ended DEAD (for any
 	// reason, this one included), so it can never run.
 	DeadDependencyFailed DeadReason = "dependency_failed"
+	// DeadDependencySkipped: a task it depends on under a skip edge ended
+	// DEAD, so it was skipped: it never ran, like a cancelled task, and
+	// dead-letter views show it apart from failures.
+	DeadDependencySkipped DeadReason = "dependency_skipped"
 )
 
 // DeadReasons lists every dead reason, in the order the API documents them.
 var DeadReasons = []DeadReason{
 	DeadExhausted, DeadNonRetryable, DeadWorkerDead, DeadDeadline, DeadCancelled,
-	DeadLeaseExpired, DeadOrphaned, DeadDependencyFailed,
+	DeadLeaseExpired, DeadOrphaned, DeadDependencyFailed, DeadDependencySkipped,
 }
+
+// Failure reports whether a task DEAD for this reason failed (rather than
+// being stopped without running: cancelled, or skipped for a parent under
+// a skip edge). Dead-letter views show the two apart.
+func (r DeadReason) Failure() bool { return r != DeadCancelled && r != DeadDependencySkipped }
 
 // RequeueReason says why a task went back to PENDING.
 type RequeueReason string
@@ -246,6 +255,17 @@ type Snapshot struct {
 	// never a submission: storage finds a tick's task by them alone.
 	ScheduleName string
 	ScheduleTick *time.Time
+	// WorkflowID is the run the task belongs to: its own id for a task
+	// submitted alone, its run's for a task created by a complete's
+	// enqueue, a spawn or a batch graph (see SubmitParams.WorkflowID).
+	// Never uuid.Nil once restored or created.
+	WorkflowID uuid.UUID
+	// ReplayOf is the DONE or DEAD task this one was replayed from
+	// (uuid.Nil: not a replay; see Replay).
+	ReplayOf uuid.UUID
+	// DebounceUntil, when not nil, is the latest run_at a debounced
+	// submission may push the task to (see Debounce).
+	DebounceUntil *time.Time
 }
 
 // Task is a unit of work in a queue. Its fields are reachable only through
@@ -263,6 +283,9 @@ type Task struct {
 
 // Restore rebuilds a task from stored state.
 func Restore(s Snapshot) *Task {
+	if s.WorkflowID == uuid.Nil {
+		s.WorkflowID = s.ID
+	}
 	s.Tags = slices.Clone(s.Tags)
 	s.Retry = clonePolicy(s.Retry)
 	s.Metadata = cloneMetadata(s.Metadata)
@@ -296,6 +319,10 @@ func (t *Task) Status() Status { return t.s.Status }
 
 // Queue returns the task's queue.
 func (t *Task) Queue() string { return t.s.Queue }
+
+// WorkflowID returns the run the task belongs to (see
+// Snapshot.WorkflowID).
+func (t *Task) WorkflowID() uuid.UUID { return t.s.WorkflowID }
 
 // SubmitParams describe a new task.
 type SubmitParams struct {
@@ -331,6 +358,18 @@ type SubmitParams struct {
 	// Awaited says the submitter waits for the task to finish (see
 	// Snapshot.Awaited).
 	Awaited bool
+	// WorkflowID is the run the task joins (uuid.Nil: its own, a run of
+	// its own). The use cases set it: a complete's enqueue and a spawn
+	// give their tasks the reporting task's run, a batch graph its own
+	// (or the one the batch names).
+	WorkflowID uuid.UUID
+	// Debounce, when not nil, debounces the submission on its unique key
+	// (see CheckDebounce and Task.Debounce).
+	Debounce *DebounceParams
+	// ThrottleSeconds, when not nil, answers the submission with the last
+	// holder of its unique key while that one finished less than this
+	// many seconds ago (see Task.Throttles).
+	ThrottleSeconds *int
 }
 
 // Submit creates a PENDING task at time now.
@@ -341,6 +380,11 @@ func Submit(p SubmitParams, now time.Time) (*Task, event.Event, error) {
 	runAt := now
 	if p.RunAt != nil {
 		runAt = *p.RunAt
+	}
+	if p.Debounce != nil {
+		// The first submission waits its debounce: later ones push it on,
+		// up to DebounceUntil.
+		runAt = now.Add(time.Duration(p.Debounce.Seconds) * time.Second)
 	}
 	if p.Deadline != nil && !p.Deadline.After(runAt) {
 		var v validation.Errors
@@ -364,7 +408,15 @@ func Submit(p SubmitParams, now time.Time) (*Task, event.Event, error) {
 		Metadata:       cloneMetadata(p.Metadata),
 		Trace:          p.Trace,
 		Awaited:        p.Awaited,
+		WorkflowID:     p.WorkflowID,
 	}}
+	if t.s.WorkflowID == uuid.Nil {
+		t.s.WorkflowID = p.ID
+	}
+	if p.Debounce != nil {
+		until := now.Add(time.Duration(*p.Debounce.MaxSeconds) * time.Second)
+		t.s.DebounceUntil = &until
+	}
 	if p.TimeoutSeconds != nil {
 		t.s.TimeoutSeconds = *p.TimeoutSeconds
 	}
@@ -748,7 +800,12 @@ func (t *Task) requeue(typ event.Type, reason RequeueReason, runAt, now time.Tim
 }
 
 func (t *Task) event(typ event.Type, from Status, reason string, at time.Time) event.Event {
+	var workflow string
+	if t.s.WorkflowID != t.s.ID && t.s.WorkflowID != uuid.Nil {
+		workflow = t.s.WorkflowID.String()
+	}
 	return event.Event{
+		WorkflowID: workflow,
 		Version:    event.Version,
 		Type:       typ,
 		TaskID:     t.s.ID.String(),

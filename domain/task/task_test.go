@@ -56,6 +56,7 @@ func pending() task.Snapshot {
 		RunAt:       base,
 		CreatedAt:   base,
 		UpdatedAt:   base,
+		WorkflowID:  taskID,
 	}
 }
 
@@ -171,7 +172,7 @@ func TestSubmit(t *testing.T) {
 			want: task.Snapshot{
 				ID: taskID, Queue: "emails", Status: task.StatusPending,
 				Tags: []string{"gpu", "eu"}, MaxAttempts: 3,
-				RunAt: now, CreatedAt: now, UpdatedAt: now,
+				RunAt: now, CreatedAt: now, UpdatedAt: now, WorkflowID: taskID,
 			},
 		},
 		{
@@ -185,7 +186,7 @@ func TestSubmit(t *testing.T) {
 				ID: taskID, Queue: "emails", Status: task.StatusPending, Priority: -7,
 				Payload: json.RawMessage(`{"n":1}`), Tags: []string{"eu"}, MaxAttempts: 10,
 				Deadline: &deadline, RunAt: later, IdempotencyKey: "order-42",
-				CreatedAt: now, UpdatedAt: now,
+				CreatedAt: now, UpdatedAt: now, WorkflowID: taskID,
 			},
 		},
 		{
@@ -193,7 +194,7 @@ func TestSubmit(t *testing.T) {
 			params: task.SubmitParams{ID: taskID, Queue: "emails", MaxAttempts: ptr(1)},
 			want: task.Snapshot{
 				ID: taskID, Queue: "emails", Status: task.StatusPending, MaxAttempts: 1,
-				RunAt: now, CreatedAt: now, UpdatedAt: now,
+				RunAt: now, CreatedAt: now, UpdatedAt: now, WorkflowID: taskID,
 			},
 		},
 	}

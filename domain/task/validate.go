@@ -89,6 +89,7 @@ func validateSubmit(p *SubmitParams, v *validation.Errors) {
 		v.Add("unique_key", fmt.Sprintf("must be 1 to %d bytes of printable UTF-8 (no control characters)", MaxUniqueKeyLength))
 	}
 	checkRetry(v, p.Retry)
+	checkWindows(v, p)
 	if p.TimeoutSeconds != nil {
 		CheckTimeoutSeconds(v, "timeout_seconds", *p.TimeoutSeconds)
 	}

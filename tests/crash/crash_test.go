@@ -57,8 +57,9 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-// serve starts the binary on addr and waits until it is ready.
-func serve(t *testing.T, bin, databaseURL, addr string) *server {
+// serve starts the binary on addr and waits until it is ready; extra are
+// more TASKMASTER_* settings.
+func serve(t *testing.T, bin, databaseURL, addr string, extra ...string) *server {
 	t.Helper()
 	cmd := exec.Command(bin, "serve")
 	cmd.Env = []string{
@@ -74,6 +75,7 @@ func serve(t *testing.T, bin, databaseURL, addr string) *server {
 		"TASKMASTER_CLAIM_POLL_INTERVAL_MS=50",
 		"TASKMASTER_RETENTION_TTL=0",
 	}
+	cmd.Env = append(cmd.Env, extra...)
 	out := &bytes.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	require.NoError(t, cmd.Start())
@@ -380,7 +382,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // killDuring kills the server with SIGKILL kills times while the workers
 // bring the DONE tasks to want, each time in the middle of the run,
 // restarting it on the same database, and waits until want tasks are DONE.
-func killDuring(t *testing.T, srv *server, bin, databaseURL, addr string, db *sqlx.DB, want int) {
+func killDuring(t *testing.T, srv *server, bin, databaseURL, addr string, db *sqlx.DB, want int, extra ...string) {
 	t.Helper()
 	for k := 1; k <= kills; k++ {
 		waitUntil(t, "more tasks done", func() bool { return countDone(t, db) >= k*want/(kills+1) })
@@ -388,7 +390,7 @@ func killDuring(t *testing.T, srv *server, bin, databaseURL, addr string, db *sq
 		doneAtKill := countDone(t, db)
 		t.Logf("SIGKILL %d with %d of %d tasks done", k, doneAtKill, want)
 		require.Less(t, doneAtKill, want, "the kill came in the middle of the run")
-		srv = serve(t, bin, databaseURL, addr)
+		srv = serve(t, bin, databaseURL, addr, extra...)
 	}
 	waitUntil(t, "every task done", func() bool { return countDone(t, db) == want })
 }
@@ -589,4 +591,110 @@ func TestSIGKILLMidPipelineLosesNoStageAndDuplicatesNone(t *testing.T) {
 			require.Equal(t, 1, children[r.ID], "task %s of %s enqueued exactly one next task", r.ID, r.Queue)
 		}
 	}
+}
+
+// A task spawns 1,000 children while it runs and completes with a join
+// that depends on all of them and on itself; eight workers complete the
+// children (and the join) while the server is killed with SIGKILL several
+// times. The join is released exactly once (one task.unblocked: the outbox
+// keeps every message here), only once every child is DONE, and reads
+// every parent's result; nothing is lost or completed twice.
+func TestSIGKILLMidFanOutReleasesTheJoinOnce(t *testing.T) {
+	t.Parallel()
+	const children = 1000
+	bin := binary.Build(t)
+	databaseURL := pgtest.NewDatabase(t)
+	addr := freeAddr(t)
+	keep := "TASKMASTER_OUTBOX_RETENTION=24h"
+	srv := serve(t, bin, databaseURL, addr, keep)
+	db, err := sqlx.Open("postgres", databaseURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+
+	// The spawner: claim the root, spawn the children, complete with the
+	// join.
+	base := "http://" + addr
+	sp := &worker{id: "spawner", base: base, hc: http.DefaultClient}
+	ctx := t.Context()
+	submit(t, base, []map[string]any{{"queue": "fanout", "payload": "root"}})
+	sp.register(ctx)
+	var claimed struct {
+		Tasks []apiTask `json:"tasks"`
+	}
+	code, err := sp.post(ctx, "/tasks/v1/claim", map[string]any{"worker_id": "spawner", "queue": "fanout", "lease_seconds": 600}, &claimed)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code)
+	require.Len(t, claimed.Tasks, 1)
+	root := claimed.Tasks[0]
+	items := make([]map[string]any, children)
+	for i := range items {
+		items[i] = map[string]any{"queue": "kids", "payload": i, "max_attempts": 20}
+	}
+	var spawned struct {
+		Tasks []apiTask `json:"tasks"`
+	}
+	code, err = sp.post(ctx, "/tasks/v1/"+root.ID+"/spawn", map[string]any{"worker_id": "spawner", "lease_id": root.LeaseID, "tasks": items}, &spawned)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, code)
+	require.Len(t, spawned.Tasks, children)
+	deps := make([]string, 0, children+1)
+	for _, k := range spawned.Tasks {
+		deps = append(deps, k.ID)
+	}
+	deps = append(deps, root.ID)
+	var done struct {
+		Enqueued []apiTask `json:"enqueued"`
+	}
+	code, err = sp.post(ctx, "/tasks/v1/"+root.ID+"/complete", map[string]any{"worker_id": "spawner", "lease_id": root.LeaseID, "result": "spawned",
+		"enqueue": []map[string]any{{"queue": "join", "depends_on": deps, "max_attempts": 20}}}, &done)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code)
+	require.Len(t, done.Enqueued, 1)
+	join := done.Enqueued[0].ID
+
+	l := newLedger()
+	stop := startWorkers(t, base, l, nil)
+	killDuring(t, srv, bin, databaseURL, addr, db, children+2, keep)
+	stop()
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	require.Empty(t, l.unexpected)
+	require.Positive(t, l.transportErrors, "the workers felt the kill")
+	var unblocked, completed int
+	require.NoError(t, db.Get(&unblocked, `
+		SELECT count(*) FROM watermill_taskmaster_events m, json_array_elements(m.payload->'events') e
+		WHERE e->>'task_id' = $1 AND e->>'type' = 'task.unblocked'`, join))
+	require.Equal(t, 1, unblocked, "the join was released exactly once")
+	require.NoError(t, db.Get(&completed, `
+		SELECT count(*) FROM watermill_taskmaster_events m, json_array_elements(m.payload->'events') e
+		WHERE e->>'task_id' = $1 AND e->>'type' = 'task.completed'`, join))
+	require.Equal(t, 1, completed, "the join completed once")
+	var row struct {
+		Status   string    `db:"status"`
+		Blockers int       `db:"blockers"`
+		Claimed  time.Time `db:"claimed_at"`
+		LastKid  time.Time `db:"last_kid"`
+		Parents  int       `db:"parents"`
+		Done     int       `db:"done"`
+		Workflow string    `db:"workflow_id"`
+	}
+	require.NoError(t, db.Get(&row, `
+		SELECT j.status, j.blockers, j.claimed_at, j.workflow_id::text,
+			(SELECT max(p.finished_at) FROM task_dependencies d JOIN tasks p ON p.id = d.parent_id WHERE d.child_id = j.id) AS last_kid,
+			(SELECT count(*) FROM task_dependencies d WHERE d.child_id = j.id) AS parents,
+			(SELECT count(*) FROM task_dependencies d JOIN tasks p ON p.id = d.parent_id WHERE d.child_id = j.id AND p.status = 'DONE' AND p.result IS NOT NULL) AS done
+		FROM tasks j WHERE j.id = $1`, join))
+	require.Equal(t, "DONE", row.Status)
+	require.Zero(t, row.Blockers)
+	require.Equal(t, children+1, row.Parents)
+	require.Equal(t, children+1, row.Done, "every parent DONE, each with its result")
+	require.False(t, row.Claimed.Before(row.LastKid), "the join ran only after its last parent finished")
+	require.Equal(t, root.ID, row.Workflow)
+	var doubles []string
+	require.NoError(t, db.Select(&doubles, `
+		SELECT e->>'task_id' FROM watermill_taskmaster_events m, json_array_elements(m.payload->'events') e
+		WHERE e->>'type' = 'task.completed' GROUP BY 1 HAVING count(*) > 1`))
+	require.Empty(t, doubles, "tasks completed twice in the outbox")
+	require.Equal(t, children+2, countDone(t, db))
 }

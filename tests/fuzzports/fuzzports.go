@@ -80,6 +80,11 @@ func (tasks) Create(_ context.Context, fn ports.TaskCreateFunc) (*task.Task, boo
 	return t, err == nil, err
 }
 
+// CreateKeyed creates the task, as Create: no key has a holder.
+func (s tasks) CreateKeyed(ctx context.Context, fn ports.TaskCreateFunc, _ ports.KeyRules) (*task.Task, bool, error) {
+	return s.Create(ctx, fn)
+}
+
 func (tasks) Get(_ context.Context, id uuid.UUID) (*task.Task, error) { return Running(id), nil }
 
 func (tasks) Update(_ context.Context, id uuid.UUID, fn ports.TaskUpdateFunc) (*task.Task, error) {
@@ -305,8 +310,8 @@ func (tasks) DependsOn(context.Context, uuid.UUID) ([]ports.Parent, error) {
 	return []ports.Parent{}, nil
 }
 
-func (tasks) Parents(context.Context, uuid.UUID) ([]*task.Task, error) {
-	return []*task.Task{}, nil
+func (tasks) Parents(context.Context, uuid.UUID, ports.PageParams) (ports.ParentsPage, error) {
+	return ports.ParentsPage{Parents: []*task.Task{}}, nil
 }
 
 // LockTasks finds every named id: a task RUNNING like every other.

@@ -74,6 +74,13 @@ type Task struct {
 	// the task.
 	ScheduleName *string    `json:"schedule_name"`
 	ScheduleTick *time.Time `json:"schedule_tick"`
+	// WorkflowID is the task's run.
+	WorkflowID string `json:"workflow_id"`
+	// ReplayOf is the task this one was replayed from.
+	ReplayOf *string `json:"replay_of"`
+	// DebounceUntil is the latest run_at debounced submissions may push
+	// the task to.
+	DebounceUntil *time.Time `json:"debounce_until"`
 }
 
 // Trace is a task's W3C trace context.

@@ -23,7 +23,15 @@ func (h *harness) waitText(tab context.Context, sel, want string) string {
 	h.t.Helper()
 	var got string
 	testclient.Poll(h.t, 20*time.Second, sel+" showing "+want, func() bool {
-		got = h.text(tab, sel)
+		// The live refresh replaces the region's nodes: a read that finds
+		// the node it resolved gone is read again.
+		ctx, cancel := context.WithTimeout(tab, 5*time.Second)
+		defer cancel()
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			return false
+		}
+		got = s
 		return strings.Contains(got, want)
 	})
 	return got

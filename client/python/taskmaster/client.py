@@ -19,11 +19,13 @@ from .types import (
     Backoff,
     BulkResult,
     CreatedKey,
+    Dependency,
     Event,
     HeartbeatResult,
     ItemOutcome,
     Key,
     LeaseRef,
+    ParentPage,
     PurgeJob,
     PurgeResult,
     QueueDetail,
@@ -36,6 +38,8 @@ from .types import (
     Task,
     TaskPage,
     Worker,
+    Workflow,
+    WorkflowResult,
     Queue,
     decode,
     format_time,
@@ -75,7 +79,16 @@ class SubmitParams:
 
     ``delay`` (seconds) sets ``run_at`` to now plus delay by this machine's
     clock; use ``run_at`` for an instant. ``ref`` and ``depends_on`` are for
-    :meth:`Client.submit_batch` only.
+    lists (:meth:`Client.submit_batch`, a complete's ``enqueue``,
+    :meth:`Client.spawn`): ``depends_on`` names earlier items by ref and
+    existing tasks by id, as strings or as :class:`Dependency` objects that
+    set the edge's failure policy. ``debounce_seconds``,
+    ``debounce_max_seconds`` and ``throttle_seconds`` (with ``unique_key``)
+    are for :meth:`Client.submit` only: a debounced submission gives the
+    PENDING holder of the key its payload and pushes its ``run_at`` again,
+    at most ``debounce_max_seconds`` after the first; a throttled one
+    returns the key's last holder while it finished less than
+    ``throttle_seconds`` ago.
     """
 
     queue: str
@@ -95,7 +108,10 @@ class SubmitParams:
     traceparent: Optional[str] = None
     tracestate: Optional[str] = None
     ref: Optional[str] = None
-    depends_on: Optional[Sequence[str]] = None
+    depends_on: Optional[Sequence[Union[str, Dependency]]] = None
+    debounce_seconds: Optional[int] = None
+    debounce_max_seconds: Optional[int] = None
+    throttle_seconds: Optional[int] = None
 
     def to_json(self) -> Dict[str, Any]:
         """The request body."""
@@ -105,7 +121,7 @@ class SubmitParams:
         if self.payload is not None:
             out["payload"] = self.payload
         for k in ("priority", "max_attempts", "idempotency_key", "unique_key", "group_key", "timeout_seconds",
-                  "traceparent", "tracestate", "ref"):
+                  "traceparent", "tracestate", "ref", "debounce_seconds", "debounce_max_seconds", "throttle_seconds"):
             v = getattr(self, k)
             if v is not None:
                 out[k] = v
@@ -114,7 +130,7 @@ class SubmitParams:
         if self.metadata is not None:
             out["metadata"] = dict(self.metadata)
         if self.depends_on is not None:
-            out["depends_on"] = list(self.depends_on)
+            out["depends_on"] = [d.to_json() if isinstance(d, Dependency) else d for d in self.depends_on]
         if self.run_at is not None:
             out["run_at"] = format_time(self.run_at)
         if self.delay is not None:
@@ -170,12 +186,14 @@ class TaskFilter:
     text: Optional[str] = None
     metadata: Optional[Mapping[str, str]] = None
     """Only tasks whose metadata holds every one of these keys with these values."""
+    workflow_id: Optional[str] = None
+    """Only the tasks of this run."""
 
     def to_json(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {}
         if self.metadata:
             out["metadata"] = dict(self.metadata)
-        for k in ("queue", "status", "dead_reason", "group_key", "error_contains", "text"):
+        for k in ("queue", "status", "dead_reason", "group_key", "error_contains", "text", "workflow_id"):
             v = getattr(self, k)
             if v is not None:
                 out[k] = v
@@ -189,12 +207,7 @@ class TaskFilter:
 def encode_enqueue(enqueue: Optional[Sequence[SubmitParams]]) -> Optional[List[Dict[str, Any]]]:
     if enqueue is None:
         return None
-    out = []
-    for j, p in enumerate(enqueue):
-        if p.ref is not None or p.depends_on is not None:
-            raise ValueError(f"taskmaster: enqueue[{j}]: ref and depends_on need submit_batch")
-        out.append(p.to_json())
-    return out
+    return [p.to_json() for p in enqueue]
 
 
 def _cut(s: str, n: int = MAX_ERROR_BYTES) -> str:
@@ -285,22 +298,30 @@ class Client:
         """
         p = queue if isinstance(queue, SubmitParams) else SubmitParams(queue=queue, payload=payload, **options)
         if p.ref is not None or p.depends_on is not None:
-            raise ValueError("taskmaster: ref and depends_on need submit_batch")
+            raise ValueError("taskmaster: ref and depends_on need a list (submit_batch, enqueue, spawn)")
         body = p.to_json()
         mode = SAFE if p.idempotency_key else UNSENT
         return decode(Task, self._t.call("POST", "/tasks/v1", body=body, mode=mode).data)
 
-    def submit_batch(self, items: Sequence[SubmitParams]) -> SubmitBatchResult:
+    def submit_batch(self, items: Sequence[SubmitParams], *, workflow_id: Optional[str] = None) -> SubmitBatchResult:
         """Creates up to MAX_BATCH tasks in one transaction, all or none
         (a ValidationError names every bad item, ``tasks[i].field``). Items
         may depend on earlier items (``ref``, ``depends_on``) and on
-        existing tasks' ids."""
-        body = {"tasks": [p.to_json() for p in items]}
+        existing tasks' ids. A batch with dependencies is one run (its
+        first task's id); with ``workflow_id`` every item joins that run
+        (an existing run's id to add to it, or an id of the caller's
+        choosing)."""
+        body: Dict[str, Any] = {"tasks": [p.to_json() for p in items]}
+        if workflow_id is not None:
+            body["workflow_id"] = workflow_id
         mode = SAFE if items and all(p.idempotency_key for p in items) else UNSENT
-        data = self._t.call("POST", "/tasks/v1/batch", body=body, mode=mode).data
+        return self._created("batch", len(items), self._t.call("POST", "/tasks/v1/batch", body=body, mode=mode).data)
+
+    @staticmethod
+    def _created(what: str, n: int, data: Dict[str, Any]) -> SubmitBatchResult:
         out = SubmitBatchResult(tasks=[decode(Task, t) for t in data["tasks"]], created=list(data["created"]))
-        if len(out.tasks) != len(items) or len(out.created) != len(items):
-            raise TransportError(f"taskmaster: batch of {len(items)} answered with {len(out.tasks)} tasks")
+        if len(out.tasks) != n or len(out.created) != n:
+            raise TransportError(f"taskmaster: {what} of {n} answered with {len(out.tasks)} tasks")
         return out
 
     def get(self, task_id: str) -> Task:
@@ -308,8 +329,23 @@ class Client:
         return decode(Task, self._t.call("GET", task_path(task_id)).data)
 
     def parents(self, task_id: str) -> List[Task]:
-        """The tasks the task depends on, with their results, in its order."""
-        return [decode(Task, t) for t in self._t.call("GET", task_path(task_id, "parents")).data["parents"]]
+        """The tasks the task depends on, with their results, in its order:
+        every page (:meth:`parents_page`), a join over 10,000 children
+        included."""
+        out: List[Task] = []
+        cursor: Optional[str] = None
+        while True:
+            page = self.parents_page(task_id, cursor=cursor)
+            out.extend(page.parents)
+            if not page.next_cursor:
+                return out
+            cursor = page.next_cursor
+
+    def parents_page(self, task_id: str, *, limit: Optional[int] = None, cursor: Optional[str] = None) -> ParentPage:
+        """A page of the task's parents (``limit`` 1-1000, default 1000;
+        ``cursor``: the previous page's ``next_cursor``)."""
+        q = {"limit": limit, "cursor": cursor}
+        return decode(ParentPage, self._t.call("GET", task_path(task_id, "parents"), query=q).data)
 
     def attempts(self, task_id: str) -> List[Attempt]:
         """Every attempt of the task, oldest first, the running one last."""
@@ -362,6 +398,78 @@ class Client:
     def bulk_cancel(self, filter: Optional[TaskFilter] = None, *, dry_run: bool = False, **fields: Any) -> BulkResult:
         """Cancels every PENDING, BLOCKED or RUNNING task the filter matches (admin)."""
         return self._bulk("cancel", filter or TaskFilter(**fields), dry_run)
+
+    def bulk_replay(self, filter: Optional[TaskFilter] = None, *, dry_run: bool = False, **fields: Any) -> BulkResult:
+        """Replays every DONE or DEAD task the filter matches (``status``:
+        DONE, DEAD or both, the default), as :meth:`replay` does each,
+        skipping those whose unique key an unfinished task holds (admin)."""
+        return self._bulk("replay", filter or TaskFilter(**fields), dry_run)
+
+    def replay(
+        self,
+        task_id: str,
+        *,
+        payload: Any = UNSET,
+        priority: Optional[int] = None,
+        max_attempts: Optional[int] = None,
+        tags: Optional[Sequence[str]] = None,
+        run_at: Optional[_dt.datetime] = None,
+        deadline: Optional[_dt.datetime] = None,
+        group_key: Optional[str] = None,
+        timeout_seconds: Optional[int] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        traceparent: Optional[str] = None,
+        tracestate: Optional[str] = None,
+    ) -> Task:
+        """Creates a new task from a DONE or DEAD one: the same queue,
+        payload and settings (the arguments given replace them), linked by
+        ``replay_of``, in a run of its own; it keeps ``traceparent`` (the
+        original's trace context without one). Another status raises
+        InvalidTransition; a unique key an unfinished task holds,
+        UniqueKeyTaken. Not idempotent: resent only when it surely did not
+        reach the server."""
+        body: Dict[str, Any] = {}
+        if payload is not UNSET:
+            check_json(payload, "the payload")
+            body["payload"] = payload
+        for k, v in (("priority", priority), ("max_attempts", max_attempts), ("group_key", group_key),
+                     ("timeout_seconds", timeout_seconds), ("traceparent", traceparent), ("tracestate", tracestate)):
+            if v is not None:
+                body[k] = v
+        if tags is not None:
+            body["tags"] = list(tags)
+        if metadata is not None:
+            body["metadata"] = dict(metadata)
+        if run_at is not None:
+            body["run_at"] = format_time(run_at)
+        if deadline is not None:
+            body["deadline"] = format_time(deadline)
+        return decode(Task, self._t.call("POST", task_path(task_id, "replay"), body=body, mode=UNSENT).data)
+
+    # Workflows (runs).
+
+    def workflow(self, workflow_id: str, *, limit: Optional[int] = None, cursor: Optional[str] = None) -> Workflow:
+        """A run: its counts and a page of its tasks, oldest first (``limit``
+        1-1000, default 100; ``cursor``: the previous page's
+        ``next_cursor``). A run is named by its first task's id;
+        WorkflowNotFound when no task (that the key may see) belongs to it."""
+        q = {"limit": limit, "cursor": cursor}
+        return decode(Workflow, self._t.call("GET", _path("/workflows/v1", workflow_id), query=q).data)
+
+    def cancel_workflow(self, workflow_id: str) -> WorkflowResult:
+        """Cancels every unfinished task of the run; the holders of its
+        RUNNING tasks learn it from their heartbeats (admin)."""
+        return self._workflow_action(workflow_id, "cancel")
+
+    def retry_workflow(self, workflow_id: str) -> WorkflowResult:
+        """Re-runs what failed in the run and what failed with it: its DEAD
+        tasks PENDING again, or BLOCKED behind their parents; DONE tasks
+        are left alone (admin)."""
+        return self._workflow_action(workflow_id, "retry")
+
+    def _workflow_action(self, workflow_id: str, action: str) -> WorkflowResult:
+        r = self._t.call("POST", _path("/workflows/v1", workflow_id) + "/" + action, mode=UNSENT)
+        return decode(WorkflowResult, r.data)
 
     def _bulk(self, action: str, f: TaskFilter, dry_run: bool) -> BulkResult:
         body = f.to_json()
@@ -554,20 +662,23 @@ class Client:
         *,
         queues: Optional[Sequence[str]] = None,
         types: Optional[Sequence[str]] = None,
+        workflows: Optional[Sequence[str]] = None,
         last_event_id: Optional[str] = None,
         reconnect: bool = True,
         read_timeout: Optional[float] = 60.0,
     ) -> Generator[Event, None, None]:
         """Follows the lifecycle event stream (``GET /events/v1``).
 
-        Yields every event in commit order. With ``reconnect``, a stream
+        Yields every event in commit order (of the ``queues``, of the
+        ``types``, of the runs ``workflows``). With ``reconnect``, a stream
         that ends or breaks is opened again after the server's ``retry:``
         delay, resuming after the last event seen (the server says
         ``stream.events_lost`` if it no longer has them). ``read_timeout``
         should exceed the server's heartbeat (15 s). Close the generator to
         stop.
         """
-        q = {"queue": list(queues) if queues else None, "type": list(types) if types else None}
+        q = {"queue": list(queues) if queues else None, "type": list(types) if types else None,
+             "workflow_id": list(workflows) if workflows else None}
         last = last_event_id
         delay = 2.0
         while True:
@@ -689,7 +800,9 @@ class Client:
         **call: Any,
     ) -> Task:
         """Reports a held task done. ``enqueue`` creates tasks in the same
-        transaction (their answer in ``Task.enqueued``). LeaseLost or
+        transaction, in the task's run (their answer in ``Task.enqueued``);
+        their ``ref`` and ``depends_on`` name earlier items and existing
+        tasks (a join over a spawn's children). LeaseLost or
         InvalidTransition: the task is no longer this worker's; drop it."""
         body: Dict[str, Any] = {"worker_id": worker_id, "lease_id": lease_id}
         if result is not None:
@@ -699,6 +812,20 @@ class Client:
         if enq is not None:
             body["enqueue"] = enq
         return decode(Task, self._t.call("POST", task_path(task_id, "complete"), body=body, **call).data)
+
+    def spawn(self, task_id: str, items: Sequence[SubmitParams], *, worker_id: str, lease_id: str) -> SubmitBatchResult:
+        """Creates tasks on behalf of a held task, which stays RUNNING: the
+        children a task discovers, and a join that depends on them (or a
+        complete's ``enqueue`` with the join). Like :meth:`submit_batch`
+        (``ref`` and ``depends_on`` name earlier items and existing tasks,
+        the spawning one included), all or none, in the task's run. Fenced
+        like complete (LeaseLost, InvalidTransition: the task is no longer
+        this worker's); CancelRequested once an operator asked to cancel
+        the task. Resent after a failure that may have reached the server
+        only when every item has an idempotency key."""
+        body = {"worker_id": worker_id, "lease_id": lease_id, "tasks": [p.to_json() for p in items]}
+        mode = SAFE if items and all(p.idempotency_key for p in items) else UNSENT
+        return self._created("spawn", len(items), self._t.call("POST", task_path(task_id, "spawn"), body=body, mode=mode).data)
 
     def fail(self, task_id: str, *, worker_id: str, lease_id: str, error: str, non_retryable: bool = False, **call: Any) -> Task:
         """Reports a held task failed: retried after backoff while attempts

@@ -163,6 +163,10 @@ class KeyNotFound(NotFound):
     """404 key-not-found."""
 
 
+class WorkflowNotFound(NotFound):
+    """404 workflow-not-found: no task (that the key may see) belongs to the run."""
+
+
 class MethodNotAllowed(Problem):
     """405: the route does not answer this method."""
 
@@ -191,6 +195,11 @@ class ScheduleExists(Conflict):
 
 class UniqueKeyTaken(Conflict):
     """409 unique-key-taken: another unfinished task holds the unique key."""
+
+
+class CancelRequested(Conflict):
+    """409 cancel-requested: an operator asked to cancel the task, which may
+    no longer spawn; stop it and fail it."""
 
 
 class HostNotAllowed(Forbidden):
@@ -239,12 +248,14 @@ _BY_SLUG: Dict[str, Type[Problem]] = {
     "schedule-not-found": ScheduleNotFound,
     "key-not-found": KeyNotFound,
     "purge-job-not-found": NotFound,
+    "workflow-not-found": WorkflowNotFound,
     "method-not-allowed": MethodNotAllowed,
     "lease-lost": LeaseLost,
     "invalid-transition": InvalidTransition,
     "worker-dead": WorkerDead,
     "schedule-exists": ScheduleExists,
     "unique-key-taken": UniqueKeyTaken,
+    "cancel-requested": CancelRequested,
     "body-too-large": BodyTooLarge,
     "unsupported-media-type": UnsupportedMediaType,
     "host-not-allowed": HostNotAllowed,

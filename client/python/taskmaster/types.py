@@ -27,6 +27,36 @@ DEAD = "DEAD"
 BLOCKED = "BLOCKED"
 TERMINAL = frozenset({DONE, DEAD})
 
+# Failure policies of a dependency (Dependency.on_failure): what a parent
+# ending DEAD means for the task that depends on it.
+ON_FAILURE_FAIL = "fail"
+"""The default: the dependant ends DEAD ``dependency_failed``."""
+ON_FAILURE_IGNORE = "ignore"
+"""The dependant runs anyway once its other parents allow, and sees the
+parent's status among its parents."""
+ON_FAILURE_SKIP = "skip"
+"""The dependant ends DEAD ``dependency_skipped``: skipped, not failed."""
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """One parent of a task in ``depends_on`` with the failure policy of its
+    edge: ``ref`` names an earlier item of the list, or ``id`` an existing
+    task (one of the two). A plain string in ``depends_on`` is a ref, else
+    an id, with the policy ``fail``."""
+
+    ref: Optional[str] = None
+    id: Optional[str] = None
+    on_failure: Optional[str] = None
+
+    def to_json(self) -> Dict[str, Any]:
+        if (self.ref is None) == (self.id is None):
+            raise ValueError("taskmaster: a Dependency names a ref or an id, one of the two")
+        out: Dict[str, Any] = {"ref": self.ref} if self.ref is not None else {"id": self.id}
+        if self.on_failure is not None:
+            out["on_failure"] = self.on_failure
+        return out
+
 
 @dataclass
 class Backoff:
@@ -106,6 +136,14 @@ class Task:
     schedule_name: Optional[str] = None
     """The recurring schedule whose tick made the task."""
     schedule_tick: Optional[_dt.datetime] = None
+    workflow_id: Optional[str] = None
+    """The task's run: its own id when submitted alone; the run of the task
+    whose complete (``enqueue``) or spawn created it; the batch's run in a
+    batch with dependencies or one that names ``workflow_id``."""
+    replay_of: Optional[str] = None
+    """The DONE or DEAD task this one was replayed from."""
+    debounce_until: Optional[_dt.datetime] = None
+    """The latest ``run_at`` debounced submissions may push the task to."""
     depends_on: Optional[List[str]] = None
     """The tasks it depends on (``get`` only)."""
     blocked_by: Optional[List[str]] = None
@@ -154,6 +192,51 @@ class TaskPage:
     tasks: List[Task]
     next_cursor: Optional[str] = None
     truncated: bool = False
+
+
+@dataclass
+class ParentPage:
+    """A page of a task's parents, in the order it named them (schema
+    ParentList); ``truncated``: the page stopped at the server's response
+    byte cap (``next_cursor`` goes on)."""
+
+    parents: List[Task]
+    next_cursor: Optional[str] = None
+    truncated: bool = False
+
+
+@dataclass
+class Workflow:
+    """A run (schema Workflow): its tasks counted by status and DEAD
+    reason, its times, and a page of its tasks, oldest first. ``finished``:
+    no task of the run is PENDING, RUNNING or BLOCKED."""
+
+    id: str
+    total: int = 0
+    status_counts: Dict[str, int] = field(default_factory=dict)
+    dead_reasons: Dict[str, int] = field(default_factory=dict)
+    finished: bool = False
+    first_created_at: Optional[_dt.datetime] = None
+    last_updated_at: Optional[_dt.datetime] = None
+    last_finished_at: Optional[_dt.datetime] = None
+    tasks: List[Task] = field(default_factory=list)
+    next_cursor: Optional[str] = None
+    truncated: bool = False
+
+
+@dataclass
+class WorkflowResult:
+    """What a run's cancel or retry did (schema WorkflowResult):
+    ``matched`` the unfinished (cancel) or DEAD (retry) tasks when it
+    began, ``changed`` those cancelled or asked to stop (cancel) or moved
+    out of DEAD (retry), ``blocked`` (retry) those of them waiting for
+    their parents again, ``skipped`` those left alone."""
+
+    id: str
+    matched: int = 0
+    changed: int = 0
+    blocked: Optional[int] = None
+    skipped: int = 0
 
 
 @dataclass

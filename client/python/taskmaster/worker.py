@@ -69,7 +69,8 @@ class Snooze(TaskmasterError):
 class Next:
     """A handler result that completes the task with ``result`` and creates
     ``enqueue`` in the same transaction, or neither: the step to a
-    pipeline's next stage. An enqueue the server refuses fails the task as
+    pipeline's next stage, or the join over the children the handler
+    spawned (:meth:`TaskContext.spawn`; ``depends_on`` their ids). An enqueue the server refuses fails the task as
     non-retryable, like a result it refuses."""
 
     result: Any = None
@@ -181,6 +182,15 @@ class TaskContext:
         c = self._job.cause
         if c is not None:
             raise c
+
+    def spawn(self, *items: SubmitParams) -> List[Task]:
+        """Creates tasks on behalf of this task, under this worker and the
+        task's lease (:meth:`Client.spawn`); the task stays RUNNING. A
+        handler that fans out spawns its children, then returns a
+        :class:`Next` whose ``enqueue`` holds the join, which depends on
+        them by id. CancelRequested once an operator asked to cancel the
+        task."""
+        return self._worker.client.spawn(self.task.id, items, worker_id=self.worker_id, lease_id=self._job.ref.lease_id).tasks
 
 
 Handler = Callable[[TaskContext], Any]

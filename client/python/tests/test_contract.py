@@ -5,6 +5,7 @@ the description over as JSON (TASKMASTER_OPENAPI_JSON)."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import os
 import unittest
@@ -40,6 +41,9 @@ RESPONSES = {
     taskmaster.FieldError: "FieldError",
     taskmaster.Trace: "Trace",
     taskmaster.Progress: "Progress",
+    taskmaster.ParentPage: "ParentList",
+    taskmaster.Workflow: "Workflow",
+    taskmaster.WorkflowResult: "WorkflowResult",
 }
 
 
@@ -82,6 +86,16 @@ class ContractTest(unittest.TestCase):
         self.assertEqual(self.props(self.schema("BulkRequest")), filt | {"dry_run"})
         sched = {f.name for f in dataclasses.fields(taskmaster.ScheduleTask)}
         self.assertEqual(self.props(self.schema("ScheduleTask")), sched)
+        replay = set(inspect.signature(taskmaster.Client.replay).parameters) - {"self", "task_id"}
+        self.assertEqual(self.props(self.schema("ReplayRequest")), replay)
+        spawn = set(inspect.signature(taskmaster.Client.spawn).parameters) - {"self", "task_id", "items"}
+        self.assertEqual(self.props(self.schema("SpawnRequest")), spawn | {"tasks"})
+        dep: Set[str] = set()
+        for form in self.schema("Dependency")["oneOf"]:
+            dep |= set(form.get("properties", {}))
+        self.assertEqual(dep, {f.name for f in dataclasses.fields(taskmaster.Dependency)})
+        self.assertEqual(set(self.schema("OnFailure")["enum"]) - {None},
+                         {taskmaster.ON_FAILURE_FAIL, taskmaster.ON_FAILURE_IGNORE, taskmaster.ON_FAILURE_SKIP})
 
     def test_problem_members_and_types(self) -> None:
         p = errs.Problem(type="about:blank", title="t", status=400)

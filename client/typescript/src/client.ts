@@ -13,6 +13,7 @@ import type {
   Key,
   LeaseRef,
   LifecycleEvent,
+  ParentPage,
   PurgeJob,
   PurgeRequest,
   Queue,
@@ -20,6 +21,7 @@ import type {
   QueueSettingsResult,
   Registration,
   RegisterRequest,
+  ReplayRequest,
   Schedule,
   SubmitRequest,
   Task,
@@ -28,6 +30,8 @@ import type {
   UpdateQueueSettingsRequest,
   UpdateScheduleRequest,
   Worker,
+  Workflow,
+  WorkflowResult,
 } from "./types.js";
 
 export const VERSION = "1.0.0";
@@ -96,7 +100,7 @@ export interface CompleteItem {
   id: string;
   lease_id: string;
   result?: JsonValue;
-  enqueue?: SubmitRequest[];
+  enqueue?: BatchSubmitItem[];
 }
 
 /** A task of a batch failure. */
@@ -122,6 +126,8 @@ export interface StreamEvent {
 export interface EventsParams {
   queues?: string[];
   types?: string[];
+  /** Only the events of these runs. */
+  workflows?: string[];
   lastEventId?: string;
   /** Open the stream again after it ends or breaks, resuming after the last event (default true). */
   reconnect?: boolean;
@@ -153,12 +159,20 @@ export function checkJson(v: unknown, what: string): void {
   if (s === undefined) throw new TypeError(`taskmaster: ${what} cannot be encoded as JSON`);
 }
 
-export function checkEnqueue(enqueue: SubmitRequest[] | undefined): void {
-  (enqueue ?? []).forEach((p, j) => {
-    const item = p as BatchSubmitItem;
-    if (item.ref !== undefined || item.depends_on !== undefined) throw new TypeError(`taskmaster: enqueue[${j}]: ref and depends_on need submitBatch`);
-    checkJson(p, `enqueue[${j}]`);
-  });
+export function checkEnqueue(enqueue: BatchSubmitItem[] | undefined): void {
+  (enqueue ?? []).forEach((p, j) => checkJson(p, `enqueue[${j}]`));
+}
+
+/** The retry mode of a list of submissions: resent after any failure only when every item has an idempotency key. */
+function listMode(items: BatchSubmitItem[]): "safe" | "unsent" {
+  return items.length > 0 && items.every((p) => p.idempotency_key) ? "safe" : "unsent";
+}
+
+function checkCreated(what: string, n: number, out: { tasks: Task[]; created: boolean[] }): { tasks: Task[]; created: boolean[] } {
+  if (out.tasks.length !== n || out.created.length !== n) {
+    throw new TransportError(`taskmaster: ${what} of ${n} answered with ${out.tasks.length} tasks`, { sent: true });
+  }
+  return out;
 }
 
 /**
@@ -201,22 +215,27 @@ export class Client {
   /** Creates a task, or returns the one holding its idempotency key (or the unfinished one holding its unique key). */
   submit(req: SubmitRequest, o: RequestOptions = {}): Promise<Task> {
     const item = req as BatchSubmitItem;
-    if (item.ref !== undefined || item.depends_on !== undefined) throw new TypeError("taskmaster: ref and depends_on need submitBatch");
+    if (item.ref !== undefined || item.depends_on !== undefined) throw new TypeError("taskmaster: ref and depends_on need a list (submitBatch, enqueue, spawn)");
     return this.data<Task>("POST", "/tasks/v1", { ...o, body: req, mode: req.idempotency_key ? "safe" : "unsent" });
   }
 
   /**
    * Creates up to MAX_BATCH tasks in one transaction, all or none (a
    * ValidationProblem names every bad item, `tasks[i].field`). `created[i]`
-   * is false where a key named an existing task.
+   * is false where a key named an existing task. Items may depend on
+   * earlier items (`ref`, `depends_on`) and on existing tasks' ids; a batch
+   * with dependencies is one run (its first task's id).
    */
   async submitBatch(items: BatchSubmitItem[], o: RequestOptions = {}): Promise<{ tasks: Task[]; created: boolean[] }> {
-    const mode = items.length > 0 && items.every((p) => p.idempotency_key) ? "safe" : "unsent";
-    const out = await this.data<{ tasks: Task[]; created: boolean[] }>("POST", "/tasks/v1/batch", { ...o, body: { tasks: items }, mode });
-    if (out.tasks.length !== items.length || out.created.length !== items.length) {
-      throw new TransportError(`taskmaster: batch of ${items.length} answered with ${out.tasks.length} tasks`, { sent: true });
-    }
-    return out;
+    const out = await this.data<{ tasks: Task[]; created: boolean[] }>("POST", "/tasks/v1/batch", { ...o, body: { tasks: items }, mode: listMode(items) });
+    return checkCreated("batch", items.length, out);
+  }
+
+  /** submitBatch whose tasks all join the run `workflowId` (an existing run's id to add to it, or one of the caller's choosing). */
+  async submitBatchToWorkflow(workflowId: string, items: BatchSubmitItem[], o: RequestOptions = {}): Promise<{ tasks: Task[]; created: boolean[] }> {
+    const body = { workflow_id: workflowId, tasks: items };
+    const out = await this.data<{ tasks: Task[]; created: boolean[] }>("POST", "/tasks/v1/batch", { ...o, body, mode: listMode(items) });
+    return checkCreated("batch", items.length, out);
   }
 
   /** One task (with `depends_on` and `blocked_by`). */
@@ -224,9 +243,21 @@ export class Client {
     return this.data<Task>("GET", taskPath(id), o);
   }
 
-  /** The tasks it depends on, with their results, in its order. */
+  /** The tasks it depends on, with their results, in its order: every page, a join over 10,000 children included. */
   async parents(id: string, o: RequestOptions = {}): Promise<Task[]> {
-    return (await this.data<{ parents: Task[] }>("GET", taskPath(id, "parents"), o)).parents;
+    const out: Task[] = [];
+    let cursor: string | undefined;
+    for (;;) {
+      const page = await this.parentsPage(id, cursor ? { cursor } : {}, o);
+      out.push(...page.parents);
+      if (!page.next_cursor) return out;
+      cursor = page.next_cursor;
+    }
+  }
+
+  /** A page of its parents (`limit` 1-1000, default 1000; `cursor`: the previous page's `next_cursor`). */
+  parentsPage(id: string, p: { limit?: number; cursor?: string } = {}, o: RequestOptions = {}): Promise<ParentPage> {
+    return this.data<ParentPage>("GET", taskPath(id, "parents"), { ...o, query: { ...p } });
   }
 
   /** Every attempt, oldest first, the running one last. */
@@ -279,6 +310,50 @@ export class Client {
   /** Cancels every PENDING, BLOCKED or RUNNING task the filter matches (admin). */
   bulkCancel(filter: TaskFilter, dryRun = false, o: RequestOptions = {}): Promise<BulkResult> {
     return this.bulk("cancel", filter, dryRun, o);
+  }
+
+  /**
+   * Replays every DONE or DEAD task the filter matches (`status`: DONE,
+   * DEAD or both, the default), as replay does each, skipping those whose
+   * unique key an unfinished task holds (admin).
+   */
+  bulkReplay(filter: TaskFilter, dryRun = false, o: RequestOptions = {}): Promise<BulkResult> {
+    return this.bulk("replay", filter, dryRun, o);
+  }
+
+  /**
+   * Creates a new task from a DONE or DEAD one: the same queue, payload and
+   * settings (`req`'s members replace them), linked by `replay_of`, in a
+   * run of its own; it keeps `req.traceparent` (the original's trace
+   * context without one). Another status rejects with InvalidTransition; a
+   * unique key an unfinished task holds, with UniqueKeyTaken. Not
+   * idempotent: resent only when it surely did not reach the server.
+   */
+  replay(id: string, req: ReplayRequest = {}, o: RequestOptions = {}): Promise<Task> {
+    if (req.payload !== undefined) checkJson(req.payload, "the payload");
+    return this.data<Task>("POST", taskPath(id, "replay"), { ...o, body: req, mode: "unsent" });
+  }
+
+  // Workflows (runs).
+
+  /**
+   * A run: its counts and a page of its tasks, oldest first (`limit`
+   * 1-1000, default 100; `cursor`: the previous page's `next_cursor`). A run
+   * is named by its first task's id; WorkflowNotFound when no task (that
+   * the key may see) belongs to it.
+   */
+  workflow(id: string, p: { limit?: number; cursor?: string } = {}, o: RequestOptions = {}): Promise<Workflow> {
+    return this.data<Workflow>("GET", "/workflows/v1/" + enc(id), { ...o, query: { ...p } });
+  }
+
+  /** Cancels every unfinished task of the run; the holders of its RUNNING tasks learn it from their heartbeats (admin). */
+  cancelWorkflow(id: string, o: RequestOptions = {}): Promise<WorkflowResult> {
+    return this.data<WorkflowResult>("POST", "/workflows/v1/" + enc(id) + "/cancel", { ...o, mode: "unsent" });
+  }
+
+  /** Re-runs what failed in the run and what failed with it: DEAD tasks PENDING again, or BLOCKED behind their parents; DONE ones stay (admin). */
+  retryWorkflow(id: string, o: RequestOptions = {}): Promise<WorkflowResult> {
+    return this.data<WorkflowResult>("POST", "/workflows/v1/" + enc(id) + "/retry", { ...o, mode: "unsent" });
   }
 
   private bulk(action: string, filter: TaskFilter, dryRun: boolean, o: RequestOptions): Promise<BulkResult> {
@@ -399,7 +474,7 @@ export class Client {
     const reconnect = p.reconnect ?? true;
     let last = p.lastEventId;
     let delay = 2000;
-    const query = { queue: p.queues, type: p.types };
+    const query = { queue: p.queues, type: p.types, workflow_id: p.workflows };
     while (!p.signal?.aborted) {
       const cid = newId();
       const headers = this.transport.headers(cid, false, "text/event-stream, application/problem+json");
@@ -512,11 +587,31 @@ export class Client {
     return out.tasks;
   }
 
-  /** Reports a held task done; `enqueue` creates tasks in the same transaction. LeaseLost or InvalidTransition: drop the task. */
-  complete(taskId: string, req: { worker_id: string; lease_id: string; result?: JsonValue; enqueue?: SubmitRequest[] }, o: ReportOptions = {}): Promise<Task> {
+  /**
+   * Reports a held task done; `enqueue` creates tasks in the same
+   * transaction, in the task's run (their `ref` and `depends_on` name
+   * earlier items and existing tasks: a join over a spawn's children).
+   * LeaseLost or InvalidTransition: drop the task.
+   */
+  complete(taskId: string, req: { worker_id: string; lease_id: string; result?: JsonValue; enqueue?: BatchSubmitItem[] }, o: ReportOptions = {}): Promise<Task> {
     if (req.result !== undefined) checkJson(req.result, "the result");
     checkEnqueue(req.enqueue);
     return this.data<Task>("POST", taskPath(taskId, "complete"), { ...o, body: req });
+  }
+
+  /**
+   * Creates tasks on behalf of a held task, which stays RUNNING: the
+   * children a task discovers, and a join that depends on them (or a
+   * complete's `enqueue` with the join). Like submitBatch (`ref` and
+   * `depends_on` name earlier items and existing tasks, the spawning one
+   * included), all or none, in the task's run. Fenced like complete
+   * (LeaseLost, InvalidTransition: the task is no longer this worker's);
+   * CancelRequested once an operator asked to cancel the task.
+   */
+  async spawn(taskId: string, req: { worker_id: string; lease_id: string; tasks: BatchSubmitItem[] }, o: RequestOptions = {}): Promise<{ tasks: Task[]; created: boolean[] }> {
+    req.tasks.forEach((p, j) => checkJson(p, `tasks[${j}]`));
+    const out = await this.data<{ tasks: Task[]; created: boolean[] }>("POST", taskPath(taskId, "spawn"), { ...o, body: req, mode: listMode(req.tasks) });
+    return checkCreated("spawn", req.tasks.length, out);
   }
 
   /** Reports a held task failed: retried after backoff while attempts remain, unless `nonRetryable`. */

@@ -102,6 +102,8 @@ export class QueueNotFound extends NotFound { override name = "QueueNotFound"; }
 export class ScheduleNotFound extends NotFound { override name = "ScheduleNotFound"; }
 /** 404 key-not-found. */
 export class KeyNotFound extends NotFound { override name = "KeyNotFound"; }
+/** 404 workflow-not-found: no task (that the key may see) belongs to the run. */
+export class WorkflowNotFound extends NotFound { override name = "WorkflowNotFound"; }
 /** 405: the route does not answer this method. */
 export class MethodNotAllowed extends Problem { override name = "MethodNotAllowed"; }
 /** 409: a conflict with the state of the thing. */
@@ -116,6 +118,8 @@ export class WorkerDead extends Conflict { override name = "WorkerDead"; }
 export class ScheduleExists extends Conflict { override name = "ScheduleExists"; }
 /** 409 unique-key-taken. */
 export class UniqueKeyTaken extends Conflict { override name = "UniqueKeyTaken"; }
+/** 409 cancel-requested: an operator asked to cancel the task, which may no longer spawn; stop it and fail it. */
+export class CancelRequested extends Conflict { override name = "CancelRequested"; }
 /** 403 host-not-allowed: with authentication off the server answers only requests to a loopback name. */
 export class HostNotAllowed extends Forbidden { override name = "HostNotAllowed"; }
 /** 403 cross-origin: with authentication off the server refuses requests a page of another origin sent. */
@@ -147,12 +151,14 @@ export const PROBLEM_CLASSES: Readonly<Record<string, ProblemClass>> = {
   "schedule-not-found": ScheduleNotFound,
   "key-not-found": KeyNotFound,
   "purge-job-not-found": NotFound,
+  "workflow-not-found": WorkflowNotFound,
   "method-not-allowed": MethodNotAllowed,
   "lease-lost": LeaseLost,
   "invalid-transition": InvalidTransition,
   "worker-dead": WorkerDead,
   "schedule-exists": ScheduleExists,
   "unique-key-taken": UniqueKeyTaken,
+  "cancel-requested": CancelRequested,
   "body-too-large": BodyTooLarge,
   "unsupported-media-type": UnsupportedMediaType,
   "host-not-allowed": HostNotAllowed,

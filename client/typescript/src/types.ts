@@ -24,7 +24,24 @@ export type DeadReason =
   | "cancelled"
   | "lease_expired"
   | "orphaned"
-  | "dependency_failed";
+  | "dependency_failed"
+  | "dependency_skipped";
+
+/**
+ * What a parent ending DEAD means for a task that depends on it (schema
+ * OnFailure): `fail` (the default, null) makes it DEAD `dependency_failed`;
+ * `ignore` runs it anyway once its other parents allow (it sees the
+ * parent's status among its parents); `skip` makes it DEAD
+ * `dependency_skipped`.
+ */
+export type OnFailure = "fail" | "ignore" | "skip" | null;
+
+/**
+ * One parent in `depends_on` (schema Dependency): an earlier item's ref,
+ * else an existing task's id, as a string (failure policy `fail`), or an
+ * object naming it as one of those only, with the edge's failure policy.
+ */
+export type Dependency = string | { ref: string; on_failure?: OnFailure } | { id: string; on_failure?: OnFailure };
 
 /** A worker's liveness. */
 export type WorkerStatus = "ACTIVE" | "STALE" | "DEAD";
@@ -101,6 +118,16 @@ export interface Task {
   /** The recurring schedule whose tick made the task. */
   schedule_name: string | null;
   schedule_tick: string | null;
+  /**
+   * The task's run: its own id when submitted alone; the run of the task
+   * whose complete (`enqueue`) or spawn created it; the batch's run in a
+   * batch with dependencies or one that names a run.
+   */
+  workflow_id: string;
+  /** The DONE or DEAD task this one was replayed from. */
+  replay_of: string | null;
+  /** The latest `run_at` debounced submissions may push the task to. */
+  debounce_until: string | null;
   /** The tasks it depends on (get only). */
   depends_on?: string[];
   /** Those of them not DONE yet (get only). */
@@ -126,6 +153,46 @@ export interface Attempt {
     | "released"
     | null;
   error: string | null;
+}
+
+/** A page of a task's parents, in the order it named them (schema ParentList). */
+export interface ParentPage {
+  parents: Task[];
+  next_cursor: string | null;
+  /** The page stopped before its limit at the server's response byte cap. */
+  truncated: boolean;
+}
+
+/**
+ * A run (schema Workflow): its tasks counted by status and DEAD reason, its
+ * times, and a page of its tasks, oldest first.
+ */
+export interface Workflow {
+  id: string;
+  total: number;
+  status_counts: Record<TaskStatus, number>;
+  dead_reasons: Partial<Record<DeadReason, number>>;
+  /** No task of the run is PENDING, RUNNING or BLOCKED. */
+  finished: boolean;
+  first_created_at: string;
+  last_updated_at: string;
+  last_finished_at: string | null;
+  tasks: Task[];
+  next_cursor: string | null;
+  truncated: boolean;
+}
+
+/** What a run's cancel or retry did (schema WorkflowResult). */
+export interface WorkflowResult {
+  id: string;
+  /** The unfinished tasks (cancel), the DEAD ones (retry), when the action began. */
+  matched: number;
+  /** Cancelled or asked to stop (cancel); moved out of DEAD (retry). */
+  changed: number;
+  /** Retry: how many of those wait for their parents again. */
+  blocked?: number;
+  /** Left alone. */
+  skipped: number;
 }
 
 /** A page of a task listing (schema TaskPage). */
@@ -336,6 +403,10 @@ export interface LifecycleEvent {
   version: number;
   type: string;
   task_id?: string;
+  /** The task's run when it is another task's (absent: its own); the run of `audit.workflow_*`. */
+  workflow_id?: string;
+  /** The original of a replay. */
+  replay_of?: string;
   queue?: string;
   queues?: string[];
   from?: string;
@@ -400,12 +471,56 @@ export interface SubmitRequest {
   /** The W3C trace context to keep with the task. */
   traceparent?: string;
   tracestate?: string;
+  /**
+   * Debounce on `unique_key` (submit only): the PENDING holder of the key
+   * takes this submission's payload and waits this many seconds from now
+   * again, never past `debounce_max_seconds` after the first submission.
+   */
+  debounce_seconds?: number | null;
+  debounce_max_seconds?: number | null;
+  /**
+   * Throttle on `unique_key` (submit only): with no unfinished holder, the
+   * key's last holder is returned while it finished less than this many
+   * seconds ago.
+   */
+  throttle_seconds?: number | null;
 }
 
-/** An item of a batch submission (schema BatchSubmitItem). */
+/**
+ * An item of a list of submissions (schema BatchSubmitItem): a batch, a
+ * complete's `enqueue`, a spawn. `depends_on` names earlier items by `ref`
+ * and existing tasks by id.
+ */
 export interface BatchSubmitItem extends SubmitRequest {
   ref?: string;
-  depends_on?: string[];
+  depends_on?: Dependency[];
+  /** Submit only. */
+  debounce_seconds?: null;
+  debounce_max_seconds?: null;
+  throttle_seconds?: null;
+}
+
+/** Tasks a held task creates, staying RUNNING (schema SpawnRequest). */
+export interface SpawnRequest {
+  worker_id: string;
+  lease_id: string;
+  tasks: BatchSubmitItem[];
+}
+
+/** A replay's overrides of the original's settings (schema ReplayRequest). */
+export interface ReplayRequest {
+  payload?: JsonValue;
+  priority?: number | null;
+  max_attempts?: number | null;
+  tags?: string[] | null;
+  run_at?: TimeInput | null;
+  deadline?: TimeInput | null;
+  group_key?: string | null;
+  timeout_seconds?: number | null;
+  metadata?: Metadata | null;
+  /** The replay's own trace context (absent: the original's). */
+  traceparent?: string;
+  tracestate?: string;
 }
 
 /** A claim (schema ClaimRequest). */
@@ -423,7 +538,7 @@ export interface CompleteRequest {
   worker_id: string;
   lease_id: string;
   result?: JsonValue;
-  enqueue?: SubmitRequest[];
+  enqueue?: BatchSubmitItem[];
 }
 
 /** A failure (schema FailRequest). */
@@ -475,7 +590,7 @@ export interface HeartbeatRequest {
 /** A batch completion (schema CompleteBatchRequest). */
 export interface CompleteBatchRequest {
   worker_id: string;
-  items: Array<{ id: string; lease_id: string; result?: JsonValue; enqueue?: SubmitRequest[] }>;
+  items: Array<{ id: string; lease_id: string; result?: JsonValue; enqueue?: BatchSubmitItem[] }>;
 }
 
 /** A batch failure (schema FailBatchRequest). */
@@ -496,6 +611,8 @@ export interface BulkRequest {
   text?: string;
   /** Only tasks whose metadata holds every one of these keys with these values. */
   metadata?: Metadata;
+  /** Only the tasks of this run. */
+  workflow_id?: string;
   dry_run?: boolean;
 }
 

@@ -15,7 +15,7 @@ import {
   isRouteMissing,
 } from "./errors.js";
 import { newId, sleep, type RetryPolicy } from "./http.js";
-import type { HeartbeatResult, JsonValue, LeaseRef, SubmitRequest, Task } from "./types.js";
+import type { BatchSubmitItem, HeartbeatResult, JsonValue, LeaseRef, Task } from "./types.js";
 
 /** Throw it from a handler to fail the task for good: DEAD at once (reason non_retryable). */
 export class NonRetryable extends TaskmasterError {
@@ -36,13 +36,15 @@ export class Snooze extends TaskmasterError {
 
 /**
  * A handler result that completes the task with `result` and creates
- * `enqueue` in the same transaction, or neither: a pipeline's next stage.
- * An enqueue the server refuses fails the task as non-retryable.
+ * `enqueue` in the same transaction, or neither: a pipeline's next stage,
+ * or the join over the children the handler spawned (`ctx.spawn`;
+ * `depends_on` their ids). An enqueue the server refuses fails the task as
+ * non-retryable.
  */
 export class Next {
   constructor(
     readonly result: JsonValue | undefined,
-    readonly enqueue: SubmitRequest[] = [],
+    readonly enqueue: BatchSubmitItem[] = [],
   ) {}
 }
 
@@ -90,6 +92,14 @@ export interface TaskContext {
   readonly leaseDeadline: number;
   /** Milliseconds until the lease runs out, as last renewed. */
   leaseRemainingMs(): number;
+  /**
+   * Creates tasks on behalf of this task, under this worker and the task's
+   * lease (Client.spawn); the task stays RUNNING. A handler that fans out
+   * spawns its children, then returns a Next whose `enqueue` holds the
+   * join, which depends on them by id. CancelRequested once an operator
+   * asked to cancel the task.
+   */
+  spawn(...tasks: BatchSubmitItem[]): Promise<Task[]>;
 }
 
 /** A handler: returns the result (any JSON value, or a Next), or throws. */
@@ -458,6 +468,8 @@ export class Worker {
         return job.leaseDeadline;
       },
       leaseRemainingMs: () => job.leaseDeadline - now(),
+      spawn: async (...tasks: BatchSubmitItem[]) =>
+        (await client.spawn(job.task.id, { worker_id: workerId, lease_id: job.ref.lease_id, tasks }, { signal: job.ctl.signal })).tasks,
     };
   }
 
@@ -492,7 +504,7 @@ export class Worker {
       return;
     }
     if (!failed) {
-      let enqueue: SubmitRequest[] = [];
+      let enqueue: BatchSubmitItem[] = [];
       if (result instanceof Next) {
         enqueue = result.enqueue;
         result = result.result;
@@ -549,7 +561,7 @@ export class Worker {
   private async report(
     job: Job,
     r:
-      | { kind: "complete"; result: JsonValue | undefined; enqueue: SubmitRequest[] }
+      | { kind: "complete"; result: JsonValue | undefined; enqueue: BatchSubmitItem[] }
       | { kind: "fail"; error: string; nonRetryable?: boolean }
       | { kind: "snooze"; seconds: number }
       | { kind: "release"; error: string },
@@ -562,7 +574,7 @@ export class Worker {
       try {
         switch (r.kind) {
           case "complete": {
-            const req: { worker_id: string; lease_id: string; result?: JsonValue; enqueue?: SubmitRequest[] } = { ...who };
+            const req: { worker_id: string; lease_id: string; result?: JsonValue; enqueue?: BatchSubmitItem[] } = { ...who };
             if (r.result !== undefined) req.result = r.result;
             if (r.enqueue.length) req.enqueue = r.enqueue;
             await this.client.complete(t.id, req, call);

@@ -83,6 +83,11 @@ const MIRRORS: Record<string, string> = {
   UpdateScheduleRequest: "UpdateScheduleRequest",
   UpdateQueueSettingsRequest: "UpdateQueueSettingsRequest",
   CreateKeyRequest: "CreateKeyRequest",
+  ParentPage: "ParentList",
+  Workflow: "Workflow",
+  WorkflowResult: "WorkflowResult",
+  SpawnRequest: "SpawnRequest",
+  ReplayRequest: "ReplayRequest",
 };
 
 /** Each interface's members (with those it extends): name -> optional. */

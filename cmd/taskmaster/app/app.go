@@ -138,6 +138,7 @@ type httpParams struct {
 	Keys        ports.KeyService
 	Schedules   ports.ScheduleService
 	Bulk        ports.BulkService
+	Workflows   ports.WorkflowService
 	Telemetry   *telemetry.Provider
 	Limits      *httpadapter.Limits
 	NamedLimits ports.LimitService
@@ -148,7 +149,7 @@ func newHTTPServer(p httpParams) *httpadapter.Server {
 	deps := httpadapter.Deps{
 		Tasks: p.Tasks, Workers: p.Workers, Queues: p.Queues, Health: p.Health,
 		Logger: p.Logger, Observe: p.Observe, Routes: p.Routes, Events: p.Events, Keys: p.Keys, Schedules: p.Schedules,
-		Bulk: p.Bulk, Limits: p.Limits, NamedLimits: p.NamedLimits, Reads: p.Reads.HTTP,
+		Bulk: p.Bulk, Workflows: p.Workflows, Limits: p.Limits, NamedLimits: p.NamedLimits, Reads: p.Reads.HTTP,
 		// A stopping server answers waiting long-poll claims at once.
 		OnShutdown: []func(){p.Notifier.CloseWaits},
 	}

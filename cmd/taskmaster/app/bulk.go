@@ -24,8 +24,8 @@ type PurgeJobs struct {
 	Service *application.BackgroundService
 }
 
-// bulkModule provides the bulk actions and purges, and runs the purge
-// jobs with the app. Tests tune them with fx.Decorate on
+// bulkModule provides the bulk actions and purges, and the runs' use cases
+// (a run's cancel is a bulk action), and runs the purge jobs with the app. Tests tune them with fx.Decorate on
 // application.BulkConfig.
 func bulkModule() fx.Option {
 	return fx.Options(
@@ -33,6 +33,9 @@ func bulkModule() fx.Option {
 			application.DefaultBulkConfig,
 			application.NewBulkService,
 			func(s *application.BulkService) ports.BulkService { return s },
+			func(tx ports.TxRunner, bulk *application.BulkService, cfg application.Config) ports.WorkflowService {
+				return application.NewWorkflowService(tx, bulk, cfg)
+			},
 			newPurgeJobs,
 		),
 		fx.Invoke(func(*PurgeJobs) {}),

@@ -43,6 +43,7 @@ type dashboardParams struct {
 	Sessions    ports.SessionService
 	Dashboard   ports.DashboardService
 	Bulk        ports.BulkService
+	Workflows   ports.WorkflowService
 	Limits      *httpadapter.Limits
 	NamedLimits ports.LimitService
 	Logger      *zap.Logger
@@ -52,7 +53,7 @@ type dashboardParams struct {
 func dashboardRoutes(p dashboardParams) ([]httpadapter.Route, error) {
 	h, err := ui.New(ui.Config{Auth: p.Config.AuthEnabled(), Secure: p.Config.TLS.Enabled()}, ui.Deps{
 		Tasks: p.Tasks, Workers: p.Workers, Queues: p.Queues, Schedules: p.Schedules,
-		Sessions: p.Sessions, Dashboard: p.Dashboard, Bulk: p.Bulk, Limits: p.Limits, NamedLimits: p.NamedLimits,
+		Sessions: p.Sessions, Dashboard: p.Dashboard, Bulk: p.Bulk, Workflows: p.Workflows, Limits: p.Limits, NamedLimits: p.NamedLimits,
 		Logger: p.Logger.Named("ui"), Reads: p.Reads.Dashboard, ReadSource: p.Reads.Source,
 	})
 	if err != nil {

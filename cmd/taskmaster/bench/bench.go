@@ -153,6 +153,8 @@ type Report struct {
 	Queues *QueueFigures `json:"queues,omitempty"`
 	// Waiters holds the waiters scenario's figures.
 	Waiters *WaiterFigures `json:"waiters,omitempty"`
+	// Fanout holds the fanout scenario's figures.
+	Fanout *FanoutFigures `json:"fanout,omitempty"`
 	// Push holds the push scenario's figures.
 	Push *PushFigures `json:"push,omitempty"`
 	// Peers put a batch run next to other queues' benchmarks run on a

@@ -87,6 +87,7 @@ func finishedRows(ctx context.Context, env *environment) int64 {
 func printExtras(w io.Writer, r Report) {
 	printIdle(w, r.Idle)
 	printWaiters(w, r.Waiters)
+	printFanout(w, r.Fanout)
 	printFairness(w, r.Fairness)
 	printQueueFigures(w, r.Queues)
 	printPush(w, r.Push)

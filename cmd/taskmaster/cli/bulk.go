@@ -28,11 +28,16 @@ type bulkState struct {
 }
 
 // bulkFilterFlags are the flags that make retry and cancel bulk actions.
-var bulkFilterFlags = []string{"queue", "status", "reason", "group", "created-before", "created-after", "error-contains", "text"}
+var bulkFilterFlags = []string{"queue", "status", "reason", "group", "created-before", "created-after", "error-contains", "text", "workflow"}
 
 func bulkFlags(fs *flag.FlagSet, e *env) {
 	s := &bulkState{}
 	e.state = s
+	s.register(fs)
+}
+
+// register binds the filter flags and --dry-run to s.
+func (s *bulkState) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.filter.Queue, "queue", "", "bulk: only this queue")
 	fs.StringVar(&s.filter.Status, "status", "", "bulk: only these statuses, comma-separated (retry: DEAD; cancel: PENDING, BLOCKED, RUNNING; default all it can change)")
 	fs.StringVar(&s.filter.DeadReason, "reason", "", "bulk: only DEAD tasks with this reason (exhausted, non_retryable, cancelled, ...)")
@@ -41,6 +46,7 @@ func bulkFlags(fs *flag.FlagSet, e *env) {
 	fs.StringVar(&s.createdAfter, "created-after", "", "bulk: only tasks created after, an RFC 3339 time or a duration from now (-24h)")
 	fs.StringVar(&s.filter.ErrorContains, "error-contains", "", "bulk: only tasks whose last error contains this text (any case)")
 	fs.StringVar(&s.filter.Text, "text", "", "bulk: only tasks whose last error or idempotency key contains this text (any case)")
+	fs.StringVar(&s.filter.WorkflowID, "workflow", "", "bulk: only the tasks of this run (workflow id)")
 	fs.BoolVar(&s.dryRun, "dry-run", false, "bulk: count the tasks the filter matches, change nothing")
 }
 
@@ -117,7 +123,7 @@ func printBulkResult(io IO, asJSON bool, action string, res *client.BulkResult) 
 		_, err := fmt.Fprintf(io.Stdout, "%d tasks match (dry run: nothing changed)\n", res.Matched)
 		return err
 	}
-	done, verb := res.Changed, map[string]string{"retry": "retried", "cancel": "cancelled", "purge": "removed"}[action]
+	done, verb := res.Changed, map[string]string{"retry": "retried", "cancel": "cancelled", "purge": "removed", "replay": "replayed"}[action]
 	if action == "purge" {
 		done = res.Removed
 	}

@@ -75,6 +75,9 @@ func commands() []command {
 			flags: bulkFlags, nargs: anyArgs, run: runRetryCommand},
 		{name: "cancel", args: "[ID]", summary: "cancel a PENDING or BLOCKED task, or ask a RUNNING task's worker to stop it; with filter flags, every task they match",
 			flags: bulkFlags, nargs: anyArgs, run: runCancelCommand},
+		{name: "replay", args: "[ID]", summary: "make a new task from a DONE or DEAD one; with filter flags instead of ID, from every one they match",
+			flags: replayFlags, nargs: anyArgs, run: runReplayCommand},
+		{name: "workflow", args: "...", summary: "see and steer a run of tasks: show|cancel|retry"},
 		{name: "workers", summary: "list workers", run: runWorkers},
 		{name: "drain", args: "WORKER", summary: "ask a worker to stop claiming (it finishes what it holds)", nargs: 1, run: runDrain},
 		{name: "queues", summary: "show queue statistics", run: runQueues},
@@ -132,6 +135,8 @@ func Run(ctx context.Context, args []string, io IO) error {
 		return runSchedule(ctx, args[1:], io)
 	case "queue":
 		return runQueue(ctx, args[1:], io)
+	case "workflow":
+		return runWorkflow(ctx, args[1:], io)
 	case "limits":
 		return runLimits(ctx, args[1:], io)
 	}

@@ -25,6 +25,10 @@ type submitState struct {
 	dependsOn      multiFlag
 	group          string
 	wait           time.Duration
+	workflow       string
+	debounce       time.Duration
+	debounceMax    time.Duration
+	throttle       time.Duration
 }
 
 func submitFlags(fs *flag.FlagSet, e *env) {
@@ -37,6 +41,10 @@ func submitFlags(fs *flag.FlagSet, e *env) {
 	fs.Var(&s.dependsOn, "depends-on", "the id of a task that must be DONE first (repeatable): BLOCKED until then")
 	fs.StringVar(&s.group, "group", "", "the task's group in its queue (a tenant): claims take turns across groups")
 	fs.DurationVar(&s.wait, "wait", 0, "wait up to this long for the task to be DONE or DEAD, then show it as it is (30s)")
+	fs.StringVar(&s.workflow, "workflow", "", "the run (workflow id) the task joins")
+	fs.DurationVar(&s.debounce, "debounce", 0, "with --unique-key: replace the PENDING holder's payload and push its run_at this far (1m)")
+	fs.DurationVar(&s.debounceMax, "debounce-max", 0, "with --debounce: never push run_at past this long after the first submission (default 10 x --debounce)")
+	fs.DurationVar(&s.throttle, "throttle", 0, "with --unique-key: answer with the key's last holder while it finished less than this long ago (1h)")
 }
 
 type getState struct{ wait time.Duration }
@@ -72,7 +80,8 @@ func runSubmit(ctx context.Context, e *env, _ []string) error {
 		return usagef("--wait must not be negative")
 	}
 	p := client.SubmitParams{Queue: s.task.queue, Priority: s.task.priority, MaxAttempts: s.task.maxAttempts, Tags: s.task.tags,
-		IdempotencyKey: s.idempotencyKey, UniqueKey: s.task.uniqueKey, Retry: retry, GroupKey: s.group}
+		IdempotencyKey: s.idempotencyKey, UniqueKey: s.task.uniqueKey, Retry: retry, GroupKey: s.group,
+		Debounce: s.debounce, DebounceMax: s.debounceMax, Throttle: s.throttle}
 	if p.TimeoutSeconds, err = s.task.timeoutSeconds(); err != nil {
 		return err
 	}
@@ -92,10 +101,10 @@ func runSubmit(ctx context.Context, e *env, _ []string) error {
 	if p.RunAt, err = parseWhen("--run-at", s.runAt); err != nil {
 		return err
 	}
-	if len(s.dependsOn) > 0 {
-		// Dependencies are a batch's: a batch of one.
+	if len(s.dependsOn) > 0 || s.workflow != "" {
+		// Dependencies and runs are a batch's: a batch of one.
 		p.DependsOn = s.dependsOn
-		ts, _, err := e.client.SubmitBatch(ctx, []client.SubmitParams{p})
+		ts, _, err := e.client.SubmitBatchToWorkflow(ctx, s.workflow, []client.SubmitParams{p})
 		if err != nil {
 			return err
 		}
@@ -199,10 +208,11 @@ func runCancel(ctx context.Context, e *env, args []string) error {
 }
 
 type listState struct {
-	queue  string
-	status string
-	limit  int
-	cursor string
+	queue    string
+	status   string
+	workflow string
+	limit    int
+	cursor   string
 }
 
 func listFlags(fs *flag.FlagSet, e *env) {
@@ -210,13 +220,15 @@ func listFlags(fs *flag.FlagSet, e *env) {
 	e.state = s
 	fs.StringVar(&s.queue, "queue", "", "only this queue")
 	fs.StringVar(&s.status, "status", "", "only this status: PENDING, RUNNING, DONE, DEAD or BLOCKED")
+	fs.StringVar(&s.workflow, "workflow", "", "only the tasks of this run (workflow id)")
 	fs.IntVar(&s.limit, "limit", 0, "page size, 1-1000 (default: the server's, 100)")
 	fs.StringVar(&s.cursor, "cursor", "", "the next page's cursor, from the previous page")
 }
 
 func runList(ctx context.Context, e *env, _ []string) error {
 	s := e.state.(*listState)
-	page, err := e.client.List(ctx, client.ListParams{Queue: s.queue, Status: client.Status(strings.ToUpper(s.status)), Limit: s.limit, Cursor: s.cursor})
+	page, err := e.client.List(ctx, client.ListParams{Queue: s.queue, Status: client.Status(strings.ToUpper(s.status)), WorkflowID: s.workflow,
+		Limit: s.limit, Cursor: s.cursor})
 	if err != nil {
 		return err
 	}
@@ -247,6 +259,9 @@ func runList(ctx context.Context, e *env, _ []string) error {
 		if s.status != "" {
 			fmt.Fprintf(e.Stdout, " --status %s", s.status)
 		}
+		if s.workflow != "" {
+			fmt.Fprintf(e.Stdout, " --workflow %s", s.workflow)
+		}
 		if s.limit != 0 {
 			fmt.Fprintf(e.Stdout, " --limit %d", s.limit)
 		}
@@ -276,6 +291,15 @@ func printTask(e *env, t *client.Task) error {
 	row("Idempotency key", orDash(t.IdempotencyKey))
 	row("Unique key", orDash(t.UniqueKey))
 	row("Group", orDash(t.GroupKey))
+	if t.WorkflowID != "" && t.WorkflowID != t.ID {
+		row("Workflow", t.WorkflowID)
+	}
+	if t.ReplayOf != "" {
+		row("Replay of", t.ReplayOf)
+	}
+	if t.DebounceUntil != nil {
+		row("Debounced until", when(t.DebounceUntil))
+	}
 	if len(t.Metadata) > 0 {
 		keys := make([]string, 0, len(t.Metadata))
 		for k := range t.Metadata {
