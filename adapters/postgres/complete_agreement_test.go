@@ -140,7 +140,7 @@ func TestCompleteStatementAgreesWithTheDomain(t *testing.T) {
 
 	rowOf := func(table, key string, id uuid.UUID) []map[string]any {
 		var raw []byte
-		require.NoError(t, db.Get(&raw, `SELECT coalesce(json_agg(to_jsonb(r) - 'id' - 'seq' - 'task_id' ORDER BY r.seq), '[]') FROM `+table+` r WHERE `+key+` = $1`, id))
+		require.NoError(t, db.Get(&raw, `SELECT coalesce(json_agg(to_jsonb(r) - 'id' - 'seq' - 'task_id' - 'workflow_id' ORDER BY r.seq), '[]') FROM `+table+` r WHERE `+key+` = $1`, id))
 		var out []map[string]any
 		require.NoError(t, json.Unmarshal(raw, &out))
 		return out
@@ -161,7 +161,11 @@ func TestCompleteStatementAgreesWithTheDomain(t *testing.T) {
 		if a.Err == nil {
 			completed++
 			sa, sb := a.Task.Snapshot(), b.Task.Snapshot()
+			// Each twin is its own run: its workflow id is its own id.
+			require.Equal(t, sa.ID, sa.WorkflowID, "shape %+v", tw.shape)
+			require.Equal(t, sb.ID, sb.WorkflowID, "shape %+v", tw.shape)
 			sa.ID, sb.ID = uuid.Nil, uuid.Nil
+			sa.WorkflowID, sb.WorkflowID = uuid.Nil, uuid.Nil
 			require.Equal(t, sb, sa, "shape %+v: the task as answered", tw.shape)
 		}
 		require.Equal(t, rowOf("tasks", "id", tw.b), rowOf("tasks", "id", tw.a), "shape %+v: the stored task", tw.shape)

@@ -25,7 +25,7 @@ import (
 // encoding/json when set. A field in neither fails
 // TestEveryEventFieldIsEncoded.
 var (
-	encodedFields = []string{"version", "type", "task_id", "queue", "queues", "from", "to", "reason", "attempt",
+	encodedFields = []string{"version", "type", "task_id", "workflow_id", "replay_of", "queue", "queues", "from", "to", "reason", "attempt",
 		"worker_id", "occurred_at", "correlation_id", "key_id", "target_key_id", "schedule", "matched",
 		"delay_seconds", "queue_wait_seconds", "execution_seconds", "end_to_end_seconds"}
 	fallbackFields = []string{"settings", "limit", "filter", "metadata", "progress"}
@@ -79,6 +79,8 @@ func appendEvent(b []byte, e *event.Event) ([]byte, bool) {
 	b = append(b, `,"type":`...)
 	b = jsontext.AppendString(b, string(e.Type), true)
 	b = str(b, "task_id", e.TaskID)
+	b = str(b, "workflow_id", e.WorkflowID)
+	b = str(b, "replay_of", e.ReplayOf)
 	b = str(b, "queue", e.Queue)
 	if len(e.Queues) > 0 {
 		b = append(b, `,"queues":[`...)

@@ -42,6 +42,7 @@ func samples() []event.Event {
 		{Version: 1, Type: event.WorkerRegistered, WorkerID: "w", Queues: []string{"a", "b<c"}, OccurredAt: at},
 		{Version: 1, Type: event.TaskPurged, Queue: "q", Matched: &matched, Schedule: "nightly", OccurredAt: at},
 		{Version: 1, Type: event.TaskSubmitted, Queues: []string{}, OccurredAt: time.Time{}},
+		{Version: 1, Type: event.TaskSubmitted, TaskID: "t", WorkflowID: "w", ReplayOf: "r", Queue: "q", OccurredAt: at},
 		// encoding/json's alone:
 		{Version: 1, Type: "queue.settings_changed", Queue: "q", Settings: &queue.Settings{Paused: true}, OccurredAt: at},
 		{Version: 1, Type: event.TaskSubmitted, TaskID: "t", Metadata: map[string]string{"b": "2", "a": "<1>"}, OccurredAt: at},
@@ -60,12 +61,12 @@ func TestAppendPayloadMatchesMarshal(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, string(want), string(got), "event %d", i)
 	}
-	want, err := json.Marshal(Payload{Events: all[:7]})
+	want, err := json.Marshal(Payload{Events: all[:8]})
 	require.NoError(t, err)
-	got, ok := appendPayload(nil, all[:7])
+	got, ok := appendPayload(nil, all[:8])
 	require.True(t, ok, "the hot paths' events are written by hand")
 	require.Equal(t, string(want), string(got))
-	for _, e := range all[7:] {
+	for _, e := range all[8:] {
 		_, ok := appendPayload(nil, []event.Event{e})
 		require.False(t, ok, "%s goes through encoding/json", e.Type)
 	}
