@@ -9,12 +9,18 @@ import (
 )
 
 // combiner serves concurrent requests in batches, one transaction per
-// batch (group commit without timers): a request that finds fewer than
-// `running` batches in progress runs one at once, taking along every
-// request queued meanwhile (up to a batch's size); a request that finds
-// them all busy waits, and the first waiting request when one finishes
-// leads the next batch. An idle instance adds no delay; a busy one serves
-// as many requests per transaction as arrived during the previous one.
+// batch (group commit without timers): a request that finds no batch in
+// progress runs one at once, taking along every request queued meanwhile
+// (up to a batch's size); a request that finds one busy waits, and the
+// first waiting request when it finishes leads the next batch. Another
+// batch runs beside it, up to `running` at once, only while `overlapAt`
+// requests wait (by default a full batch): more transactions at once would
+// serve fewer requests each, and every transaction costs its fixed
+// statements and its commit (on two cores, two claim transactions of three
+// requests cost a quarter more database CPU per task than one of six:
+// docs/performance.md).
+// An idle instance adds no delay; a busy one serves as many requests per
+// transaction as arrived during the previous one.
 //
 // Every request is answered only when its batch's transaction has ended:
 // with its own result when it committed, with the batch's error when it
@@ -29,8 +35,10 @@ type combiner[Req, Res any] struct {
 	// fits reports whether req may join batch (nil: always); a request that
 	// does not waits for a later batch.
 	fits func(batch []*pending[Req, Res], req *pending[Req, Res]) bool
-	// size bounds a batch's requests, running the batches at once.
-	size, running int
+	// size bounds a batch's requests, running the batches at once;
+	// overlapAt is how many requests must wait before another batch runs
+	// beside the running ones (0: size).
+	size, running, overlapAt int
 
 	mu      sync.Mutex
 	queue   []*pending[Req, Res]
@@ -53,7 +61,7 @@ func (c *combiner[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 	p := &pending[Req, Res]{ctx: ctx, req: req, done: make(chan struct{}), lead: make(chan struct{}, 1)}
 	c.mu.Lock()
 	c.queue = append(c.queue, p)
-	if c.leaders < c.running {
+	if c.leaders == 0 || (c.leaders < c.running && len(c.queue) >= c.overlap()) {
 		c.leaders++
 		p.lead <- struct{}{}
 	}
@@ -75,6 +83,15 @@ func (c *combiner[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 	}
 }
 
+// overlap is how many requests must wait before another batch runs beside
+// the running ones.
+func (c *combiner[Req, Res]) overlap() int {
+	if c.overlapAt <= 0 {
+		return c.size
+	}
+	return c.overlapAt
+}
+
 // lead runs one batch, then hands the lead on.
 func (c *combiner[Req, Res]) lead(ctx context.Context) {
 	if batch := c.take(); len(batch) > 0 {
@@ -93,8 +110,14 @@ func (c *combiner[Req, Res]) lead(ctx context.Context) {
 }
 
 // handOver gives the lead to the first waiting request that has none, or
-// gives it up. The caller holds c.mu.
+// gives it up: when none waits, and when another batch runs and fewer than
+// overlap requests wait (that one's leader hands over when it ends).
+// The caller holds c.mu.
 func (c *combiner[Req, Res]) handOver() {
+	if c.leaders > 1 && len(c.queue) < c.overlap() {
+		c.leaders--
+		return
+	}
 	for _, p := range c.queue {
 		select {
 		case p.lead <- struct{}{}:

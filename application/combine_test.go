@@ -133,6 +133,61 @@ func TestCombinerFailsTheBatchAndLeavesOutEndedRequests(t *testing.T) {
 	require.Equal(t, int64(2), calls.Load(), "the two others in one batch")
 }
 
+// A second batch runs beside a busy one only once a full batch's worth of
+// requests waits; fewer wait for the busy one to end, and then go in one.
+func TestCombinerRunsASecondBatchOnlyForAFullOne(t *testing.T) {
+	t.Parallel()
+	block := make(chan struct{})
+	var (
+		started = make(chan int, 4)
+		calls   atomic.Int64
+		sizes   = make(chan int, 4)
+	)
+	c := &combiner[int, int]{
+		size: 3, running: 2,
+		run: func(ctx context.Context, batch []*pending[int, int]) error {
+			n := int(calls.Add(1))
+			sizes <- len(batch)
+			started <- n
+			if n == 1 {
+				<-block
+			}
+			return nil
+		},
+	}
+	done := make(chan error, 8)
+	do := func(i int) { go func() { _, err := c.do(t.Context(), i); done <- err }() }
+	do(0)
+	require.Equal(t, 1, <-started)
+	queued := func(n int) func() bool {
+		return func() bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return len(c.queue) == n
+		}
+	}
+	do(1)
+	do(2)
+	require.Eventually(t, queued(2), 5*time.Second, time.Millisecond)
+	select {
+	case n := <-started:
+		t.Fatalf("batch %d started beside the busy one for two waiting requests", n)
+	default:
+	}
+	do(3) // a full batch's worth waits now
+	require.Equal(t, 2, <-started, "a second batch runs beside the busy one")
+	require.Equal(t, 1, <-sizes)
+	require.Equal(t, 3, <-sizes)
+	close(block)
+	for range 4 {
+		require.NoError(t, <-done)
+	}
+	require.Equal(t, int64(2), calls.Load())
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.Zero(t, c.leaders, "every lead was given up")
+}
+
 // fakeTx runs fn with no stores and counts the runs.
 type fakeTx struct{ runs atomic.Int64 }
 
@@ -177,4 +232,33 @@ func TestInOneTransactionIsolatesTheRequestThatFailsIt(t *testing.T) {
 	b = batch("a", "bad")
 	require.ErrorIs(t, inOneTransaction(t.Context(), tx, b, serve(ports.ErrUnavailable)), ports.ErrUnavailable)
 	require.Equal(t, int64(1), tx.runs.Load())
+}
+
+// With overlapAt 1 a request that finds a batch running starts another at
+// once, up to running (the rule before batches had to fill).
+func TestCombinerOverlapsAtOnceWhenAsked(t *testing.T) {
+	t.Parallel()
+	block := make(chan struct{})
+	started := make(chan int, 2)
+	var calls atomic.Int64
+	c := &combiner[int, int]{
+		size: 8, running: 2, overlapAt: 1,
+		run: func(ctx context.Context, batch []*pending[int, int]) error {
+			n := int(calls.Add(1))
+			started <- n
+			if n == 1 {
+				<-block
+			}
+			return nil
+		},
+	}
+	done := make(chan error, 2)
+	for i := range 2 {
+		go func() { _, err := c.do(t.Context(), i); done <- err }()
+		require.Equal(t, i+1, <-started, "batch %d starts at once", i+1)
+	}
+	close(block)
+	for range 2 {
+		require.NoError(t, <-done)
+	}
 }

@@ -31,7 +31,12 @@ func (s *TaskService) Complete(ctx context.Context, cmd ports.CompleteCommand) (
 		checkJSON(&v, st, "result", cmd.Result)
 		return v.Err()
 	}
-	out, err := s.updateReported(ctx, cmd.TaskID, cmd.WorkerID, check, completeFunc(cmd), nil)
+	r, err := singleReport(ctx, cmd.TaskID, cmd.WorkerID, check, completeFunc(cmd), nil)
+	if err != nil {
+		return nil, fmt.Errorf("complete task: %w", err)
+	}
+	r.completes = []ports.CompleteRef{{ID: cmd.TaskID, WorkerID: cmd.WorkerID, LeaseID: *cmd.LeaseID, Result: cmd.Result}}
+	out, err := s.reportedOne(ctx, r)
 	if err != nil {
 		return nil, fmt.Errorf("complete task: %w", err)
 	}
@@ -54,8 +59,18 @@ func completeFunc(cmd ports.CompleteCommand) ports.TaskUpdateFunc {
 // refused).
 func (s *TaskService) updateReported(ctx context.Context, id uuid.UUID, workerID string, check func(ports.Stores) error,
 	fn ports.TaskUpdateFunc, then func(context.Context, ports.Stores) error) (*task.Task, error) {
-	if err := ports.Principal(ctx).CheckWorkerID(workerID); err != nil {
+	r, err := singleReport(ctx, id, workerID, check, fn, then)
+	if err != nil {
 		return nil, err
+	}
+	return s.reportedOne(ctx, r)
+}
+
+// singleReport is updateReported's request, to serve with reportedOne.
+func singleReport(ctx context.Context, id uuid.UUID, workerID string, check func(ports.Stores) error,
+	fn ports.TaskUpdateFunc, then func(context.Context, ports.Stores) error) (report, error) {
+	if err := ports.Principal(ctx).CheckWorkerID(workerID); err != nil {
+		return report{}, err
 	}
 	decide := visibleTaskFunc(ctx, fn)
 	r := report{workerID: workerID, ids: []uuid.UUID{id}, decide: func(_ int, t *task.Task, now time.Time) ([]event.Event, error) {
@@ -72,6 +87,12 @@ func (s *TaskService) updateReported(ctx context.Context, id uuid.UUID, workerID
 			return then(ctx, st)
 		}
 	}
+	return r, nil
+}
+
+// reportedOne serves the report of one task r and returns the task, or the
+// item's error.
+func (s *TaskService) reportedOne(ctx context.Context, r report) (*task.Task, error) {
 	out, err := s.reports.do(ctx, r)
 	if err != nil {
 		return nil, err

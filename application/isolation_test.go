@@ -49,6 +49,14 @@ func (s poisonTasks) UpdateEach(ctx context.Context, ids []uuid.UUID, fn ports.T
 	return out, err
 }
 
+func (s poisonTasks) CompleteEach(ctx context.Context, items []ports.CompleteRef, fn ports.TaskUpdateEachFunc) ([]ports.TaskResult, error) {
+	out, err := s.TaskStore.CompleteEach(ctx, items, fn)
+	if err == nil && slices.ContainsFunc(items, func(it ports.CompleteRef) bool { return it.ID == s.p.poison }) {
+		return nil, errPoison
+	}
+	return out, err
+}
+
 func (s poisonTasks) ClaimGroup(ctx context.Context, g ports.ClaimGroupParams) ([]ports.ClaimOutcome, error) {
 	out, err := s.TaskStore.ClaimGroup(ctx, g)
 	if err == nil && slices.ContainsFunc(g.Requests, func(r ports.ClaimRequest) bool { return r.WorkerID == s.p.poisonWorker }) {

@@ -110,7 +110,17 @@ func (s *TaskService) CompleteBatch(ctx context.Context, workerID string, items 
 			return enqueueCompleted(ctx, st, items, built, parents, out)
 		}
 	}
-	out, err := s.reportBatch(ctx, workerID, ids, refuse, decide, then)
+	r, err := batchReport(ctx, workerID, ids, refuse, decide, then)
+	if err != nil {
+		return nil, fmt.Errorf("complete batch: %w", err)
+	}
+	if !enqueues {
+		r.completes = make([]ports.CompleteRef, len(items))
+		for i, it := range items {
+			r.completes[i] = ports.CompleteRef{ID: it.TaskID, WorkerID: workerID, LeaseID: *it.LeaseID, Result: it.Result}
+		}
+	}
+	out, err := s.reports.do(ctx, r)
 	if err != nil {
 		return nil, fmt.Errorf("complete batch: %w", err)
 	}
@@ -194,16 +204,27 @@ func (s *TaskService) FailBatch(ctx context.Context, workerID string, items []po
 func (s *TaskService) reportBatch(ctx context.Context, workerID string, ids []uuid.UUID,
 	refuse func(ports.Stores) []error, fn ports.TaskUpdateEachFunc,
 	then func(context.Context, ports.Stores, []ports.TaskResult) error) ([]ports.TaskResult, error) {
-	p := ports.Principal(ctx)
-	if err := p.CheckWorkerID(workerID); err != nil {
+	r, err := batchReport(ctx, workerID, ids, refuse, fn, then)
+	if err != nil {
 		return nil, err
 	}
-	return s.reports.do(ctx, report{workerID: workerID, ids: ids, refuse: refuse, then: then, decide: func(i int, t *task.Task, now time.Time) ([]event.Event, error) {
+	return s.reports.do(ctx, r)
+}
+
+// batchReport is reportBatch's request, to serve with s.reports.
+func batchReport(ctx context.Context, workerID string, ids []uuid.UUID,
+	refuse func(ports.Stores) []error, fn ports.TaskUpdateEachFunc,
+	then func(context.Context, ports.Stores, []ports.TaskResult) error) (report, error) {
+	p := ports.Principal(ctx)
+	if err := p.CheckWorkerID(workerID); err != nil {
+		return report{}, err
+	}
+	return report{workerID: workerID, ids: ids, refuse: refuse, then: then, decide: func(i int, t *task.Task, now time.Time) ([]event.Event, error) {
 		if !p.QueueAllowed(t.Queue()) {
 			return nil, task.ErrNotFound
 		}
 		return fn(i, t, now)
-	}})
+	}}, nil
 }
 
 // report is one request of a holder that changes its tasks: a complete, a
@@ -225,6 +246,19 @@ type report struct {
 	// then, when not nil, runs after the request's items were applied and
 	// its worker touched, in the same transaction (see reportBatch).
 	then func(ctx context.Context, st ports.Stores, res []ports.TaskResult) error
+	// completes, when not nil, says that every item is a plain completion
+	// (one per id, in order): unless its principal is limited to some
+	// queues, the request is served by TaskStore.CompleteEach, which
+	// completes with one statement what decide would complete (decide
+	// still judges every task it locked).
+	completes []ports.CompleteRef
+}
+
+// completing reports whether p's items go through TaskStore.CompleteEach:
+// plain completions of a principal that may see every queue (for a limited
+// one, decide may refuse a task the statement would complete: its queue).
+func completing(p *pending[report, []ports.TaskResult]) bool {
+	return p.req.completes != nil && !ports.Principal(p.ctx).Restricted()
 }
 
 // reportsOverlap reports whether p names a task that a request in batch
@@ -261,6 +295,8 @@ func reportInTx(ctx context.Context, st ports.Stores, batch []*pending[report, [
 	var (
 		kept, progressKept []uuid.UUID
 		at, progressAt     []ref
+		completes          []ports.CompleteRef
+		completeAt         []ref
 		workers            []string
 		seen               = map[string]bool{}
 	)
@@ -278,6 +314,9 @@ func reportInTx(ctx context.Context, st ports.Stores, batch []*pending[report, [
 			case p.req.progress:
 				progressKept = append(progressKept, id)
 				progressAt = append(progressAt, ref{p: p, i: i})
+			case completing(p):
+				completes = append(completes, p.req.completes[i])
+				completeAt = append(completeAt, ref{p: p, i: i})
 			default:
 				kept = append(kept, id)
 				at = append(at, ref{p: p, i: i})
@@ -308,7 +347,14 @@ func reportInTx(ctx context.Context, st ports.Stores, batch []*pending[report, [
 			}
 		}
 	}
-	if len(kept) > 0 || len(progressKept) == 0 {
+	if len(completes) > 0 {
+		applied, err := st.Tasks.CompleteEach(ctx, completes, decide(completeAt))
+		if err != nil {
+			return err
+		}
+		settle(completeAt, applied)
+	}
+	if len(kept) > 0 || (len(progressKept) == 0 && len(completes) == 0) {
 		applied, err := st.Tasks.UpdateEach(ctx, kept, decide(at))
 		if err != nil {
 			return err

@@ -73,9 +73,14 @@ type Config struct {
 	// failures) one shared transaction serves (0: DefaultBatchRequests; 1:
 	// every request in a transaction of its own).
 	BatchRequests int
-	// ConcurrentBatches is how many shared transactions of one kind run at
-	// once (0: DefaultConcurrentBatches).
+	// ConcurrentBatches is how many shared transactions of one kind may run
+	// at once (0: DefaultConcurrentBatches); more than one only while
+	// BatchOverlapAt requests wait for the ones running.
 	ConcurrentBatches int
+	// BatchOverlapAt is how many requests must wait for the running shared
+	// transactions of their kind before another starts beside them (0: a
+	// full batch, BatchRequests; 1: at once).
+	BatchOverlapAt int
 	// AwaitSafetyInterval is how often a producer waiting for a task
 	// looks again without a notification (0: DefaultAwaitSafetyInterval).
 	// The waiters of an instance look together, at the same multiples of
@@ -99,6 +104,13 @@ func (c Config) batchRequests() int {
 		return DefaultBatchRequests
 	}
 	return c.BatchRequests
+}
+
+func (c Config) batchOverlapAt() int {
+	if c.BatchOverlapAt <= 0 {
+		return c.batchRequests()
+	}
+	return c.BatchOverlapAt
 }
 
 func (c Config) concurrentBatches() int {
@@ -197,10 +209,10 @@ func NewTaskService(tx ports.TxRunner, cfg Config, opts ...TaskServiceOption) *T
 		s.cfg.AwaitSafetyInterval = DefaultAwaitSafetyInterval
 	}
 	s.finished = &combiner[uuid.UUID, bool]{run: s.finishedBatch, size: MaxBatch, running: 1}
-	s.claims = &combiner[claim, claimAnswer]{run: s.claimBatch, size: s.cfg.batchRequests(), running: s.cfg.concurrentBatches()}
+	s.claims = &combiner[claim, claimAnswer]{run: s.claimBatch, size: s.cfg.batchRequests(), running: s.cfg.concurrentBatches(), overlapAt: s.cfg.batchOverlapAt()}
 	s.reports = &combiner[report, []ports.TaskResult]{run: s.reportsBatch, fits: func(batch []*pending[report, []ports.TaskResult], p *pending[report, []ports.TaskResult]) bool {
 		return !reportsOverlap(batch, p)
-	}, size: s.cfg.batchRequests(), running: s.cfg.concurrentBatches()}
+	}, size: s.cfg.batchRequests(), running: s.cfg.concurrentBatches(), overlapAt: s.cfg.batchOverlapAt()}
 	return s
 }
 

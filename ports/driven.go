@@ -86,6 +86,15 @@ type ReleaseFunc func(t *task.Task, judged task.Holder, now time.Time) (events [
 // TaskUpdateEachFunc decides a change to the i-th task of a batch.
 type TaskUpdateEachFunc func(i int, t *task.Task, now time.Time) ([]event.Event, error)
 
+// CompleteRef is one completion for TaskStore.CompleteEach: the task, the
+// holder that reports it done under its lease, and the result.
+type CompleteRef struct {
+	ID       uuid.UUID
+	WorkerID string
+	LeaseID  uuid.UUID
+	Result   json.RawMessage
+}
+
 // TaskResult is the outcome of one item of a batch.
 type TaskResult struct {
 	// ID is the task the item named.
@@ -253,6 +262,16 @@ type TaskStore interface {
 	// missing task's result has Err task.ErrNotFound, a refused change fn's
 	// error.
 	UpdateEach(ctx context.Context, ids []uuid.UUID, fn TaskUpdateEachFunc) ([]TaskResult, error)
+	// CompleteEach is UpdateEach for holders' completions, with one
+	// statement: it locks the tasks the items name (in id order), completes
+	// those RUNNING under the item's worker and lease (task.Task.Complete's
+	// fence) with the item's result, and writes their ended attempts. fn
+	// decides every task it locked, at the database time: for a task the
+	// statement completed it must agree (a disagreement fails the call: the
+	// store's contract is broken), and its events are recorded; for one the
+	// statement left alone it must refuse, and its error is the item's.
+	// Results are as UpdateEach's.
+	CompleteEach(ctx context.Context, items []CompleteRef, fn TaskUpdateEachFunc) ([]TaskResult, error)
 	// Claim assigns up to p.Limit claimable tasks to the worker in one
 	// statement (the rule of task.Task.Claimable, priority DESC then FIFO
 	// across p.Queues, skipping rows other claims hold), each under a fresh

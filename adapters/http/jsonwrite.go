@@ -9,7 +9,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
-	"unicode/utf8"
+
+	"github.com/taskmaster/taskmaster/adapters/jsontext"
 )
 
 // The bodies of the hot responses (tasks, claims, batch submits and batch
@@ -108,67 +109,9 @@ func appendJSONValue(b []byte, v any) ([]byte, error) {
 	return append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...), nil
 }
 
-const hexDigits = "0123456789abcdef"
-
-// jsonSafe marks the ASCII bytes a JSON string holds as they are.
-var jsonSafe = func() (safe [utf8.RuneSelf]bool) {
-	for c := 0x20; c < utf8.RuneSelf; c++ {
-		safe[c] = c != '"' && c != '\\'
-	}
-	return safe
-}()
-
 // appendJSONString appends s as a JSON string, escaped as encoding/json
 // escapes it with HTML escaping off.
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if jsonSafe[c] {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
+func appendJSONString(b []byte, s string) []byte { return jsontext.AppendString(b, s, false) }
 
 // appendRawJSON appends raw, a valid JSON text (a payload or result as
 // PostgreSQL renders jsonb), without the whitespace between its tokens, as
@@ -213,14 +156,9 @@ func appendOptString(b []byte, s *string) []byte {
 	return appendJSONString(b, *s)
 }
 
-// appendTime appends t as time.Time's MarshalJSON does (RFC 3339 with
-// nanoseconds, trailing zeros dropped); jsonTime tells the times it
-// refuses.
-func appendTime(b []byte, t time.Time) []byte {
-	b = append(b, '"')
-	b = t.AppendFormat(b, time.RFC3339Nano)
-	return append(b, '"')
-}
+// appendTime appends t as time.Time's MarshalJSON does; jsonTime tells the
+// times it refuses.
+func appendTime(b []byte, t time.Time) []byte { return jsontext.AppendTime(b, t) }
 
 func appendOptTime(b []byte, t *time.Time) []byte {
 	if t == nil {
@@ -231,13 +169,7 @@ func appendOptTime(b []byte, t *time.Time) []byte {
 
 // jsonTime reports whether encoding/json encodes t (years 0-9999); a nil
 // optional time is null.
-func jsonTime(t *time.Time) bool {
-	if t == nil {
-		return true
-	}
-	y := t.Year()
-	return y >= 0 && y <= 9999
-}
+func jsonTime(t *time.Time) bool { return t == nil || jsontext.TimeOK(*t) }
 
 func appendStrings(b []byte, ss []string) []byte {
 	if ss == nil {

@@ -21,13 +21,27 @@ import (
 // writes the progress of the tasks whose progress changed (saveProgress).
 // Every
 // statement that saves transitioned tasks calls it (save, saveTasks, the
-// dependants' own save); a new one must too.
+// dependants' own save); a new one must too, or, when it writes the ended
+// attempts itself (completeHeldSQL), noteFinished.
 func (s *txState) saved(ctx context.Context, ts ...*task.Task) error {
 	var attempts []task.Attempt
 	for _, t := range ts {
 		if a, ok := t.EndedAttempt(); ok {
 			attempts = append(attempts, a)
 		}
+	}
+	s.noteFinished(ts)
+	if err := saveProgress(ctx, s, ts); err != nil {
+		return err
+	}
+	return insertAttempts(ctx, s, attempts)
+}
+
+// noteFinished queues, of ts (tasks this transaction saved), those it moved
+// into DONE or DEAD that have dependants (settleDependants) or waiters
+// (awaitedEnds).
+func (s *txState) noteFinished(ts []*task.Task) {
+	for _, t := range ts {
 		if t.Finished() && t.HasDependants() {
 			s.finished = append(s.finished, t)
 		}
@@ -35,10 +49,6 @@ func (s *txState) saved(ctx context.Context, ts ...*task.Task) error {
 			s.awaitedEnds = append(s.awaitedEnds, t.ID())
 		}
 	}
-	if err := saveProgress(ctx, s, ts); err != nil {
-		return err
-	}
-	return insertAttempts(ctx, s, attempts)
 }
 
 // insertAttemptsSQL writes ended attempts from parallel arrays.

@@ -119,6 +119,11 @@ var taskRowNowFields = withFields(taskRowFields, func(r *taskRowNow) *taskRow { 
 	"db_now": func(r *taskRowNow) any { return &r.Now },
 })
 
+// completedRowFields are completedRow's columns.
+var completedRowFields = withFields(taskRowNowFields, func(r *completedRow) *taskRowNow { return &r.taskRowNow }, rowFields[completedRow]{
+	"completed": func(r *completedRow) any { return &r.Completed },
+})
+
 // claimedRowFields are claimedRow's columns.
 var claimedRowFields = withFields(taskRowFields, func(r *claimedRow) *taskRow { return &r.taskRow }, rowFields[claimedRow]{
 	"request": func(r *claimedRow) any { return &r.Request },

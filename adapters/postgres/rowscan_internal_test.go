@@ -38,4 +38,5 @@ func TestRowFieldsMatchTheDBTags(t *testing.T) {
 	requireFieldsMatch(t, taskRowFields)
 	requireFieldsMatch(t, taskRowNowFields)
 	requireFieldsMatch(t, claimedRowFields)
+	requireFieldsMatch(t, completedRowFields)
 }

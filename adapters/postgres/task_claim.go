@@ -53,17 +53,19 @@ import (
 const claimEligible = `%[1]s.status = 'PENDING' AND %[1]s.run_at <= now()
 		AND (%[1]s.deadline IS NULL OR %[1]s.deadline > now()) AND %[2]s`
 
-// Tag conditions. A worker without tags takes only untagged tasks, written
-// "tags = '{}'" rather than "tags <@ '{}'": the planner estimates the first
-// from column statistics and gives "<@" a fixed, tiny selectivity. (The
-// cardinality test, a one-time filter, keeps $7 typed in both shapes.)
+// Tag conditions (%[1]s: the row's alias, %[2]d: the number of the
+// workers' tags parameter, $7 in the general statement). A worker without
+// tags takes only untagged tasks, written "tags = '{}'" rather than
+// "tags <@ '{}'": the planner estimates the first from column statistics
+// and gives "<@" a fixed, tiny selectivity. (The cardinality test, a
+// one-time filter, keeps the parameter typed in both shapes.)
 const (
-	claimTagsNone   = `%[1]s.tags = '{}' AND cardinality($7::text[]) = 0`
-	claimTagsSubset = `%[1]s.tags <@ $7::text[]`
+	claimTagsNone   = `%[1]s.tags = '{}' AND cardinality($%[2]d::text[]) = 0`
+	claimTagsSubset = `%[1]s.tags <@ $%[2]d::text[]`
 	// claimTagsAny is a push dispatcher's: it delivers every task of its
 	// push queue, whatever the task's tags (task.Task.Deliverable). (%.0[1]s
 	// takes the alias and prints nothing.)
-	claimTagsAny = `%.0[1]scardinality($7::text[]) >= 0`
+	claimTagsAny = `%.0[1]scardinality($%[2]d::text[]) >= 0`
 )
 
 // claimRequests are the claim's requests ($1-$5: workers, limits, lease
@@ -166,14 +168,49 @@ const (
 			(SELECT d.secs FROM unnest($%[1]d::text[], $%[2]d::int[]) AS d(queue, secs) WHERE d.queue = t.queue))`
 )
 
+// claimOneEachSQL is the claim of the common case (claimShape.oneEach): one
+// queue without limits or a default time limit, every request for one
+// task. It locks, of queue $6, up to $4 claimable rows (%[1]s: claimEligible
+// with the tag condition, tags $5) in claim order, and gives the n-th of
+// them to the n-th request ($1-$3: workers, lease seconds, request ids):
+// what claimAssign does when every request has one slot, and where a byte
+// cap cannot cut (a request keeps its first task whatever its size), without
+// its slots, deals and running sums. The returned rows carry their
+// request's number, and offered 1.
+var claimOneEachSQL = `
+	WITH reqs AS (
+		SELECT r.worker, r.secs, r.req, r.i FROM unnest($1::text[], $2::int[], $3::text[]) WITH ORDINALITY AS r(worker, secs, req, i)
+	), locked AS (
+		SELECT l.id, row_number() OVER (ORDER BY l.priority DESC, l.grank, l.seq) AS n FROM (
+			SELECT t.id, t.priority, t.grank, t.seq FROM tasks t
+			WHERE t.queue = $6 AND %[1]s
+			ORDER BY t.priority DESC, t.grank, t.seq
+			LIMIT $4
+			FOR UPDATE SKIP LOCKED
+		) l
+	)
+	UPDATE tasks t SET status = 'RUNNING', attempts = t.attempts + 1, worker_id = q.worker,
+		lease_id = gen_random_uuid(), claimed_at = now(), updated_at = now(),
+		lease_seconds = q.secs, lease_expires_at = now() + q.secs * interval '1 second',
+		cancel_requested_at = NULL, claim_request_id = q.req,
+		timeout_at = now() + ` + claimTimeoutOwn + ` * interval '1 second', progress = NULL
+	FROM locked c JOIN reqs q ON q.i = c.n
+	WHERE t.id = c.id
+	RETURNING ` + prefixedTaskColumns + `, c.n AS request, 1::bigint AS offered`
+
+// prefixedTaskColumns are taskColumns of the alias t.
+var prefixedTaskColumns = prefixed("t.", taskColumns)
+
 // claimShape is what a claim statement's text depends on: the number of
 // queues it reads (0: it locks the candidates a planned claim chose, $8),
-// whether the workers have tags, and whether a queue has a default time
-// limit.
+// whether the workers have tags, whether a queue has a default time limit,
+// and whether it is the common case's statement (claimOneEachSQL: one
+// queue, no limits and no default time limit, every request for one task).
 type claimShape struct {
 	queues   int
 	tagged   bool
 	timeouts bool
+	oneEach  bool
 	// anyTags: a push dispatcher's claim, blind to tags (claimTagsAny).
 	anyTags bool
 }
@@ -197,8 +234,17 @@ func claimSQL(s claimShape) string {
 	case s.tagged:
 		tags = claimTagsSubset
 	}
+	tagParam := 7
+	if s.oneEach {
+		tagParam = 5
+	}
 	eligible := func(alias string) string {
-		return fmt.Sprintf(claimEligible, alias, fmt.Sprintf(tags, alias))
+		return fmt.Sprintf(claimEligible, alias, fmt.Sprintf(tags, alias, tagParam))
+	}
+	if s.oneEach {
+		q := fmt.Sprintf(claimOneEachSQL, eligible("t"))
+		claimStatements.Store(s, q)
+		return q
 	}
 	var lock string
 	switch {
@@ -245,9 +291,53 @@ func claimSQL(s claimShape) string {
 // if it read a tenth of the table: on a large backlog that passes
 // jit_above_cost and the optimize and inline thresholds, and compiling the
 // plan, at every execution, took ~3 s per claim of one task on a 1M backlog.
-const claimPlanSettings = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
-	set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true),
-	set_config('enable_sort', 'off', true), set_config('jit', 'off', true)`
+//
+// They are sent as SET LOCAL commands in one message (no parameters, so no
+// plan of their own), before the claim transaction's first statement
+// (TouchLiveEach): the statements that read the workers and the held tasks
+// are then planned once per connection too.
+const claimPlanSettings = `SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_bitmapscan = off;
+	SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off; SET LOCAL jit = off`
+
+// reportPlanSettings pin the plans of a shared transaction of reports
+// (CompleteEach, TouchEach): generic plans, planned once per connection
+// (each of those statements keys its rows by arrays, whose custom plans
+// PostgreSQL prefers and makes again at every execution: 0.1-0.3 ms each,
+// as long as running them), never a sequential or bitmap scan of the
+// tasks table (a generic plan made while the table was small would
+// otherwise keep scanning it once it is large and not yet analyzed), and
+// no JIT. Sorts stay allowed: a report's statements order the few rows
+// they lock.
+const reportPlanSettings = `SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_bitmapscan = off;
+	SET LOCAL enable_seqscan = off; SET LOCAL jit = off`
+
+// planSettings are the sets of settings a transaction pins (pinPlans).
+type planSettings uint8
+
+const (
+	reportPlans planSettings = 1 << iota
+	claimPlans
+)
+
+// pinPlans applies the settings of want once per transaction (the claim's
+// include the report's).
+func (s *txState) pinPlans(ctx context.Context, want planSettings) error {
+	if want == reportPlans && s.plans != 0 {
+		return nil
+	}
+	if want == claimPlans && s.plans&claimPlans != 0 {
+		return nil
+	}
+	q := reportPlanSettings
+	if want == claimPlans {
+		q = claimPlanSettings
+	}
+	if _, err := s.tx.ExecContext(ctx, q); err != nil {
+		return fmt.Errorf("plan settings: %w", err)
+	}
+	s.plans |= want
+	return nil
+}
 
 // claimQueuesSQL lists the queues that have PENDING tasks, with the claim
 // order of their first: a loose index scan of tasks_claim, one descent per
@@ -327,8 +417,8 @@ func (s *TaskStore) ClaimGroup(ctx context.Context, p ports.ClaimGroupParams) ([
 	if n == 0 {
 		return out, nil
 	}
-	if err := s.st.pinClaimPlan(ctx); err != nil {
-		return nil, err
+	if err := s.st.pinPlans(ctx, claimPlans); err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
 	}
 	queues := p.Queues
 	if len(queues) == 0 && p.Push {
@@ -369,7 +459,9 @@ func (s *TaskStore) ClaimGroup(ctx context.Context, p ports.ClaimGroupParams) ([
 		}
 	}
 	shape.timeouts = len(timeoutQueues) > 0
-	if lim.limited() {
+	if shape.oneEach = oneEachClaim(queues, lim, shape.timeouts, n, total); shape.oneEach {
+		args = []any{workers, secs, nullTexts(requests), total, tags, queues[0]}
+	} else if lim.limited() {
 		ids, err := s.planClaim(ctx, lim, queues, tags, total, p.Push)
 		if err != nil {
 			return nil, err
@@ -384,7 +476,7 @@ func (s *TaskStore) ClaimGroup(ctx context.Context, p ports.ClaimGroupParams) ([
 			args = append(args, q)
 		}
 	}
-	if shape.timeouts {
+	if shape.timeouts && !shape.oneEach {
 		args = append(args, timeoutQueues, timeoutSecs)
 	}
 	rows, err := selectRows(ctx, s.st.tx, claimedRowFields, claimSQL(shape), args...)
@@ -411,6 +503,13 @@ func (s *TaskStore) ClaimGroup(ctx context.Context, p ports.ClaimGroupParams) ([
 	}
 	s.st.Record(events...)
 	return out, nil
+}
+
+// oneEachClaim reports whether a claim of requests asking total tasks from
+// queues, under lim, is the common case claimOneEachSQL serves: one queue,
+// no limits and no default time limit, every request for one task.
+func oneEachClaim(queues []string, lim *claimLimits, timeouts bool, requests int, total int64) bool {
+	return len(queues) == 1 && !lim.limited() && !timeouts && total == int64(requests)
 }
 
 // claimableQueues returns the queues that have PENDING tasks, at most
@@ -456,16 +555,4 @@ func claimOrder(pa int, ra, sa int64, pb int, rb, sb int64) bool {
 		return ra < rb
 	}
 	return sa < sb
-}
-
-// pinClaimPlan applies claimPlanSettings once per transaction.
-func (s *txState) pinClaimPlan(ctx context.Context) error {
-	if s.claimPlanPinned {
-		return nil
-	}
-	if _, err := s.tx.ExecContext(ctx, claimPlanSettings); err != nil {
-		return fmt.Errorf("claim: plan settings: %w", err)
-	}
-	s.claimPlanPinned = true
-	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -361,7 +360,7 @@ func (s *TaskStore) planClaim(ctx context.Context, l *claimLimits, queues []stri
 	case len(tags) > 0:
 		tagCond = claimTagsSubset
 	}
-	query := fmt.Sprintf(claimCandidatesSQL, strings.ReplaceAll(fmt.Sprintf(claimEligible, "x", fmt.Sprintf(tagCond, "x")), "$7", "$3"))
+	query := fmt.Sprintf(claimCandidatesSQL, fmt.Sprintf(claimEligible, "x", fmt.Sprintf(tagCond, "x", 3)))
 	for {
 		names := make(pq.StringArray, 0, len(allow))
 		windows := make(pq.Int64Array, 0, len(allow))

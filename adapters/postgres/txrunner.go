@@ -163,8 +163,8 @@ type txState struct {
 	// awaitedEnds are the awaited tasks this transaction moved into DONE
 	// or DEAD (or purged): their ends are announced on FinishedChannel.
 	awaitedEnds []uuid.UUID
-	// claimPlanPinned is set once claimPlanSettings apply.
-	claimPlanPinned bool
+	// plans are the plan settings pinned so far (pinPlans).
+	plans planSettings
 }
 
 // notify counts a task this transaction made PENDING in queue with run_at

@@ -13,14 +13,24 @@ import (
 )
 
 // TouchEach implements ports.WorkerStore: Touch for several workers, with
-// one statement to read them and one to save those fn changed.
+// one statement to read them and one to save those fn changed. It serves
+// the shared transactions of reports, whose plans it pins first
+// (reportPlanSettings).
 func (s *WorkerStore) TouchEach(ctx context.Context, ids []string, fn ports.WorkerTouchFunc) ([]ports.WorkerResult, error) {
+	if err := s.st.pinPlans(ctx, reportPlans); err != nil {
+		return nil, fmt.Errorf("touch workers: %w", err)
+	}
 	return s.touchEach(ctx, ids, fn, false)
 }
 
 // TouchLiveEach implements ports.WorkerStore: TouchLive for several
-// workers, their liveness locks taken with one statement.
+// workers, their liveness locks taken with one statement. It begins the
+// shared transactions of claims, whose plans it pins first
+// (claimPlanSettings).
 func (s *WorkerStore) TouchLiveEach(ctx context.Context, ids []string, fn ports.WorkerTouchFunc) ([]ports.WorkerResult, error) {
+	if err := s.st.pinPlans(ctx, claimPlans); err != nil {
+		return nil, fmt.Errorf("touch workers: %w", err)
+	}
 	return s.touchEach(ctx, ids, fn, true)
 }
 

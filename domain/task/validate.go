@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"regexp"
-	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -27,11 +25,24 @@ func ValidateSubmit(p *SubmitParams) error {
 // whitespace, control or non-ASCII characters.
 const QueueNameSet = "[A-Za-z0-9._:-]"
 
-var queuePattern = regexp.MustCompile(`^` + QueueNameSet + `{1,` + strconv.Itoa(MaxQueueLength) + `}$`)
-
 // ValidQueue reports whether name is a queue name: 1 to MaxQueueLength
-// characters of QueueNameSet.
-func ValidQueue(name string) bool { return queuePattern.MatchString(name) }
+// characters of QueueNameSet. (Checked by hand: every task of a batch
+// submit checks its queue, and the regular expression it replaces took a
+// twentieth of the server's CPU in the batch benchmark.)
+func ValidQueue(name string) bool {
+	if len(name) == 0 || len(name) > MaxQueueLength {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '.' || c == '_' || c == ':' || c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // CheckQueue adds to v when the queue name in field is not one.
 func CheckQueue(v *validation.Errors, field, name string) {
@@ -116,11 +127,20 @@ const MaxRequestIDLength = 128
 // ASCII without the space (UUIDs, ULIDs, base64 all fit).
 const RequestIDSet = "[!-~]"
 
-var requestIDPattern = regexp.MustCompile(`^` + RequestIDSet + `{1,` + strconv.Itoa(MaxRequestIDLength) + `}$`)
-
 // ValidRequestID reports whether id is a claim request id: 1 to
-// MaxRequestIDLength characters of RequestIDSet.
-func ValidRequestID(id string) bool { return requestIDPattern.MatchString(id) }
+// MaxRequestIDLength characters of RequestIDSet (checked by hand, as
+// ValidQueue).
+func ValidRequestID(id string) bool {
+	if len(id) == 0 || len(id) > MaxRequestIDLength {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < '!' || id[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
 
 // CheckRequestID adds to v when the request id in field is not one.
 func CheckRequestID(v *validation.Errors, field, id string) {

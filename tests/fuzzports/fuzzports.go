@@ -117,6 +117,16 @@ func (tasks) UpdateEach(_ context.Context, ids []uuid.UUID, fn ports.TaskUpdateE
 	return out, nil
 }
 
+func (tasks) CompleteEach(_ context.Context, items []ports.CompleteRef, fn ports.TaskUpdateEachFunc) ([]ports.TaskResult, error) {
+	out := make([]ports.TaskResult, len(items))
+	for i, it := range items {
+		t := Running(it.ID)
+		_, err := fn(i, t, Now)
+		out[i] = ports.TaskResult{ID: it.ID, Task: t, Err: err}
+	}
+	return out, nil
+}
+
 func (s tasks) UpdateProgress(ctx context.Context, ids []uuid.UUID, fn ports.TaskUpdateEachFunc) ([]ports.TaskResult, error) {
 	return s.UpdateEach(ctx, ids, fn)
 }

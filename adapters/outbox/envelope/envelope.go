@@ -45,7 +45,7 @@ func NewMessage(ctx context.Context, events []event.Event) (*message.Message, er
 			events[i].CorrelationID = cid
 		}
 	}
-	payload, err := json.Marshal(Payload{Events: events})
+	payload, err := marshalPayload(events)
 	if err != nil {
 		return nil, fmt.Errorf("encode events: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"go.uber.org/zap"
 
 	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/adapters/postgres/localpg"
@@ -32,6 +33,8 @@ func serve(ctx context.Context, cfg Config) error {
 		return &ConfigError{Err: err}
 	}
 	defer func() { _ = logger.Sync() }()
+	gc := applyGC()
+	logger.Debug("garbage collector", zap.Int("gc_percent", gc.Percent), zap.Int64("memory_limit", gc.MemoryLimit))
 	fxApp := New(cfg, logger)
 	startCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()

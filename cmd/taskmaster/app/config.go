@@ -178,6 +178,9 @@ func (c Config) Validate() error {
 	if c.App.BatchRequests < 1 || c.App.BatchRequests > application.MaxBatchRequests {
 		add("TASKMASTER_BATCH_REQUESTS", fmt.Errorf("must be between 1 and %d", application.MaxBatchRequests))
 	}
+	if c.App.BatchOverlapAt < 0 || c.App.BatchOverlapAt > application.MaxBatchRequests {
+		add("TASKMASTER_BATCH_OVERLAP_AT", fmt.Errorf("must be between 0 and %d", application.MaxBatchRequests))
+	}
 	if c.App.ConcurrentBatches < 1 || c.App.ConcurrentBatches > c.Pool.MaxOpen {
 		add("TASKMASTER_BATCH_CONCURRENCY", errors.New("must be between 1 and TASKMASTER_DB_MAX_CONNS"))
 	}
@@ -345,9 +348,12 @@ func settings() []setting {
 		{"TASKMASTER_BATCH_REQUESTS", "batch-requests", "most concurrent claims, or concurrent reports (complete, fail, extend), one shared transaction serves (1: each its own)",
 			intSetter(func(c *Config, n int) { c.App.BatchRequests = n }),
 			func(c *Config) string { return strconv.Itoa(c.App.BatchRequests) }},
-		{"TASKMASTER_BATCH_CONCURRENCY", "batch-concurrency", "shared transactions of claims, and of reports, that run at once",
+		{"TASKMASTER_BATCH_CONCURRENCY", "batch-concurrency", "shared transactions of claims, and of reports, that may run at once",
 			intSetter(func(c *Config, n int) { c.App.ConcurrentBatches = n }),
 			func(c *Config) string { return strconv.Itoa(c.App.ConcurrentBatches) }},
+		{"TASKMASTER_BATCH_OVERLAP_AT", "batch-overlap-at", "requests that must wait for a running shared transaction before another of its kind starts beside it (0: a full batch, TASKMASTER_BATCH_REQUESTS; 1: at once)",
+			intSetter(func(c *Config, n int) { c.App.BatchOverlapAt = n }),
+			func(c *Config) string { return strconv.Itoa(c.App.BatchOverlapAt) }},
 		{"TASKMASTER_CLAIM_POLL_INTERVAL_MS", "claim-poll-interval-ms", "how often a long-poll claim on a rate-limited or capped queue looks again",
 			millisSetter(func(c *Config, d time.Duration) { c.App.ClaimPollInterval = d }),
 			func(c *Config) string { return millis(c.App.ClaimPollInterval) }},

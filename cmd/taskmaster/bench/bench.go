@@ -64,6 +64,17 @@ type Options struct {
 	// PGSettings are server settings of the benchmark's own PostgreSQL
 	// (--pg-set), over its defaults, to measure a setting's effect.
 	PGSettings map[string]string
+	// PGTCP connects the server (and the peers) to the benchmark's own
+	// PostgreSQL over loopback TCP instead of its Unix socket.
+	PGTCP bool
+	// Pairs, with ServerBin, runs the scenarios against ServerBin (A) and
+	// this binary (B), alternating, this many pairs, and prints the medians
+	// (pairs.go).
+	Pairs int
+	// Peers are the paths of other queues' benchmarks to run on a
+	// PostgreSQL with the same settings in the same sitting, by name
+	// (peer.go): "river".
+	Peers []string
 	// Via are the ways the server reaches the benchmark's own PostgreSQL,
 	// each measured in turn with a fresh database and server, in the same
 	// run: ViaDirect, or ViaPgBouncer (Debian's PgBouncer in transaction
@@ -82,7 +93,12 @@ const (
 // for tools that compare runs.
 type Report struct {
 	Scenario string `json:"scenario"`
-	Auth     bool   `json:"auth"`
+	// Comparable says whether the run had the machine to itself (Machine);
+	// NotComparable says why not.
+	Comparable    bool     `json:"comparable"`
+	NotComparable string   `json:"not_comparable_reason,omitempty"`
+	Machine       *Machine `json:"machine,omitempty"`
+	Auth          bool     `json:"auth"`
 	// Via is how the server reached its database (Options.Via).
 	Via                   string       `json:"via"`
 	Tasks                 int          `json:"tasks"`
@@ -141,6 +157,9 @@ type Report struct {
 	Fanout *FanoutFigures `json:"fanout,omitempty"`
 	// Push holds the push scenario's figures.
 	Push *PushFigures `json:"push,omitempty"`
+	// Peers put a batch run next to other queues' benchmarks run on a
+	// PostgreSQL with the same settings in the same sitting (--peer).
+	Peers []PeerRatio `json:"peers,omitempty"`
 }
 
 // Scenarios are the scenario names, in the order "all" runs them.
@@ -151,6 +170,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	opts, err := parseOptions(args, stderr)
 	if err != nil {
 		return err
+	}
+	if opts.Pairs > 0 {
+		rep, err := runPairs(ctx, opts, stdout, stderr)
+		if err != nil {
+			return err
+		}
+		return writeJSON(opts.JSONPath, rep, stderr)
 	}
 	var reports []Report
 	for _, via := range opts.Via {
@@ -165,20 +191,31 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(opts.Via) > 1 {
 		printComparison(stdout, reports)
 	}
-	if opts.JSONPath != "" {
-		var v any = reports
-		if len(reports) == 1 {
-			v = reports[0]
-		}
-		b, err := json.MarshalIndent(v, "", "  ")
-		if err != nil {
+	if len(opts.Peers) > 0 {
+		if err := runPeers(ctx, opts, reports, stdout, stderr); err != nil {
 			return err
 		}
-		if err := os.WriteFile(opts.JSONPath, append(b, '\n'), 0o644); err != nil {
-			return fmt.Errorf("write report: %w", err)
-		}
-		fmt.Fprintf(stderr, "report written to %s\n", opts.JSONPath)
 	}
+	var v any = reports
+	if len(reports) == 1 {
+		v = reports[0]
+	}
+	return writeJSON(opts.JSONPath, v, stderr)
+}
+
+// writeJSON writes the report v to path, when one is given.
+func writeJSON(path string, v any, log io.Writer) error {
+	if path == "" {
+		return nil
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	fmt.Fprintf(log, "report written to %s\n", path)
 	return nil
 }
 
@@ -270,12 +307,28 @@ func parseOptions(args []string, stderr io.Writer) (Options, error) {
 		o.PGSettings[strings.TrimSpace(name)] = value
 		return nil
 	})
+	fs.BoolVar(&o.PGTCP, "pg-tcp", false, "connect to the benchmark's own PostgreSQL over loopback TCP instead of its Unix socket")
+	fs.IntVar(&o.Pairs, "pairs", 0, "with --server-bin: run the scenarios against --server-bin (A) and this binary (B), alternating A B, B A, ..., this many pairs (at least 3 for a decision), and print the medians")
+	fs.Func("peer", "run another queue's benchmark for as many jobs as the batch scenario's tasks, on the same PostgreSQL in the same sitting, and print the ratio: river=PATH (River's CLI, `river bench`; see docs/performance.md)", func(v string) error {
+		_, path, err := parsePeer(v)
+		if err != nil {
+			return err
+		}
+		o.Peers = append(o.Peers, path)
+		return nil
+	})
 	via := fs.String("via", ViaDirect, "how the server reaches the benchmark's own PostgreSQL: direct, pgbouncer (Debian's, transaction pooling), or both (direct,pgbouncer: each scenario both ways, same run, compared)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if o.URL != "" && len(o.PGSettings) > 0 {
 		return o, errors.New("--pg-set applies to the benchmark's own PostgreSQL, not to --url")
+	}
+	if o.URL != "" && (o.Pairs > 0 || len(o.Peers) > 0) {
+		return o, errors.New("--pairs and --peer run on the benchmark's own PostgreSQL, not on --url")
+	}
+	if o.Pairs < 0 || (o.Pairs > 0 && o.ServerBin == "") {
+		return o, errors.New("--pairs N compares --server-bin (A) with this binary (B): give both, N at least 1")
 	}
 	for _, v := range strings.Split(*via, ",") {
 		switch v = strings.TrimSpace(v); v {
@@ -289,6 +342,9 @@ func parseOptions(args []string, stderr io.Writer) (Options, error) {
 	}
 	if o.URL != "" && (len(o.Via) > 1 || o.Via[0] != ViaDirect) {
 		return o, errors.New("--via applies to the benchmark's own PostgreSQL, not to --url")
+	}
+	if o.Pairs > 0 && len(o.Via) > 1 {
+		return o, errors.New("--pairs runs one way to the database: give --via one of direct, pgbouncer")
 	}
 	for _, s := range strings.Split(*scenario, ",") {
 		s = strings.TrimSpace(s)
@@ -305,6 +361,9 @@ func parseOptions(args []string, stderr io.Writer) (Options, error) {
 		}
 		o.Scenarios = append(o.Scenarios, s)
 	}
+	if len(o.Peers) > 0 && !slices.Contains(o.Scenarios, "batch") {
+		return o, errors.New("--peer compares with the batch scenario: add batch to --scenario")
+	}
 	if o.PayloadBytes < 1 || o.Claimers < 1 || o.MemoryClaim < 1 || o.MemoryClaim > 1000 {
 		return o, errors.New("payload-bytes and claimers must be positive, memory-claim-limit 1-1000")
 	}
@@ -318,6 +377,7 @@ func parseOptions(args []string, stderr io.Writer) (Options, error) {
 }
 
 func runScenario(ctx context.Context, env *environment, name string, opts Options, log io.Writer) (Report, error) {
+	machine := watchBefore(env, quietSample)
 	mon := newMonitor(env)
 	start := mon.current()
 	probes := startProbes(ctx, env, opts)
@@ -357,6 +417,7 @@ func runScenario(ctx context.Context, env *environment, name string, opts Option
 	r.ProjectionGroups = groups
 	r.DatabaseSizeBytes = dbSize(ctx, env.db)
 	r.OutboxRows, r.OutboxBytes = outboxSize(ctx, env.db)
+	judge(&r, machine)
 	return r, nil
 }
 
@@ -505,10 +566,13 @@ func produceAndDrain(ctx context.Context, env *environment, opts Options, queue 
 	return submitDone, errors.Join(perr, werr)
 }
 
+// defaultBatchTasks is the batch scenario's tasks unless --tasks says.
+const defaultBatchTasks = 200000
+
 func runBatch(ctx context.Context, env *environment, opts Options, mon *monitor, log io.Writer) (Report, error) {
 	n := opts.Tasks
 	if n == 0 {
-		n = 200000
+		n = defaultBatchTasks
 	}
 	queue := fmt.Sprintf("batch-%d", time.Now().UnixNano())
 	var submitted, completed atomic.Int64
@@ -755,6 +819,7 @@ func printReport(w io.Writer, r Report) {
 		via = ", via " + r.Via
 	}
 	fmt.Fprintf(w, "\nscenario %s: %d tasks, %d producers, %d workers, %.1f s, auth %s%s\n", r.Scenario, r.Tasks, r.Producers, r.Workers, r.DurationSeconds, auth, via)
+	printComparability(w, r)
 	if r.SubmitTasksPerSec > 0 {
 		fmt.Fprintf(w, "  submit:           %10.0f tasks/s\n", r.SubmitTasksPerSec)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,7 +20,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	_ "github.com/lib/pq" // postgres driver
+	"github.com/lib/pq"
 
 	"github.com/taskmaster/taskmaster/adapters/postgres"
 	"github.com/taskmaster/taskmaster/adapters/postgres/localpg"
@@ -41,7 +42,7 @@ const benchDatabase = "taskmaster"
 
 // startEnvironment starts a durable throwaway PostgreSQL (default
 // settings: fsync and synchronous_commit on) and a `taskmaster serve`
-// process, unless opts.URL targets a running server.
+// process, unless opts.URL targets a running server. Its stop stops both.
 func startEnvironment(ctx context.Context, opts Options, log io.Writer) (*environment, error) {
 	if opts.URL != "" {
 		env := &environment{api: newAPI(strings.TrimRight(opts.URL, "/"), opts.Workers+opts.Producers), stop: func() {}}
@@ -61,6 +62,46 @@ func startEnvironment(ctx context.Context, opts Options, log io.Writer) (*enviro
 		}
 		return env, nil
 	}
+	c, err := startCluster(ctx, opts, log)
+	if err != nil {
+		return nil, err
+	}
+	bin, err := serverBinary(opts)
+	if err != nil {
+		c.stop()
+		return nil, err
+	}
+	env, err := startServer(ctx, c, opts, bin, benchDatabase, log)
+	if err != nil {
+		c.stop()
+		return nil, err
+	}
+	stopServer := env.stop
+	env.stop = func() {
+		stopServer()
+		c.stop()
+	}
+	return env, nil
+}
+
+// cluster is the benchmark's own PostgreSQL: every run of a server gets a
+// database of its own on it (startServer), and a peer's benchmark another,
+// so that they share one server's settings and state in one sitting.
+type cluster struct {
+	pg  *localpg.Server
+	dir string
+	// tcp connects over loopback TCP instead of the data directory's Unix
+	// socket (--pg-tcp).
+	tcp bool
+	// bouncer, with --via pgbouncer, is Debian's PgBouncer in transaction
+	// pooling in front of pg: the servers' connections go through it, their
+	// LISTEN direct.
+	bouncer *localpg.Bouncer
+}
+
+// startCluster starts a durable throwaway PostgreSQL (default settings:
+// fsync and synchronous_commit on) with the benchmark's settings.
+func startCluster(ctx context.Context, opts Options, log io.Writer) (*cluster, error) {
 	if _, err := localpg.EnsureBinaries(ctx, log); err != nil {
 		return nil, err
 	}
@@ -77,61 +118,115 @@ func startEnvironment(ctx context.Context, opts Options, log io.Writer) (*enviro
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	cleanup := func() {
-		_ = pg.Stop()
-		_ = os.RemoveAll(dir)
+	c := &cluster{pg: pg, dir: dir, tcp: opts.PGTCP}
+	if !c.tcp && !c.hasSocket() {
+		fmt.Fprintf(log, "no Unix socket in %s: connecting over TCP\n", pg.DataDir())
+		c.tcp = true
 	}
-	admin, err := sqlx.Open("postgres", pg.URL("postgres"))
-	if err == nil {
-		_, err = admin.ExecContext(ctx, "CREATE DATABASE "+benchDatabase)
-		_ = admin.Close()
-	}
-	if err != nil {
-		cleanup()
-		return nil, fmt.Errorf("create database: %w", err)
-	}
-	dbURL := pg.URL(benchDatabase)
-	serveURL, viaEnv := dbURL, []string(nil)
-	if opts.Via[0] == ViaPgBouncer {
-		// The server's connections go through Debian's PgBouncer in
-		// transaction pooling, as many server connections as its own pool
-		// has by default; its LISTEN goes direct.
+	if len(opts.Via) > 0 && opts.Via[0] == ViaPgBouncer {
+		// As many server connections as the server's own pool has by
+		// default.
 		fmt.Fprintf(log, "starting PgBouncer (transaction pooling) in front of it ...\n")
-		b, err := localpg.StartPgBouncer(ctx, localpg.BouncerConfig{Dir: filepath.Join(dir, "pgbouncer"), ServerPort: pg.Port(), PoolSize: 20})
-		if err != nil {
-			cleanup()
+		if c.bouncer, err = localpg.StartPgBouncer(ctx, localpg.BouncerConfig{Dir: filepath.Join(dir, "pgbouncer"), ServerPort: pg.Port(), PoolSize: 20}); err != nil {
+			c.stop()
 			return nil, err
 		}
-		stopPG := cleanup
-		cleanup = func() {
-			b.Stop()
-			stopPG()
-		}
-		serveURL = b.URL(benchDatabase)
-		viaEnv = []string{"TASKMASTER_LISTEN_DATABASE_URL=" + dbURL, "TASKMASTER_DB_TRANSACTION_POOLING=on"}
 	}
-	port, err := freePort()
+	return c, nil
+}
+
+// serveEnv is the environment of a server of database on c: its database
+// URL, and through PgBouncer the direct one for its LISTEN and
+// transaction pooling on.
+func (c *cluster) serveEnv(database string) []string {
+	if c.bouncer == nil {
+		return []string{"TASKMASTER_DATABASE_URL=" + c.url(database)}
+	}
+	return []string{"TASKMASTER_DATABASE_URL=" + c.bouncer.URL(database),
+		"TASKMASTER_LISTEN_DATABASE_URL=" + c.url(database), "TASKMASTER_DB_TRANSACTION_POOLING=on"}
+}
+
+// hasSocket reports whether the cluster listens on a Unix socket in its
+// data directory (localpg puts one there when the path is short enough).
+func (c *cluster) hasSocket() bool {
+	_, err := os.Stat(filepath.Join(c.pg.DataDir(), fmt.Sprintf(".s.PGSQL.%d", c.pg.Port())))
+	return err == nil
+}
+
+// url is the connection URL of database on the cluster: by the Unix socket
+// in its data directory, or over loopback TCP with --pg-tcp.
+func (c *cluster) url(database string) string {
+	if c.tcp {
+		return c.pg.URL(database)
+	}
+	q := url.Values{"host": {c.pg.DataDir()}, "port": {strconv.Itoa(c.pg.Port())}, "sslmode": {"disable"}}
+	return fmt.Sprintf("postgres://%s@/%s?%s", localpg.Superuser, url.PathEscape(database), q.Encode())
+}
+
+// postmasterPID is the cluster's postmaster.
+func (c *cluster) postmasterPID() int { return postmasterPID(c.pg.DataDir()) }
+
+// createDatabase makes an empty database name, dropping one left over.
+func (c *cluster) createDatabase(ctx context.Context, name string) error {
+	admin, err := sqlx.Open("postgres", c.url("postgres"))
 	if err != nil {
-		cleanup()
+		return err
+	}
+	defer admin.Close()
+	if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+pq.QuoteIdentifier(name)+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("drop database %s: %w", name, err)
+	}
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+pq.QuoteIdentifier(name)); err != nil {
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	return nil
+}
+
+// dropDatabase drops database name (a run's, once it is over: its disk goes
+// back before the next run).
+func (c *cluster) dropDatabase(ctx context.Context, name string) {
+	if c.bouncer != nil {
+		// Its server connections first (localpg.Bouncer.ReleaseDatabase).
+		_ = c.bouncer.ReleaseDatabase(ctx, name)
+	}
+	admin, err := sqlx.Open("postgres", c.url("postgres"))
+	if err != nil {
+		return
+	}
+	defer admin.Close()
+	_, _ = admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+pq.QuoteIdentifier(name)+" WITH (FORCE)")
+}
+
+func (c *cluster) stop() {
+	if c.bouncer != nil {
+		c.bouncer.Stop()
+	}
+	_ = c.pg.Stop()
+	_ = os.RemoveAll(c.dir)
+}
+
+// startServer creates database on c and starts bin's `serve` on it. Its
+// stop stops the server and closes the environment's connections; the
+// database stays.
+func startServer(ctx context.Context, c *cluster, opts Options, bin, database string, log io.Writer) (*environment, error) {
+	if err := c.createDatabase(ctx, database); err != nil {
 		return nil, err
 	}
-	self, err := serverBinary(opts)
+	dbURL := c.url(database)
+	port, err := freePort()
 	if err != nil {
-		cleanup()
 		return nil, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	key, authEnv, err := benchKey(ctx, self, dbURL, opts.Auth)
+	key, authEnv, err := benchKey(ctx, bin, dbURL, opts.Auth)
 	if err != nil {
-		cleanup()
 		return nil, err
 	}
-	cmd := exec.Command(self, "serve")
-	cmd.Env = append(append(append(os.Environ(),
-		"TASKMASTER_DATABASE_URL="+serveURL,
+	cmd := exec.Command(bin, "serve")
+	cmd.Env = append(append(append(os.Environ(), c.serveEnv(database)...),
 		"TASKMASTER_HTTP_ADDR="+addr,
 		"TASKMASTER_LOG_LEVEL=warn",
-	), authEnv...), viaEnv...)
+	), authEnv...)
 	if slices.Contains(opts.Scenarios, "push") {
 		// The push scenario's endpoint; other scenarios run without push
 		// delivery (no dispatcher at all).
@@ -140,7 +235,6 @@ func startEnvironment(ctx context.Context, opts Options, log io.Writer) (*enviro
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		cleanup()
 		return nil, fmt.Errorf("start server: %w", err)
 	}
 	exited := make(chan struct{})
@@ -155,19 +249,17 @@ func startEnvironment(ctx context.Context, opts Options, log io.Writer) (*enviro
 		}
 	}
 	env := &environment{api: newAPI("http://"+addr, opts.Workers+opts.Producers), serverPID: cmd.Process.Pid,
-		postmasterPID: postmasterPID(pg.DataDir())}
+		postmasterPID: c.postmasterPID()}
 	env.api.key = key
 	db, err := sqlx.Open("postgres", dbURL)
 	if err != nil {
 		stopServer()
-		cleanup()
 		return nil, err
 	}
 	env.db = db
 	env.stop = func() {
 		stopServer()
 		_ = db.Close()
-		cleanup()
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -185,7 +277,7 @@ func startEnvironment(ctx context.Context, opts Options, log io.Writer) (*enviro
 			return nil, errors.New("the server did not become ready within 60 s")
 		}
 	}
-	fmt.Fprintf(log, "server pid %d on http://%s\n", env.serverPID, addr)
+	fmt.Fprintf(log, "server %s (pid %d) on http://%s, database %s\n", bin, env.serverPID, addr, database)
 	return env, nil
 }
 

@@ -40,7 +40,7 @@ func startProbes(ctx context.Context, env *environment, opts Options) *probes {
 // database profile.
 func (p *probes) finish(ctx context.Context, r *Report, log io.Writer) {
 	r.CPU = p.cpu.breakdown(readCPU(p.env), r.Finished)
-	p.profile.finish(ctx, log)
+	p.profile.finish(ctx, log, r.Finished)
 	if r.Finished > 0 {
 		r.Storage = storageFigures(ctx, p.env, p.dbBytes, p.tasks, r.Finished)
 	}

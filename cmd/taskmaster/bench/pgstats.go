@@ -98,8 +98,10 @@ func (p *dbProfile) sample() {
 	}
 }
 
-// finish stops sampling and prints the profile.
-func (p *dbProfile) finish(ctx context.Context, w io.Writer) {
+// finish stops sampling and prints the profile; with finished tasks, also
+// per task: statements, blocks and WAL (figures that do not depend on how
+// busy the machine was).
+func (p *dbProfile) finish(ctx context.Context, w io.Writer, finished int64) {
 	if p == nil {
 		return
 	}
@@ -130,12 +132,14 @@ func (p *dbProfile) finish(ctx context.Context, w io.Writer) {
 		Plan    float64 `db:"plan_ms"`
 		Rows    int64   `db:"rows"`
 		HitBlks int64   `db:"hit"`
+		Blks    int64   `db:"blks"`
 		WAL     int64   `db:"wal_bytes"`
 		Query   string  `db:"query"`
 	}
 	err := p.db.SelectContext(ctx, &rows, `
 		SELECT calls, total_exec_time AS total_ms, mean_exec_time AS mean_ms, total_plan_time AS plan_ms, rows,
-			shared_blks_hit AS hit, wal_bytes::bigint AS wal_bytes, query
+			shared_blks_hit AS hit, shared_blks_hit + shared_blks_read + shared_blks_dirtied + shared_blks_written AS blks,
+			wal_bytes::bigint AS wal_bytes, query
 		FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 		ORDER BY total_exec_time + total_plan_time DESC LIMIT $1`, p.statements)
 	if err != nil {
@@ -150,5 +154,31 @@ func (p *dbProfile) finish(ctx context.Context, w io.Writer) {
 		}
 		fmt.Fprintf(w, "    %8.0f ms exec %7.0f ms plan %9d calls %7.3f ms mean %8d rows %10d WAL B  %s\n",
 			r.Total, r.Plan, r.Calls, r.Mean, r.Rows, r.WAL, q)
+		if finished > 0 {
+			per := func(v int64) float64 { return float64(v) / float64(finished) }
+			fmt.Fprintf(w, "             per task: %.3f calls, %.1f µs exec, %.1f µs plan, %.2f rows, %.1f blocks, %.0f WAL B\n",
+				per(r.Calls), r.Total*1e3/float64(finished), r.Plan*1e3/float64(finished), per(r.Rows), per(r.Blks), per(r.WAL))
+		}
 	}
+	if finished == 0 {
+		return
+	}
+	var all struct {
+		Calls int64   `db:"calls"`
+		Exec  float64 `db:"exec_ms"`
+		Plan  float64 `db:"plan_ms"`
+		Blks  int64   `db:"blks"`
+		WAL   int64   `db:"wal_bytes"`
+	}
+	if err := p.db.GetContext(ctx, &all, `
+		SELECT coalesce(sum(calls), 0)::bigint AS calls, coalesce(sum(total_exec_time), 0) AS exec_ms, coalesce(sum(total_plan_time), 0) AS plan_ms,
+			coalesce(sum(shared_blks_hit + shared_blks_read + shared_blks_dirtied + shared_blks_written), 0)::bigint AS blks,
+			coalesce(sum(wal_bytes), 0)::bigint AS wal_bytes
+		FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`); err != nil {
+		fmt.Fprintf(w, "  pg_stat_statements: %v\n", err)
+		return
+	}
+	f := float64(finished)
+	fmt.Fprintf(w, "  all statements, per task: %.2f statements (round trips, BEGIN and COMMIT included), %.1f µs exec, %.1f µs plan, %.1f blocks, %.0f WAL B (%d tasks)\n",
+		float64(all.Calls)/f, all.Exec*1e3/f, all.Plan*1e3/f, float64(all.Blks)/f, float64(all.WAL)/f, finished)
 }
