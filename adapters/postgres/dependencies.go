@@ -166,10 +166,16 @@ var errRaced = errors.New("raced with a concurrent transaction")
 // finishes while this one waits for its lock comes back as it is now,
 // finished: the caller must check the status of what it gets for a unique
 // key. The queue condition is applied before the rows are locked: a task
-// of another queue is never locked.
+// of another queue is never locked. The names become an array of ids
+// first (an initial plan, run once), so the locked scan's only condition
+// is on tasks' own columns: when a row it waited for changed, the recheck
+// of its newest version tests that condition alone. With the names in a
+// semi-join instead, the recheck under a generic plan (which shared
+// transactions pin) dropped rows named by id that had merely changed
+// (TestLockTasksKeepsRowsChangedWhileItWaited).
 var lockTasksSQL = `
 	SELECT ` + taskColumns + ` FROM tasks
-	WHERE id IN (
+	WHERE id = ANY(ARRAY(
 		SELECT unnest($1::uuid[])
 		UNION ALL
 		SELECT t.id FROM unnest($2::text[], $3::text[]) AS k(queue, key)
@@ -177,7 +183,7 @@ var lockTasksSQL = `
 		UNION ALL
 		SELECT t.id FROM unnest($4::text[], $5::text[]) AS k(queue, key)
 			JOIN tasks t ON t.queue = k.queue AND t.unique_key = k.key
-			WHERE t.unique_key IS NOT NULL AND t.status IN ` + unfinishedSQL + `)
+			WHERE t.unique_key IS NOT NULL AND t.status IN ` + unfinishedSQL + `))
 		%s
 	ORDER BY id
 	FOR UPDATE`

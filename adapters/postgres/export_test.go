@@ -23,6 +23,9 @@ var (
 // SearchSQL is BulkStore.Search's statement, for plan tests.
 var SearchSQL = searchSQL
 
+// ReportPlanSettings are the settings a shared transaction of reports pins.
+const ReportPlanSettings = reportPlanSettings
+
 // JSONRenderedSize is the mirror of jsonb's rule without the size policies
 // (jsonRenderedSize), for the differential target.
 func JSONRenderedSize(raw []byte) (int64, error) {
