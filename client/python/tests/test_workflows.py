@@ -48,6 +48,17 @@ class WorkflowTest(unittest.TestCase):
         if errors:
             raise errors[0]
 
+    def test_the_event_stream_of_a_run(self) -> None:
+        c, q = self.c, self.queue
+        run = str(uuid.uuid4())
+
+        def act() -> None:
+            c.submit(q, {"outside": True})  # first: a stream that ignored the filter would stop on it
+            c.submit_batch([taskmaster.SubmitParams(q, {"inside": True})], workflow_id=run)
+
+        box = support.read_events(c.events(workflows=[run], read_timeout=30), "task.submitted", act, 0.5)
+        self.assertEqual({run}, {ev.data.get("workflow_id") for ev in box}, "only the run's events")
+
     def test_a_handler_fans_out_and_its_join_reads_every_parent(self) -> None:
         c, q = self.c, self.queue
         kid, join = q + "-kid", q + "-join"
