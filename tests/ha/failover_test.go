@@ -408,9 +408,10 @@ func TestFailoverToAsynchronousStandbyLosesWhatItHadNotReceived(t *testing.T) {
 
 	// The event stream delivered what the old primary committed, lost
 	// transactions included. Resuming on the new primary, whose transaction
-	// ids restart below the stream's position, it was told that events were
-	// lost and went back before the failover: every completion the new
-	// primary holds was streamed, some twice.
+	// ids restart below the stream's position when it had read past what
+	// the standby received, it was told that events were lost and went back
+	// before the failover: every completion the new primary holds was
+	// streamed, some twice.
 	seen := f.stream.Seen()
 	var done []string
 	require.NoError(t, db.Select(&done, `SELECT id::text FROM tasks WHERE queue = $1`, queue))
@@ -432,6 +433,13 @@ func TestFailoverToAsynchronousStandbyLosesWhatItHadNotReceived(t *testing.T) {
 	}
 	t.Logf("the event stream resumed %d times with %d stream.events_lost notices: of the new primary's %d completions %d were not streamed and %d twice; %d streamed completions are of tasks it does not hold",
 		f.stream.Resumed(), f.stream.LostNotices(), len(done), len(missed), repeated, phantom)
-	require.Positive(t, f.stream.LostNotices(), "the stream was told")
+	// It is told when it had read past what the standby received: then it
+	// streamed events the new primary does not have (of tasks it does not
+	// hold). A stream that had not read that far has nothing to be told
+	// (the run where the kill came before it did: no notice, nothing
+	// missed, nothing phantom).
+	if phantom > 0 {
+		require.Positive(t, f.stream.LostNotices(), "the stream, which streamed events the new primary does not have, was told")
+	}
 	require.Empty(t, missed, "completions the new primary holds that the stream skipped")
 }
