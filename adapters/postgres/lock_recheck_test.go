@@ -51,12 +51,7 @@ func TestLockTasksKeepsRowsChangedWhileItWaited(t *testing.T) {
 				return err
 			})
 		}()
-		// The locking read waits for the other transaction's row locks.
-		require.Eventually(t, func() bool {
-			var waiting int
-			require.NoError(t, f.db.Get(&waiting, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`))
-			return waiting > 0
-		}, 10*time.Second, 5*time.Millisecond)
+		f.awaitALockWait("LockTasks")
 		require.NoError(t, other.Commit())
 		require.NoError(t, <-errs)
 		ids := map[uuid.UUID]bool{}
@@ -109,11 +104,7 @@ func TestCompletionKeepsRowsChangedWhileItWaited(t *testing.T) {
 				return err
 			})
 		}()
-		require.Eventually(t, func() bool {
-			var waiting int
-			require.NoError(t, f.db.Get(&waiting, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`))
-			return waiting > 0
-		}, 10*time.Second, 5*time.Millisecond, contended)
+		f.awaitALockWait("the completion, " + contended)
 		require.NoError(t, other.Commit())
 		require.NoError(t, <-errs, contended)
 		res := <-results
@@ -123,4 +114,15 @@ func TestCompletionKeepsRowsChangedWhileItWaited(t *testing.T) {
 		require.NoError(t, f.db.Select(&statuses, `SELECT status FROM tasks WHERE id IN ($1, $2) ORDER BY id = $1 DESC`, parent.ID(), child.ID()))
 		require.Equal(t, []string{"DONE", "PENDING"}, statuses, "%s: the parent, then its dependant", contended)
 	}
+}
+
+// awaitALockWait waits until a session of the test's database waits for a
+// lock (what, the statement that should).
+func (f *storeFixture) awaitALockWait(what string) {
+	f.t.Helper()
+	require.Eventually(f.t, func() bool {
+		var waiting int
+		require.NoError(f.t, f.db.Get(&waiting, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`))
+		return waiting > 0
+	}, 10*time.Second, 5*time.Millisecond, "%s waits for the other transaction's row locks", what)
 }

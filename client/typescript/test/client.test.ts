@@ -23,7 +23,7 @@ import {
   type Task,
 } from "../src/index.js";
 import { problemFromAnswer } from "../src/http.js";
-import { arm, client, eventually, needsServer, sleepMs, unique } from "./support.js";
+import { arm, client, eventually, firstEvent, needsServer, sleepMs, unique } from "./support.js";
 
 describe("client", { skip: needsServer }, () => {
   let c: Client;
@@ -250,24 +250,10 @@ describe("client", { skip: needsServer }, () => {
   });
 
   test("events", async () => {
-    const ctl = new AbortController();
-    const stream = c.events({ queues: [q], types: ["task.*"], signal: ctl.signal });
-    // The stream starts at the end of the outbox: submit until one is seen.
-    const first = stream.next();
-    let seen: IteratorResult<unknown> | undefined;
-    void first.then((r) => (seen = r));
-    const deadline = Date.now() + 60_000;
-    while (!seen && Date.now() < deadline) {
-      await c.submit({ queue: q });
-      await new Promise((r) => setTimeout(r, 500));
-    }
-    const ev = await first;
-    ctl.abort();
-    await stream.return(undefined);
-    assert.ok(!ev.done);
-    assert.equal(ev.value.data.type, "task.submitted");
-    assert.equal((ev.value.data as { queue?: string }).queue, q);
-    assert.ok(ev.value.id);
+    const ev = await firstEvent((signal) => c.events({ queues: [q], types: ["task.*"], signal }), () => c.submit({ queue: q }));
+    assert.equal(ev.data.type, "task.submitted");
+    assert.equal((ev.data as { queue?: string }).queue, q);
+    assert.ok(ev.id);
   });
 });
 

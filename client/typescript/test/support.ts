@@ -7,7 +7,7 @@
  * skipped (`make test` runs them through tests/sdks).
  */
 import { randomBytes } from "node:crypto";
-import { Client, type ClientOptions } from "../src/index.js";
+import { Client, type ClientOptions, type StreamEvent } from "../src/index.js";
 
 export const URL = process.env["TASKMASTER_URL"] ?? "";
 export const FAULTS = process.env["TASKMASTER_FAULTS_URL"] ?? "";
@@ -32,6 +32,29 @@ export async function eventually<T>(cond: () => Promise<T> | T, what: string, ti
     if (Date.now() > deadline) throw new Error(`timed out waiting: ${what}`);
     await new Promise((r) => setTimeout(r, 50));
   }
+}
+
+/**
+ * The first event of an event stream, calling `act` every half second
+ * until it comes (a stream starts at the end of the outbox, so what
+ * happened before it connected is not in it); then stops the stream.
+ */
+export async function firstEvent(events: (signal: AbortSignal) => AsyncGenerator<StreamEvent>, act: () => Promise<unknown>): Promise<StreamEvent> {
+  const ctl = new AbortController();
+  const stream = events(ctl.signal);
+  const first = stream.next();
+  let seen: IteratorResult<StreamEvent> | undefined;
+  void first.then((r) => (seen = r));
+  const deadline = Date.now() + 60_000;
+  while (!seen && Date.now() < deadline) {
+    await act();
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  const ev = await first;
+  ctl.abort();
+  await stream.return(undefined);
+  if (ev.done) throw new Error("the event stream ended without an event");
+  return ev.value;
 }
 
 /** Arms a fault of the proxy (tests/sdks/faults_test.go). */

@@ -19,7 +19,7 @@ import {
   type Dependency,
   type Handler,
 } from "../src/index.js";
-import { arm, client, eventually, needsServer, unique } from "./support.js";
+import { arm, client, eventually, firstEvent, needsServer, unique } from "./support.js";
 
 const quiet = { info: () => {}, warn: () => {}, error: () => {} };
 
@@ -34,25 +34,15 @@ describe("workflows", { skip: needsServer, concurrency: false }, () => {
 
   test("the event stream of a run", async () => {
     const run = randomUUID();
-    const ctl = new AbortController();
-    const stream = c.events({ workflows: [run], types: ["task.submitted"], signal: ctl.signal });
-    // The stream starts at the end of the outbox: submit until one is seen,
-    // a task outside the run first (a stream that ignored the filter would
-    // stop on it), then one of the run.
-    const first = stream.next();
-    let seen: IteratorResult<unknown> | undefined;
-    void first.then((r) => (seen = r));
-    const deadline = Date.now() + 60_000;
-    while (!seen && Date.now() < deadline) {
-      await c.submit({ queue: q, payload: { outside: true } });
-      await c.submitBatchToWorkflow(run, [{ queue: q, payload: { inside: true } }]);
-      await new Promise((r) => setTimeout(r, 500));
-    }
-    const ev = await first;
-    ctl.abort();
-    await stream.return(undefined);
-    assert.ok(!ev.done);
-    assert.equal((ev.value.data as { workflow_id?: string }).workflow_id, run, "only the run's events");
+    // A task outside the run first: a stream that ignored the filter would stop on it.
+    const ev = await firstEvent(
+      (signal) => c.events({ workflows: [run], types: ["task.submitted"], signal }),
+      async () => {
+        await c.submit({ queue: q, payload: { outside: true } });
+        await c.submitBatchToWorkflow(run, [{ queue: q, payload: { inside: true } }]);
+      },
+    );
+    assert.equal((ev.data as { workflow_id?: string }).workflow_id, run, "only the run's events");
   });
 
   test("a handler fans out and its join reads every parent", async () => {
