@@ -303,8 +303,19 @@ func (h *Streams) Subscribe(ctx context.Context, from string) (ports.EventSubscr
 		if from == "" {
 			c, _ = parseCursor(tail)
 		}
-	} else if from == "" {
-		c = head
+	} else {
+		// The reader's last read succeeded, but the database may have
+		// gone since (the reader polls every PollInterval): a stream is
+		// opened only while the database answers, so that an outage is
+		// answered as every other request's is (503), not with a stream
+		// that ends at the reader's next poll.
+		if _, err := h.feed.Tail(ctx); err != nil {
+			h.open.Add(-1)
+			return nil, err
+		}
+		if from == "" {
+			c = head
+		}
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	s := &subscription{hub: h, start: c, pages: make(chan ports.FeedPage, h.cfg.StreamBuffer),

@@ -269,3 +269,51 @@ func TestStreamsEndAndAreRefusedWhileTheDatabaseIsUnreachable(t *testing.T) {
 	defer resumed.Close()
 	require.Len(t, collect(t, resumed, 1), 1, "and resume after the last event seen")
 }
+
+// A stream is not opened while the database is unreachable, even before
+// the reader's next poll has seen it go: the outage is answered (503 over
+// HTTP) instead of a stream that would end at that poll.
+func TestStreamsAreRefusedAsSoonAsTheDatabaseIsUnreachable(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	db, err := sqlx.Connect("postgres", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	u, err := neturl.Parse(url)
+	require.NoError(t, err)
+	name := strings.TrimPrefix(u.Path, "/")
+	q := u.Query()
+	q.Set("application_name", "streams-refused-under-test")
+	u.RawQuery = q.Encode()
+	hubDB, err := sql.Open("postgres", u.String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = hubDB.Close() })
+	cfg := DefaultConfig()
+	cfg.PollInterval = time.Hour // the reader does not notice the outage below
+	h, err := NewStreams(NewFeed(hubDB, cfg.StreamReadBytes, nil), cfg, nil)
+	require.NoError(t, err)
+	ctx := ctxT(t)
+	require.NoError(t, h.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, h.Stop(context.Background())) })
+	s, err := h.Subscribe(ctx, "")
+	require.NoError(t, err)
+	cursor := s.Cursor()
+	s.Close()
+
+	admin, err := sql.Open("postgres", pgtest.ServerURL("postgres"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = admin.Close() })
+	_, err = admin.Exec(`ALTER DATABASE ` + pq.QuoteIdentifier(name) + ` ALLOW_CONNECTIONS false`)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = admin.Exec(`ALTER DATABASE ` + pq.QuoteIdentifier(name) + ` ALLOW_CONNECTIONS true`)
+	})
+	_, err = db.Exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'streams-refused-under-test'`)
+	require.NoError(t, err)
+
+	_, err = h.Subscribe(ctx, "")
+	require.Error(t, err, "a new stream, while the database is unreachable")
+	_, err = h.Subscribe(ctx, cursor)
+	require.Error(t, err, "a resumed stream, while the database is unreachable")
+	require.EqualValues(t, 0, h.Stats().Open, "refused streams hold no place")
+}
