@@ -689,7 +689,22 @@ func TestSIGKILLMidFanOutReleasesTheJoinOnce(t *testing.T) {
 	require.Zero(t, row.Blockers)
 	require.Equal(t, children+1, row.Parents)
 	require.Equal(t, children+1, row.Done, "every parent DONE, each with its result")
-	require.False(t, row.Claimed.Before(row.LastKid), "the join ran only after its last parent finished")
+	// The join ran only after its last parent finished. Not by their
+	// timestamps: a task's times are its transaction's start (now()), and
+	// a claim transaction that began before the last completion's and
+	// claimed once that one committed carries the earlier time. By the
+	// outbox: a transaction's events take their offsets before it commits,
+	// and the join's claim could see it PENDING only after the last
+	// completion committed, so its claim event's offset is the larger.
+	var lastParentDone, joinClaimed int64
+	require.NoError(t, db.Get(&lastParentDone, `
+		SELECT max(m."offset") FROM watermill_taskmaster_events m, json_array_elements(m.payload->'events') e
+		WHERE e->>'type' = 'task.completed' AND (e->>'task_id')::uuid IN (SELECT parent_id FROM task_dependencies WHERE child_id = $1)`, join))
+	require.NoError(t, db.Get(&joinClaimed, `
+		SELECT min(m."offset") FROM watermill_taskmaster_events m, json_array_elements(m.payload->'events') e
+		WHERE e->>'type' = 'task.claimed' AND e->>'task_id' = $1`, join))
+	require.Greater(t, joinClaimed, lastParentDone, "the join was claimed only after its last parent's completion committed")
+	require.WithinDuration(t, row.LastKid, row.Claimed, time.Minute, "and its times say so, to a transaction's length")
 	require.Equal(t, root.ID, row.Workflow)
 	var doubles []string
 	require.NoError(t, db.Select(&doubles, `
