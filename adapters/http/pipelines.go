@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
-	"strconv"
 
 	"github.com/taskmaster/taskmaster/domain/task"
 	"github.com/taskmaster/taskmaster/domain/validation"
@@ -53,20 +52,8 @@ func parentsQueryOf(values url.Values) (ports.ParentsQuery, error) {
 		q ports.ParentsQuery
 		v validation.Errors
 	)
-	if raw := values.Get("limit"); raw != "" {
-		n, err := strconv.Atoi(raw)
-		if err != nil {
-			v.Add("limit", "must be an integer")
-		}
-		q.Limit = &n
-	}
-	if raw := values.Get("cursor"); raw != "" {
-		n, err := decodePosition(raw)
-		if err != nil {
-			v.Add("cursor", "is not a cursor this API returned")
-		}
-		q.After = &n
-	}
+	q.Limit = pageLimitOf(values, &v)
+	q.After = pageCursorOf(values, &v, decodePosition)
 	return q, v.Err()
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -280,19 +281,9 @@ func queueQueryOf(values url.Values) (ports.QueueQuery, error) {
 		}
 		q.Paused = &b
 	}
-	if raw := values.Get("limit"); raw != "" {
-		n, err := strconv.Atoi(raw)
-		if err != nil {
-			v.Add("limit", "must be an integer")
-		}
-		q.Limit = &n
-	}
-	if raw := values.Get("cursor"); raw != "" {
-		after, err := base64.RawURLEncoding.DecodeString(raw)
-		if err != nil || len(after) == 0 {
-			v.Add("cursor", "is not a cursor this API returned")
-		}
-		q.After = string(after)
+	q.Limit = pageLimitOf(values, &v)
+	if after := pageCursorOf(values, &v, decodeQueueCursor); after != nil {
+		q.After = *after
 	}
 	return q, v.Err()
 }
@@ -506,4 +497,13 @@ func (s *Server) handlePatchQueue(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store") // the secret is shown once
 	}
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// decodeQueueCursor is the queue name a listing's cursor holds.
+func decodeQueueCursor(s string) (string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err == nil && len(b) == 0 {
+		err = errors.New("an empty cursor")
+	}
+	return string(b), err
 }

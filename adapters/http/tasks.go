@@ -207,20 +207,8 @@ func listQueryOf(values url.Values) (ports.ListQuery, error) {
 	q := ports.ListQuery{Queue: values.Get("queue"), Status: task.Status(values.Get("status"))}
 	var v validation.Errors
 	listFilterOf(values, &q, &v)
-	if raw := values.Get("limit"); raw != "" {
-		n, err := strconv.Atoi(raw)
-		if err != nil {
-			v.Add("limit", "must be an integer")
-		}
-		q.Limit = &n
-	}
-	if raw := values.Get("cursor"); raw != "" {
-		after, err := decodeCursor(raw)
-		if err != nil {
-			v.Add("cursor", "is not a cursor this API returned")
-		}
-		q.After = &after
-	}
+	q.Limit = pageLimitOf(values, &v)
+	q.After = pageCursorOf(values, &v, decodeCursor)
 	return q, v.Err()
 }
 

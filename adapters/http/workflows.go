@@ -3,7 +3,6 @@ package http
 import (
 	"context"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -81,20 +80,8 @@ func (s *Server) handleGetWorkflow(w http.ResponseWriter, r *http.Request) {
 	}
 	q := ports.WorkflowQuery{ID: id}
 	var v validation.Errors
-	if raw := r.URL.Query().Get("limit"); raw != "" {
-		n, err := strconv.Atoi(raw)
-		if err != nil {
-			v.Add("limit", "must be an integer")
-		}
-		q.Limit = &n
-	}
-	if raw := r.URL.Query().Get("cursor"); raw != "" {
-		after, err := decodeCursor(raw)
-		if err != nil {
-			v.Add("cursor", "is not a cursor this API returned")
-		}
-		q.After = &after
-	}
+	q.Limit = pageLimitOf(r.URL.Query(), &v)
+	q.After = pageCursorOf(r.URL.Query(), &v, decodeCursor)
 	if err := v.Err(); err != nil {
 		writeError(w, r, err)
 		return
