@@ -3,12 +3,9 @@ package postgres_test
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskmaster/taskmaster/adapters/postgres"
@@ -165,66 +162,16 @@ func TestNamedLimitHoldsUnderConcurrentClaims(t *testing.T) {
 		f.setQueue(q, "limits = '{budget}'")
 	}
 	f.putLimit("budget", fmt.Sprintf("max_running = %d", limit))
-	var (
-		claimed atomic.Int64
-		peak    atomic.Int64
-		wg      sync.WaitGroup
-		done    = make(chan struct{})
-		seen    sync.Map
-	)
-	go func() {
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			var n int64
-			if err := f.db.Get(&n, `SELECT count(*) FROM tasks WHERE queue = ANY($1) AND status = 'RUNNING'`, pq.StringArray(queues)); err == nil && n > peak.Load() {
-				peak.Store(n)
-			}
-		}
-	}()
 	total := int64(perQueue * len(queues))
-	for w := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			mine := []string{queues[w%3]}
-			if w%4 == 0 {
-				mine = queues // some claim from all three at once
-			}
-			for claimed.Load() < total {
-				var got []*task.Task
-				err := f.tx.Run(context.Background(), func(ctx context.Context, st ports.Stores) error {
-					var err error
-					got, _, err = st.Tasks.Claim(ctx, claimDefaults(ports.ClaimParams{Queues: mine, WorkerID: fmt.Sprintf("w%d", w), Limit: 3}))
-					return err
-				})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				for _, tk := range got {
-					if _, dup := seen.LoadOrStore(tk.ID(), true); dup {
-						t.Errorf("task %s claimed twice", tk.ID())
-					}
-					claimed.Add(1)
-				}
-				time.Sleep(5 * time.Millisecond) // hold the tasks RUNNING a while
-				for _, tk := range got {
-					if _, err := f.db.Exec(`UPDATE tasks SET status = 'DONE', finished_at = now() WHERE id = $1`, tk.ID()); err != nil {
-						t.Error(err)
-					}
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(done)
-	require.EqualValues(t, total, claimed.Load())
-	require.LessOrEqual(t, peak.Load(), int64(limit))
-	require.Positive(t, peak.Load())
+	claimed, peak := f.claimUnderACap(total, queues, func(w int) []string {
+		if w%4 == 0 {
+			return queues // some claim from all three at once
+		}
+		return []string{queues[w%3]}
+	})
+	require.EqualValues(t, total, claimed)
+	require.LessOrEqual(t, peak, int64(limit))
+	require.Positive(t, peak)
 }
 
 // LimitStore: put creates then replaces (a changed rate refills the

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskmaster/taskmaster/domain/event"
@@ -105,61 +106,10 @@ func TestMaxRunningHoldsUnderConcurrentClaims(t *testing.T) {
 	const tasks, limit = 300, 7
 	f.submitMany("burst", "", tasks)
 	f.setQueue("burst", fmt.Sprintf("max_running = %d", limit))
-	var (
-		claimed atomic.Int64
-		peak    atomic.Int64
-		wg      sync.WaitGroup
-		done    = make(chan struct{})
-		seen    sync.Map
-	)
-	go func() { // the sampler
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			var n int64
-			if err := f.db.Get(&n, `SELECT count(*) FROM tasks WHERE queue = 'burst' AND status = 'RUNNING'`); err == nil && n > peak.Load() {
-				peak.Store(n)
-			}
-		}
-	}()
-	for w := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for claimed.Load() < tasks {
-				var got []*task.Task
-				err := f.tx.Run(context.Background(), func(ctx context.Context, st ports.Stores) error {
-					var err error
-					got, _, err = st.Tasks.Claim(ctx, claimDefaults(ports.ClaimParams{Queues: []string{"burst"}, WorkerID: fmt.Sprintf("w%d", w), Limit: 3}))
-					return err
-				})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				for _, tk := range got {
-					if _, dup := seen.LoadOrStore(tk.ID(), true); dup {
-						t.Errorf("task %s claimed twice", tk.ID())
-					}
-					claimed.Add(1)
-				}
-				time.Sleep(5 * time.Millisecond) // hold the tasks RUNNING a while
-				for _, tk := range got {
-					if _, err := f.db.Exec(`UPDATE tasks SET status = 'DONE', finished_at = now() WHERE id = $1`, tk.ID()); err != nil {
-						t.Error(err)
-					}
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(done)
-	require.EqualValues(t, tasks, claimed.Load())
-	require.LessOrEqual(t, peak.Load(), int64(limit))
-	require.Positive(t, peak.Load())
+	claimed, peak := f.claimUnderACap(tasks, []string{"burst"}, func(int) []string { return []string{"burst"} })
+	require.EqualValues(t, tasks, claimed)
+	require.LessOrEqual(t, peak, int64(limit))
+	require.Positive(t, peak)
 }
 
 // The rate limit is a token bucket: a burst at once, then the rate.
@@ -256,4 +206,66 @@ func TestClaimCappedPerGroupLooksPastCappedGroups(t *testing.T) {
 	})
 	f.setQueue("window", "max_running_per_group = 1")
 	require.Equal(t, []string{"hot", "cold"}, groupsOf(f.claim(ports.ClaimParams{Queues: []string{"window"}, Limit: 5})))
+}
+
+// claimUnderACap has 16 workers claim (three tasks at a time, each from
+// the queues queuesOf gives it) and finish tasks until total were claimed,
+// while a sampler watches how many of queues' tasks are RUNNING at once.
+// It returns how many were claimed (a task claimed twice fails the test)
+// and the most the sampler saw RUNNING.
+func (f *storeFixture) claimUnderACap(total int64, queues []string, queuesOf func(worker int) []string) (claimed, peak int64) {
+	t := f.t
+	var (
+		count atomic.Int64
+		most  atomic.Int64
+		wg    sync.WaitGroup
+		done  = make(chan struct{})
+		seen  sync.Map
+	)
+	go func() { // the sampler
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			var n int64
+			if err := f.db.Get(&n, `SELECT count(*) FROM tasks WHERE queue = ANY($1) AND status = 'RUNNING'`, pq.StringArray(queues)); err == nil && n > most.Load() {
+				most.Store(n)
+			}
+		}
+	}()
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for count.Load() < total {
+				var got []*task.Task
+				err := f.tx.Run(context.Background(), func(ctx context.Context, st ports.Stores) error {
+					var err error
+					got, _, err = st.Tasks.Claim(ctx, claimDefaults(ports.ClaimParams{Queues: queuesOf(w), WorkerID: fmt.Sprintf("w%d", w), Limit: 3}))
+					return err
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, tk := range got {
+					if _, dup := seen.LoadOrStore(tk.ID(), true); dup {
+						t.Errorf("task %s claimed twice", tk.ID())
+					}
+					count.Add(1)
+				}
+				time.Sleep(5 * time.Millisecond) // hold the tasks RUNNING a while
+				for _, tk := range got {
+					if _, err := f.db.Exec(`UPDATE tasks SET status = 'DONE', finished_at = now() WHERE id = $1`, tk.ID()); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(done)
+	return count.Load(), most.Load()
 }
