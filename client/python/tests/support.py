@@ -9,6 +9,7 @@ tests/sdks).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -16,7 +17,7 @@ import time
 import unittest
 import urllib.request
 import uuid
-from typing import Any, Callable, Dict, Generator, List, Optional, TypeVar
+from typing import Any, Callable, Dict, Generator, Iterator, List, Optional, TypeVar
 
 import taskmaster
 
@@ -100,3 +101,25 @@ def read_events(stream: "Generator[taskmaster.Event, None, None]", until: str, a
     if not box or box[-1].type != until:
         raise AssertionError(f"no {until} event within 60 s")
     return box
+
+
+@contextlib.contextmanager
+def running(test: unittest.TestCase, w: taskmaster.Worker, errors: List[BaseException]) -> Iterator[taskmaster.Worker]:
+    """Runs ``w`` on a thread for the ``with`` block, then stops it and
+    requires it to stop within 60 s; what its ``run`` raised goes to
+    ``errors``."""
+
+    def run() -> None:
+        try:
+            w.run()
+        except BaseException as e:  # noqa: BLE001 - the caller surfaces it
+            errors.append(e)
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    try:
+        yield w
+    finally:
+        w.stop()
+        th.join(60)
+        test.assertFalse(th.is_alive(), "the worker stops")

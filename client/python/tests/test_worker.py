@@ -55,21 +55,8 @@ class WorkerTest(unittest.TestCase):
         options.update(kw)
         w = taskmaster.Worker(self.c, handler, **options)
         errors: List[BaseException] = []
-
-        def run() -> None:
-            try:
-                w.run()
-            except BaseException as e:  # noqa: BLE001 - surfaced below
-                errors.append(e)
-
-        th = threading.Thread(target=run, daemon=True)
-        th.start()
-        try:
+        with support.running(self, w, errors):
             yield w
-        finally:
-            w.stop()
-            th.join(60)
-            self.assertFalse(th.is_alive(), "the worker stops")
         if errors and not expect_error:
             raise errors[0]
         self.worker_errors = errors

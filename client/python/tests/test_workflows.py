@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import threading
 import unittest
 import uuid
 from typing import Any, Iterator, List
@@ -30,21 +29,8 @@ class WorkflowTest(unittest.TestCase):
         w = taskmaster.Worker(self.c, handler, queues=queues, worker_id=support.unique("py-wf-w"), concurrency=4,
                               claim_wait=0.5, heartbeat_interval=1.0, install_signal_handlers=False)
         errors: List[BaseException] = []
-
-        def run() -> None:
-            try:
-                w.run()
-            except BaseException as e:  # noqa: BLE001 - surfaced below
-                errors.append(e)
-
-        th = threading.Thread(target=run, daemon=True)
-        th.start()
-        try:
+        with support.running(self, w, errors):
             yield w
-        finally:
-            w.stop()
-            th.join(60)
-            self.assertFalse(th.is_alive(), "the worker stops")
         if errors:
             raise errors[0]
 
