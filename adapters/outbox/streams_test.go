@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	neturl "net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -211,26 +212,8 @@ func TestStreamsRefuseBeyondTheirCapAndEndOnStop(t *testing.T) {
 // last event their clients saw.
 func TestStreamsEndAndAreRefusedWhileTheDatabaseIsUnreachable(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewDatabase(t)
-	db, err := sqlx.Connect("postgres", url)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
-	u, err := neturl.Parse(url)
-	require.NoError(t, err)
-	name := strings.TrimPrefix(u.Path, "/")
-	q := u.Query()
-	q.Set("application_name", "streams-under-test")
-	u.RawQuery = q.Encode()
-	hubDB, err := sql.Open("postgres", u.String())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = hubDB.Close() })
-	cfg := DefaultConfig()
-	cfg.PollInterval = 2 * time.Second // the reader's failure outlives the outage below
-	h, err := NewStreams(NewFeed(hubDB, cfg.StreamReadBytes, nil), cfg, nil)
-	require.NoError(t, err)
-	ctx := ctxT(t)
-	require.NoError(t, h.Start(ctx))
-	t.Cleanup(func() { require.NoError(t, h.Stop(context.Background())) })
+	u := newUnreachableHub(t, 2*time.Second) // the reader's failure outlives the outage below
+	db, h, ctx := u.db, u.hub, ctxT(t)
 	s, err := h.Subscribe(ctx, "")
 	require.NoError(t, err)
 	publish := func() {
@@ -241,13 +224,7 @@ func TestStreamsEndAndAreRefusedWhileTheDatabaseIsUnreachable(t *testing.T) {
 	publish()
 	seen := collect(t, s, 1)
 
-	admin, err := sql.Open("postgres", pgtest.ServerURL("postgres"))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = admin.Close() })
-	_, err = admin.Exec(`ALTER DATABASE ` + pq.QuoteIdentifier(name) + ` ALLOW_CONNECTIONS false`)
-	require.NoError(t, err)
-	_, err = db.Exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'streams-under-test'`)
-	require.NoError(t, err)
+	u.cut()
 	select {
 	case <-s.Done():
 		require.Error(t, s.Err())
@@ -261,8 +238,7 @@ func TestStreamsEndAndAreRefusedWhileTheDatabaseIsUnreachable(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	_, err = admin.Exec(`ALTER DATABASE ` + pq.QuoteIdentifier(name) + ` ALLOW_CONNECTIONS true`)
-	require.NoError(t, err)
+	u.restore()
 	publish()
 	resumed, err := h.Subscribe(ctx, seen[0].ID)
 	require.NoError(t, err, "a stream opens as soon as the database is back, before the reader reads again")
@@ -275,45 +251,75 @@ func TestStreamsEndAndAreRefusedWhileTheDatabaseIsUnreachable(t *testing.T) {
 // HTTP) instead of a stream that would end at that poll.
 func TestStreamsAreRefusedAsSoonAsTheDatabaseIsUnreachable(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewDatabase(t)
-	db, err := sqlx.Connect("postgres", url)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
-	u, err := neturl.Parse(url)
-	require.NoError(t, err)
-	name := strings.TrimPrefix(u.Path, "/")
-	q := u.Query()
-	q.Set("application_name", "streams-refused-under-test")
-	u.RawQuery = q.Encode()
-	hubDB, err := sql.Open("postgres", u.String())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = hubDB.Close() })
-	cfg := DefaultConfig()
-	cfg.PollInterval = time.Hour // the reader does not notice the outage below
-	h, err := NewStreams(NewFeed(hubDB, cfg.StreamReadBytes, nil), cfg, nil)
-	require.NoError(t, err)
-	ctx := ctxT(t)
-	require.NoError(t, h.Start(ctx))
-	t.Cleanup(func() { require.NoError(t, h.Stop(context.Background())) })
+	u := newUnreachableHub(t, time.Hour) // the reader does not notice the outage below
+	h, ctx := u.hub, ctxT(t)
 	s, err := h.Subscribe(ctx, "")
 	require.NoError(t, err)
 	cursor := s.Cursor()
 	s.Close()
 
-	admin, err := sql.Open("postgres", pgtest.ServerURL("postgres"))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = admin.Close() })
-	_, err = admin.Exec(`ALTER DATABASE ` + pq.QuoteIdentifier(name) + ` ALLOW_CONNECTIONS false`)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, _ = admin.Exec(`ALTER DATABASE ` + pq.QuoteIdentifier(name) + ` ALLOW_CONNECTIONS true`)
-	})
-	_, err = db.Exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'streams-refused-under-test'`)
-	require.NoError(t, err)
+	u.cut()
 
 	_, err = h.Subscribe(ctx, "")
 	require.Error(t, err, "a new stream, while the database is unreachable")
 	_, err = h.Subscribe(ctx, cursor)
 	require.Error(t, err, "a resumed stream, while the database is unreachable")
 	require.EqualValues(t, 0, h.Stats().Open, "refused streams hold no place")
+}
+
+// unreachableHub is a started hub over a database of its own that a test
+// can make unreachable (cut) and reachable again (restore).
+type unreachableHub struct {
+	t      *testing.T
+	db     *sqlx.DB // the test's own connection, not the hub's
+	hub    *Streams
+	admin  *sql.DB
+	name   string // the database
+	appTag string // the hub's connections' application_name
+}
+
+func newUnreachableHub(t *testing.T, poll time.Duration) *unreachableHub {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	db, err := sqlx.Connect("postgres", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	u, err := neturl.Parse(url)
+	require.NoError(t, err)
+	out := &unreachableHub{t: t, db: db, name: strings.TrimPrefix(u.Path, "/"), appTag: "streams-under-test-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
+	q := u.Query()
+	q.Set("application_name", out.appTag)
+	u.RawQuery = q.Encode()
+	hubDB, err := sql.Open("postgres", u.String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = hubDB.Close() })
+	cfg := DefaultConfig()
+	cfg.PollInterval = poll
+	out.hub, err = NewStreams(NewFeed(hubDB, cfg.StreamReadBytes, nil), cfg, nil)
+	require.NoError(t, err)
+	require.NoError(t, out.hub.Start(ctxT(t)))
+	t.Cleanup(func() { require.NoError(t, out.hub.Stop(context.Background())) })
+	out.admin, err = sql.Open("postgres", pgtest.ServerURL("postgres"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = out.admin.Close() })
+	t.Cleanup(func() {
+		_, _ = out.admin.Exec(`ALTER DATABASE ` + pq.QuoteIdentifier(out.name) + ` ALLOW_CONNECTIONS true`)
+	})
+	return out
+}
+
+// cut makes the database refuse new connections and ends the hub's.
+func (u *unreachableHub) cut() {
+	u.t.Helper()
+	_, err := u.admin.Exec(`ALTER DATABASE ` + pq.QuoteIdentifier(u.name) + ` ALLOW_CONNECTIONS false`)
+	require.NoError(u.t, err)
+	_, err = u.db.Exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, u.appTag)
+	require.NoError(u.t, err)
+}
+
+// restore lets the database take connections again.
+func (u *unreachableHub) restore() {
+	u.t.Helper()
+	_, err := u.admin.Exec(`ALTER DATABASE ` + pq.QuoteIdentifier(u.name) + ` ALLOW_CONNECTIONS true`)
+	require.NoError(u.t, err)
 }
