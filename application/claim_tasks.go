@@ -40,11 +40,31 @@ func (s *TaskService) Claim(ctx context.Context, cmd ports.ClaimCommand) (ports.
 			return ports.ClaimResult{}, err
 		}
 	}
+	if c.reports, c.completed, err = s.claimReports(ctx, cmd); err != nil {
+		return ports.ClaimResult{}, err
+	}
 	if c.wait == 0 {
 		out, err := s.claimOnce(ctx, c)
-		return out.result, err
+		if err != nil {
+			return ports.ClaimResult{}, err
+		}
+		return withReported(out.result, c, out.reported), nil
 	}
 	return s.claimWaiting(ctx, c)
+}
+
+// withReported is res with the outcomes of claim c's reports.
+func withReported(res ports.ClaimResult, c claim, reported []ports.TaskResult) ports.ClaimResult {
+	if c.reports != nil {
+		res.Completed, res.Failed = reported[:c.completed:c.completed], reported[c.completed:]
+		if c.completed == 0 {
+			res.Completed = nil
+		}
+		if len(res.Failed) == 0 {
+			res.Failed = nil
+		}
+	}
+	return res
 }
 
 // claim is a validated ClaimCommand with its defaults filled in.
@@ -61,6 +81,11 @@ type claim struct {
 	again bool
 	// push marks a push dispatcher's claim (ports.ClaimCommand.Push).
 	push bool
+	// reports, when not nil, are the reports the claim carries
+	// (ports.ClaimCommand.Complete and Fail, the first completed of them
+	// completions), applied in its first attempt's transaction.
+	reports   *report
+	completed int
 }
 
 // claimOf validates cmd: every field it names is checked, absent ones get
@@ -102,15 +127,22 @@ func (s *TaskService) claimOf(cmd ports.ClaimCommand) (claim, error) {
 // only when woken (the notifier wakes as many waiters as tasks came, and
 // again when delayed tasks fall due), when polling for a limited queue
 // (ClaimPollInterval), or at the safety interval; those later attempts give
-// no sign of life, so a waiting claim writes nothing.
+// no sign of life, so a waiting claim writes nothing. The reports a claim
+// carries go with its first attempt; once they are saved the request
+// answers with their outcomes whatever follows: an error of a later
+// attempt ends the wait with no tasks (the worker's next request meets it).
 func (s *TaskService) claimWaiting(ctx context.Context, cmd claim) (ports.ClaimResult, error) {
 	deadline := time.NewTimer(cmd.wait)
 	defer deadline.Stop()
 	var (
-		wait  ports.TaskWait
-		woken bool // this attempt follows a wake-up taken from wait
-		empty = ports.ClaimResult{Tasks: []*task.Task{}}
+		wait     ports.TaskWait
+		woken    bool // this attempt follows a wake-up taken from wait
+		reported []ports.TaskResult
+		first    = cmd
 	)
+	empty := func() ports.ClaimResult {
+		return withReported(ports.ClaimResult{Tasks: []*task.Task{}}, first, reported)
+	}
 	defer func() {
 		if wait != nil {
 			wait.Close()
@@ -124,17 +156,29 @@ func (s *TaskService) claimWaiting(ctx context.Context, cmd claim) (ports.ClaimR
 				if woken {
 					wait.Pass() // the task it was woken for waits for someone else
 				}
+				if first.reports != nil {
+					return empty(), nil
+				}
 				return ports.ClaimResult{}, fmt.Errorf("claim tasks: %w", err)
 			}
 		}
 		ans, err := s.claimOnce(ctx, cmd)
+		if !cmd.again {
+			reported = ans.reported
+		}
 		if err != nil || len(ans.result.Tasks) > 0 {
 			if err != nil && woken {
 				wait.Pass() // the task it was woken for waits for someone else
 			}
-			return ans.result, err
+			if err != nil && cmd.again && first.reports != nil {
+				return empty(), nil
+			}
+			if err != nil {
+				return ports.ClaimResult{}, err
+			}
+			return withReported(ans.result, first, reported), nil
 		}
-		cmd.again = true
+		cmd.again, cmd.reports = true, nil
 		if wait == nil && s.notifier != nil && !ans.draining {
 			wait = s.notifier.Wait(ports.WaitSpec{Queues: ans.queues, Limit: cmd.limit, Tags: ans.tags})
 			woken = false
@@ -161,16 +205,16 @@ func (s *TaskService) claimWaiting(ctx context.Context, cmd claim) (ports.ClaimR
 		case _, open := <-wake:
 			poll.Stop()
 			if !open { // shutting down: answer at once
-				return empty, nil
+				return empty(), nil
 			}
 			woken = true
 		case <-poll.C:
 		case <-deadline.C:
 			poll.Stop()
-			return empty, nil
+			return empty(), nil
 		case <-ctx.Done():
 			poll.Stop()
-			return empty, nil
+			return empty(), nil
 		}
 	}
 }
@@ -186,6 +230,9 @@ type claimAnswer struct {
 	tags     []string
 	limited  bool
 	draining bool
+	// reported are the outcomes of the claim's reports (nil: it carried
+	// none).
+	reported []ports.TaskResult
 }
 
 // claimOnce claims in one transaction, which concurrent claims share
@@ -204,15 +251,19 @@ func (s *TaskService) claimBatch(ctx context.Context, batch []*pending[claim, cl
 	return inOneTransaction(ctx, s.tx, batch, claimInTx)
 }
 
-// claimInTx answers each claim of the batch: under their workers' liveness
-// locks (a worker the heartbeat reaper is declaring DEAD claims nothing),
-// the tasks a repeated request id still holds, nothing for a draining
-// worker, else new tasks, with one statement per set of queues and tags.
-func claimInTx(ctx context.Context, st ports.Stores, batch []*pending[claim, claimAnswer]) error {
+// claimAllInTx answers each claim of the batch: under their workers'
+// liveness locks (a worker the heartbeat reaper is declaring DEAD claims
+// nothing), the tasks a repeated request id still holds, nothing for a
+// draining worker, else new tasks, with one statement per set of queues and
+// tags. It keeps each claim's reported outcomes (claimInTx).
+func claimAllInTx(ctx context.Context, st ports.Stores, batch []*pending[claim, claimAnswer]) error {
+	if len(batch) == 0 {
+		return nil
+	}
 	ids := make([]string, 0, len(batch))
 	seen := make(map[string]bool, len(batch))
 	for _, p := range batch {
-		p.res, p.err = claimAnswer{}, nil
+		p.res, p.err = claimAnswer{reported: p.res.reported}, nil
 		if !seen[p.req.workerID] {
 			seen[p.req.workerID] = true
 			ids = append(ids, p.req.workerID)

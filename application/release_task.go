@@ -41,7 +41,7 @@ func (s *TaskService) ReleaseBatch(ctx context.Context, workerID string, items [
 	for i, it := range items {
 		ids[i] = it.TaskID
 	}
-	err := validateBatch(workerID, ids, func(v *validation.Errors) {
+	err := validateBatch("items", workerID, ids, func(v *validation.Errors) {
 		for i, it := range items {
 			checkLease(v, fmt.Sprintf("items[%d].lease_id", i), it.LeaseID)
 		}

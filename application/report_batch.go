@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -22,6 +23,20 @@ import (
 // whose enqueue is invalid fails on its own ("items[2].enqueue[0].payload"),
 // and all the items together may enqueue at most MaxEnqueue tasks.
 func (s *TaskService) CompleteBatch(ctx context.Context, workerID string, items []ports.CompleteItem) ([]ports.TaskResult, error) {
+	r, err := completeReport(ctx, "items", workerID, items)
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.reports.do(ctx, r)
+	if err != nil {
+		return nil, fmt.Errorf("complete batch: %w", err)
+	}
+	return out, nil
+}
+
+// completeReport is CompleteBatch's request, its items named list[i] in
+// what it refuses.
+func completeReport(ctx context.Context, list, workerID string, items []ports.CompleteItem) (report, error) {
 	ids := make([]uuid.UUID, len(items))
 	lists := make([][]task.SubmitParams, len(items))
 	total, enqueues := 0, false
@@ -30,16 +45,16 @@ func (s *TaskService) CompleteBatch(ctx context.Context, workerID string, items 
 		total += len(it.Enqueue)
 		enqueues = enqueues || it.Enqueue != nil
 	}
-	err := validateBatch(workerID, ids, func(v *validation.Errors) {
+	err := validateBatch(list, workerID, ids, func(v *validation.Errors) {
 		for i, it := range items {
-			checkLease(v, fmt.Sprintf("items[%d].lease_id", i), it.LeaseID)
+			checkLease(v, fmt.Sprintf("%s[%d].lease_id", list, i), it.LeaseID)
 		}
 		if total > MaxEnqueue {
-			v.Add("items", fmt.Sprintf("may enqueue at most %d tasks in total", MaxEnqueue))
+			v.Add(list, fmt.Sprintf("may enqueue at most %d tasks in total", MaxEnqueue))
 		}
 	})
 	if err != nil {
-		return nil, err
+		return report{}, err
 	}
 	// An item whose enqueue, or whose result, breaks a rule fails on its
 	// own, with a validation problem; the others go on.
@@ -47,20 +62,20 @@ func (s *TaskService) CompleteBatch(ctx context.Context, workerID string, items 
 	parents := make([][][]task.ParentRef, len(items))
 	for i, it := range items {
 		var v validation.Errors
-		list := fmt.Sprintf("items[%d].enqueue", i)
-		if err := prepareEnqueue(list, it.Enqueue, &v); err != nil {
-			return nil, err
+		enqueueField := fmt.Sprintf("%s[%d].enqueue", list, i)
+		if err := prepareEnqueue(enqueueField, it.Enqueue, &v); err != nil {
+			return report{}, err
 		}
 		var err error
-		if parents[i], err = resolveGraph(&v, list, it.Enqueue, it.EnqueueGraph); err != nil {
-			return nil, err
+		if parents[i], err = resolveGraph(&v, enqueueField, it.Enqueue, it.EnqueueGraph); err != nil {
+			return report{}, err
 		}
 		if err := v.Err(); err != nil {
 			invalid[i] = err.(*validation.Error)
 		}
 	}
 	if err := checkEnqueueAccess(ctx, lists...); err != nil {
-		return nil, err
+		return report{}, err
 	}
 	refuse := func(st ports.Stores) []error {
 		// Each item's values are checked on their own, and all of them
@@ -68,15 +83,15 @@ func (s *TaskService) CompleteBatch(ctx context.Context, workerID string, items 
 		j := newStoredJSON(st)
 		vs := make([]validation.Errors, len(items))
 		for i, it := range items {
-			j.check(&vs[i], fmt.Sprintf("items[%d].result", i), it.Result)
+			j.check(&vs[i], fmt.Sprintf("%s[%d].result", list, i), it.Result)
 			if invalid[i] != nil {
 				vs[i].Merge("", invalid[i])
 			} else {
-				j.payloads(&vs[i], fmt.Sprintf("items[%d].enqueue", i), it.Enqueue)
+				j.payloads(&vs[i], fmt.Sprintf("%s[%d].enqueue", list, i), it.Enqueue)
 			}
 		}
 		var total validation.Errors
-		j.total(&total, "items")
+		j.total(&total, list)
 		out := make([]error, len(items))
 		for i := range items {
 			if err := total.Err(); err != nil {
@@ -94,7 +109,7 @@ func (s *TaskService) CompleteBatch(ctx context.Context, workerID string, items 
 			err error
 		)
 		joinRun(it.Enqueue, t)
-		if b, err = buildEnqueue(it.Enqueue, fmt.Sprintf("items[%d].enqueue", i), now); err != nil {
+		if b, err = buildEnqueue(it.Enqueue, fmt.Sprintf("%s[%d].enqueue", list, i), now); err != nil {
 			return nil, err
 		}
 		e, err := t.Complete(task.CompleteParams{WorkerID: workerID, LeaseID: *it.LeaseID, Result: it.Result}, now)
@@ -107,12 +122,12 @@ func (s *TaskService) CompleteBatch(ctx context.Context, workerID string, items 
 	var then func(context.Context, ports.Stores, []ports.TaskResult) error
 	if enqueues {
 		then = func(ctx context.Context, st ports.Stores, out []ports.TaskResult) error {
-			return enqueueCompleted(ctx, st, items, built, parents, out)
+			return enqueueCompleted(ctx, st, list, items, built, parents, out)
 		}
 	}
 	r, err := batchReport(ctx, workerID, ids, refuse, decide, then)
 	if err != nil {
-		return nil, fmt.Errorf("complete batch: %w", err)
+		return report{}, err
 	}
 	if !enqueues {
 		r.completes = make([]ports.CompleteRef, len(items))
@@ -120,11 +135,7 @@ func (s *TaskService) CompleteBatch(ctx context.Context, workerID string, items 
 			r.completes[i] = ports.CompleteRef{ID: it.TaskID, WorkerID: workerID, LeaseID: *it.LeaseID, Result: it.Result}
 		}
 	}
-	out, err := s.reports.do(ctx, r)
-	if err != nil {
-		return nil, fmt.Errorf("complete batch: %w", err)
-	}
-	return out, nil
+	return r, nil
 }
 
 // enqueueCompleted creates, with one statement, the tasks that the
@@ -132,7 +143,7 @@ func (s *TaskService) CompleteBatch(ctx context.Context, workerID string, items 
 // whose enqueue has dependencies (parents[i] not nil) creates its graph on
 // its own (createGraph: a depends_on that names no task then fails the
 // whole request).
-func enqueueCompleted(ctx context.Context, st ports.Stores, items []ports.CompleteItem, built []enqueue, parents [][][]task.ParentRef,
+func enqueueCompleted(ctx context.Context, st ports.Stores, list string, items []ports.CompleteItem, built []enqueue, parents [][][]task.ParentRef,
 	out []ports.TaskResult) error {
 	var all enqueue
 	for i, it := range items {
@@ -141,7 +152,7 @@ func enqueueCompleted(ctx context.Context, st ports.Stores, items []ports.Comple
 		}
 		if parents[i] != nil {
 			var err error
-			if out[i].Enqueued, _, err = createGraph(ctx, st, fmt.Sprintf("items[%d].enqueue", i), it.Enqueue, parents[i]); err != nil {
+			if out[i].Enqueued, _, err = createGraph(ctx, st, fmt.Sprintf("%s[%d].enqueue", list, i), it.Enqueue, parents[i]); err != nil {
 				return err
 			}
 			continue
@@ -169,30 +180,40 @@ func enqueueCompleted(ctx context.Context, st ports.Stores, items []ports.Comple
 // FailBatch reports many failures of one worker in one transaction, each
 // item fenced on its own.
 func (s *TaskService) FailBatch(ctx context.Context, workerID string, items []ports.FailItem) ([]ports.TaskResult, error) {
-	ids := make([]uuid.UUID, len(items))
-	for i, it := range items {
-		ids[i] = it.TaskID
-	}
-	err := validateBatch(workerID, ids, func(v *validation.Errors) {
-		for i, it := range items {
-			checkLease(v, fmt.Sprintf("items[%d].lease_id", i), it.LeaseID)
-			if len(it.Error) > task.MaxErrorLength {
-				v.Add(fmt.Sprintf("items[%d].error", i), fmt.Sprintf("must be at most %d bytes", task.MaxErrorLength))
-			}
-		}
-	})
+	r, err := s.failReport(ctx, "items", workerID, items)
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.reportBatch(ctx, workerID, ids, nil, func(i int, t *task.Task, now time.Time) ([]event.Event, error) {
-		it := items[i]
-		e, err := t.Fail(task.FailParams{WorkerID: workerID, LeaseID: *it.LeaseID, Error: it.Error, Retryable: it.Retryable, Rand: s.rand}, s.cfg.Backoff, now)
-		return []event.Event{e}, err
-	}, nil)
+	out, err := s.reports.do(ctx, r)
 	if err != nil {
 		return nil, fmt.Errorf("fail batch: %w", err)
 	}
 	return out, nil
+}
+
+// failReport is FailBatch's request, its items named list[i] in what it
+// refuses.
+func (s *TaskService) failReport(ctx context.Context, list, workerID string, items []ports.FailItem) (report, error) {
+	ids := make([]uuid.UUID, len(items))
+	for i, it := range items {
+		ids[i] = it.TaskID
+	}
+	err := validateBatch(list, workerID, ids, func(v *validation.Errors) {
+		for i, it := range items {
+			checkLease(v, fmt.Sprintf("%s[%d].lease_id", list, i), it.LeaseID)
+			if len(it.Error) > task.MaxErrorLength {
+				v.Add(fmt.Sprintf("%s[%d].error", list, i), fmt.Sprintf("must be at most %d bytes", task.MaxErrorLength))
+			}
+		}
+	})
+	if err != nil {
+		return report{}, err
+	}
+	return batchReport(ctx, workerID, ids, nil, func(i int, t *task.Task, now time.Time) ([]event.Event, error) {
+		it := items[i]
+		e, err := t.Fail(task.FailParams{WorkerID: workerID, LeaseID: *it.LeaseID, Error: it.Error, Retryable: it.Retryable, Rand: s.rand}, s.cfg.Backoff, now)
+		return []event.Event{e}, err
+	}, nil)
 }
 
 // reportBatch applies a batch report's items. refuse, when not nil, returns
@@ -266,12 +287,18 @@ func completing(p *pending[report, []ports.TaskResult]) bool {
 // once).
 func reportsOverlap(batch []*pending[report, []ports.TaskResult], p *pending[report, []ports.TaskResult]) bool {
 	for _, q := range batch {
-		for _, a := range q.req.ids {
-			for _, b := range p.req.ids {
-				if a == b {
-					return true
-				}
-			}
+		if idsOverlap(q.req.ids, p.req.ids) {
+			return true
+		}
+	}
+	return false
+}
+
+// idsOverlap reports whether a and b share an id.
+func idsOverlap(a, b []uuid.UUID) bool {
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			return true
 		}
 	}
 	return false
@@ -452,21 +479,21 @@ func reportInTx(ctx context.Context, st ports.Stores, batch []*pending[report, [
 	return nil
 }
 
-func validateBatch(workerID string, ids []uuid.UUID, more func(*validation.Errors)) error {
+func validateBatch(list, workerID string, ids []uuid.UUID, more func(*validation.Errors)) error {
 	var v validation.Errors
 	if workerID == "" {
 		v.Add("worker_id", "is required")
 	}
 	switch {
 	case len(ids) == 0:
-		v.Add("items", "must hold at least one item")
+		v.Add(list, "must hold at least one item")
 	case len(ids) > MaxBatch:
-		v.Add("items", fmt.Sprintf("must hold at most %d items", MaxBatch))
+		v.Add(list, fmt.Sprintf("must hold at most %d items", MaxBatch))
 	}
 	seen := make(map[uuid.UUID]bool, len(ids))
 	for i, id := range ids {
 		if seen[id] {
-			v.Add(fmt.Sprintf("items[%d].id", i), "repeats an earlier item")
+			v.Add(fmt.Sprintf("%s[%d].id", list, i), "repeats an earlier item")
 		}
 		seen[id] = true
 	}

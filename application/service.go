@@ -209,7 +209,7 @@ func NewTaskService(tx ports.TxRunner, cfg Config, opts ...TaskServiceOption) *T
 		s.cfg.AwaitSafetyInterval = DefaultAwaitSafetyInterval
 	}
 	s.finished = &combiner[uuid.UUID, bool]{run: s.finishedBatch, size: MaxBatch, running: 1}
-	s.claims = &combiner[claim, claimAnswer]{run: s.claimBatch, size: s.cfg.batchRequests(), running: s.cfg.concurrentBatches(), overlapAt: s.cfg.batchOverlapAt()}
+	s.claims = &combiner[claim, claimAnswer]{run: s.claimBatch, fits: claimFits, size: s.cfg.batchRequests(), running: s.cfg.concurrentBatches(), overlapAt: s.cfg.batchOverlapAt()}
 	s.reports = &combiner[report, []ports.TaskResult]{run: s.reportsBatch, fits: func(batch []*pending[report, []ports.TaskResult], p *pending[report, []ports.TaskResult]) bool {
 		return !reportsOverlap(batch, p)
 	}, size: s.cfg.batchRequests(), running: s.cfg.concurrentBatches(), overlapAt: s.cfg.batchOverlapAt()}

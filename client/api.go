@@ -354,6 +354,58 @@ func (c *Client) Claim(ctx context.Context, p ClaimParams) ([]Task, error) {
 	return out.Tasks, nil
 }
 
+// ClaimReporting reports the tasks a worker finished (complete, fail: at
+// most MaxBatch items together, no Enqueue) and claims its next ones with
+// one request: the server applies the reports as CompleteBatch and
+// FailBatch do, each item fenced on its own, in the transaction of the
+// claim's first try and before it, then claims as Claim does. A worker that
+// takes one task at a time spends one request per task instead of two.
+//
+// The request is all or nothing until the claim's first try: an error
+// (*Problem, transport) means none of the reports was saved, unless a try
+// was committed and its answer lost. The retries that Claim makes are made
+// here too, with the same reports and RequestID: an item that a lost try
+// saved comes back OutcomeError with an invalid-transition problem whose
+// CurrentStatus is its new status (DONE for a completion), and the claim
+// answers with the tasks the lost try claimed. Once saved, the answer
+// carries the outcomes whatever the wait brings (an error while waiting
+// ends it with no tasks).
+func (c *Client) ClaimReporting(ctx context.Context, p ClaimParams, complete []CompleteItem, fail []FailItem) (ClaimResult, error) {
+	if p.RequestID == "" {
+		p.RequestID = newRequestID()
+	}
+	body := struct {
+		ClaimParams
+		WaitMS   int64             `json:"wait_ms,omitempty"`
+		Complete []completeRequest `json:"complete,omitempty"`
+		Fail     []failRequest     `json:"fail,omitempty"`
+	}{ClaimParams: p, WaitMS: roundMillis(p.Wait)}
+	for i, it := range complete {
+		if it.Enqueue != nil {
+			return ClaimResult{}, fmt.Errorf("taskmaster: complete[%d]: a claim's completions enqueue nothing (use CompleteBatch)", i)
+		}
+		r, err := it.request()
+		if err != nil {
+			return ClaimResult{}, fmt.Errorf("taskmaster: complete[%d]: %w", i, err)
+		}
+		body.Complete = append(body.Complete, r)
+	}
+	for _, it := range fail {
+		body.Fail = append(body.Fail, it.request())
+	}
+	var out ClaimResult
+	if _, err := c.do(ctx, call{method: http.MethodPost, path: "/tasks/v1/claim", body: body, out: &out, wait: max(p.Wait, 0)}); err != nil {
+		return ClaimResult{}, err
+	}
+	if len(out.Completed) != len(complete) || len(out.Failed) != len(fail) {
+		return ClaimResult{}, fmt.Errorf("taskmaster: a claim reporting %d completions and %d failures answered with %d and %d outcomes",
+			len(complete), len(fail), len(out.Completed), len(out.Failed))
+	}
+	giveProblems(out.Completed, "/tasks/v1/claim")
+	giveProblems(out.Failed, "/tasks/v1/claim")
+	return out, nil
+}
+
 // roundMillis returns d in milliseconds, rounded away from zero so that a
 // positive wait never becomes no wait (nor a negative one a valid one).
 func roundMillis(d time.Duration) int64 {
@@ -460,12 +512,18 @@ func (c *Client) reportBatch(ctx context.Context, path, workerID string, items a
 	if len(out.Items) != n {
 		return nil, fmt.Errorf("taskmaster: batch of %d answered with %d outcomes", n, len(out.Items))
 	}
-	for i, o := range out.Items {
+	giveProblems(out.Items, path)
+	return out.Items, nil
+}
+
+// giveProblems gives every refused outcome of list without a problem a
+// generic one, so that ItemOutcome.Err is never nil for OutcomeError.
+func giveProblems(list []ItemOutcome, path string) {
+	for i, o := range list {
 		if o.Outcome == OutcomeError && o.Problem == nil {
-			out.Items[i].Problem = &Problem{Type: "about:blank", Title: "Item refused", Instance: path}
+			list[i].Problem = &Problem{Type: "about:blank", Title: "Item refused", Instance: path}
 		}
 	}
-	return out.Items, nil
 }
 
 // completeRequest is a complete body's task part, or a batch item.

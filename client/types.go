@@ -577,6 +577,19 @@ type ClaimParams struct {
 	RequestID string `json:"request_id,omitempty"`
 }
 
+// ClaimResult is the answer of a claim that carried reports
+// (Client.ClaimReporting).
+type ClaimResult struct {
+	// Tasks are the claimed tasks, possibly none.
+	Tasks []Task `json:"tasks"`
+	// Truncated says the claim stopped before its limit at the server's
+	// response byte cap: more tasks may be claimable at once.
+	Truncated bool `json:"truncated"`
+	// Completed and Failed are the outcomes of the reports, in order.
+	Completed []ItemOutcome `json:"completed"`
+	Failed    []ItemOutcome `json:"failed"`
+}
+
 // MaxLeaseSeconds is the longest lease the server grants (12 h).
 const MaxLeaseSeconds = 43200
 

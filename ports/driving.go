@@ -36,6 +36,15 @@ type ClaimCommand struct {
 	// from a request): it takes from the push queue it names, whatever the
 	// tasks' tags, where workers' claims pass push queues by.
 	Push bool
+	// Complete and Fail are the worker's reports of tasks it holds (at most
+	// MaxBatch items together, none with Enqueue), applied as CompleteBatch
+	// and FailBatch would apply them, in the transaction of the claim's
+	// first attempt and before it: a worker reports its last task and
+	// takes its next in one request. The request is all or nothing up to
+	// that attempt (an error of the claim saves none of the reports); the
+	// outcomes come back in ClaimResult.Completed and Failed.
+	Complete []CompleteItem
+	Fail     []FailItem
 }
 
 // ExtendCommand asks for a held task's lease to run out LeaseSeconds from
@@ -280,6 +289,9 @@ type ClaimResult struct {
 	// next task would have taken the response past the byte cap: that task
 	// and the rest were not claimed and stay claimable.
 	Truncated bool
+	// Completed and Failed are the outcomes of the command's Complete and
+	// Fail items, in order (nil when it carried none).
+	Completed, Failed []TaskResult
 }
 
 // TaskService is what producers, workers and operators can do with tasks.

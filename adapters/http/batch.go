@@ -158,21 +158,60 @@ func decodeBatchReport(r *http.Request, failing bool) (batchReportRequest, error
 		return req, err
 	}
 	var v validation.Errors
-	for i, it := range req.Items {
+	checkReportItems(&v, "items", req.Items, failing)
+	return req, v.Err()
+}
+
+// checkReportItems checks the shape of report items (named list[i]):
+// every item needs an id, and complete items carry no error while fail
+// items carry no result.
+func checkReportItems(v *validation.Errors, list string, items []batchItem, failing bool) {
+	for i, it := range items {
 		if it.ID == nil {
-			v.Add(fmt.Sprintf("items[%d].id", i), "is required")
+			v.Add(fmt.Sprintf("%s[%d].id", list, i), "is required")
 		}
 		if failing && it.Result != nil {
-			v.Add(fmt.Sprintf("items[%d].result", i), "is not accepted when failing")
+			v.Add(fmt.Sprintf("%s[%d].result", list, i), "is not accepted when failing")
 		}
 		if !failing && (it.Error != nil || it.Retryable != nil) {
-			v.Add(fmt.Sprintf("items[%d].error", i), "is not accepted when completing")
+			v.Add(fmt.Sprintf("%s[%d].error", list, i), "is not accepted when completing")
 		}
 		if failing && it.Enqueue != nil {
-			v.Add(fmt.Sprintf("items[%d].enqueue", i), "is not accepted when failing")
+			v.Add(fmt.Sprintf("%s[%d].enqueue", list, i), "is not accepted when failing")
 		}
 	}
-	return req, v.Err()
+}
+
+// completeItems are the complete items' commands (nil for none); each
+// item's id was checked (checkReportItems).
+func completeItems(items []batchItem) []ports.CompleteItem {
+	if len(items) == 0 {
+		return nil
+	}
+	out := make([]ports.CompleteItem, len(items))
+	for i, it := range items {
+		out[i] = ports.CompleteItem{TaskID: *it.ID.get(), LeaseID: it.LeaseID.get(), Result: it.Result}
+	}
+	return out
+}
+
+// failItems are the fail items' commands (nil for none), retryable unless
+// an item says otherwise.
+func failItems(items []batchItem) []ports.FailItem {
+	if len(items) == 0 {
+		return nil
+	}
+	out := make([]ports.FailItem, len(items))
+	for i, it := range items {
+		out[i] = ports.FailItem{TaskID: *it.ID.get(), LeaseID: it.LeaseID.get(), Retryable: true}
+		if it.Error != nil {
+			out[i].Error = *it.Error
+		}
+		if it.Retryable != nil {
+			out[i].Retryable = *it.Retryable
+		}
+	}
+	return out
 }
 
 func (s *Server) handleCompleteBatch(w http.ResponseWriter, r *http.Request) {
@@ -213,17 +252,7 @@ func (s *Server) handleFailBatch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	items := make([]ports.FailItem, len(req.Items))
-	for i, it := range req.Items {
-		items[i] = ports.FailItem{TaskID: *it.ID.get(), LeaseID: it.LeaseID.get(), Retryable: true}
-		if it.Error != nil {
-			items[i].Error = *it.Error
-		}
-		if it.Retryable != nil {
-			items[i].Retryable = *it.Retryable
-		}
-	}
-	results, err := s.tasks.FailBatch(r.Context(), req.WorkerID, items)
+	results, err := s.tasks.FailBatch(r.Context(), req.WorkerID, failItems(req.Items))
 	if err != nil {
 		writeError(w, r, err)
 		return

@@ -401,7 +401,15 @@ func (c CompleteResponse) appendJSON(b []byte, spill spillFunc) ([]byte, error) 
 	return append(b, '}'), err
 }
 
-func (c claimResponse) checkTimes() error { return checkTaskTimes(c.Tasks) }
+func (c claimResponse) checkTimes() error {
+	if err := checkTaskTimes(c.Tasks); err != nil {
+		return err
+	}
+	if err := checkOutcomeTimes(c.Completed); err != nil {
+		return err
+	}
+	return checkOutcomeTimes(c.Failed)
+}
 
 // appendJSON implements jsonAppender.
 func (c claimResponse) appendJSON(b []byte, spill spillFunc) ([]byte, error) {
@@ -412,6 +420,18 @@ func (c claimResponse) appendJSON(b []byte, spill spillFunc) ([]byte, error) {
 	}
 	b = append(b, `,"truncated":`...)
 	b = strconv.AppendBool(b, c.Truncated)
+	if len(c.Completed) > 0 {
+		b = append(b, `,"completed":`...)
+		if b, err = appendOutcomes(b, c.Completed, spill); err != nil {
+			return b, err
+		}
+	}
+	if len(c.Failed) > 0 {
+		b = append(b, `,"failed":`...)
+		if b, err = appendOutcomes(b, c.Failed, spill); err != nil {
+			return b, err
+		}
+	}
 	return append(b, '}'), nil
 }
 
@@ -517,9 +537,12 @@ func (o *ItemOutcome) appendObject(b []byte, spill spillFunc) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-func (r BatchReportResponse) checkTimes() error {
-	for i := range r.Items {
-		if err := r.Items[i].checkTimes(); err != nil {
+func (r BatchReportResponse) checkTimes() error { return checkOutcomeTimes(r.Items) }
+
+// checkOutcomeTimes is checkTimes of every outcome's tasks.
+func checkOutcomeTimes(items []ItemOutcome) error {
+	for i := range items {
+		if err := items[i].checkTimes(); err != nil {
 			return err
 		}
 	}
@@ -528,19 +551,26 @@ func (r BatchReportResponse) checkTimes() error {
 
 // appendJSON implements jsonAppender.
 func (r BatchReportResponse) appendJSON(b []byte, spill spillFunc) ([]byte, error) {
-	if r.Items == nil {
-		return append(b, `{"items":null}`...), nil
+	b = append(b, `{"items":`...)
+	b, err := appendOutcomes(b, r.Items, spill)
+	return append(b, '}'), err
+}
+
+// appendOutcomes appends items as a JSON array (null when nil).
+func appendOutcomes(b []byte, items []ItemOutcome, spill spillFunc) ([]byte, error) {
+	if items == nil {
+		return append(b, "null"...), nil
 	}
-	b = append(b, `{"items":[`...)
-	for i := range r.Items {
+	b = append(b, '[')
+	for i := range items {
 		if i > 0 {
 			b = append(b, ',')
 		}
 		var err error
-		if b, err = r.Items[i].appendObject(b, spill); err != nil {
+		if b, err = items[i].appendObject(b, spill); err != nil {
 			return b, err
 		}
 		b = spill.spill(b)
 	}
-	return append(b, "]}"...), nil
+	return append(b, ']'), nil
 }

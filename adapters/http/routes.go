@@ -12,6 +12,7 @@ import (
 // MaxBatchBodyBytes instead of MaxBodyBytes.
 var batchRoutes = map[string]bool{
 	"/tasks/v1/batch":      true,
+	"/tasks/v1/claim":      true, // it may carry reports
 	"/tasks/v1/complete":   true,
 	"/tasks/v1/fail":       true,
 	"/tasks/v1/release":    true,

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -231,6 +232,10 @@ type claimRequest struct {
 	WaitMS       *int64  `json:"wait_ms"`
 	LeaseSeconds *int    `json:"lease_seconds"`
 	RequestID    *string `json:"request_id"`
+	// Complete and Fail are the worker's reports, applied before the
+	// claim in its transaction (items as the batch reports').
+	Complete []batchItem `json:"complete"`
+	Fail     []batchItem `json:"fail"`
 }
 
 type claimResponse struct {
@@ -238,6 +243,10 @@ type claimResponse struct {
 	// Truncated is true when the claim stopped before its limit at the
 	// response byte cap: more tasks may be claimable at once.
 	Truncated bool `json:"truncated"`
+	// Completed and Failed are the outcomes of the claim's reports, in
+	// request order (absent when it carried none).
+	Completed []ItemOutcome `json:"completed,omitempty"`
+	Failed    []ItemOutcome `json:"failed,omitempty"`
 }
 
 func (s *Server) handleClaimTasks(w http.ResponseWriter, r *http.Request) {
@@ -246,16 +255,37 @@ func (s *Server) handleClaimTasks(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	var v validation.Errors
+	checkReportItems(&v, "complete", req.Complete, false)
+	checkReportItems(&v, "fail", req.Fail, true)
+	for i, it := range req.Complete {
+		if it.Enqueue != nil {
+			v.Add(fmt.Sprintf("complete[%d].enqueue", i), "is not accepted on a claim: complete with POST /tasks/v1/complete")
+		}
+	}
+	if err := v.Err(); err != nil {
+		writeError(w, r, err)
+		return
+	}
 	res, err := s.tasks.Claim(r.Context(), ports.ClaimCommand{
 		WorkerID: req.WorkerID, Queue: req.Queue, Limit: req.Limit, WaitMillis: req.WaitMS, LeaseSeconds: req.LeaseSeconds,
-		RequestID: req.RequestID,
+		RequestID: req.RequestID, Complete: completeItems(req.Complete), Fail: failItems(req.Fail),
 	})
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
+	s.reportSpans(r, "taskmaster.complete", res.Completed)
+	s.reportSpans(r, "taskmaster.fail", res.Failed)
 	s.taskSpans(r, "taskmaster.claim", requestStart(r.Context()), res.Tasks, nil)
-	writeJSON(w, http.StatusOK, claimResponse{Tasks: tasksJSON(res.Tasks), Truncated: res.Truncated})
+	out := claimResponse{Tasks: tasksJSON(res.Tasks), Truncated: res.Truncated}
+	if res.Completed != nil {
+		out.Completed = outcomes(r, res.Completed)
+	}
+	if res.Failed != nil {
+		out.Failed = outcomes(r, res.Failed)
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 type completeRequest struct {
