@@ -18,6 +18,7 @@ from .types import (
     Attempt,
     Backoff,
     BulkResult,
+    ClaimResult,
     CreatedKey,
     Dependency,
     Event,
@@ -199,7 +200,8 @@ class SubmitBatchResult:
 
 @dataclass
 class CompleteItem:
-    """One task of :meth:`Client.complete_batch`."""
+    """One task of :meth:`Client.complete_batch` or of a claim's
+    ``complete`` (:meth:`Client.claim_reporting`, without ``enqueue``)."""
 
     id: str
     lease_id: str
@@ -209,7 +211,8 @@ class CompleteItem:
 
 @dataclass
 class FailItem:
-    """One task of :meth:`Client.fail_batch`."""
+    """One task of :meth:`Client.fail_batch` or of a claim's ``fail``
+    (:meth:`Client.claim_reporting`)."""
 
     id: str
     lease_id: str
@@ -967,17 +970,65 @@ class Client:
         ``wait`` (seconds, at most MAX_CLAIM_WAIT) an empty claim waits on
         the server for a task. Retried with the same ``request_id`` (a fresh
         one when None): a retry after a lost answer gets the same tasks."""
+        return self.claim_reporting(
+            worker_id, queue=queue, limit=limit, wait=wait, lease_seconds=lease_seconds, request_id=request_id
+        ).tasks
+
+    def claim_reporting(
+        self,
+        worker_id: str,
+        *,
+        complete: Sequence[CompleteItem] = (),
+        fail: Sequence[FailItem] = (),
+        queue: Optional[str] = None,
+        limit: Optional[int] = None,
+        wait: float = 0.0,
+        lease_seconds: Optional[int] = None,
+        request_id: Optional[str] = None,
+    ) -> ClaimResult:
+        """Reports the tasks the worker finished (``complete``, ``fail``:
+        at most MAX_BATCH items together, each task once, no ``enqueue``)
+        and claims its next ones with one request, as :meth:`claim` does:
+        the server applies the reports as :meth:`complete_batch` and
+        :meth:`fail_batch` do, each item fenced on its own, in the
+        transaction of the claim's first try and before it. A worker that
+        takes one task at a time spends one request per task instead of
+        two. The answer's ``completed`` and ``failed`` hold the reports'
+        outcomes in request order.
+
+        All or nothing until the claim's first try: an error (a Problem, a
+        TransportError) means no report was saved, unless a try was
+        committed and its answer lost. Retried as :meth:`claim` is, with
+        the same reports and ``request_id``: an item a lost try saved comes
+        back ``error`` with an InvalidTransition whose ``current_status`` is
+        its new status (DONE for a completion, PENDING or DEAD for a
+        failure), and the claim answers with the tasks the lost try
+        claimed. Once saved, the answer carries the outcomes whatever the
+        wait brings (an error while waiting ends it with no tasks)."""
         body: Dict[str, Any] = {"worker_id": worker_id, "request_id": request_id or new_id()}
         if queue is not None:
             body["queue"] = queue
         if limit is not None:
             body["limit"] = limit
         if wait > 0:
-            body["wait_ms"] = int(-(-wait * 1000 // 1))
+            body["wait_ms"] = _millis(wait)
         if lease_seconds is not None:
             body["lease_seconds"] = lease_seconds
+        for i, it in enumerate(complete):
+            if it.enqueue is not None:
+                raise ValueError(f"taskmaster: complete[{i}]: a claim's completions enqueue nothing (use complete_batch)")
+        if complete:
+            body["complete"] = _complete_items(complete, "complete")
+        if fail:
+            body["fail"] = _fail_items(fail)
         r = self._t.call("POST", "/tasks/v1/claim", body=body, wait=max(wait, 0.0))
-        return [decode(Task, t) for t in r.data["tasks"]]
+        out = decode(ClaimResult, r.data)
+        if len(out.completed) != len(complete) or len(out.failed) != len(fail):
+            raise TransportError(
+                f"taskmaster: a claim reporting {len(complete)} completions and {len(fail)} failures"
+                f" answered with {len(out.completed)} and {len(out.failed)} outcomes"
+            )
+        return out
 
     def complete(
         self,
@@ -1070,22 +1121,11 @@ class Client:
 
     def complete_batch(self, worker_id: str, items: Sequence[CompleteItem]) -> List[ItemOutcome]:
         """Reports up to MAX_BATCH held tasks done, each fenced on its own."""
-        reqs = []
-        for i, it in enumerate(items):
-            r: Dict[str, Any] = {"id": it.id, "lease_id": it.lease_id}
-            if it.result is not None:
-                check_json(it.result, f"items[{i}].result")
-                r["result"] = it.result
-            enq = encode_enqueue(it.enqueue)
-            if enq is not None:
-                r["enqueue"] = enq
-            reqs.append(r)
-        return self._report_batch("/tasks/v1/complete", worker_id, reqs)
+        return self._report_batch("/tasks/v1/complete", worker_id, _complete_items(items, "items"))
 
     def fail_batch(self, worker_id: str, items: Sequence[FailItem]) -> List[ItemOutcome]:
         """Reports up to MAX_BATCH held tasks failed, each fenced on its own."""
-        reqs = [{"id": it.id, "lease_id": it.lease_id, "error": _cut(it.error), "retryable": not it.non_retryable} for it in items]
-        return self._report_batch("/tasks/v1/fail", worker_id, reqs)
+        return self._report_batch("/tasks/v1/fail", worker_id, _fail_items(items))
 
     def release_batch(self, worker_id: str, refs: Sequence[LeaseRef]) -> List[ItemOutcome]:
         """Hands up to MAX_BATCH held tasks back without spending their
@@ -1100,6 +1140,27 @@ class Client:
         if len(out) != len(items):
             raise TransportError(f"taskmaster: batch of {len(items)} answered with {len(out)} outcomes")
         return out
+
+
+def _complete_items(items: Sequence[CompleteItem], name: str) -> List[Dict[str, Any]]:
+    """The items of a batch complete (``name``: "items") or of a claim's
+    ``complete``, as the request carries them."""
+    out = []
+    for i, it in enumerate(items):
+        r: Dict[str, Any] = {"id": it.id, "lease_id": it.lease_id}
+        if it.result is not None:
+            check_json(it.result, f"{name}[{i}].result")
+            r["result"] = it.result
+        enq = encode_enqueue(it.enqueue)
+        if enq is not None:
+            r["enqueue"] = enq
+        out.append(r)
+    return out
+
+
+def _fail_items(items: Sequence[FailItem]) -> List[Dict[str, Any]]:
+    """The items of a batch fail or of a claim's ``fail``."""
+    return [{"id": it.id, "lease_id": it.lease_id, "error": _cut(it.error), "retryable": not it.non_retryable} for it in items]
 
 
 def is_route_missing(err: BaseException) -> bool:

@@ -295,6 +295,22 @@ class ItemOutcome:
 
 
 @dataclass
+class ClaimResult:
+    """A claim's answer (schema ClaimResponse): the tasks claimed, possibly
+    none, and the outcomes of the reports it carried
+    (:meth:`taskmaster.Client.claim_reporting`), in request order."""
+
+    tasks: List[Task] = field(default_factory=list)
+    truncated: bool = False
+    """The claim stopped before its limit at the server's response byte
+    cap: more tasks may be claimable at once."""
+    completed: List[ItemOutcome] = field(default_factory=list)
+    """The outcomes of ``complete`` (``done`` or ``error``)."""
+    failed: List[ItemOutcome] = field(default_factory=list)
+    """The outcomes of ``fail`` (``requeued``, ``dead`` or ``error``)."""
+
+
+@dataclass
 class BulkResult:
     """What a bulk action or a purge did."""
 

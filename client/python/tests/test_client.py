@@ -139,6 +139,76 @@ class ClientTest(unittest.TestCase):
         self.assertTrue(drained.draining)
         self.assertTrue(c.heartbeat(worker, []).drain)
 
+    def test_a_claim_carries_reports(self) -> None:
+        c, q = self.c, self.queue
+        worker = support.unique("py-hand")
+        c.register(worker, queues=[q])
+        ids = [c.submit(q, {"i": i}, max_attempts=3).id for i in range(4)]
+        a, b = c.claim(worker, limit=2)
+        assert a.lease_id is not None and b.lease_id is not None
+        complete = [taskmaster.CompleteItem(a.id, a.lease_id, {"n": 1})]
+        fail = [taskmaster.FailItem(b.id, b.lease_id, "boom", non_retryable=True)]
+
+        # The first answer is lost: the SDK sends the claim again with its
+        # request id; the reports the lost try saved come back as
+        # invalid-transition with their new status, the claim with the
+        # lost try's task.
+        support.arm("lose-claim-answers", count=1)
+        lost = c.claim_reporting(worker, complete=complete, fail=fail, lease_seconds=60)
+        self.assertEqual(1, len(lost.tasks))
+        self.assertIn(lost.tasks[0].id, ids[2:])
+        self.assertFalse(lost.truncated)
+        (done,), (dead,) = lost.completed, lost.failed
+        self.assertEqual(("error", "error"), (done.outcome, dead.outcome))
+        self.assertIsInstance(done.error(), taskmaster.InvalidTransition)
+        self.assertEqual(taskmaster.DONE, done.error().current_status)  # type: ignore[union-attr]
+        self.assertEqual(taskmaster.DEAD, dead.error().current_status)  # type: ignore[union-attr]
+        self.assertEqual((taskmaster.DONE, {"n": 1}), (c.get(a.id).status, c.get(a.id).result))
+        self.assertEqual((taskmaster.DEAD, "non_retryable", "boom"), (lambda t: (t.status, t.dead_reason, t.last_error))(c.get(b.id)))
+
+        # Without a loss the outcomes are the reports' own; a repeat with
+        # the same request id answers with the same task, same lease, and
+        # the completion it saved as invalid-transition DONE.
+        t = lost.tasks[0]
+        assert t.lease_id is not None
+        rid = "py-claim-" + uuid.uuid4().hex
+        got = c.claim_reporting(worker, complete=[taskmaster.CompleteItem(t.id, t.lease_id, "ok")], request_id=rid)
+        (last,) = [i for i in ids[2:] if i != t.id]
+        self.assertEqual([last], [x.id for x in got.tasks])
+        self.assertEqual([], got.failed, "no fail sent, none answered")
+        (ok,) = got.completed
+        assert ok.task is not None
+        self.assertEqual(("done", taskmaster.DONE, "ok", None), (ok.outcome, ok.task.status, ok.task.result, ok.error()))
+        again = c.claim_reporting(worker, complete=[taskmaster.CompleteItem(t.id, t.lease_id, "ok")], request_id=rid)
+        self.assertEqual([(last, got.tasks[0].lease_id)], [(x.id, x.lease_id) for x in again.tasks])
+        (repeat,) = again.completed
+        self.assertEqual("error", repeat.outcome)
+        self.assertIsInstance(repeat.error(), taskmaster.InvalidTransition)
+        self.assertEqual(taskmaster.DONE, repeat.error().current_status)  # type: ignore[union-attr]
+        self.assertEqual(["completed"], [x.outcome for x in c.attempts(t.id)], "completed once")
+
+        # A retryable failure with attempts left is requeued; one under
+        # another lease is refused on its own.
+        held = got.tasks[0]
+        failed = c.claim_reporting(worker, fail=[taskmaster.FailItem(held.id, held.lease_id or "", "again"),
+                                                 taskmaster.FailItem(a.id, str(uuid.uuid4()), "not mine")])
+        self.assertEqual(["requeued", "error"], [o.outcome for o in failed.failed])
+        self.assertIsInstance(failed.failed[1].error(), taskmaster.Conflict)
+        requeued = failed.failed[0].task
+        assert requeued is not None
+        self.assertEqual((taskmaster.PENDING, "again"), (requeued.status, requeued.last_error))
+
+        with self.assertRaises(ValueError):
+            c.claim_reporting(worker, complete=[taskmaster.CompleteItem(held.id, "x", enqueue=[taskmaster.SubmitParams(q)])])
+        # All or nothing: a refused item refuses the request, which changes nothing.
+        before = c.get(held.id)
+        lease = before.lease_id or str(uuid.uuid4())
+        with self.assertRaises(taskmaster.ValidationError) as v:
+            c.claim_reporting(worker, complete=[taskmaster.CompleteItem(held.id, lease)], fail=[taskmaster.FailItem(held.id, lease, "x")])
+        self.assertEqual(["fail[0].id"], [e.field for e in v.exception.errors])
+        after = c.get(held.id)
+        self.assertEqual((before.status, before.lease_id, before.attempts), (after.status, after.lease_id, after.attempts))
+
     def test_waiting_for_results(self) -> None:
         c, q = self.c, self.queue
         worker = support.unique("py-hand")

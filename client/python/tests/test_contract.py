@@ -49,6 +49,7 @@ RESPONSES = {
     taskmaster.ParentPage: "ParentList",
     taskmaster.Workflow: "Workflow",
     taskmaster.WorkflowResult: "WorkflowResult",
+    taskmaster.ClaimResult: "ClaimResponse",
 }
 
 
@@ -116,6 +117,22 @@ class ContractTest(unittest.TestCase):
             with self.subTest(schema=schema):
                 params = set(inspect.signature(fn).parameters) - {"self"} - own
                 self.assertEqual(self.props(self.schema(schema)), params)
+
+    def test_claim_takes_its_request_members(self) -> None:
+        # claim_reporting: every member of a claim (wait in seconds for
+        # wait_ms), its reports' items as CompleteItem and FailItem carry
+        # them (a claim's completions enqueue nothing; non_retryable is the
+        # negation of retryable).
+        req = self.schema("ClaimRequest")
+        params = set(inspect.signature(taskmaster.Client.claim_reporting).parameters) - {"self", "wait"}
+        self.assertEqual(self.props(req), params | {"wait_ms"})
+        claim = set(inspect.signature(taskmaster.Client.claim).parameters) - {"self", "wait"}
+        self.assertEqual(self.props(req) - {"complete", "fail"}, claim | {"wait_ms"})
+        complete = {f.name for f in dataclasses.fields(taskmaster.CompleteItem)} - {"enqueue"}
+        self.assertEqual(self.props(req["properties"]["complete"]["items"]), complete)
+        fail = {f.name for f in dataclasses.fields(taskmaster.FailItem)} - {"non_retryable"}
+        self.assertEqual(self.props(req["properties"]["fail"]["items"]), fail | {"retryable"})
+        self.assertEqual(self.props(self.schema("ItemOutcome")), set(wire_fields(taskmaster.ItemOutcome)))
 
     def test_problem_members_and_types(self) -> None:
         p = errs.Problem(type="about:blank", title="t", status=400)
