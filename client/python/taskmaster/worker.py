@@ -23,6 +23,8 @@ from .client import (
     MAX_HEARTBEAT_TASKS,
     MAX_LEASE_SECONDS,
     Client,
+    CompleteItem,
+    FailItem,
     SubmitParams,
     check_json,
     encode_enqueue,
@@ -31,6 +33,7 @@ from .client import (
 from .errors import (
     BodyTooLarge,
     Forbidden,
+    InvalidTransition,
     MalformedRequest,
     Problem,
     TaskmasterError,
@@ -41,7 +44,7 @@ from .errors import (
     WorkerNotFound,
     is_held_elsewhere,
 )
-from .types import HeartbeatResult, LeaseRef, Task, Trace
+from .types import DEAD, DONE, PENDING, ClaimResult, HeartbeatResult, LeaseRef, Task, Trace
 
 log = logging.getLogger("taskmaster.worker")
 
@@ -304,6 +307,31 @@ class _Job:
             return True
 
 
+@dataclass
+class _Carried:
+    """A finished task's report handed over to the claim loop, to ride its
+    next claim."""
+
+    job: _Job
+    kind: str
+    """"complete" or "fail"."""
+    args: Dict[str, Any]
+    """_report's arguments, should the report go on its own after all."""
+    item: Any
+    """The claim's item: a CompleteItem or a FailItem."""
+
+
+_MADE = {"complete": (DONE,), "fail": (PENDING, DEAD)}
+
+
+def _applied(kind: str, err: BaseException) -> bool:
+    """Whether a report's refusal says it was applied already: an
+    invalid-transition whose current status is what the report makes
+    (DONE for a complete; PENDING or DEAD for a fail), as a try whose
+    answer was lost leaves it."""
+    return isinstance(err, InvalidTransition) and err.current_status in _MADE.get(kind, ())
+
+
 _ID_CHARS = re.compile(r"[^A-Za-z0-9._:-]")
 
 
@@ -343,6 +371,14 @@ class Worker:
       says the lease is lost, or ``report_timeout`` runs out; only a 400,
       413 or 422 about the result fails the task, and 401/403 stop the
       worker without touching its tasks;
+    - a complete (without ``enqueue``) or fail rides the next claim
+      (:meth:`Client.claim_reporting`) only when the claim loop is waiting
+      for a free slot, so that claim goes out at once: with concurrency 1
+      each task costs one request. Otherwise (a claim long-polling, the
+      worker stopping or draining) it goes out on its own at once; if the
+      claim carrying it fails (its retries spent, or a problem answer) it
+      goes through the report path above. The task stays in the heartbeat
+      list until the claim's answer settles it;
     - a lease it cannot renew before it runs out by this worker's clock
       (less ``lease_margin``) stops the handler (cause TaskLost) and its
       result is not reported;
@@ -432,6 +468,14 @@ class Worker:
         self._plain_beats = False
         self._no_claims_in_flight = False
         self._reports = 0  # reports made on handlers' behalf, still running
+        # The runner rule (docs/sdks.md): a finished task's complete or fail
+        # rides the next claim only while the claim loop is blocked waiting
+        # for a free slot (_slot_waiting), so that the claim carrying it
+        # goes out at once; a handler's thread hands it over (_carried),
+        # freeing its slot, and the claim loop takes it with the slot.
+        self._slot_waiting = False
+        self._carried: List[_Carried] = []
+        self._no_carry = False  # the server takes no reports on claims
 
     # Public surface.
 
@@ -568,17 +612,29 @@ class Worker:
         return w if w >= 0.1 else 0.0
 
     def _claim_loop(self) -> None:
+        try:
+            self._claim_until_stopped()
+        finally:
+            # Reports handed over to a claim that will not be sent go out
+            # on their own, at once.
+            self._report_alone(self._take_carried())
+
+    def _claim_until_stopped(self) -> None:
         idle = 0.0
         wait = self._claim_wait()
         while not self._stopping.is_set():
             if self._draining.is_set():
+                self._report_alone(self._take_carried())
                 self._stopping.wait(0.5)
                 continue
             with self._changed:
+                self._slot_waiting = True
                 while self._running >= self._capacity and not self._stopping.is_set():
                     self._changed.wait(0.5)
                 if self._stopping.is_set():
                     return
+                self._slot_waiting = False
+                carried, self._carried = self._carried, []
                 n = min(self._capacity - self._running, 1000)
                 self._running += n  # slots taken for the claim
             # A claim is never cut off: one cut after the server committed
@@ -590,10 +646,26 @@ class Worker:
             with self._lock:
                 self._claims.add(request_id)
             try:
-                tasks = self.client.claim(self.worker_id, limit=n, wait=wait, lease_seconds=self.lease_seconds, request_id=request_id)
+                if carried:
+                    res = self.client.claim_reporting(
+                        self.worker_id,
+                        complete=[c.item for c in carried if isinstance(c.item, CompleteItem)],
+                        fail=[c.item for c in carried if isinstance(c.item, FailItem)],
+                        limit=n, wait=wait, lease_seconds=self.lease_seconds, request_id=request_id,
+                    )
+                    self._settle_carried(carried, res)
+                    tasks = res.tasks
+                else:
+                    tasks = self.client.claim(self.worker_id, limit=n, wait=wait, lease_seconds=self.lease_seconds, request_id=request_id)
             except Problem as p:
                 self._unclaim(request_id)  # given up: its tasks, if any, are orphans
                 self._free(n)
+                if carried:
+                    if isinstance(p, MalformedRequest) and not self._no_carry:
+                        # A server older than reports on claims.
+                        self._no_carry = True
+                        self.log.warning("the server takes no reports on claims; reporting on its own: %s", p)
+                    self._report_alone(carried)
                 if isinstance(p, (WorkerDead, WorkerNotFound)):
                     self._reregister(p)
                     continue
@@ -607,11 +679,18 @@ class Worker:
             except TransportError as e:
                 self._unclaim(request_id)
                 self._free(n)
+                self._report_alone(carried)
                 self.log.warning("claim failed: %s", e)
                 idle = self._next_idle(idle)
                 self._stopping.wait(idle)
                 continue
-            self._free(n - len(tasks))
+            with self._changed:
+                self._running -= n - len(tasks)  # the slots the claim did not fill
+                self._changed.notify_all()
+                # With no slot left, the loop goes straight back to wait
+                # for one: a handler that finishes from now on hands its
+                # report over (even before the loop is back waiting).
+                self._slot_waiting = self._running >= self._capacity
             for task in tasks:
                 self._start(task, sent)
             # Its tasks are in flight (listed) before the claim stops being
@@ -638,6 +717,69 @@ class Worker:
         with self._changed:
             self._running -= n
             self._changed.notify_all()
+
+    # Reports carried by claims.
+
+    def _carry(self, job: _Job, kind: str, args: Dict[str, Any]) -> bool:
+        """Hands a complete or fail over to the claim loop when it is
+        blocked waiting for a free slot (and not stopping or draining):
+        frees the job's slot, so that the claim carrying the report goes
+        out at once. The job stays in flight (listed by heartbeats) until
+        the claim's answer settles it. False: report on its own."""
+        t = job.task
+        item: Any
+        if self._no_carry:
+            return False
+        if kind == "complete" and not args["enqueue"]:
+            item = CompleteItem(t.id, t.lease_id or "", args["result"])
+        elif kind == "fail":
+            item = FailItem(t.id, t.lease_id or "", args["error"], non_retryable=bool(args.get("non_retryable")))
+        else:
+            return False
+        with self._changed:
+            if not self._slot_waiting or self._stopping.is_set() or self._draining.is_set():
+                return False
+            self._carried.append(_Carried(job, kind, args, item))
+            self._running -= 1
+            self._changed.notify_all()
+        self.log.debug("the %s of task %s rides the next claim", kind, t.id)
+        return True
+
+    def _settle_carried(self, carried: List["_Carried"], res: ClaimResult) -> None:
+        """Settles the reports a claim carried, by their outcomes: applied
+        (or saved by a lost try: an invalid-transition whose status is what
+        the report makes), the task is no longer held; refused because the
+        worker no longer holds the task, it is dropped; anything else goes
+        through the report path."""
+        completes = [c for c in carried if isinstance(c.item, CompleteItem)]
+        fails = [c for c in carried if isinstance(c.item, FailItem)]
+        for c, o in zip(completes + fails, res.completed + res.failed):
+            err = o.error() if o.outcome == "error" else None
+            if err is None or _applied(c.kind, err):
+                self._forget(c.job)
+            elif is_held_elsewhere(err):
+                self.log.warning("task %s no longer held by this worker; dropping it (%s: %s)", c.job.task.id, c.kind, err)
+                self._forget(c.job)
+            else:
+                self.log.warning("the claim refused the %s of task %s; reporting it on its own: %s", c.kind, c.job.task.id, err)
+                self._in_background(self._report_carried, c)
+
+    def _take_carried(self) -> List["_Carried"]:
+        """Ends the claim loop's wait for a slot: no report is handed over
+        from now on; returns those that were."""
+        with self._lock:
+            self._slot_waiting = False
+            carried, self._carried = self._carried, []
+        return carried
+
+    def _report_alone(self, carried: List["_Carried"]) -> None:
+        """Sends handed-over reports on their own, each through the report
+        path (its retries and outage handling), at once."""
+        for c in carried:
+            self._in_background(self._report_carried, c)
+
+    def _report_carried(self, c: "_Carried") -> None:
+        self._report(c.job, c.kind, **c.args)
 
     def _reregister(self, cause: Exception) -> None:
         self.log.warning("the server no longer knows this worker as alive; registering again: %s", cause)
@@ -677,27 +819,36 @@ class Worker:
                 self.log.error("handler of task %s raised %s", job.task.id, type(e).__name__)
         finally:
             job.handler_done.set()
+        carried = False
         try:
             if job.take_reporter():
-                self._settle(job, result, error)
+                report = self._settle(job, result, error)
+                if report is not None:
+                    kind, args = report
+                    carried = self._carry(job, kind, args)
+                    if not carried:
+                        self._report(job, kind, **args)
         except Exception:  # a bug here must not leak the slot
             self.log.exception("settling task %s failed", job.task.id)
             self._forget(job)
         finally:
-            self._free(1)
+            if not carried:  # a carried report freed the slot for its claim
+                self._free(1)
 
-    def _settle(self, job: _Job, result: Any, error: Optional[BaseException]) -> None:
-        """Reports what the handler did (in its thread)."""
+    def _settle(self, job: _Job, result: Any, error: Optional[BaseException]) -> Optional[Tuple[str, Dict[str, Any]]]:
+        """Decides the report of what the handler did (in its thread): its
+        kind and arguments (see _report), or None when the outcome is
+        dropped."""
         t = job.task
         cause = job.cause
         if isinstance(cause, TaskLost):
             self.log.warning("dropping the outcome of lost task %s", t.id)
             self._forget(job)
-            return
+            return None
         if isinstance(cause, TaskTimeLimit):
             self.log.warning("dropping the outcome of task %s: its time limit is up and the server ends the attempt", t.id)
             self._await_end(job)
-            return
+            return None
         if error is None:
             enqueue: List[SubmitParams] = []
             if isinstance(result, Next):
@@ -707,41 +858,49 @@ class Worker:
                     check_json(result, "the handler's result")
                 encode_enqueue(enqueue)
             except ValueError as e:
-                self._report(job, "fail", error=str(e), non_retryable=True)
-                return
-            self._report(job, "complete", result=result, enqueue=enqueue)
-            return
+                return "fail", {"error": str(e), "non_retryable": True}
+            return "complete", {"result": result, "enqueue": enqueue}
         if isinstance(cause, Shutdown):
             # Stopped by the drain: the task did not fail on its merits.
-            self._report(job, "release", error=f"worker shut down: {_describe(error)}")
-            return
+            return "release", {"error": f"worker shut down: {_describe(error)}"}
         if isinstance(cause, (TaskCancelled, TaskTimeout)):
-            self._report(job, "fail", error=f"{cause}: {_describe(error)}")
-            return
+            return "fail", {"error": f"{cause}: {_describe(error)}"}
         if isinstance(error, Snooze):
-            self._report(job, "snooze", delay=error.seconds)
-            return
-        self._report(job, "fail", error=_describe(error), non_retryable=isinstance(error, NonRetryable))
+            return "snooze", {"delay": error.seconds}
+        return "fail", {"error": _describe(error), "non_retryable": isinstance(error, NonRetryable)}
 
     def _settle_abandoned(self, job: _Job) -> None:
         """Reports on behalf of a handler that did not return within
         cancel_grace of being asked to stop (its slot stays taken until it
-        does)."""
-        try:
-            cause = job.cause
-            if isinstance(cause, TaskLost):
-                self.log.warning("dropping lost task %s; its handler has not returned", job.task.id)
-                self._forget(job)
-            elif isinstance(cause, Shutdown):
-                self.log.warning("handler of task %s did not return in time; handing the task back", job.task.id)
-                self._report(job, "release", error="worker shut down before the handler finished")
-            else:
-                self.log.warning("handler of task %s did not return after it was asked to stop; failing it", job.task.id)
-                self._report(job, "fail", error=f"{cause}: the handler did not return")
-        finally:
-            with self._changed:
-                self._reports -= 1
-                self._changed.notify_all()
+        does). Runs in the background (_in_background)."""
+        cause = job.cause
+        if isinstance(cause, TaskLost):
+            self.log.warning("dropping lost task %s; its handler has not returned", job.task.id)
+            self._forget(job)
+        elif isinstance(cause, Shutdown):
+            self.log.warning("handler of task %s did not return in time; handing the task back", job.task.id)
+            self._report(job, "release", error="worker shut down before the handler finished")
+        else:
+            self.log.warning("handler of task %s did not return after it was asked to stop; failing it", job.task.id)
+            self._report(job, "fail", error=f"{cause}: the handler did not return")
+
+    def _in_background(self, fn: Callable[..., None], *args: Any) -> None:
+        """Runs a report made on a handler's behalf on a thread of its own,
+        counted in _reports (the drain waits for them)."""
+        with self._lock:
+            self._reports += 1
+
+        def run() -> None:
+            try:
+                fn(*args)
+            except Exception:  # a bug here must not hang the drain
+                self.log.exception("a report made in the background failed")
+            finally:
+                with self._changed:
+                    self._reports -= 1
+                    self._changed.notify_all()
+
+        threading.Thread(target=run, daemon=True).start()
 
     def _await_end(self, job: _Job) -> None:
         """Keeps listing a task whose time limit is up until the server
@@ -788,7 +947,11 @@ class Worker:
         except (Unauthorized, Forbidden) as p:
             self._fatal_stop(kind, p)
         except Problem as p:
-            if is_held_elsewhere(p):
+            if _applied(kind, p):
+                # A try whose answer was lost (this report's, or the claim's
+                # that carried it) saved it.
+                self.log.debug("the %s of task %s was already saved", kind, t.id)
+            elif is_held_elsewhere(p):
                 self.log.warning("task %s no longer held by this worker; dropping it (%s: %s)", t.id, kind, p)
             else:
                 self.log.error("report of task %s failed (%s): %s", t.id, kind, p)
@@ -935,9 +1098,7 @@ class Worker:
         if isinstance(j.cause, TaskTimeLimit):
             self._await_end(j)
             return
-        with self._lock:
-            self._reports += 1
-        threading.Thread(target=self._settle_abandoned, args=(j,), daemon=True).start()
+        self._in_background(self._settle_abandoned, j)
 
     # The drain.
 

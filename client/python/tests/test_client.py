@@ -149,12 +149,15 @@ class ClientTest(unittest.TestCase):
         complete = [taskmaster.CompleteItem(a.id, a.lease_id, {"n": 1})]
         fail = [taskmaster.FailItem(b.id, b.lease_id, "boom", non_retryable=True)]
 
-        # The first answer is lost: the SDK sends the claim again with its
-        # request id; the reports the lost try saved come back as
-        # invalid-transition with their new status, the claim with the
-        # lost try's task.
-        support.arm("lose-claim-answers", count=1)
-        lost = c.claim_reporting(worker, complete=complete, fail=fail, lease_seconds=60)
+        # The first answer is lost (held past the client's timeout): the
+        # SDK sends the claim again with its request id; the reports the
+        # lost try saved come back as invalid-transition with their new
+        # status, the claim with the lost try's task.
+        impatient = support.client(timeout=1.0)
+        self.addCleanup(impatient.close)
+        support.arm("delay-answers", on=["claim"], ms=3000, count=1)
+        lost = impatient.claim_reporting(worker, complete=complete, fail=fail, lease_seconds=60)
+        self.assertEqual(1, len([x for x in support.proxy_log()["claims"] if x["worker_id"] == worker and x["lost"]]))
         self.assertEqual(1, len(lost.tasks))
         self.assertIn(lost.tasks[0].id, ids[2:])
         self.assertFalse(lost.truncated)

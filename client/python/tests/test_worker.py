@@ -9,7 +9,7 @@ import contextvars
 import threading
 import time
 import unittest
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import taskmaster
 
@@ -37,6 +37,19 @@ class Recorder:
             self.running -= 1
             self.causes[ctx.task.id] = ctx.cause
 
+    def gated(self, result: Any = None) -> Tuple[threading.Event, Callable[[taskmaster.TaskContext], Any]]:
+        """A handler recorded here that returns only once the gate is set:
+        ``result``, or ``{"id": <the task's id>}`` when None."""
+        gate = threading.Event()
+
+        def handle(ctx: taskmaster.TaskContext) -> Any:
+            self.enter(ctx)
+            gate.wait(30)
+            self.leave(ctx)
+            return {"id": ctx.task.id} if result is None else result
+
+        return gate, handle
+
 
 class WorkerTest(unittest.TestCase):
     def setUp(self) -> None:
@@ -49,11 +62,12 @@ class WorkerTest(unittest.TestCase):
     @contextlib.contextmanager
     def worker(self, handler: Callable[[taskmaster.TaskContext], Any], **kw: Any) -> Iterator[taskmaster.Worker]:
         expect_error = kw.pop("_expect_error", False)
+        c = kw.pop("_client", self.c)
         # Heartbeats as the server asks: every 500 ms (tests/sdks).
         options: Dict[str, Any] = dict(queues=[self.queue], worker_id=support.unique("py-w"), claim_wait=0.5,
                                        install_signal_handlers=False)
         options.update(kw)
-        w = taskmaster.Worker(self.c, handler, **options)
+        w = taskmaster.Worker(c, handler, **options)
         errors: List[BaseException] = []
         with support.running(self, w, errors):
             yield w
@@ -65,18 +79,15 @@ class WorkerTest(unittest.TestCase):
         return [a.outcome for a in self.c.attempts(task_id)]
 
     def test_completions_survive_a_four_second_outage(self) -> None:
-        # Issue 29, 1: every request 503 for 4 s while handlers finish.
+        # Issue 29, 1: every request 503 for 4 s while handlers finish. A
+        # spare slot keeps the claim loop long-polling, so the completes go
+        # on their own (test_an_outage_during_the_carrying_claim_loses_no_result
+        # holds the claims that carry them to the same).
         rec = Recorder()
-        gate = threading.Event()
-
-        def handle(ctx: taskmaster.TaskContext) -> Any:
-            rec.enter(ctx)
-            gate.wait(30)
-            rec.leave(ctx)
-            return {"id": ctx.task.id}
+        gate, handle = rec.gated()
 
         ids = [self.c.submit(self.queue, {"i": i}).id for i in range(4)]
-        with self.worker(handle, concurrency=4, lease_seconds=30):
+        with self.worker(handle, concurrency=5, lease_seconds=30):
             support.eventually(lambda: len(rec.calls) == 4, "four handlers run")
             support.arm("answer", status=503, retry_after=1, ms=4000)
             gate.set()
@@ -90,18 +101,13 @@ class WorkerTest(unittest.TestCase):
         self.assertTrue(faulted, "completes were answered 503 during the outage")
 
     def test_throttled_reports_are_not_a_verdict(self) -> None:
-        # Issue 29, 2: a 429 on complete is retried after Retry-After.
+        # Issue 29, 2: a 429 on complete is retried after Retry-After (a
+        # spare slot: the completes go on their own).
         rec = Recorder()
-        gate = threading.Event()
-
-        def handle(ctx: taskmaster.TaskContext) -> Any:
-            rec.enter(ctx)
-            gate.wait(30)
-            rec.leave(ctx)
-            return "ok"
+        gate, handle = rec.gated("ok")
 
         ids = [self.c.submit(self.queue, {"i": i}).id for i in range(3)]
-        with self.worker(handle, concurrency=3):
+        with self.worker(handle, concurrency=4):
             support.eventually(lambda: len(rec.calls) == 3, "three handlers run")
             support.arm("answer", on=["complete"], status=429, retry_after=1, ms=2500)
             gate.set()
@@ -182,7 +188,9 @@ class WorkerTest(unittest.TestCase):
             self.assertEqual(["failed", "completed"], self.outcomes(i), "timed out once, then completed")
 
     def test_refused_key_stops_the_worker_without_failing_its_task(self) -> None:
-        # Issue 29, 2: 401/403 are no verdict on the result.
+        # Issue 29, 2: 401/403 are no verdict on the result, whether it
+        # rides the next claim (concurrency 1) or goes on its own after the
+        # claim was refused.
         task = self.c.submit(self.queue, {})
         gate = threading.Event()
 
@@ -192,7 +200,7 @@ class WorkerTest(unittest.TestCase):
 
         with self.worker(handle, _expect_error=True) as w:
             support.eventually(lambda: self.c.get(task.id).status == taskmaster.RUNNING, "the task runs")
-            support.arm("answer", on=["complete"], status=401, ms=3000)
+            support.arm("answer", on=["claim", "complete"], status=401, ms=3000)
             gate.set()
             support.eventually(lambda: w._stopping.is_set(), "the worker stops")
         self.assertEqual(1, len(self.worker_errors))
@@ -240,10 +248,11 @@ class WorkerTest(unittest.TestCase):
             return "ok"
 
         task = self.c.submit(self.queue, {})
+        held = support.proxy_log()["actions"].get("claim delay_answer", 0)  # by other tests
         support.arm("delay-answers", on=["claim"], ms=int((interval + 1.5) * 1000), count=1)
         with self.worker(handle, heartbeat_interval=0.2):
             support.eventually(lambda: self.c.get(task.id).terminal, "the task finished")
-        self.assertEqual(1, support.proxy_log()["actions"].get("claim delay_answer"), "the claim's answer was held")
+        self.assertEqual(held + 1, support.proxy_log()["actions"].get("claim delay_answer"), "the claim's answer was held")
         self.assertEqual(taskmaster.DONE, self.c.get(task.id).status)
         self.assertEqual(["completed"], self.outcomes(task.id), "one attempt, completed")
         self.assertEqual(1, rec.calls[task.id], "the handler ran once")
@@ -299,6 +308,112 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual((taskmaster.DEAD, "exhausted"), (t.status, t.dead_reason))
         self.assertEqual(["timed_out"], self.outcomes(task.id), "the server ended the attempt")
         self.assertEqual([], [r for r in support.proxy_log()["reports"] if r["task_id"] == task.id], "nothing was reported")
+
+    # The runner rule: a report rides the next claim only when the claim
+    # loop waits for a free slot.
+
+    def test_one_at_a_time_each_report_rides_the_next_claim(self) -> None:
+        rec = Recorder()
+
+        def handle(ctx: taskmaster.TaskContext) -> Any:
+            rec.enter(ctx)
+            rec.leave(ctx)
+            if ctx.payload["i"] == 0:
+                raise taskmaster.NonRetryable("bad input")
+            return {"i": ctx.payload["i"]}
+
+        n = 5
+        ids = [self.c.submit(self.queue, {"i": i}).id for i in range(n)]
+        # claim_wait 2 s: the empty claims after the last task are few.
+        with self.worker(handle, claim_wait=2) as w:
+            support.eventually(lambda: all(self.c.get(i).terminal for i in ids), "every task finished")
+            claims = [c for c in support.proxy_log()["claims"] if c["worker_id"] == w.worker_id]
+        bad = self.c.get(ids[0])
+        self.assertEqual((taskmaster.DEAD, "non_retryable", "bad input"), (bad.status, bad.dead_reason, bad.last_error))
+        self.assertEqual(["failed"], self.outcomes(ids[0]))
+        for i, tid in enumerate(ids[1:], 1):
+            t = self.c.get(tid)
+            self.assertEqual((taskmaster.DONE, {"i": i}), (t.status, t.result))
+            self.assertEqual(["completed"], self.outcomes(tid))
+            self.assertEqual(1, rec.calls[tid])
+        reports = [r for r in support.proxy_log()["reports"] if r["task_id"] in ids]
+        self.assertEqual([], reports, "no complete or fail on its own: each rode the next claim")
+        self.assertEqual([[i] for i in ids], [c["task_ids"] for c in claims if c["task_ids"]], "one task a claim, in order")
+        self.assertLessEqual(len(claims), n + 2, "a claim a task, and the empty ones after the last")
+
+    def test_an_outage_during_the_carrying_claim_loses_no_result(self) -> None:
+        # The claim carrying the completion is answered 503 until the SDK's
+        # retries are spent; the complete then goes on its own, through
+        # the rest of the outage, as any report does.
+        rec = Recorder()
+        gate, handle = rec.gated()
+
+        task = self.c.submit(self.queue, {})
+        refused = support.proxy_log()["actions"].get("claim status", 0)
+        with self.worker(handle) as w:
+            support.eventually(lambda: task.id in rec.calls and w._slot_waiting, "the handler runs, the claim loop waits for its slot")
+            support.arm("answer", on=["claim", "complete"], status=503, retry_after=1, ms=8000)
+            gate.set()
+            support.eventually(lambda: self.c.get(task.id).status == taskmaster.DONE, "the task is DONE")
+        t = self.c.get(task.id)
+        self.assertEqual(({"id": task.id}, 1), (t.result, t.attempts))
+        self.assertEqual(["completed"], self.outcomes(task.id))
+        log = support.proxy_log()
+        self.assertGreater(log["actions"].get("claim status", 0), refused, "the claim carrying the completion met the outage")
+        completes = [r for r in log["reports"] if r["task_id"] == task.id]
+        self.assertTrue(completes and all(r["action"] == "complete" for r in completes))
+        self.assertTrue(any(r["faulted"] for r in completes), "then the complete went on its own, into the outage")
+        self.assertEqual([200], [r["status"] for r in completes if not r["faulted"]], "and was saved once")
+
+    def test_a_lost_answer_of_the_carrying_claim_loses_no_result(self) -> None:
+        # The claim carrying the completion reaches the server, its answer
+        # is lost (held past the worker's client's timeout); the SDK's
+        # retry (same request id) gets the lost try's task, and the saved
+        # completion back as invalid-transition DONE: delivered, not sent
+        # again.
+        rec = Recorder()
+        gate, handle = rec.gated()
+
+        first, second = (self.c.submit(self.queue, {"i": i}).id for i in range(2))
+        held = support.proxy_log()["actions"].get("claim delay_answer", 0)
+        impatient = support.client(timeout=1.0)
+        self.addCleanup(impatient.close)
+        with self.worker(handle, _client=impatient) as w:
+            support.eventually(lambda: first in rec.calls and w._slot_waiting, "the handler runs, the claim loop waits for its slot")
+            support.arm("delay-answers", on=["claim"], ms=3000, count=1)
+            gate.set()
+            support.eventually(lambda: all(self.c.get(i).status == taskmaster.DONE for i in (first, second)), "both DONE")
+        log = support.proxy_log()
+        self.assertEqual(held + 1, log["actions"].get("claim delay_answer", 0), "the carrying claim's answer was held")
+        lost = [c for c in log["claims"] if c["worker_id"] == w.worker_id and c["lost"]]
+        self.assertEqual([[second]], [c["task_ids"] for c in lost])
+        again = [c for c in log["claims"] if c["request_id"] == lost[0]["request_id"] and not c["lost"]]
+        self.assertEqual([[second]], [c["task_ids"] for c in again], "the retry got the lost try's task")
+        for tid in (first, second):
+            t = self.c.get(tid)
+            self.assertEqual(({"id": tid}, ["completed"], 1), (t.result, self.outcomes(tid), rec.calls[tid]))
+        self.assertEqual([], [r for r in log["reports"] if r["task_id"] in (first, second)], "no report on its own")
+
+    def test_a_report_does_not_wait_for_a_long_poll(self) -> None:
+        # Concurrency 2 and one task: the claim loop long-polls for the
+        # free slot while the handler runs; the handler's report goes out
+        # on its own at once, not with the claim after the poll.
+        rec = Recorder()
+        gate, handle = rec.gated("ok")
+
+        def answered() -> Set[str]:
+            return {c["request_id"] for c in support.proxy_log()["claims"]}
+
+        task = self.c.submit(self.queue, {})
+        with self.worker(handle, concurrency=2, claim_wait=6) as w:
+            support.eventually(lambda: task.id in rec.calls, "the handler runs")
+            polling = support.eventually(lambda: set(w._held()[1]) - answered(), "a claim long-polls")
+            gate.set()
+            support.eventually(lambda: self.c.get(task.id).status == taskmaster.DONE, "the task is DONE")
+            self.assertTrue(polling <= set(w._held()[1]) and polling.isdisjoint(answered()), "before the poll ended")
+        self.assertEqual(["completed"], self.outcomes(task.id))
+        completes = [r for r in support.proxy_log()["reports"] if r["task_id"] == task.id]
+        self.assertEqual([("complete", 200)], [(r["action"], r["status"]) for r in completes], "on its own")
 
     def test_options_are_checked(self) -> None:
         with self.assertRaises(ValueError):
