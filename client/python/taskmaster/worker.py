@@ -661,8 +661,9 @@ class Worker:
                 self._unclaim(request_id)  # given up: its tasks, if any, are orphans
                 self._free(n)
                 if carried:
-                    if isinstance(p, MalformedRequest) and not self._no_carry:
-                        # A server older than reports on claims.
+                    if isinstance(p, MalformedRequest) and {e.field for e in p.errors} & {"complete", "fail"}:
+                        # A server older than reports on claims: "complete"
+                        # is not a known field.
                         self._no_carry = True
                         self.log.warning("the server takes no reports on claims; reporting on its own: %s", p)
                     self._report_alone(carried)
