@@ -64,6 +64,20 @@ func gatedTasksOver(tx ports.TxRunner) *application.TaskService {
 	return application.NewTaskService(tx, cfg)
 }
 
+// claimWhileTheFirstWaits starts claim 0, and once its transaction is open
+// (and held) the n-1 others, which queue for the next one; then it lets the
+// first commit.
+func claimWhileTheFirstWaits(t *testing.T, tasks *application.TaskService, g *gatedTx, n int, claim func(i int)) {
+	t.Helper()
+	claim(0)
+	<-g.paused // the first claim's transaction is open
+	for i := 1; i < n; i++ {
+		claim(i)
+	}
+	require.Eventually(t, func() bool { c, _ := tasks.Queued(); return c == n-1 }, 10*time.Second, time.Millisecond)
+	close(g.release)
+}
+
 // Claims that arrive while a claim transaction runs are served together by
 // the next one: each worker gets its own tasks and its own answer (a dead
 // worker its error, a draining one nothing), and each claimed event carries
@@ -100,13 +114,7 @@ func TestConcurrentClaimsShareOneTransaction(t *testing.T) {
 			answers[i] <- answer{r.Tasks, err}
 		}()
 	}
-	claim(0)
-	<-g.paused // the first claim's transaction is open
-	for i := 1; i < len(names); i++ {
-		claim(i)
-	}
-	require.Eventually(t, func() bool { n, _ := tasks.Queued(); return n == len(names)-1 }, 10*time.Second, time.Millisecond)
-	close(g.release)
+	claimWhileTheFirstWaits(t, tasks, g, len(names), claim)
 
 	seen := map[string]bool{}
 	for i, name := range names {

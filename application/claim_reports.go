@@ -123,8 +123,8 @@ func claimFits(batch []*pending[claim, claimAnswer], p *pending[claim, claimAnsw
 // request at a time, and that request's reports roll back alone.
 var errClaimRefused = errors.New("a claim of the batch that carried reports failed")
 
-// claimInTx applies the reports the batch's claims carry (one shared
-// report, as reportInTx applies the batch reports), then answers the
+// claimInTx applies the reports the batch's claims carry (as reportInTx
+// applies the batch reports, less the touch of their workers), then answers the
 // claims whose reports were not refused as a whole (claimAllInTx). A claim
 // that fails after its reports changed tasks fails the transaction: its
 // request is all or nothing.
@@ -143,7 +143,9 @@ func claimInTx(ctx context.Context, st ports.Stores, batch []*pending[claim, cla
 	if len(subs) == 0 {
 		return claimAllInTx(ctx, st, batch)
 	}
-	if err := reportInTx(ctx, st, subs); err != nil {
+	// The claims touch their workers, and check that their requests may
+	// act as them, after the reports: a refusal rolls the reports back.
+	if err := applyReports(ctx, st, subs, false); err != nil {
 		return err
 	}
 	changed := make(map[*pending[claim, claimAnswer]]bool, len(subs))

@@ -2,7 +2,6 @@ package application_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -54,13 +53,7 @@ func TestAClaimsReportsRollBackAloneInASharedTransaction(t *testing.T) {
 			answers[i] <- answer{r, err}
 		}()
 	}
-	claim(0)
-	<-g.paused // the first claim's transaction is open
-	for i := 1; i < len(names); i++ {
-		claim(i)
-	}
-	require.Eventually(t, func() bool { n, _ := tasks.Queued(); return n == len(names)-1 }, 10*time.Second, time.Millisecond)
-	close(g.release)
+	claimWhileTheFirstWaits(t, tasks, g, len(names), claim)
 
 	for i, name := range names {
 		a := <-answers[i]

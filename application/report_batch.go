@@ -315,6 +315,15 @@ func (s *TaskService) reportsBatch(ctx context.Context, batch []*pending[report,
 var errReportRefused = errors.New("a report of the batch may not act as its worker")
 
 func reportInTx(ctx context.Context, st ports.Stores, batch []*pending[report, []ports.TaskResult]) error {
+	return applyReports(ctx, st, batch, true)
+}
+
+// applyReports is reportInTx; without touch, it neither touches the
+// reporting workers nor checks that the requests may act as them: the
+// caller does both in the same transaction (claimInTx: the claim that
+// carries the reports touches its worker after them, and fails, rolling
+// them back, where they were refused).
+func applyReports(ctx context.Context, st ports.Stores, batch []*pending[report, []ports.TaskResult], touch bool) error {
 	type ref struct {
 		p *pending[report, []ports.TaskResult]
 		i int // the item's index in its request
@@ -397,42 +406,11 @@ func reportInTx(ctx context.Context, st ports.Stores, batch []*pending[report, [
 		settle(progressAt, applied)
 	}
 	// The reports count as their workers' signs of life. They were fenced
-	// already, so a worker that died since does not undo them. On that read
-	// of each worker, its request's principal must own it (one that
-	// vanished belongs to no key, which only the unrestricted principal and
-	// admin may report for): a worker of another key gets 403 whatever its
-	// tasks' state, and its report saves nothing.
-	denied := map[*pending[report, []ports.TaskResult]]error{}
-	actAs := func(p *pending[report, []ports.TaskResult], w *worker.Worker) error {
-		return ports.Principal(p.ctx).CheckActAs(w.ID(), w.Owner())
-	}
-	touched, err := st.Workers.TouchEach(ctx, workers, signOfLifeFor(batch, func(p *pending[report, []ports.TaskResult]) string { return p.req.workerID }, actAs, nil, denied))
-	if err != nil {
-		return err
-	}
-	for _, w := range touched {
-		if errors.Is(w.Err, worker.ErrNotFound) {
-			for _, p := range batch {
-				if p.req.workerID == w.ID {
-					if err := ports.Principal(p.ctx).CheckActAs(w.ID, ""); err != nil {
-						denied[p] = err
-					}
-				}
-			}
+	// already, so a worker that died since does not undo them.
+	if touch {
+		if err := touchReporters(ctx, st, batch, workers, changed); err != nil {
+			return err
 		}
-	}
-	for _, p := range batch {
-		err := denied[p]
-		if err == nil {
-			continue
-		}
-		if changed[p] {
-			if len(batch) == 1 {
-				return err // its changes roll back
-			}
-			return errReportRefused
-		}
-		p.res, p.err = nil, err
 	}
 	// What the requests do after their items (complete-and-enqueue: the
 	// next stage's tasks), each as its own principal. A failure fails the
@@ -475,6 +453,49 @@ func reportInTx(ctx context.Context, st ports.Stores, batch []*pending[report, [
 		for k, i := range idx {
 			p.res[i].Task = shown[k]
 		}
+	}
+	return nil
+}
+
+// touchReporters gives the reporting workers their sign of life. On that
+// read of each worker, its request's principal must own it (one that
+// vanished belongs to no key, which only the unrestricted principal and
+// admin may report for): a worker of another key gets 403 whatever its
+// tasks' state, and its report saves nothing (changed: the requests that
+// changed tasks, whose refusal fails the transaction).
+func touchReporters(ctx context.Context, st ports.Stores, batch []*pending[report, []ports.TaskResult], workers []string,
+	changed map[*pending[report, []ports.TaskResult]]bool) error {
+	denied := map[*pending[report, []ports.TaskResult]]error{}
+	actAs := func(p *pending[report, []ports.TaskResult], w *worker.Worker) error {
+		return ports.Principal(p.ctx).CheckActAs(w.ID(), w.Owner())
+	}
+	touched, err := st.Workers.TouchEach(ctx, workers, signOfLifeFor(batch, func(p *pending[report, []ports.TaskResult]) string { return p.req.workerID }, actAs, nil, denied))
+	if err != nil {
+		return err
+	}
+	for _, w := range touched {
+		if errors.Is(w.Err, worker.ErrNotFound) {
+			for _, p := range batch {
+				if p.req.workerID == w.ID {
+					if err := ports.Principal(p.ctx).CheckActAs(w.ID, ""); err != nil {
+						denied[p] = err
+					}
+				}
+			}
+		}
+	}
+	for _, p := range batch {
+		err := denied[p]
+		if err == nil {
+			continue
+		}
+		if changed[p] {
+			if len(batch) == 1 {
+				return err // its changes roll back
+			}
+			return errReportRefused
+		}
+		p.res, p.err = nil, err
 	}
 	return nil
 }

@@ -155,7 +155,9 @@ type RunnerConfig struct {
 	// task is no longer this worker's, or ReportTimeout runs out; the task
 	// stays listed by the heartbeats meanwhile, which renews its lease.
 	// Past it the runner gives up on the report and the server takes the
-	// task back. Reports go through even while shutting down.
+	// task back. Reports go through even while shutting down. A report
+	// that rode a claim (see Runner) gets its ReportTimeout on its own
+	// once the claim did not deliver it.
 	ReportTimeout time.Duration
 	// HandlerContext, when set, derives each handler's context from the
 	// runner's and the task: clientotel.TaskContext starts it with the
@@ -266,6 +268,16 @@ func DefaultWorkerID() string {
 // free concurrency, runs the handler on each, and reports every outcome
 // with the task's lease. Run it once.
 //
+// A completion or failure whose handler returns while the runner is
+// waiting for a free slot rides its next claim, sent at once
+// (ClaimReporting): with Concurrency 1, every task costs one request
+// instead of two. Any other time (a claim under way, a long poll waiting
+// on the server, a stopping runner), and for a result that enqueues
+// (Next), the report goes on its own at once; a report never waits for a
+// claim. A claim that fails, or does not deliver the report, leaves it to
+// go on its own, as below. Snoozes, releases and progress always go on
+// their own.
+//
 // It speaks the lease protocol: every heartbeat lists the tasks in flight
 // under their leases (renewing the leases, and letting the server take back
 // a task whose claim's answer never arrived), and the runner acts on the
@@ -283,7 +295,9 @@ func DefaultWorkerID() string {
 //   - a report (complete, fail, snooze) is retried through transport
 //     errors, 5xx, 408 and 429 (after Retry-After) until it is accepted, the
 //     server says the task is no longer this worker's, or ReportTimeout
-//     runs out; meanwhile the task stays listed by the heartbeats;
+//     runs out (a report that rode a claim the client gave up on, after
+//     its usual retries, starts this on its own); meanwhile the task stays
+//     listed by the heartbeats;
 //   - only the server's answers about the result itself (422, 413) fail a
 //     task the handler completed (as non-retryable); 401 and 403 stop the
 //     runner (Run returns the problem) without failing or releasing tasks;
@@ -313,6 +327,11 @@ type Runner struct {
 	releases []*job // tasks the drain hands back (still in flight)
 	stopRun  context.CancelCauseFunc
 	fatalErr error // why the runner stopped on its own (401, 403)
+	// carryOpen says the claim loop takes reports to carry on its next
+	// claim (see ride); carryQueue holds those offered since it last took
+	// them.
+	carryOpen  bool
+	carryQueue []*carried
 
 	wg      sync.WaitGroup // task goroutines
 	abandon chan struct{}  // closed when shutdown stops waiting for handlers
@@ -325,6 +344,8 @@ type Runner struct {
 	hurryOnce  sync.Once     // closes hurry
 	hurry      chan struct{} // closed by StopAndCancel: no waiting for DrainTimeout
 	fatalOnce  sync.Once
+	carryReady chan struct{} // wakes the claim loop: a report to carry (one token)
+	noCarry    atomic.Bool   // the server takes no reports on claims
 }
 
 // job is one task in flight.
@@ -338,6 +359,19 @@ type job struct {
 
 	returned chan struct{} // closed when the handler returned
 	lease    *leaseWatch   // nil when the lease's length is unknown
+	timeout  *time.Timer   // halts the handler past TaskTimeout (nil: none)
+	limit    *time.Timer   // halts the handler at the task's time limit (nil: none)
+
+	// reporting is set once the runner is done with the handler: its
+	// outcome is being reported (or dropped), which the report's answer
+	// decides, not the heartbeats (see act).
+	reporting atomic.Bool
+	// rode is set when the job offered its report to the claim loop (at
+	// most once: its slot goes with the report); slotGiven when the claim
+	// loop kept its slot, which the job then must not free. Both are
+	// written before the report's verdict is sent, and read after it.
+	rode      bool
+	slotGiven bool
 }
 
 // halt cancels the handler with cause and tells work to stop waiting for
@@ -363,6 +397,20 @@ func (j *job) halted() error {
 		return j.cause
 	default:
 		return nil
+	}
+}
+
+// settle stops watching the handler (its lease, TaskTimeout, the task's
+// time limit): the runner is done with it, and the report's delivery
+// decides. It may be called more than once.
+func (j *job) settle() {
+	j.reporting.Store(true)
+	j.lease.end()
+	if j.timeout != nil {
+		j.timeout.Stop()
+	}
+	if j.limit != nil {
+		j.limit.Stop()
 	}
 }
 
@@ -431,16 +479,17 @@ func NewRunner(c *Client, cfg RunnerConfig, handler HandlerFunc) (*Runner, error
 	}
 	cfg = cfg.withDefaults()
 	return &Runner{
-		client:   c,
-		cfg:      cfg,
-		handler:  handler,
-		log:      cfg.Logger.With("worker_id", cfg.WorkerID),
-		inflight: map[LeaseRef]*job{},
-		claims:   map[string]bool{},
-		abandon:  make(chan struct{}),
-		draining: make(chan struct{}),
-		hurry:    make(chan struct{}),
-		retune:   make(chan struct{}, 1),
+		client:     c,
+		cfg:        cfg,
+		handler:    handler,
+		log:        cfg.Logger.With("worker_id", cfg.WorkerID),
+		inflight:   map[LeaseRef]*job{},
+		claims:     map[string]bool{},
+		abandon:    make(chan struct{}),
+		draining:   make(chan struct{}),
+		hurry:      make(chan struct{}),
+		retune:     make(chan struct{}, 1),
+		carryReady: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -792,7 +841,18 @@ func (r *Runner) act(res *HeartbeatResult, listed []LeaseRef, sent time.Time) {
 	lost := make(map[LeaseRef]bool, len(res.Lost))
 	for _, ref := range res.Lost {
 		lost[ref] = true
-		if j := r.job(ref); j != nil && j.halt(ErrTaskLost) {
+		j := r.job(ref)
+		switch {
+		case j == nil:
+		case j.reporting.Load():
+			// Its outcome is being reported (on a claim, or on its own):
+			// the task no longer held is that report saved, or the lease
+			// gone, which the report's answer tells. There is no handler
+			// to stop; the heartbeats stop listing it.
+			if j.halt(ErrTaskLost) {
+				r.log.Debug("task no longer held while its report is under way: the report's answer decides", "task_id", ref.ID)
+			}
+		case j.halt(ErrTaskLost):
 			r.log.Warn("task lost: the server no longer gives this worker the task; cancelling its handler and dropping its outcome", "task_id", ref.ID)
 		}
 	}
@@ -804,7 +864,8 @@ func (r *Runner) act(res *HeartbeatResult, listed []LeaseRef, sent time.Time) {
 		}
 	}
 	for _, ref := range res.Cancel {
-		if j := r.job(ref); j != nil && j.halt(ErrTaskCancelled) {
+		// A task whose outcome is being reported has no handler to stop.
+		if j := r.job(ref); j != nil && !j.reporting.Load() && j.halt(ErrTaskCancelled) {
 			r.log.Info("task cancelled by an operator; cancelling its handler", "task_id", ref.ID)
 		}
 	}
@@ -837,34 +898,54 @@ func (r *Runner) reregister(ctx context.Context, cause error) {
 // claimLoop claims while ctx lives: it waits for a free slot, asks for as
 // many tasks as there are free slots, and starts a goroutine per task. An
 // empty queue is waited out on the server (a long-poll claim), not here.
+//
+// Between claims (waiting for a free slot, or about to claim at once) it
+// takes the reports of the handlers that finish (see ride), each with its
+// slot: its next claim carries them, so that a worker that takes one task
+// at a time spends one request per task. While a claim is under way, while
+// it waits out an idle interval, and once it stops, it takes none: a report
+// never waits for a claim.
 func (r *Runner) claimLoop(ctx, handlerCtx context.Context) {
+	defer r.closeCarry()
 	idle := time.Duration(0)
 	wait := r.claimWait()
 	for ctx.Err() == nil {
-		// One free slot at least, then as many more as are free; none once
-		// draining (until ctx ends, when Run drains as on any shutdown).
+		// One free slot, or one report with its slot, at least; then as
+		// many more as are free. None once draining (until ctx ends, when
+		// Run drains as on any shutdown).
+		r.openCarry()
+		free := 0
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.draining:
+			r.closeCarry()
 			<-ctx.Done()
 			return
 		case r.slots <- struct{}{}:
+			free = 1
+		case <-r.carryReady:
 		}
-		n := 1
+		carried := r.takeCarried(maxClaimLimit - free)
+		n := free + len(carried)
+		if n == 0 {
+			continue // woken for reports an earlier claim took
+		}
 	more:
 		for n < min(cap(r.slots), maxClaimLimit) {
 			select {
 			case r.slots <- struct{}{}:
 				n++
+				free++
 			default:
 				break more
 			}
 		}
 		if ctx.Err() != nil || r.Draining() { // the select above may pick a slot over either
-			for range n {
+			for range free {
 				<-r.slots
 			}
+			bounce(carried)
 			continue
 		}
 		// The claim is not cancelled by ctx, waiting or not: a claim cut
@@ -878,9 +959,11 @@ func (r *Runner) claimLoop(ctx, handlerCtx context.Context) {
 		requestID := newRequestID()
 		r.claiming(requestID, true)
 		cctx, cancel := context.WithTimeout(withTries(context.WithoutCancel(ctx), &tries), wait+r.cfg.ReportTimeout)
-		tasks, err := r.client.Claim(cctx, ClaimParams{WorkerID: r.cfg.WorkerID, Limit: n, Wait: wait, LeaseSeconds: r.cfg.LeaseSeconds,
-			RequestID: requestID})
+		complete, fail := reportsOf(carried)
+		res, err := r.client.ClaimReporting(cctx, ClaimParams{WorkerID: r.cfg.WorkerID, Limit: n, Wait: wait, LeaseSeconds: r.cfg.LeaseSeconds,
+			RequestID: requestID}, complete, fail)
 		cancel()
+		tasks := res.Tasks
 		if len(tasks) == 0 {
 			r.claiming(requestID, false) // answered with none, or given up
 		}
@@ -893,7 +976,8 @@ func (r *Runner) claimLoop(ctx, handlerCtx context.Context) {
 		if tries > 1 {
 			leasesFrom = begin
 		}
-		for range n - len(tasks) {
+		gave := r.answerCarried(carried, res, err, n-len(tasks))
+		for range n - gave - len(tasks) {
 			<-r.slots
 		}
 		switch {
@@ -903,8 +987,12 @@ func (r *Runner) claimLoop(ctx, handlerCtx context.Context) {
 		case err != nil && isAuthProblem(err):
 			r.stopFor(err)
 			continue
+		case err != nil && len(carried) > 0 && r.reportsRefused(err):
+			// What was refused is the reports, which now go their own
+			// way: the claim may be sent again at once.
+			continue
 		case err != nil:
-			r.log.Warn("claim failed", "error", err)
+			r.log.Warn("claim failed", "error", err, "reports", len(carried))
 			idle = r.nextIdle(idle)
 			sleep(ctx, idle)
 			continue
@@ -920,11 +1008,204 @@ func (r *Runner) claimLoop(ctx, handlerCtx context.Context) {
 			continue
 		}
 		idle = 0
+		// Back to waiting for a slot: a handler of these tasks that returns
+		// at once finds the loop taking reports.
+		r.openCarry()
 		for _, t := range tasks {
 			r.start(handlerCtx, t, leasesFrom)
 		}
 		r.claiming(requestID, false)
 	}
+}
+
+// carried is a handler's outcome that the claim loop took to report on its
+// next claim (see ride): a completion or a failure.
+type carried struct {
+	job      *job
+	complete *CompleteItem
+	fail     *FailItem
+	// verdict receives nil when the claim delivered the report, or the
+	// server answered that the task is no longer this worker's; else why
+	// the report must go on its own.
+	verdict chan error
+}
+
+func (c *carried) what() string {
+	if c.complete != nil {
+		return "complete"
+	}
+	return "fail"
+}
+
+// errNotCarried is the verdict on a report the claim loop gave back
+// unsent: it stopped claiming.
+var errNotCarried = errors.New("taskmaster runner: the claim loop stopped before carrying the report")
+
+// ride offers c, the report of j's task, to the claim loop when the loop is
+// between claims (waiting for a free slot, or about to claim at once): its
+// next claim carries the report, which j's slot goes with (the handler
+// returned), and the task stays in flight, listed by the heartbeats, until
+// the claim's answer. It reports whether that claim delivered the report
+// (or the server answered that the task is no longer this worker's). It
+// returns false at once when the loop is claiming, waiting out an idle
+// interval, stopping or draining; and after the claim, when it failed (the
+// client's retries spent, a problem answer) or did not deliver the report:
+// the caller then delivers it on its own, with every retry a report gets.
+// j nil, or a job that rode already, does not ride.
+func (r *Runner) ride(j *job, c *carried) bool {
+	if j == nil || j.rode {
+		return false
+	}
+	<-j.returned // at once: the handler's goroutine only has to close it
+	r.mu.Lock()
+	if !r.carryOpen {
+		r.mu.Unlock()
+		return false
+	}
+	j.rode = true
+	c.job, c.verdict = j, make(chan error, 1)
+	r.carryQueue = append(r.carryQueue, c)
+	r.mu.Unlock()
+	select {
+	case r.carryReady <- struct{}{}:
+	default: // the loop is already woken
+	}
+	err := <-c.verdict
+	if err != nil && !errors.Is(err, errNotCarried) {
+		r.log.Info("the claim carrying the report did not deliver it; sending it on its own", "task_id", j.task.ID, "report", c.what(), "error", err)
+	}
+	return err == nil
+}
+
+// openCarry lets handlers' reports ride the next claim (see ride), unless
+// the server takes none on claims.
+func (r *Runner) openCarry() {
+	if r.noCarry.Load() {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.carryOpen = true
+}
+
+// takeCarried stops reports from riding the next claim and takes those
+// offered, each with its slot, at most limit (and MaxBatch) of them: the
+// others are given back unsent.
+func (r *Runner) takeCarried(limit int) []*carried {
+	r.mu.Lock()
+	r.carryOpen = false
+	q := r.carryQueue
+	r.carryQueue = nil
+	r.mu.Unlock()
+	if limit = max(min(limit, MaxBatch), 0); len(q) > limit {
+		bounce(q[limit:])
+		q = q[:limit]
+	}
+	return q
+}
+
+// closeCarry stops reports from riding claims, and gives back unsent those
+// offered: the claim loop stops, or drains.
+func (r *Runner) closeCarry() { bounce(r.takeCarried(0)) }
+
+// bounce gives reports back unsent, with their slots.
+func bounce(list []*carried) {
+	for _, c := range list {
+		c.verdict <- errNotCarried
+	}
+}
+
+// reportsOf is what a claim carrying list sends: its completions and its
+// failures, each in list's order.
+func reportsOf(list []*carried) (complete []CompleteItem, fail []FailItem) {
+	for _, c := range list {
+		if c.complete != nil {
+			complete = append(complete, *c.complete)
+		} else {
+			fail = append(fail, *c.fail)
+		}
+	}
+	return complete, fail
+}
+
+// answerCarried gives each report that a claim carried its verdict, from
+// the claim's answer res or its error err. A report delivered or dropped
+// (the task is no longer this worker's) takes its task out of flight at
+// once, and leaves its slot to the claim loop; one the claim did not
+// deliver goes its own way, and takes its slot back while spare (the slots
+// the claim's tasks left unused) lasts. It returns how many slots it gave
+// back.
+func (r *Runner) answerCarried(list []*carried, res ClaimResult, err error, spare int) (gave int) {
+	completed, failed := res.Completed, res.Failed
+	for _, c := range list {
+		verdict := err
+		if err == nil {
+			var o ItemOutcome
+			if c.complete != nil {
+				o, completed = completed[0], completed[1:]
+			} else {
+				o, failed = failed[0], failed[1:]
+			}
+			verdict = r.judge(c, o)
+		}
+		switch {
+		case verdict == nil:
+			r.mu.Lock()
+			delete(r.inflight, c.job.task.Ref())
+			r.mu.Unlock()
+			c.job.slotGiven = true
+		case gave < spare:
+			gave++
+		default:
+			// The claim's tasks took every slot: the task goes on without
+			// one until its report is delivered (its handler returned, so
+			// Concurrency still bounds the handlers).
+			c.job.slotGiven = true
+		}
+		c.verdict <- verdict
+	}
+	return gave
+}
+
+// judge is the verdict on c from its outcome o in a claim's answer: nil
+// when o says it was delivered, or that the task is no longer this
+// worker's (logged as deliver does); else o's problem.
+func (r *Runner) judge(c *carried, o ItemOutcome) error {
+	id, what, err := c.job.task.ID, c.what(), o.Err()
+	switch {
+	case o.Outcome != OutcomeError:
+		return nil
+	case saved(what, err):
+		r.log.Info(savedMsg, "task_id", id, "report", what, "status", statusOf(err), "via", "claim")
+		return nil
+	case heldElsewhere(err):
+		r.log.Warn("task no longer held by this worker; dropping it", "task_id", id, "report", what, "via", "claim", "error", err)
+		return nil
+	}
+	return err
+}
+
+// reportsRefused reports whether err, the error of a claim that carried
+// reports, is the server refusing them rather than the claim: what they
+// hold (422, 413), or reports on a claim at all (a server older than them
+// answers the field as unknown, 400: claims carry no more reports then).
+func (r *Runner) reportsRefused(err error) bool {
+	if isResultProblem(err) {
+		return true
+	}
+	p, ok := AsProblem(err)
+	if !ok || p.Type != ProblemMalformedRequest {
+		return false
+	}
+	for _, f := range p.Errors {
+		if f.Field == "complete" || f.Field == "fail" {
+			if r.noCarry.CompareAndSwap(false, true) {
+				r.log.Warn("the server takes no reports on claims; reporting each outcome on its own", "error", err)
+			}
+			return true
+		}
+	}
+	return false
 }
 
 // claimWait is the long-poll wait of a claim (0: none). Long polls that
@@ -972,9 +1253,8 @@ func (r *Runner) start(handlerCtx context.Context, t Task, leasesFrom time.Time)
 	r.mu.Lock()
 	r.inflight[ref] = j
 	r.mu.Unlock()
-	var timeout, limit *time.Timer
 	if r.cfg.TaskTimeout > 0 {
-		timeout = time.AfterFunc(r.cfg.TaskTimeout, func() {
+		j.timeout = time.AfterFunc(r.cfg.TaskTimeout, func() {
 			if j.halt(ErrTaskTimeout) {
 				r.log.Warn("handler ran past TaskTimeout; cancelling it", "task_id", t.ID, "timeout", r.cfg.TaskTimeout)
 			}
@@ -984,7 +1264,7 @@ func (r *Runner) start(handlerCtx context.Context, t Task, leasesFrom time.Time)
 		// The server's clock ended the attempt at TimeoutAt; the claim's
 		// answer came after ClaimedAt, so counting the limit from its
 		// arrival stops the handler no earlier than the server does.
-		limit = time.AfterFunc(max(time.Until(received.Add(d)), 0), func() {
+		j.limit = time.AfterFunc(max(time.Until(received.Add(d)), 0), func() {
 			if j.halt(ErrTaskTimeLimit) {
 				r.log.Warn("the task's time limit is up; cancelling its handler and dropping its outcome", "task_id", t.ID, "limit", d)
 			}
@@ -994,24 +1274,20 @@ func (r *Runner) start(handlerCtx context.Context, t Task, leasesFrom time.Time)
 	go func() {
 		keep := false
 		defer func() {
-			if timeout != nil {
-				timeout.Stop()
-			}
-			j.lease.end()
-			if limit != nil {
-				limit.Stop()
-			}
+			j.settle()
 			cancel(nil)
 			if !keep {
 				r.mu.Lock()
 				delete(r.inflight, ref)
 				r.mu.Unlock()
 			}
-			select {
-			case <-j.returned:
-			case <-r.abandon:
+			if !j.slotGiven { // else a claim took the slot over with the report
+				select {
+				case <-j.returned:
+				case <-r.abandon:
+				}
+				<-r.slots
 			}
-			<-r.slots
 			r.wg.Done()
 		}()
 		keep = r.work(taskCtx, j)
@@ -1074,9 +1350,10 @@ func (r *Runner) work(ctx context.Context, j *job) (keep bool) {
 			returned = false
 		}
 	}
-	// From here on the runner is done with the handler: a lease it cannot
-	// renew no longer stops anything, and the report's delivery decides.
-	j.lease.end()
+	// From here on the runner is done with the handler: neither a lease it
+	// cannot renew nor a timer stops anything, and the report's delivery
+	// decides.
+	j.settle()
 	cause := j.halted()
 	switch {
 	case errors.Is(cause, ErrTaskLost), errors.Is(cause, ErrTaskTimeLimit):
@@ -1084,10 +1361,10 @@ func (r *Runner) work(ctx context.Context, j *job) (keep bool) {
 		return false
 	case cause != nil && !returned:
 		r.log.Warn("handler did not return after its context was cancelled; failing its task", "task_id", t.ID, "cause", cause)
-		r.fail(t, cause.Error()+": the handler did not return", false)
+		r.fail(t, cause.Error()+": the handler did not return", false, nil)
 		return false
 	case cause != nil && o.err != nil:
-		r.fail(t, cause.Error()+": "+o.err.Error(), false)
+		r.fail(t, cause.Error()+": "+o.err.Error(), false, j)
 		return false
 	case !returned:
 		r.log.Warn("handler did not return after its context was cancelled; releasing its task", "task_id", t.ID)
@@ -1105,7 +1382,7 @@ func (r *Runner) report(ctx context.Context, j *job, o outcome) bool {
 		return false
 	}
 	if o.err == nil {
-		r.complete(t, o.result)
+		r.complete(t, o.result, j)
 		return false
 	}
 	if d, ok := SnoozeDelay(o.err); ok {
@@ -1118,13 +1395,16 @@ func (r *Runner) report(ctx context.Context, j *job, o outcome) bool {
 		r.log.Info("handler stopped by shutdown; releasing its task", "task_id", t.ID, "error", o.err)
 		return r.releaseLater(j)
 	}
-	r.fail(t, o.err.Error(), IsNonRetryable(o.err))
+	r.fail(t, o.err.Error(), IsNonRetryable(o.err), j)
 	return false
 }
 
-// complete reports a handler's result. A result the server refuses (422,
-// 413) fails the task as non-retryable: it would be refused again.
-func (r *Runner) complete(t Task, value any) {
+// complete reports a handler's result: on the runner's next claim when j
+// (the job whose handler returned it, nil for none) may ride one (see
+// ride), else, or when that claim does not deliver it, on its own. A result
+// the server refuses (422, 413) fails the task as non-retryable: it would
+// be refused again.
+func (r *Runner) complete(t Task, value any, j *job) {
 	var enqueue []SubmitParams
 	switch n := value.(type) {
 	case Next:
@@ -1136,11 +1416,16 @@ func (r *Runner) complete(t Task, value any) {
 	}
 	result, err := marshalValue(value)
 	if err != nil {
-		r.fail(t, "handler result cannot be encoded as JSON: "+err.Error(), true)
+		r.fail(t, "handler result cannot be encoded as JSON: "+err.Error(), true, j)
 		return
 	}
 	if _, err := (CompleteItem{Enqueue: enqueue}).request(); err != nil {
-		r.fail(t, "the handler's enqueue cannot be sent: "+err.Error(), true)
+		r.fail(t, "the handler's enqueue cannot be sent: "+err.Error(), true, j)
+		return
+	}
+	// A claim's completions enqueue nothing: a Next's enqueue goes on its
+	// own.
+	if len(enqueue) == 0 && r.ride(j, &carried{complete: &CompleteItem{ID: t.ID, LeaseID: t.LeaseID, Result: result}}) {
 		return
 	}
 	err = r.deliver(t, "complete", func(ctx context.Context) error {
@@ -1148,7 +1433,7 @@ func (r *Runner) complete(t Task, value any) {
 		return err
 	})
 	if err != nil {
-		r.fail(t, "the server rejected the handler's result: "+err.Error(), true)
+		r.fail(t, "the server rejected the handler's result: "+err.Error(), true, nil)
 	}
 }
 
@@ -1161,11 +1446,16 @@ func (r *Runner) snooze(t Task, d time.Duration) {
 		return err
 	})
 	if err != nil {
-		r.fail(t, "the server refused the handler's snooze: "+err.Error(), false)
+		r.fail(t, "the server refused the handler's snooze: "+err.Error(), false, nil)
 	}
 }
 
-func (r *Runner) fail(t Task, msg string, nonRetryable bool) {
+// fail reports t failed with msg: on the runner's next claim when j may
+// ride one, as for complete, else on its own.
+func (r *Runner) fail(t Task, msg string, nonRetryable bool, j *job) {
+	if r.ride(j, &carried{fail: &FailItem{ID: t.ID, LeaseID: t.LeaseID, Error: msg, NonRetryable: nonRetryable}}) {
+		return
+	}
 	err := r.deliver(t, "fail", func(ctx context.Context) error {
 		_, err := r.client.Fail(ctx, t.ID, FailParams{WorkerID: r.cfg.WorkerID, LeaseID: t.LeaseID, Error: msg, NonRetryable: nonRetryable})
 		return err
@@ -1196,6 +1486,8 @@ func (r *Runner) deliver(t Task, what string, send func(context.Context) error) 
 	switch {
 	case err == nil:
 		return nil
+	case saved(what, err):
+		r.log.Info(savedMsg, "task_id", t.ID, "report", what, "status", statusOf(err))
 	case heldElsewhere(err):
 		r.log.Warn("task no longer held by this worker; dropping it", "task_id", t.ID, "report", what, "error", err)
 	case isAuthProblem(err):
@@ -1207,6 +1499,36 @@ func (r *Runner) deliver(t Task, what string, send func(context.Context) error) 
 			"report_timeout", r.cfg.ReportTimeout, "error", err)
 	}
 	return nil
+}
+
+// savedMsg logs a report refused because the task already has the status
+// the report makes (see saved).
+const savedMsg = "report taken as delivered: the task already has the status it makes (a try whose answer was lost saved it)"
+
+// statusOf is the task's status a report's problem gives ("" for none).
+func statusOf(err error) Status {
+	if p, ok := AsProblem(err); ok {
+		return p.CurrentStatus
+	}
+	return ""
+}
+
+// saved reports whether err refuses a report of what (complete, fail)
+// because the task is already in the status that report makes (DONE for a
+// completion, PENDING or DEAD for a failure): a try whose answer was lost,
+// a claim's or the report's own, saved it.
+func saved(what string, err error) bool {
+	p, ok := AsProblem(err)
+	if !ok || !IsInvalidTransition(err) {
+		return false
+	}
+	switch what {
+	case "complete":
+		return p.CurrentStatus == StatusDone
+	case "fail":
+		return p.CurrentStatus == StatusPending || p.CurrentStatus == StatusDead
+	}
+	return false
 }
 
 // heldElsewhere reports whether a report's error says the worker no longer
@@ -1279,7 +1601,7 @@ func (r *Runner) release(jobs []*job) {
 		// tasks back, at the price of an attempt each.
 		r.log.Warn("the server offers no release; failing the tasks as retryable instead (each spends an attempt)", "tasks", len(jobs))
 		for _, j := range jobs {
-			r.fail(j.task, "worker shut down before the handler finished", false)
+			r.fail(j.task, "worker shut down before the handler finished", false, nil)
 		}
 	case isAuthProblem(err):
 		r.stopFor(err)

@@ -1,8 +1,19 @@
 package client
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // A handler whose context a halt cancelled returns at once; the runner must
@@ -23,4 +34,118 @@ func TestAHaltIsVisibleBeforeTheHandlersContextEnds(t *testing.T) {
 			t.Fatalf("run %d: the handler's context ended before the halt was visible (halted() = %v)", i, err)
 		}
 	}
+}
+
+// A server older than reports on claims answers a claim that carries one
+// as malformed (an unknown field): the runner sends that report on its own
+// and carries no more, so every outcome still arrives, each once.
+func TestRunnerStopsCarryingReportsForAServerWithoutThem(t *testing.T) {
+	t.Parallel()
+	var (
+		mu        sync.Mutex
+		pending   = []string{"t1", "t2", "t3"}
+		carrying  int      // claims that carried reports
+		completed []string // completes on their own, by task
+	)
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /workers/v1/register", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"id":"w","queues":[],"tags":[],"status":"ACTIVE","heartbeat_interval_seconds":10}`)
+	})
+	mux.HandleFunc("POST /tasks/v1/claim", func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]json.RawMessage
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, field := range []string{"complete", "fail"} {
+			if _, ok := body[field]; ok {
+				carrying++
+				w.Header().Set("Content-Type", "application/problem+json")
+				w.WriteHeader(http.StatusBadRequest)
+				_ = json.NewEncoder(w).Encode(Problem{Type: ProblemMalformedRequest, Title: "Malformed request", Status: http.StatusBadRequest,
+					Detail: fmt.Sprintf("unknown field %q", field), Errors: []FieldError{{Field: field, Message: "is not a known field"}}})
+				return
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if len(pending) == 0 {
+			_, _ = io.WriteString(w, `{"tasks":[]}`)
+			return
+		}
+		id := pending[0]
+		pending = pending[1:]
+		_, _ = fmt.Fprintf(w, `{"tasks":[{"id":%q,"queue":"q","status":"RUNNING","lease_id":"lease-%s","payload":null}]}`, id, id)
+	})
+	mux.HandleFunc("POST /tasks/v1/{id}/complete", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		completed = append(completed, r.PathValue("id"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, `{"id":%q,"status":"DONE"}`, r.PathValue("id"))
+	})
+	mux.HandleFunc("POST /workers/v1/w/heartbeat", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"w","queues":[],"tags":[],"status":"ACTIVE","lost":[],"cancel":[],"drain":false}`)
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	c, err := New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	r, err := NewRunner(c, RunnerConfig{
+		WorkerID: "w", ClaimWait: -1, PollInterval: 5 * time.Millisecond, MaxIdleInterval: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logs}, nil)),
+	}, func(context.Context, Task) (any, error) { return "ok", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(completed)
+		mu.Unlock()
+		if n == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the completes did not all arrive: %d of 3", n)
+		}
+		time.Sleep(5 * time.Millisecond) // polling, with a deadline
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if carrying != 1 {
+		t.Errorf("%d claims carried reports; want the first only", carrying)
+	}
+	if want := []string{"t1", "t2", "t3"}; !slices.Equal(completed, want) {
+		t.Errorf("completes on their own: %v; want %v, each once", completed, want)
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	if n := strings.Count(logs.String(), "the server takes no reports on claims"); n != 1 {
+		t.Errorf("the fallback was logged %d times; want once:\n%s", n, logs.String())
+	}
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -178,6 +178,8 @@ func TestAuthWorkKeyCannotActAsAnotherKeysWorker(t *testing.T) {
 		b.Do(http.MethodPost, "/tasks/v1/"+task.ID+"/extend", jsonObj{"worker_id": "w-a", "lease_id": task.Lease()}),
 		b.Do(http.MethodPost, "/tasks/v1/complete", jsonObj{"worker_id": "w-a", "items": []jsonObj{{"id": task.ID, "lease_id": task.Lease()}}}),
 		b.Do(http.MethodPost, "/tasks/v1/fail", jsonObj{"worker_id": "w-a", "items": []jsonObj{{"id": task.ID, "lease_id": task.Lease(), "error": "x"}}}),
+		b.Do(http.MethodPost, "/tasks/v1/claim", jsonObj{"worker_id": "w-a", "complete": []jsonObj{{"id": task.ID, "lease_id": task.Lease()}}}),
+		b.Do(http.MethodPost, "/tasks/v1/claim", jsonObj{"worker_id": "w-a", "fail": []jsonObj{{"id": task.ID, "lease_id": task.Lease()}}}),
 	} {
 		p := forbiddenProblem(t, r)
 		require.Equal(t, "w-a", p["worker_id"], "%s", r)

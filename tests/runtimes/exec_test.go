@@ -125,7 +125,8 @@ func TestExecWorker(t *testing.T) {
 	bin := binary.Build(t)
 
 	// Items 1 and 2: a command's result survives a restart of the server
-	// (connections refused for 3 s) and throttled completes (429 for 6 s),
+	// (connections refused for 3 s) and throttled reports (429 for 6 s on
+	// the claim that carries the result, then on the complete on its own),
 	// on the task's last attempt, and the command ran once.
 	t.Run("result survives outages and throttling", func(t *testing.T) {
 		t.Parallel()
@@ -134,7 +135,7 @@ func TestExecWorker(t *testing.T) {
 			fault faultproxy.Fault
 		}{
 			{"restart", faultproxy.Refuse().For(3 * time.Second)},
-			{"throttled", faultproxy.TooManyRequests(time.Second).On(faultproxy.Complete).For(6 * time.Second)},
+			{"throttled", faultproxy.TooManyRequests(time.Second).On(faultproxy.Claim, faultproxy.Complete).For(6 * time.Second)},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				t.Parallel()
@@ -161,6 +162,31 @@ func TestExecWorker(t *testing.T) {
 				require.Greater(t, fault.Hits(), 5)
 			})
 		}
+	})
+
+	// A worker that runs one command at a time reports each result on the
+	// claim that asks for its next task (the Go runner does it): three
+	// tasks cost no complete request.
+	t.Run("results ride the next claim", func(t *testing.T) {
+		t.Parallel()
+		s := startServer(t, nil)
+		p := faultproxy.Start(t, s.URL)
+		direct := sdk(t, s.URL)
+		var ids []string
+		for i := range 3 {
+			ids = append(ids, submit(t, direct, client.SubmitParams{Queue: "exec-fused", Payload: i}).ID)
+		}
+		startExecWorker(t, bin, p.URL(), "exec-fused", nil, "--queue", "exec-fused", "--exec", `cat`)
+		for _, id := range ids {
+			poll(t, 60*time.Second, "the tasks to finish", finished(t, direct, id))
+		}
+		for i, id := range ids {
+			got := getTask(t, direct, id)
+			require.Equal(t, client.StatusDone, got.Status, "dead reason %q, last error %q", got.DeadReason, got.LastError)
+			require.JSONEq(t, strconv.Itoa(i), string(got.Result))
+		}
+		require.Zero(t, p.Count(faultproxy.Complete, ""), "no complete on its own")
+		require.GreaterOrEqual(t, p.Count(faultproxy.Claim, ""), len(ids)+1, "a claim per task, and one for the last task's result")
 	})
 
 	// Item 4: SIGTERM drains: a command that outlives --drain-timeout is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"path"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,28 @@ import (
 // answered itself (a status) or refused.
 func countFaulted(p *faultproxy.Proxy, route string) int {
 	return p.Count(route, faultproxy.ActionStatus) + p.Count(route, faultproxy.ActionRefuse)
+}
+
+// onRoute reports whether e is a request on route (a faultproxy pattern).
+func onRoute(e faultproxy.Exchange, route string) bool {
+	method, pattern, _ := strings.Cut(route, " ")
+	ok, err := path.Match(pattern, e.Path)
+	return e.Method == method && err == nil && ok
+}
+
+// faultedBefore counts the requests on route that the proxy answered itself
+// or refused before the first request on next came.
+func faultedBefore(p *faultproxy.Proxy, route, next string) int {
+	n := 0
+	for _, e := range p.Log() {
+		if onRoute(e, next) {
+			break
+		}
+		if onRoute(e, route) && (e.Action == faultproxy.ActionStatus || e.Action == faultproxy.ActionRefuse) {
+			n++
+		}
+	}
+	return n
 }
 
 // timeline records, in order, what the handlers of several workers did.
@@ -64,13 +87,61 @@ func finished(t *testing.T, c *client.Client, id string) func() bool {
 	}
 }
 
+// faultRun is a runner, through a fault proxy, that handled one task.
+type faultRun struct {
+	p      *faultproxy.Proxy
+	fault  *faultproxy.Injection
+	r      *runner
+	direct *client.Client
+	task   *client.Task
+	runs   atomic.Int32
+}
+
+// completeThroughFault submits a task on its last attempt to a fresh
+// server and runs a runner with cfg through a fault proxy (Concurrency 1
+// unless cfg says); the handler returns its result once fault is in. It
+// returns when the task finished.
+func completeThroughFault(t *testing.T, cfg client.RunnerConfig, fault faultproxy.Fault) *faultRun {
+	t.Helper()
+	s := startServer(t, nil)
+	o := &faultRun{p: faultproxy.Start(t, s.URL), direct: sdk(t, s.URL)}
+	o.task = submit(t, o.direct, client.SubmitParams{Queue: cfg.Queues[0], MaxAttempts: 1, Payload: map[string]int{"n": 7}})
+	started, proceed := make(chan struct{}), make(chan struct{})
+	o.r = startRunner(t, sdk(t, o.p.URL()), cfg, func(ctx context.Context, tk client.Task) (any, error) {
+		if o.runs.Add(1) == 1 {
+			close(started)
+		}
+		<-proceed
+		return map[string]any{"ok": true, "payload": tk.Payload}, nil
+	})
+	<-started
+	o.fault = o.p.Inject(fault)
+	close(proceed)
+	poll(t, 60*time.Second, "the task to finish", finished(t, o.direct, o.task.ID))
+	return o
+}
+
+// requireCompletedOnce requires the task DONE with the handler's result,
+// on its one attempt, the handler run once.
+func (o *faultRun) requireCompletedOnce(t *testing.T) {
+	t.Helper()
+	got := getTask(t, o.direct, o.task.ID)
+	require.Equal(t, client.StatusDone, got.Status, "dead reason %q, last error %q", got.DeadReason, got.LastError)
+	require.JSONEq(t, `{"ok":true,"payload":{"n":7}}`, string(got.Result))
+	require.Equal(t, []client.AttemptOutcome{client.AttemptCompleted}, outcomes(t, o.direct, o.task.ID))
+	require.EqualValues(t, 1, o.runs.Load(), "the handler ran once")
+}
+
 // Item 1: a successful task's completion survives an outage longer than the
 // client's own retries (5 tries, about 1.5 s without Retry-After): a full
 // outage (every route answers 503 for 4 s), a restart (every connection
-// refused for 3 s), and the reports alone refused for 4 s (the heartbeats,
-// listing the task, renew its 2 s lease meanwhile). The runner keeps the
-// task and retries the complete until it is accepted: the task, on its last
-// attempt, ends DONE with its result, the handler run once.
+// refused for 3 s), and the reports and claims alone refused for 4 s (the
+// heartbeats, listing the task, renew its 2 s lease meanwhile). The
+// handler returns while the runner (Concurrency 1) waits for a free slot,
+// so the completion rides its next claim, refused until the client gives
+// up on it; the runner keeps the task and sends the complete on its own
+// until it is accepted: the task, on its last attempt, ends DONE with its
+// result, the handler run once.
 func TestRunnerCompletionSurvivesAnOutage(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -80,38 +151,69 @@ func TestRunnerCompletionSurvivesAnOutage(t *testing.T) {
 	}{
 		{"full outage", faultproxy.Unavailable(0).For(4 * time.Second), 30},
 		{"restart", faultproxy.Refuse().For(3 * time.Second), 30},
-		{"reports refused, heartbeats through", faultproxy.Unavailable(0).On(faultproxy.Reports...).For(4 * time.Second), 2},
+		{"reports and claims refused, heartbeats through", faultproxy.Unavailable(0).On(append(faultproxy.Reports, faultproxy.Claim)...).For(4 * time.Second), 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			s := startServer(t, nil)
-			p := faultproxy.Start(t, s.URL)
-			direct := sdk(t, s.URL)
-			task := submit(t, direct, client.SubmitParams{Queue: "outage", MaxAttempts: 1, Payload: map[string]int{"n": 7}})
-
-			started, proceed := make(chan struct{}), make(chan struct{})
-			var runs atomic.Int32
-			startRunner(t, sdk(t, p.URL()), client.RunnerConfig{
+			o := completeThroughFault(t, client.RunnerConfig{
 				WorkerID: "outage-w", Queues: []string{"outage"}, LeaseSeconds: c.lease, HeartbeatInterval: 200 * time.Millisecond,
-			}, func(ctx context.Context, tk client.Task) (any, error) {
-				if runs.Add(1) == 1 {
-					close(started)
-				}
-				<-proceed
-				return map[string]any{"ok": true, "payload": tk.Payload}, nil
-			})
-			<-started
-			outage := p.Inject(c.fault)
-			close(proceed)
+			}, c.fault)
+			o.requireCompletedOnce(t)
+			p := o.p
+			// Refused more often than the client retries on its own: on
+			// the claim until the client gave up on it, then on its own.
+			require.GreaterOrEqual(t, faultedBefore(p, faultproxy.Claim, faultproxy.Complete), client.DefaultRetryPolicy().MaxAttempts,
+				"the completion rode the claim, refused until the client gave up on it")
+			require.Positive(t, countFaulted(p, faultproxy.Complete), "then the complete on its own was refused, the outage not over")
+			require.Equal(t, countFaulted(p, ""), o.fault.Hits())
+		})
+	}
+}
 
-			poll(t, 60*time.Second, "the task to finish", finished(t, direct, task.ID))
-			got := getTask(t, direct, task.ID)
-			require.Equal(t, client.StatusDone, got.Status, "dead reason %q, last error %q", got.DeadReason, got.LastError)
-			require.JSONEq(t, `{"ok":true,"payload":{"n":7}}`, string(got.Result))
-			require.Equal(t, []client.AttemptOutcome{client.AttemptCompleted}, outcomes(t, direct, task.ID))
-			require.EqualValues(t, 1, runs.Load(), "the handler ran once")
-			require.Greater(t, countFaulted(p, faultproxy.Complete), 5, "the complete was refused more often than the client retries on its own")
-			require.Equal(t, countFaulted(p, ""), outage.Hits())
+// A completion that rides the runner's next claim (Concurrency 1: the
+// runner waits for a free slot as the handler returns) is not lost when
+// that claim meets an outage: refused (connections reset for 4 s, longer
+// than the client retries a claim), it goes on its own; with its answers
+// dropped after the server saved it, the client's repeats (the same
+// request_id) learn that the task is DONE, which counts as delivered, and
+// so does the complete on its own when every answer was dropped. Either
+// way the task ends DONE with its result, on one attempt, the handler run
+// once; and the heartbeats, listing the task meanwhile, never take its
+// report's success for a lost lease.
+func TestRunnerReportOnAClaimSurvivesAnOutage(t *testing.T) {
+	t.Parallel()
+	retries := client.DefaultRetryPolicy().MaxAttempts
+	for _, c := range []struct {
+		name      string
+		fault     faultproxy.Fault
+		hits      int   // the claim tries the fault met at least
+		completes []int // the statuses of the completes sent on their own
+	}{
+		{"claim refused", faultproxy.Refuse().On(faultproxy.Claim).For(4 * time.Second), retries, []int{http.StatusOK}},
+		{"claim answers dropped", faultproxy.DropAnswers().On(faultproxy.Claim).Times(retries - 1), retries - 1, nil},
+		{"every claim answer dropped", faultproxy.DropAnswers().On(faultproxy.Claim).Times(retries), retries, []int{http.StatusConflict}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			o := completeThroughFault(t, client.RunnerConfig{
+				WorkerID: "carried-w", Queues: []string{"carried"}, HeartbeatInterval: 100 * time.Millisecond,
+			}, c.fault)
+			// Run returns once the claim under way and the reports are over.
+			require.NoError(t, o.r.stop())
+			o.requireCompletedOnce(t)
+			p, fault := o.p, o.fault
+			require.GreaterOrEqual(t, fault.Hits(), c.hits, "the claim carrying the completion met the outage")
+			var statuses []int
+			for _, e := range p.Log() {
+				if onRoute(e, faultproxy.Complete) {
+					statuses = append(statuses, e.Status)
+				}
+			}
+			require.Equal(t, c.completes, statuses, "the completes sent on their own")
+			require.Zero(t, p.Count(faultproxy.Fail, ""))
+			logs := o.r.logs.String()
+			require.NotContains(t, logs, "dropping", "no outcome dropped")
+			require.NotContains(t, logs, "task lost", "a report saved is not a lost lease")
 		})
 	}
 }
@@ -119,7 +221,8 @@ func TestRunnerCompletionSurvivesAnOutage(t *testing.T) {
 // Item 2: throttling is not a verdict. Completes answered 429 for 6 s
 // (longer than the client retries on its own) are retried after each
 // Retry-After, not taken for the server rejecting the results: every task
-// ends DONE.
+// ends DONE. The handlers return while the runner's next claim waits on
+// the server (it has a free slot), so each complete goes on its own.
 func TestRunnerRetriesThrottledReports(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, nil)
@@ -130,8 +233,15 @@ func TestRunnerRetriesThrottledReports(t *testing.T) {
 		ids = append(ids, submit(t, direct, client.SubmitParams{Queue: "throttled", MaxAttempts: 1}).ID)
 	}
 	throttle := p.Inject(faultproxy.TooManyRequests(time.Second).On(faultproxy.Complete).For(6 * time.Second))
-	startRunner(t, sdk(t, p.URL()), client.RunnerConfig{WorkerID: "throttled-w", Queues: []string{"throttled"}, Concurrency: 3},
-		func(context.Context, client.Task) (any, error) { return "ok", nil })
+	proceed := make(chan struct{})
+	startRunner(t, sdk(t, p.URL()), client.RunnerConfig{
+		WorkerID: "throttled-w", Queues: []string{"throttled"}, Concurrency: 4, ClaimWait: 5 * time.Second,
+	}, func(context.Context, client.Task) (any, error) {
+		<-proceed
+		return "ok", nil
+	})
+	poll(t, 30*time.Second, "the runner's second claim, a long poll", func() bool { return p.Count(faultproxy.Claim, "") >= 2 })
+	close(proceed)
 	for _, id := range ids {
 		poll(t, 60*time.Second, "the tasks to finish", finished(t, direct, id))
 	}
@@ -156,28 +266,54 @@ func TestRunnerRetriesThrottledReports(t *testing.T) {
 	}
 }
 
-// Item 2: an authentication answer to a report stops the worker loudly (Run
-// returns the problem) without failing the task: it stays RUNNING, to be
-// taken back by the server, with no failed attempt.
+// Item 2: an authentication answer stops the worker loudly (Run returns
+// the problem) without failing the task: it stays RUNNING, to be taken back
+// by the server, with no failed attempt. The key is refused on every route
+// once the handler runs; its report goes on its own (the runner's next
+// claim waits on the server) or rides that claim (the runner waits for a
+// free slot), then on its own: refused both ways, once.
 func TestRunnerStopsOnAuthenticationProblemsWithoutFailingTasks(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, nil)
-	p := faultproxy.Start(t, s.URL)
-	direct := sdk(t, s.URL)
-	task := submit(t, direct, client.SubmitParams{Queue: "auth", MaxAttempts: 1})
-	p.Inject(faultproxy.Status(http.StatusUnauthorized, 0).On(faultproxy.Complete))
-	r := startRunner(t, sdk(t, p.URL()), client.RunnerConfig{WorkerID: "auth-w", Queues: []string{"auth"}},
-		func(context.Context, client.Task) (any, error) { return "ok", nil })
-	err := r.wait(30 * time.Second)
-	require.Error(t, err, "Run returns on its own")
-	prob, ok := client.AsProblem(err)
-	require.True(t, ok, "%v", err)
-	require.Equal(t, http.StatusUnauthorized, prob.Status)
-	require.Contains(t, r.logs.String(), "refused this worker's credentials")
-	got := getTask(t, direct, task.ID)
-	require.Equal(t, client.StatusRunning, got.Status, "not failed: the server takes it back")
-	require.Equal(t, []client.AttemptOutcome{""}, outcomes(t, direct, task.ID))
-	require.Zero(t, p.Count(faultproxy.Fail, ""))
+	for _, c := range []struct {
+		name        string
+		concurrency int
+	}{
+		{"report on its own", 2},
+		{"report on a claim", 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := startServer(t, nil)
+			p := faultproxy.Start(t, s.URL)
+			direct := sdk(t, s.URL)
+			task := submit(t, direct, client.SubmitParams{Queue: "auth", MaxAttempts: 1})
+			started, proceed := make(chan struct{}), make(chan struct{})
+			r := startRunner(t, sdk(t, p.URL()), client.RunnerConfig{
+				WorkerID: "auth-w", Queues: []string{"auth"}, Concurrency: c.concurrency, ClaimWait: 5 * time.Second,
+			}, func(context.Context, client.Task) (any, error) {
+				close(started)
+				<-proceed
+				return "ok", nil
+			})
+			<-started
+			if c.concurrency > 1 {
+				poll(t, 30*time.Second, "the runner's second claim, a long poll", func() bool { return p.Count(faultproxy.Claim, "") >= 2 })
+			}
+			p.Inject(faultproxy.Status(http.StatusUnauthorized, 0))
+			close(proceed)
+			err := r.wait(30 * time.Second)
+			require.Error(t, err, "Run returns on its own")
+			prob, ok := client.AsProblem(err)
+			require.True(t, ok, "%v", err)
+			require.Equal(t, http.StatusUnauthorized, prob.Status)
+			require.Contains(t, r.logs.String(), "refused this worker's credentials")
+			got := getTask(t, direct, task.ID)
+			require.Equal(t, client.StatusRunning, got.Status, "not failed: the server takes it back")
+			require.Equal(t, []client.AttemptOutcome{""}, outcomes(t, direct, task.ID))
+			require.Zero(t, p.Count(faultproxy.Fail, ""))
+			require.Equal(t, 1, p.Count(faultproxy.Complete, ""), "the complete, refused, is not retried")
+		})
+	}
 }
 
 // Item 4: a stopping runner hands the tasks it will not finish back

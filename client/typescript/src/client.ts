@@ -4,6 +4,10 @@ import type {
   Attempt,
   BatchSubmitItem,
   BulkResult,
+  ClaimCompletion,
+  ClaimFailure,
+  ClaimRequest,
+  ClaimResponse,
   CreateKeyRequest,
   CreateScheduleRequest,
   CreatedKey,
@@ -119,6 +123,26 @@ export interface ClaimParams {
   request_id?: string;
 }
 
+/** A claim's parameters with the worker's reports of the tasks it finished (`claimReporting`). */
+export interface ClaimReportingParams extends ClaimParams {
+  /** Tasks to report done: items as completeBatch's, without `enqueue`. */
+  complete?: CompleteItem[];
+  /** Tasks to report failed: items as failBatch's. */
+  fail?: FailItem[];
+}
+
+/** A claim's answer with the outcomes of the reports it carried (`claimReporting`). */
+export interface ClaimResult {
+  /** The claimed tasks, possibly none. */
+  tasks: Task[];
+  /** The claim stopped before its limit at the server's response byte cap: more may be claimable at once. */
+  truncated: boolean;
+  /** The outcomes of `complete`, in its order ([] when it carried none). */
+  completed: ItemOutcome[];
+  /** The outcomes of `fail`, in its order ([] when it carried none). */
+  failed: ItemOutcome[];
+}
+
 /** A task of a batch completion. */
 export interface CompleteItem {
   id: string;
@@ -205,6 +229,11 @@ export function checkEnqueue(enqueue: BatchSubmitItem[] | undefined): void {
 /** The retry mode of a list of submissions: resent after any failure only when every item has an idempotency key. */
 function listMode(items: BatchSubmitItem[]): "safe" | "unsent" {
   return items.length > 0 && items.every((p) => p.idempotency_key) ? "safe" : "unsent";
+}
+
+/** A failure's item as the wire has it (the error cut to MAX_ERROR_BYTES). */
+function failWire(it: FailItem): ClaimFailure {
+  return { id: it.id, lease_id: it.lease_id, error: cutUtf8(it.error), retryable: !it.nonRetryable };
 }
 
 function checkCreated(what: string, n: number, out: { tasks: Task[]; created: boolean[] }): { tasks: Task[]; created: boolean[] } {
@@ -709,11 +738,57 @@ export class Client {
    * fresh one when absent): a retry after a lost answer gets the same tasks.
    */
   async claim(workerId: string, p: ClaimParams = {}, o: RequestOptions = {}): Promise<Task[]> {
+    return (await this.claimCall(workerId, p, {}, o)).tasks;
+  }
+
+  /**
+   * Reports tasks this worker finished (`complete`, `fail`: at most
+   * MAX_BATCH items together, each task once, no `enqueue`) and claims as
+   * `claim` does, in one request: the server applies the reports as
+   * completeBatch and failBatch do, each item fenced on its own, in the
+   * transaction of the claim's first try and before the claim. A worker
+   * that takes one task at a time spends one request per task instead of
+   * two.
+   *
+   * All or nothing until that first try: a rejection (Problem,
+   * TransportError) means no report was saved, unless a try was committed
+   * and its answer lost. The retries `claim` makes are made here too, with
+   * the same reports and request id: a report that a lost try saved comes
+   * back `error` with an InvalidTransition problem whose `current_status`
+   * is its new status (DONE for a completion; PENDING or DEAD for a
+   * failure), and the claim answers with the lost try's tasks. Once saved,
+   * the answer carries the outcomes whatever the wait brings.
+   */
+  async claimReporting(workerId: string, p: ClaimReportingParams = {}, o: RequestOptions = {}): Promise<ClaimResult> {
+    const { complete = [], fail = [], ...claim } = p;
+    const reports: Pick<ClaimRequest, "complete" | "fail"> = {};
+    if (complete.length) {
+      reports.complete = complete.map((it, i): ClaimCompletion => {
+        if (it.enqueue !== undefined) throw new TypeError(`taskmaster: complete[${i}]: a claim's completions enqueue nothing (use completeBatch)`);
+        if (it.result === undefined) return { id: it.id, lease_id: it.lease_id };
+        checkJson(it.result, `complete[${i}].result`);
+        return { id: it.id, lease_id: it.lease_id, result: it.result };
+      });
+    }
+    if (fail.length) reports.fail = fail.map(failWire);
+    const out = await this.claimCall(workerId, claim, reports, o);
+    const completed = out.completed ?? [];
+    const failed = out.failed ?? [];
+    if (completed.length !== complete.length || failed.length !== fail.length) {
+      throw new TransportError(
+        `taskmaster: a claim reporting ${complete.length} completions and ${fail.length} failures answered with ${completed.length} and ${failed.length} outcomes`,
+        { sent: true },
+      );
+    }
+    return { tasks: out.tasks, truncated: out.truncated, completed, failed };
+  }
+
+  /** A claim with `reports` added to its body, retried with its request id (a fresh one when absent). */
+  private claimCall(workerId: string, p: ClaimParams, reports: Pick<ClaimRequest, "complete" | "fail">, o: RequestOptions): Promise<ClaimResponse> {
     const { waitMs, ...rest } = p;
-    const body: Record<string, unknown> = { worker_id: workerId, ...rest, request_id: p.request_id ?? newId() };
-    if (waitMs && waitMs > 0) body["wait_ms"] = Math.ceil(waitMs);
-    const out = await this.data<{ tasks: Task[] }>("POST", "/tasks/v1/claim", { ...o, body, waitMs: Math.max(waitMs ?? 0, 0) });
-    return out.tasks;
+    const body: ClaimRequest = { worker_id: workerId, ...rest, request_id: p.request_id ?? newId(), ...reports };
+    if (waitMs && waitMs > 0) body.wait_ms = Math.ceil(waitMs);
+    return this.data<ClaimResponse>("POST", "/tasks/v1/claim", { ...o, body, waitMs: Math.max(waitMs ?? 0, 0) });
   }
 
   /**
@@ -788,8 +863,7 @@ export class Client {
 
   /** Reports up to MAX_BATCH held tasks failed, each fenced on its own. */
   failBatch(workerId: string, items: FailItem[], o: RequestOptions = {}): Promise<ItemOutcome[]> {
-    const reqs = items.map((it) => ({ id: it.id, lease_id: it.lease_id, error: cutUtf8(it.error), retryable: !it.nonRetryable }));
-    return this.reportBatch("/tasks/v1/fail", workerId, reqs, o);
+    return this.reportBatch("/tasks/v1/fail", workerId, items.map(failWire), o);
   }
 
   /** Hands up to MAX_BATCH held tasks back without spending their attempts, each fenced on its own. */

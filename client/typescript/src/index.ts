@@ -24,6 +24,8 @@ export {
   type ListParams,
   type ListQueuesParams,
   type ClaimParams,
+  type ClaimReportingParams,
+  type ClaimResult,
   type HeartbeatOptions,
   type CompleteItem,
   type FailItem,

@@ -235,7 +235,7 @@ export interface HeartbeatResult extends Worker {
   drain: boolean;
 }
 
-/** One item's outcome in a batch report. */
+/** One item's outcome in a batch report, or of a report a claim carried (schema ItemOutcome). */
 export interface ItemOutcome {
   id: string;
   outcome: "done" | "requeued" | "dead" | "error";
@@ -604,6 +604,36 @@ export interface ClaimRequest {
   wait_ms?: number;
   lease_seconds?: number;
   request_id?: string;
+  /** Completions to apply before claiming, in the transaction of the claim's first attempt. */
+  complete?: ClaimCompletion[];
+  /** Failures to apply before claiming, likewise. */
+  fail?: ClaimFailure[];
+}
+
+/** A completion a claim carries (schema ClaimRequest.complete[]): a batch completion's item without `enqueue`. */
+export interface ClaimCompletion {
+  id: string;
+  lease_id: string;
+  result?: JsonValue;
+}
+
+/** A failure a claim carries (schema ClaimRequest.fail[]). */
+export interface ClaimFailure {
+  id: string;
+  lease_id: string;
+  error?: string;
+  retryable?: boolean;
+}
+
+/** A claim's answer (schema ClaimResponse). */
+export interface ClaimResponse {
+  tasks: Task[];
+  /** The claim stopped before its limit at the server's response byte cap: more may be claimable at once. */
+  truncated: boolean;
+  /** The outcomes of the claim's `complete`, in order (absent when it carried none). */
+  completed?: ItemOutcome[];
+  /** The outcomes of the claim's `fail`, in order (absent when it carried none). */
+  failed?: ItemOutcome[];
 }
 
 /** A completion (schema CompleteRequest). */

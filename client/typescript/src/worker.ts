@@ -1,8 +1,9 @@
 import { hostname } from "node:os";
-import { Client, MAX_CLAIM_WAIT_MS, MAX_HEARTBEAT_TASKS, MAX_LEASE_SECONDS, checkEnqueue, checkJson } from "./client.js";
+import { Client, MAX_BATCH, MAX_CLAIM_WAIT_MS, MAX_HEARTBEAT_TASKS, MAX_LEASE_SECONDS, checkEnqueue, checkJson, type ClaimResult, type CompleteItem, type FailItem } from "./client.js";
 import {
   BodyTooLarge,
   Forbidden,
+  InvalidTransition,
   MalformedRequest,
   Problem,
   TaskmasterError,
@@ -13,9 +14,10 @@ import {
   WorkerNotFound,
   isHeldElsewhere,
   isRouteMissing,
+  problemFrom,
 } from "./errors.js";
 import { newId, sleep, type RetryPolicy } from "./http.js";
-import type { BatchSubmitItem, HeartbeatResult, JsonValue, LeaseRef, Task, Trace } from "./types.js";
+import type { BatchSubmitItem, HeartbeatResult, ItemOutcome, JsonValue, LeaseRef, Task, Trace } from "./types.js";
 
 /** Throw it from a handler to fail the task for good: DEAD at once (reason non_retryable). */
 export class NonRetryable extends TaskmasterError {
@@ -195,6 +197,11 @@ class Job {
   handlerDone = false;
   reporterTaken = false;
   /**
+   * Its slot went to the claim that carries its outcome (Worker.carry):
+   * the tasks that claim brings take it, so the job does not free it.
+   */
+  slotPassed = false;
+  /**
    * Set when the handler is done with a task whose time limit is up: it
    * stays listed until the server says it ended the attempt, or until then.
    */
@@ -236,6 +243,31 @@ class Job {
 
 const key = (r: LeaseRef) => r.id + "\u0000" + r.lease_id;
 
+type CompleteReport = { kind: "complete"; result: JsonValue | undefined; enqueue: BatchSubmitItem[] };
+type FailReport = { kind: "fail"; error: string; nonRetryable?: boolean };
+type Report = CompleteReport | FailReport | { kind: "snooze"; seconds: number } | { kind: "release"; error: string };
+
+/**
+ * A handler's outcome handed to the claim loop, to ride its next claim;
+ * `settle` takes the outcome the claim's answer gave it, or undefined when
+ * the outcome did not ride a claim that answered (the claim failed, or was
+ * not sent): its own report then delivers it.
+ */
+type Carried = { job: Job; settle: (o: ItemOutcome | undefined) => void } & ({ kind: "complete"; item: CompleteItem } | { kind: "fail"; item: FailItem });
+
+/**
+ * Whether a report's refusal says the report was already made: an
+ * invalid-transition whose current status is what the report makes (DONE
+ * for a completion; PENDING or DEAD for a failure), as when a try whose
+ * answer was lost saved it.
+ */
+function alreadyMade(kind: Report["kind"], e: unknown): boolean {
+  if (!(e instanceof InvalidTransition)) return false;
+  if (kind === "complete") return e.currentStatus === "DONE";
+  if (kind === "fail") return e.currentStatus === "PENDING" || e.currentStatus === "DEAD";
+  return false;
+}
+
 /**
  * A worker: registers, heartbeats (listing the tasks it holds, which renews
  * their leases), claims up to `concurrency` tasks with long polls, runs the
@@ -248,7 +280,11 @@ const key = (r: LeaseRef) => r.id + "\u0000" + r.lease_id;
  * Guarantees (docs/sdks.md says where each stops): a claim whose answer was
  * lost is retried with its request id, and until its answer arrives every
  * heartbeat names it (`claims_in_flight`), so a late answer does not cost
- * its tasks; a report failing with a transport error, 5xx, 408 or 429
+ * its tasks; a finished task's completion (without enqueue) or failure
+ * rides the next claim when every slot is taken (the claim is then sent
+ * at once: with concurrency 1, one request per task), and goes on its own
+ * otherwise (a report never waits for a claim) or when that claim fails
+ * for good; a report failing with a transport error, 5xx, 408 or 429
  * keeps its task heartbeated and is retried (after Retry-After) until
  * accepted, the lease is lost, or `reportTimeoutMs` runs out (only a
  * 400/413/422 about the result fails the task; 401/403 stop the worker
@@ -286,6 +322,12 @@ export class Worker {
   private noRelease = false;
   private plainBeats = false;
   private noClaimsInFlight = false;
+  /** The server refused a claim carrying reports as malformed (older than them): report on their own. */
+  private noCarry = false;
+  /** Whether the claim loop waits for a free slot: a finished task's outcome may then ride its next claim. */
+  private slotWait = false;
+  /** The outcomes for the next claim, each having passed its slot to it. */
+  private carried: Carried[] = [];
   private onBehalf = 0;
   private wake: (() => void) | undefined;
 
@@ -445,55 +487,142 @@ export class Worker {
     const w = Math.min(this.o.claimWaitMs, this.o.drainTimeoutMs);
     const wait = w >= 100 ? w : 0;
     const nextIdle = (i: number) => (i === 0 ? this.o.pollIntervalMs : Math.min(i * 2, this.o.maxIdleIntervalMs));
-    while (!this.stopping) {
-      if (this.drainRequested || this.running >= this.capacity) {
-        await this.changed(500);
-        continue;
-      }
-      const n = Math.min(this.capacity - this.running, 1000);
-      this.running += n;
-      // Never cut off: a claim cut after the server committed it would
-      // leave its tasks held by no one. A stopping worker lets its waiting
-      // claim run out (claimWaitMs <= drainTimeoutMs).
-      const sent = now();
-      const requestId = newId();
-      this.claims.add(requestId);
-      let tasks: Task[];
-      try {
-        tasks = await this.client.claim(this.workerId, {
-          limit: n,
-          waitMs: wait,
-          request_id: requestId,
-          ...(this.o.leaseSeconds ? { lease_seconds: this.o.leaseSeconds } : {}),
-        });
-      } catch (e) {
-        this.claims.delete(requestId); // given up: its tasks, if any, are orphans
-        this.free(n);
-        if (e instanceof WorkerDead || e instanceof WorkerNotFound) {
-          await this.reregister(e);
+    try {
+      while (!this.stopping) {
+        if (this.drainRequested || this.running >= this.capacity) {
+          this.handBack(); // draining, or a capacity cut below what was carried (registered again)
+          // Waiting for a slot: the outcome that frees one rides the claim
+          // sent at once when the wait ends (carry).
+          this.slotWait = !this.drainRequested && !this.noCarry;
+          await this.changed(500);
+          this.slotWait = false;
           continue;
         }
-        if (e instanceof Unauthorized || e instanceof Forbidden) {
-          this.fatalStop("claim", e);
-          return;
+        const n = Math.min(this.capacity - this.running, MAX_BATCH);
+        this.running += n;
+        // Each carried outcome passed its slot: there are at most n.
+        const carried = this.carried.splice(0, n);
+        this.handBack();
+        // Never cut off: a claim cut after the server committed it would
+        // leave its tasks held by no one. A stopping worker lets its waiting
+        // claim run out (claimWaitMs <= drainTimeoutMs).
+        const sent = now();
+        const requestId = newId();
+        this.claims.add(requestId);
+        const completes = carried.flatMap((c) => (c.kind === "complete" ? [c] : []));
+        const fails = carried.flatMap((c) => (c.kind === "fail" ? [c] : []));
+        let res: ClaimResult;
+        try {
+          res = await this.client.claimReporting(this.workerId, {
+            limit: n,
+            waitMs: wait,
+            request_id: requestId,
+            ...(this.o.leaseSeconds ? { lease_seconds: this.o.leaseSeconds } : {}),
+            complete: completes.map((c) => c.item),
+            fail: fails.map((c) => c.item),
+          });
+        } catch (e) {
+          this.claims.delete(requestId); // given up: its tasks, if any, are orphans
+          // The carried outcomes take their slots back, for their own reports.
+          this.free(n - carried.length);
+          for (const c of carried) {
+            c.job.slotPassed = false;
+            c.settle(undefined);
+          }
+          if (e instanceof WorkerDead || e instanceof WorkerNotFound) {
+            await this.reregister(e);
+            continue;
+          }
+          if (e instanceof Unauthorized || e instanceof Forbidden) {
+            this.fatalStop("claim", e);
+            return;
+          }
+          if (!(e instanceof Problem) && !(e instanceof TransportError)) throw e;
+          if (carried.length && e instanceof MalformedRequest) {
+            // A server older than reports on claims.
+            this.noCarry = true;
+            this.log.warn("the server takes no reports on claims; reporting on their own:", e.message);
+            continue;
+          }
+          this.log.warn("claim failed:", e.message);
+          if (carried.length && e instanceof ValidationProblem) continue; // a report refused (its own report says what to do): claim again
+          idle = nextIdle(idle);
+          await sleep(idle, () => this.stopping);
+          continue;
         }
-        if (!(e instanceof Problem) && !(e instanceof TransportError)) throw e;
-        this.log.warn("claim failed:", e.message);
-        idle = nextIdle(idle);
-        await sleep(idle, () => this.stopping);
-        continue;
+        this.free(n - res.tasks.length);
+        // The reports are settled (their tasks no longer listed) before the
+        // claim's tasks are in flight.
+        completes.forEach((c, i) => c.settle(res.completed[i]));
+        fails.forEach((c, i) => c.settle(res.failed[i]));
+        for (const t of res.tasks) this.start(t, sent);
+        // Its tasks are in flight (listed) before the claim stops being named.
+        this.claims.delete(requestId);
+        if (res.tasks.length) idle = 0;
+        else if (wait > 0 && now() - sent >= wait) idle = 0;
+        else {
+          idle = nextIdle(idle);
+          await sleep(idle, () => this.stopping);
+        }
       }
-      this.free(n - tasks.length);
-      for (const t of tasks) this.start(t, sent);
-      // Its tasks are in flight (listed) before the claim stops being named.
-      this.claims.delete(requestId);
-      if (tasks.length) idle = 0;
-      else if (wait > 0 && now() - sent >= wait) idle = 0;
-      else {
-        idle = nextIdle(idle);
-        await sleep(idle, () => this.stopping);
-      }
+    } finally {
+      this.slotWait = false;
+      this.handBack();
     }
+  }
+
+  /**
+   * Hands a finished task's outcome (a completion without enqueue, or a
+   * failure) to the claim loop when it waits for a free slot, so that the
+   * claim sent at once carries it: one request for both. The job passes
+   * its slot to that claim. Resolves whether the claim's answer settled
+   * the task (delivered, or no longer this worker's); false, at once when
+   * the loop is not waiting for a slot (it is long-polling, stopping or
+   * draining: a report never waits for a claim), or when the claim failed
+   * or was not sent: report it on its own then.
+   */
+  private carry(job: Job, r: CompleteReport | FailReport): Promise<boolean> {
+    if (!this.slotWait || this.stopping || this.drainRequested || this.noCarry) return Promise.resolve(false);
+    if (r.kind === "complete" && r.enqueue.length) return Promise.resolve(false);
+    return new Promise((resolve) => {
+      const settle = (o: ItemOutcome | undefined) => resolve(this.settled(job, r.kind, o));
+      const ref = job.ref;
+      if (r.kind === "complete") this.carried.push({ job, settle, kind: "complete", item: r.result === undefined ? { ...ref } : { ...ref, result: r.result } });
+      else this.carried.push({ job, settle, kind: "fail", item: { ...ref, error: r.error, nonRetryable: r.nonRetryable ?? false } });
+      job.slotPassed = true;
+      this.running--;
+      this.poke();
+    });
+  }
+
+  /** Gives the carried outcomes no claim took back to their own reports, with their slots. */
+  private handBack(): void {
+    for (const c of this.carried.splice(0)) {
+      c.job.slotPassed = false;
+      this.running++;
+      c.settle(undefined);
+    }
+  }
+
+  /** Whether a carried report's outcome settles its task (then forgotten at once); false: report it on its own. */
+  private settled(job: Job, kind: Carried["kind"], o: ItemOutcome | undefined): boolean {
+    if (!o) return false;
+    if (o.outcome !== "error") {
+      this.forget(job);
+      return true;
+    }
+    if (!o.problem) return false;
+    const p = problemFrom(o.problem);
+    if (alreadyMade(kind, p)) {
+      this.forget(job); // an earlier try of the claim, whose answer was lost, saved it
+      return true;
+    }
+    if (isHeldElsewhere(p)) {
+      this.log.warn(`task ${job.task.id} no longer held by this worker; dropping it (${kind}):`, p.message);
+      this.forget(job);
+      return true;
+    }
+    return false;
   }
 
   private free(n: number): void {
@@ -520,7 +649,10 @@ export class Worker {
     if (task.timeout_at && task.claimed_at) timeLimitAt = now() + Math.max(Date.parse(task.timeout_at) - Date.parse(task.claimed_at), 0);
     const job = new Job(task, leaseMs, sent + leaseMs, timeLimitAt);
     this.inflight.set(key(job.ref), job);
-    void this.work(job);
+    // The handler starts once the claim loop is through the claim's answer
+    // (waiting for a slot, if none is free): the outcome of a handler that
+    // returns (or throws) at once may then ride the next claim.
+    queueMicrotask(() => void this.work(job));
   }
 
   private context(job: Job): TaskContext {
@@ -589,7 +721,7 @@ export class Worker {
       this.log.error(`settling task ${job.task.id} failed:`, e);
       this.forget(job);
     } finally {
-      this.free(1);
+      if (!job.slotPassed) this.free(1);
     }
   }
 
@@ -616,10 +748,10 @@ export class Worker {
         if (result !== undefined) checkJson(result, "the handler's result");
         checkEnqueue(enqueue);
       } catch (e) {
-        await this.report(job, { kind: "fail", error: (e as Error).message, nonRetryable: true });
+        await this.finish(job, { kind: "fail", error: (e as Error).message, nonRetryable: true });
         return;
       }
-      await this.report(job, { kind: "complete", result: result as JsonValue | undefined, enqueue });
+      await this.finish(job, { kind: "complete", result: result as JsonValue | undefined, enqueue });
       return;
     }
     if (cause instanceof Shutdown) {
@@ -627,14 +759,20 @@ export class Worker {
       return;
     }
     if (cause instanceof TaskCancelled || cause instanceof TaskTimeout) {
-      await this.report(job, { kind: "fail", error: `${cause.message}: ${describe(error)}` });
+      await this.finish(job, { kind: "fail", error: `${cause.message}: ${describe(error)}` });
       return;
     }
     if (error instanceof Snooze) {
       await this.report(job, { kind: "snooze", seconds: error.seconds });
       return;
     }
-    await this.report(job, { kind: "fail", error: describe(error), nonRetryable: error instanceof NonRetryable });
+    await this.finish(job, { kind: "fail", error: describe(error), nonRetryable: error instanceof NonRetryable });
+  }
+
+  /** Reports a settled handler's completion or failure: on the next claim when it may ride one (carry), else on its own. */
+  private async finish(job: Job, r: CompleteReport | FailReport): Promise<void> {
+    if (await this.carry(job, r)) return;
+    await this.report(job, r);
   }
 
   private async settleAbandoned(job: Job): Promise<void> {
@@ -670,14 +808,7 @@ export class Worker {
 
   // Reports.
 
-  private async report(
-    job: Job,
-    r:
-      | { kind: "complete"; result: JsonValue | undefined; enqueue: BatchSubmitItem[] }
-      | { kind: "fail"; error: string; nonRetryable?: boolean }
-      | { kind: "snooze"; seconds: number }
-      | { kind: "release"; error: string },
-  ): Promise<void> {
+  private async report(job: Job, r: Report): Promise<void> {
     const t = job.task;
     const policy: RetryPolicy = { maxAttempts: Number.MAX_SAFE_INTEGER, baseDelayMs: 100, maxDelayMs: 5000 };
     const call = { retry: policy, deadline: Date.now() + this.o.reportTimeoutMs, stop: () => job.dropped() };
@@ -714,6 +845,7 @@ export class Worker {
       }
     } catch (e) {
       if (e instanceof Unauthorized || e instanceof Forbidden) this.fatalStop(r.kind, e);
+      else if (alreadyMade(r.kind, e)) return; // a try whose answer was lost (or the claim that carried it) saved it
       else if (isHeldElsewhere(e)) this.log.warn(`task ${t.id} no longer held by this worker; dropping it (${r.kind}):`, (e as Error).message);
       else if (e instanceof TransportError && job.dropped()) this.log.warn(`dropping the report of lost task ${t.id} (${r.kind})`);
       else if (e instanceof Problem || e instanceof TransportError) this.log.error(`report of task ${t.id} failed (${r.kind}):`, e.message);

@@ -18,6 +18,8 @@ import {
   ValidationProblem,
   WaitTimeout,
   WorkerNotFound,
+  isHeldElsewhere,
+  problemFrom,
   type JsonValue,
   type StreamEvent,
   type Task,
@@ -133,6 +135,44 @@ describe("client", { skip: needsServer }, () => {
     assert.ok((await c.workers()).some((w) => w.id === worker));
     assert.equal((await c.drain(worker)).draining, true);
     assert.equal((await c.heartbeat(worker, [])).drain, true);
+  });
+
+  test("a claim carries the worker's reports", async () => {
+    const worker = unique("ts-hand");
+    await c.register({ id: worker, queues: [q] });
+    const b = await c.submitBatch([0, 1, 2].map((i) => ({ queue: q, payload: { i } })));
+    const [x, y] = await c.claim(worker, { limit: 2 });
+    const reports = {
+      complete: [{ id: x!.id, lease_id: x!.lease_id!, result: { n: 1 } }],
+      fail: [{ id: y!.id, lease_id: y!.lease_id!, error: "boom", nonRetryable: true }],
+    };
+    const requestId = randomUUID();
+    const got = await c.claimReporting(worker, { ...reports, limit: 5, request_id: requestId });
+    assert.deepEqual(got.completed.map((o) => [o.id, o.outcome, o.task?.status, o.task?.result]), [[x!.id, "done", "DONE", { n: 1 }]]);
+    assert.deepEqual(got.failed.map((o) => [o.id, o.outcome, o.task?.status, o.task?.dead_reason, o.task?.last_error]), [[y!.id, "dead", "DEAD", "non_retryable", "boom"]]);
+    const third = b.tasks.find((t) => t.id !== x!.id && t.id !== y!.id)!;
+    assert.deepEqual([got.tasks.map((t) => t.id), got.truncated], [[third.id], false], "then it claims");
+
+    // The same request again, as after a lost answer: the reports were
+    // delivered (invalid-transition, with the status they made), and the
+    // claim answers with the same task under the same lease.
+    const again = await c.claimReporting(worker, { ...reports, limit: 5, request_id: requestId });
+    assert.deepEqual(again.completed.map((o) => [o.id, o.outcome]), [[x!.id, "error"]]);
+    const p = problemFrom(again.completed[0]!.problem!);
+    assert.ok(p instanceof InvalidTransition, p.message);
+    assert.equal(p.currentStatus, "DONE");
+    const f = problemFrom(again.failed[0]!.problem!);
+    assert.deepEqual([again.failed[0]!.outcome, f instanceof InvalidTransition, f.currentStatus], ["error", true, "DEAD"]);
+    assert.deepEqual(again.tasks.map((t) => [t.id, t.lease_id]), got.tasks.map((t) => [t.id, t.lease_id]));
+    assert.deepEqual((await c.attempts(x!.id)).map((a) => a.outcome), ["completed"], "completed once");
+    assert.deepEqual((await c.get(x!.id)).result, { n: 1 });
+
+    // Without failures, `failed` is empty; a task not held is the item's own error.
+    const t = got.tasks[0]!;
+    const last = await c.claimReporting(worker, { complete: [{ id: t.id, lease_id: t.lease_id! }, { id: y!.id, lease_id: randomUUID() }] });
+    assert.deepEqual([last.tasks, last.failed, last.completed.map((o) => o.outcome)], [[], [], ["done", "error"]]);
+    assert.ok(isHeldElsewhere(problemFrom(last.completed[1]!.problem!)));
+    assert.equal((await c.get(t.id)).status, "DONE");
   });
 
   test("waiting for results", async () => {
@@ -272,6 +312,19 @@ describe("without a server", () => {
     const p = problemFromAnswer(502, new Headers({ "content-type": "text/html" }), "<h1>bad gateway</h1>", "/tasks/v1", "c");
     assert.ok(p instanceof ServerError);
     assert.deepEqual([p.type, p.status, p.detail], ["about:blank", 502, "<h1>bad gateway</h1>"]);
+  });
+
+  test("a claim's completions enqueue nothing: refused before sending", async () => {
+    let sent = 0;
+    const c = new Client("http://127.0.0.1:9", {
+      fetch: () => {
+        sent++;
+        return Promise.reject(new Error("not sent"));
+      },
+    });
+    const item = { id: randomUUID(), lease_id: randomUUID(), enqueue: [{ queue: "next" }] };
+    await assert.rejects(c.claimReporting("w1", { complete: [item] }), (e: unknown) => e instanceof TypeError && /complete\[0\].*enqueue/.test(e.message));
+    assert.equal(sent, 0);
   });
 
   test("bad base URLs are refused", () => {

@@ -41,6 +41,64 @@ class Recorder {
   }
 }
 
+/** One request a client sent (through `counting`), and whether its answer came. */
+interface Sent {
+  method: string;
+  path: string;
+  body: Record<string, unknown> | undefined;
+  answered: boolean;
+  status: number | undefined;
+  /** The server answered, and this transport lost the answer. */
+  lost: boolean;
+}
+
+/**
+ * A fetch that records every request it sends (a counting transport), and
+ * loses the answers of the next `loseClaimAnswers` claims after the server
+ * gave them (the client sees a broken connection), as tests/sdk_claim_reports_test.go
+ * does for the Go SDK. (The proxy's lose-claim-answers is the conformance
+ * scenario's: tests/sdks counts its drops.)
+ */
+function counting(): { fetch: typeof fetch; sent: Sent[]; loseClaimAnswers: number } {
+  const net = { fetch: undefined as unknown as typeof fetch, sent: [] as Sent[], loseClaimAnswers: 0 };
+  const f = async (input: string | URL | Request, init?: RequestInit): Promise<Response> => {
+    const body = typeof init?.body === "string" ? (JSON.parse(init.body) as Record<string, unknown>) : undefined;
+    const rec: Sent = { method: init?.method ?? "GET", path: new URL(String(input)).pathname, body, answered: false, status: undefined, lost: false };
+    net.sent.push(rec);
+    try {
+      const resp = await globalThis.fetch(input, init);
+      rec.status = resp.status;
+      if (rec.path === "/tasks/v1/claim" && net.loseClaimAnswers > 0) {
+        net.loseClaimAnswers--;
+        await resp.arrayBuffer();
+        rec.lost = true;
+        throw Object.assign(new Error("the connection broke"), { code: "ECONNRESET" });
+      }
+      return resp;
+    } finally {
+      rec.answered = true;
+    }
+  };
+  net.fetch = f as typeof fetch;
+  return net;
+}
+
+/** The claims among sent, one per request id (its tries merged), in order: the ids of the tasks each carried a completion of, and whether one try was answered. */
+function claimsOf(sent: Sent[]): Array<{ requestId: string; completes: string[]; fails: string[]; answered: boolean }> {
+  const out = new Map<string, { requestId: string; completes: string[]; fails: string[]; answered: boolean }>();
+  for (const r of sent) {
+    if (r.path !== "/tasks/v1/claim" || !r.body) continue;
+    const id = r.body["request_id"] as string;
+    const ids = (k: string) => ((r.body![k] as Array<{ id: string }> | undefined) ?? []).map((it) => it.id);
+    const prev = out.get(id);
+    out.set(id, { requestId: id, completes: ids("complete"), fails: ids("fail"), answered: (prev?.answered ?? false) || r.answered });
+  }
+  return [...out.values()];
+}
+
+/** The completions sent on their own (POST /tasks/v1/{id}/complete, or a batch), by task id. */
+const ownCompletes = (sent: Sent[]) => sent.filter((r) => r.method === "POST" && /^\/tasks\/v1\/([^/]+\/)?complete$/.test(r.path)).map((r) => r.path.split("/")[3]);
+
 /** A gate handlers wait at until the test opens it. */
 function gate(): { wait: () => Promise<void>; open: () => void } {
   let open!: () => void;
@@ -58,9 +116,9 @@ describe("worker", { skip: needsServer, concurrency: false }, () => {
   });
 
   /** Runs a worker around body; stops it after; resolves run()'s error, if any. */
-  async function withWorker(handler: Handler, options: WorkerOptions, body: (w: Worker, stopped: () => boolean) => Promise<void>): Promise<unknown> {
+  async function withWorker(handler: Handler, options: WorkerOptions, body: (w: Worker, stopped: () => boolean) => Promise<void>, wc: Client = c): Promise<unknown> {
     // Heartbeats as the server asks: every 500 ms (tests/sdks).
-    const w = new Worker(c, handler, { queues: [q], workerId: unique("ts-w"), claimWaitMs: 500, handleSignals: false, logger: quiet, ...options });
+    const w = new Worker(wc, handler, { queues: [q], workerId: unique("ts-w"), claimWaitMs: 500, handleSignals: false, logger: quiet, ...options });
     let failure: unknown;
     let settled = false;
     const run = w
@@ -88,7 +146,9 @@ describe("worker", { skip: needsServer, concurrency: false }, () => {
       await g.wait();
       rec.leave(ctx);
       return { id: ctx.task.id };
-    }, { concurrency: 4, leaseSeconds: 30 }, async () => {
+      // A slot to spare: the claim loop long-polls, so the completes go on
+      // their own (those a claim carries: "an outage during the carrying claim").
+    }, { concurrency: 5, leaseSeconds: 30 }, async () => {
       await eventually(() => rec.calls.size === 4, "four handlers run");
       await arm("answer", { status: 503, retry_after: 1, ms: 4000 });
       g.open();
@@ -115,7 +175,7 @@ describe("worker", { skip: needsServer, concurrency: false }, () => {
       await g.wait();
       rec.leave(ctx);
       return "ok";
-    }, { concurrency: 3 }, async () => {
+    }, { concurrency: 4 }, async () => { // a slot to spare: the completes go on their own
       await eventually(() => rec.calls.size === 3, "three handlers run");
       await arm("answer", { on: ["complete"], status: 429, retry_after: 1, ms: 2500 });
       g.open();
@@ -203,7 +263,9 @@ describe("worker", { skip: needsServer, concurrency: false }, () => {
       return "ok";
     }, {}, async (_w, stopped) => {
       await eventually(async () => (await c.get(task.id)).status === "RUNNING", "the task runs");
-      await arm("answer", { on: ["complete"], status: 401, ms: 3000 });
+      // Its completion rides the next claim (the worker has no other slot),
+      // then, refused, goes on its own: both are refused.
+      await arm("answer", { on: ["claim", "complete"], status: 401, ms: 3000 });
       g.open();
       await eventually(stopped, "the worker stops by itself");
     });
@@ -233,6 +295,132 @@ describe("worker", { skip: needsServer, concurrency: false }, () => {
     assert.equal((await c.get(task.id)).status, "DONE");
     assert.deepEqual(await outcomes(task.id), ["completed"], "one attempt, completed");
     assert.equal(rec.calls.get(task.id), 1, "the handler ran once");
+  });
+
+  test("one task at a time: each outcome rides the next claim", async () => {
+    const n = 5;
+    const ids = (await c.submitBatch(Array.from({ length: n }, (_, i) => ({ queue: q, payload: { i } })))).tasks.map((t) => t.id);
+    const net = counting();
+    await withWorker((ctx) => {
+      const { i } = ctx.payload as { i: number };
+      if (i === 2) throw new NonRetryable("two is bad");
+      return { i };
+    }, {}, async () => {
+      await eventually(async () => (await Promise.all(ids.map((id) => c.get(id)))).every((t) => t.status === "DONE" || t.status === "DEAD"), "every task finished");
+    }, client({ fetch: net.fetch }));
+    for (const [i, id] of ids.entries()) {
+      const t = await c.get(id);
+      if (i === 2) assert.deepEqual([t.status, t.dead_reason, t.last_error], ["DEAD", "non_retryable", "two is bad"]);
+      else assert.deepEqual([t.status, t.result, t.attempts], ["DONE", { i }, 1]);
+      assert.deepEqual(await outcomes(id), [i === 2 ? "failed" : "completed"]);
+    }
+    assert.deepEqual(ownCompletes(net.sent), [], "no completion on its own");
+    assert.deepEqual(net.sent.filter((r) => r.path.endsWith("/fail")), [], "no failure on its own");
+    const claims = claimsOf(net.sent);
+    assert.deepEqual([claims[0]!.completes, claims[0]!.fails], [[], []], "the first claim carries nothing");
+    const carrying = claims.slice(1, n + 1);
+    assert.deepEqual(carrying.map((x) => x.completes.length + x.fails.length), Array(n).fill(1), "each of the next n claims carries one outcome");
+    assert.deepEqual(new Set(carrying.flatMap((x) => x.completes)), new Set(ids.filter((_, i) => i !== 2)));
+    assert.deepEqual(carrying.flatMap((x) => x.fails), [ids[2]]);
+    assert.ok(claims.slice(n + 1).every((x) => x.completes.length + x.fails.length === 0), "then nothing more to carry");
+  });
+
+  test("a carrying claim whose answer is lost delivers its result once", async () => {
+    const rec = new Recorder();
+    const g = gate();
+    const ids = (await c.submitBatch([0, 1].map((i) => ({ queue: q, payload: { i } })))).tasks.map((t) => t.id);
+    const net = counting();
+    let first = "";
+    const logged: string[] = [];
+    const logger = { info: () => {}, warn: (...a: unknown[]) => logged.push(a.join(" ")), error: (...a: unknown[]) => logged.push(a.join(" ")) };
+    await withWorker(async (ctx) => {
+      rec.enter(ctx);
+      first ||= ctx.task.id;
+      if (ctx.task.id === first) await g.wait();
+      rec.leave(ctx);
+      return { id: ctx.task.id };
+    }, { logger }, async () => {
+      await eventually(() => first !== "", "the first task runs");
+      net.loseClaimAnswers = 1; // the next claim: the one carrying the first task's completion
+      g.open();
+      await eventually(async () => (await Promise.all(ids.map((id) => c.get(id)))).every((t) => t.status === "DONE"), "every task DONE");
+    }, client({ fetch: net.fetch }));
+    for (const id of ids) {
+      const t = await c.get(id);
+      assert.deepEqual([t.result, t.attempts], [{ id }, 1]);
+      assert.deepEqual(await outcomes(id), ["completed"]);
+      assert.equal(rec.calls.get(id), 1, "handled once");
+    }
+    const lost = net.sent.filter((r) => r.lost);
+    assert.equal(lost.length, 1, "one claim answer was lost");
+    const requestId = lost[0]!.body!["request_id"];
+    const tries = net.sent.filter((r) => r.path === "/tasks/v1/claim" && r.body!["request_id"] === requestId);
+    assert.deepEqual(tries.map((r) => [r.lost, r.status]), [[true, 200], [false, 200]], "sent again with its request id");
+    assert.deepEqual(claimsOf(net.sent).find((x) => x.requestId === requestId)?.completes, [first], "it carried the first task's completion");
+    assert.deepEqual(ownCompletes(net.sent), [], "its repeat said it was delivered (invalid-transition, DONE): not sent again on its own");
+    assert.deepEqual(logged.filter((m) => m.includes(first)), [], "delivered, not dropped as held elsewhere");
+    const same = (await proxyLog()).claims.filter((x) => x.request_id === requestId);
+    assert.deepEqual(same.map((x) => x.task_ids), [[ids.find((id) => id !== first)], [ids.find((id) => id !== first)]], "both tries got the second task");
+  });
+
+  test("an outage during the carrying claim loses no result", async () => {
+    const rec = new Recorder();
+    const g = gate();
+    const task = await c.submit({ queue: q });
+    const net = counting();
+    // Few retries of a call: the carrying claim fails for good within the outage.
+    const wc = client({ fetch: net.fetch, retry: { maxAttempts: 2, baseDelayMs: 50, maxDelayMs: 200 } });
+    await withWorker(async (ctx) => {
+      rec.enter(ctx);
+      await g.wait();
+      rec.leave(ctx);
+      return { done: true };
+    }, { leaseSeconds: 30 }, async () => {
+      await eventually(() => rec.calls.has(task.id), "the handler runs");
+      await arm("answer", { status: 503, retry_after: 1, ms: 3000 });
+      g.open();
+      await eventually(async () => (await c.get(task.id).catch(() => undefined))?.status === "DONE", "the task is DONE");
+    }, wc);
+    const t = await c.get(task.id);
+    assert.deepEqual([t.result, t.attempts], [{ done: true }, 1]);
+    assert.deepEqual(await outcomes(task.id), ["completed"]);
+    assert.equal(rec.calls.get(task.id), 1, "handled once");
+    const carrying = net.sent.filter((r) => r.path === "/tasks/v1/claim" && JSON.stringify(r.body?.["complete"] ?? []).includes(task.id));
+    assert.ok(carrying.length > 0 && carrying.every((r) => r.status === 503), "the claim carrying the completion was refused");
+    assert.ok(ownCompletes(net.sent).includes(task.id), "then the completion went on its own");
+    const reports = (await proxyLog()).reports.filter((r) => r.task_id === task.id);
+    assert.ok(reports.some((r) => r.faulted), "through the outage");
+    assert.ok(reports.some((r) => r.action === "complete" && r.status === 200), "until accepted");
+  });
+
+  test("a report does not wait for a long-polling claim", async () => {
+    const rec = new Recorder();
+    const g = gate();
+    const task = await c.submit({ queue: q });
+    const net = counting();
+    // Two slots: while one task runs, the claim loop long-polls for the other.
+    const w = new Worker(client({ fetch: net.fetch }), async (ctx) => {
+      rec.enter(ctx);
+      await g.wait();
+      rec.leave(ctx);
+      return "quick";
+    }, { queues: [q], workerId: unique("ts-w"), concurrency: 2, claimWaitMs: 20_000, handleSignals: false, logger: quiet });
+    const run = w.run();
+    try {
+      await eventually(() => rec.calls.has(task.id), "the handler runs");
+      const polling = await eventually(() => claimsOf(net.sent).find((x) => !x.answered), "a claim long-polls");
+      g.open();
+      await eventually(async () => (await c.get(task.id)).status === "DONE", "the task is DONE");
+      assert.equal(claimsOf(net.sent).find((x) => x.requestId === polling.requestId)!.answered, false, "DONE while the claim still long-polls");
+    } finally {
+      g.open();
+      w.stop();
+      await c.submit({ queue: q }); // ends the poll, which a stopping worker lets run out
+      await run;
+    }
+    assert.deepEqual(ownCompletes(net.sent).filter((id) => id === task.id), [task.id], "the completion went on its own");
+    assert.ok(claimsOf(net.sent).every((x) => !x.completes.includes(task.id)), "no claim carried it");
+    assert.deepEqual(await outcomes(task.id), ["completed"]);
   });
 
   test("a handler gets its trace and reports progress", async () => {

@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -31,14 +32,19 @@ type Options struct {
 	Rate         int
 	// SingleRate paces the single scenario's workers to this many tasks
 	// per second (0: as fast as they go).
-	SingleRate   int
-	Duration     time.Duration
-	URL          string
-	DatabaseURL  string
-	JSONPath     string
-	PayloadBytes int // memory scenario
-	Claimers     int // memory scenario
-	MemoryClaim  int // memory scenario: tasks per claim
+	SingleRate int
+	// SingleReports is how the single scenario's workers report: "claim"
+	// (each report rides the worker's next claim), "separate" (a complete
+	// request per task), or "auto" (claim when the server takes reports on
+	// claims, else separate: an A/B against an older binary).
+	SingleReports string
+	Duration      time.Duration
+	URL           string
+	DatabaseURL   string
+	JSONPath      string
+	PayloadBytes  int // memory scenario
+	Claimers      int // memory scenario
+	MemoryClaim   int // memory scenario: tasks per claim
 	// MemoryPayload is the memory scenario's payload: "string" (one long
 	// string) or "amplified" (an array of the small floats that grow the
 	// most once stored, within the server's allowance: hostile input).
@@ -100,15 +106,19 @@ type Report struct {
 	Machine       *Machine `json:"machine,omitempty"`
 	Auth          bool     `json:"auth"`
 	// Via is how the server reached its database (Options.Via).
-	Via                   string       `json:"via"`
-	Tasks                 int          `json:"tasks"`
-	Producers             int          `json:"producers"`
-	Workers               int          `json:"workers"`
-	DurationSeconds       float64      `json:"duration_seconds"`
-	SubmitTasksPerSec     float64      `json:"submit_tasks_per_sec"`
-	EndToEndTasksPerSec   float64      `json:"end_to_end_tasks_per_sec"`
-	ClaimLatencyMS        Percentiles  `json:"claim_latency_ms"`
-	CompleteLatencyMS     *Percentiles `json:"complete_latency_ms,omitempty"`
+	Via                 string       `json:"via"`
+	Tasks               int          `json:"tasks"`
+	Producers           int          `json:"producers"`
+	Workers             int          `json:"workers"`
+	DurationSeconds     float64      `json:"duration_seconds"`
+	SubmitTasksPerSec   float64      `json:"submit_tasks_per_sec"`
+	EndToEndTasksPerSec float64      `json:"end_to_end_tasks_per_sec"`
+	ClaimLatencyMS      Percentiles  `json:"claim_latency_ms"`
+	CompleteLatencyMS   *Percentiles `json:"complete_latency_ms,omitempty"`
+	// SingleReports is how the single scenario's workers reported: "claim"
+	// (with the next claim: claim latency includes the report) or
+	// "separate".
+	SingleReports         string       `json:"single_reports,omitempty"`
 	EmptyClaimLatencyMS   *Percentiles `json:"empty_queue_claim_latency_ms,omitempty"`
 	BacklogClaimLatencyMS *Percentiles `json:"backlog_claim_latency_ms,omitempty"`
 	BacklogP99Ratio       float64      `json:"backlog_p99_ratio,omitempty"`
@@ -278,6 +288,7 @@ func parseOptions(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.BatchSize, "batch-size", 500, "tasks per submit batch")
 	fs.IntVar(&o.ClaimLimit, "claim-limit", 100, "tasks per claim in the batch scenario")
 	fs.IntVar(&o.Rate, "rate", 200, "tasks per second in the latency scenario")
+	fs.StringVar(&o.SingleReports, "single-reports", "auto", "how the single scenario reports: claim (with the next claim), separate (a complete request per task), auto (claim when the server takes it)")
 	fs.IntVar(&o.SingleRate, "single-rate", 0, "pace the single scenario to this many tasks per second (0: as fast as possible), e.g. half its full-speed figure for latency below saturation")
 	fs.DurationVar(&o.Duration, "duration", 20*time.Second, "length of the latency scenario and of the backlog measurement")
 	fs.StringVar(&o.URL, "url", "", "target a running server instead of starting one")
@@ -482,10 +493,19 @@ func produceItems(ctx context.Context, a *api, n, producers, batch int, item fun
 	return <-errs
 }
 
+// reporting is how drain's workers report the tasks they claimed.
+type reporting int
+
+const (
+	reportBatches reporting = iota // one batch complete per claim
+	reportEach                     // one complete request per task
+	reportOnClaim                  // with the worker's next claim
+)
+
 // drain runs workers that claim up to limit tasks and complete them until
-// n completions were counted or stop closes. single uses the one-task
-// endpoints. Claim latencies go to claims.
-func drain(ctx context.Context, a *api, queue string, n int64, workers, limit int, single bool, pace <-chan struct{},
+// n completions were counted or stop closes, reporting as how says. Claim
+// latencies go to claims (with reportOnClaim, each claim's report too).
+func drain(ctx context.Context, a *api, queue string, n int64, workers, limit int, how reporting, pace <-chan struct{},
 	claims, completes *recorder, completed *atomic.Int64) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -500,6 +520,7 @@ func drain(ctx context.Context, a *api, queue string, n int64, workers, limit in
 				errs <- err
 				return
 			}
+			var held []claimedTask // reportOnClaim: claimed, to report
 			for completed.Load() < n && ctx.Err() == nil {
 				if pace != nil { // one claim per tick (see paceAt)
 					select {
@@ -509,6 +530,30 @@ func drain(ctx context.Context, a *api, queue string, n int64, workers, limit in
 					}
 				}
 				t0 := time.Now()
+				if how == reportOnClaim {
+					// A claim that carries reports does not wait: they
+					// count once it answers. An empty one waits.
+					wait := 1000
+					if len(held) > 0 {
+						wait = 0
+					}
+					tasks, err := a.claimReporting(ctx, id, queue, limit, wait, held)
+					if err != nil {
+						if ctx.Err() == nil {
+							errs <- err
+						}
+						return
+					}
+					if len(tasks) > 0 || len(held) > 0 {
+						claims.add(time.Since(t0))
+					}
+					reported := len(held)
+					held = tasks
+					if completed.Add(int64(reported)) >= n {
+						cancel()
+					}
+					continue
+				}
 				tasks, err := a.claim(ctx, id, queue, limit, 1000)
 				if err != nil {
 					if ctx.Err() == nil {
@@ -521,7 +566,7 @@ func drain(ctx context.Context, a *api, queue string, n int64, workers, limit in
 				}
 				claims.add(time.Since(t0))
 				t1 := time.Now()
-				if single {
+				if how == reportEach {
 					for _, t := range tasks {
 						if err := a.complete(ctx, id, t); err != nil {
 							errs <- err
@@ -561,7 +606,7 @@ func produceAndDrain(ctx context.Context, env *environment, opts Options, queue 
 		perr = produce(ctx, env.api, queue, n, opts.Producers, opts.BatchSize, submitted)
 		submitDone = time.Now()
 	}()
-	werr := drain(ctx, env.api, queue, int64(n), opts.Workers, opts.ClaimLimit, false, nil, claims, nil, completed)
+	werr := drain(ctx, env.api, queue, int64(n), opts.Workers, opts.ClaimLimit, reportBatches, nil, claims, nil, completed)
 	pwg.Wait()
 	return submitDone, errors.Join(perr, werr)
 }
@@ -604,6 +649,11 @@ func runSingle(ctx context.Context, env *environment, opts Options, mon *monitor
 		n = 20000
 	}
 	const workers = 16
+	onClaim, err := singleReportsOnClaim(ctx, env.api, opts.SingleReports)
+	if err != nil {
+		return Report{}, err
+	}
+	fmt.Fprintf(log, "[single] reports on claims: %v\n", onClaim)
 	queue := fmt.Sprintf("single-%d", time.Now().UnixNano())
 	var submitted, completed atomic.Int64
 	t0 := time.Now()
@@ -625,19 +675,29 @@ func runSingle(ctx context.Context, env *environment, opts Options, mon *monitor
 		defer cancel()
 		pace = paceAt(pctx, opts.SingleRate)
 	}
-	if err := drain(ctx, env.api, queue, int64(n), workers, 1, true, pace, claims, completes, &completed); err != nil {
+	how := reportEach
+	if onClaim {
+		how = reportOnClaim
+	}
+	if err := drain(ctx, env.api, queue, int64(n), workers, 1, how, pace, claims, completes, &completed); err != nil {
 		return Report{}, err
 	}
 	el := time.Since(start)
-	cp := completes.percentiles()
-	return Report{
+	r := Report{
 		Tasks: n, Producers: opts.Producers, Workers: workers, Finished: int64(n),
 		DurationSeconds:     round3(el.Seconds()),
 		SubmitTasksPerSec:   round1(submitRate),
 		EndToEndTasksPerSec: round1(float64(n) / el.Seconds()),
 		ClaimLatencyMS:      claims.percentiles(),
-		CompleteLatencyMS:   &cp,
-	}, nil
+		SingleReports:       "separate",
+	}
+	if onClaim {
+		r.SingleReports = "claim"
+	} else {
+		cp := completes.percentiles()
+		r.CompleteLatencyMS = &cp
+	}
+	return r, nil
 }
 
 // runBacklog measures claim-1 latency on a near-empty queue, then again on
@@ -664,7 +724,7 @@ func runBacklog(ctx context.Context, env *environment, opts Options, mon *monito
 		go progress(log, "backlog", mon, stop, func() string {
 			return fmt.Sprintf("%s: claimed+completed %d (%.0f/s)", queue, completed.Load(), float64(completed.Load())/time.Since(start).Seconds())
 		})
-		err := drain(mctx, env.api, queue, int64(preload), workers, 1, true, nil, claims, nil, &completed)
+		err := drain(mctx, env.api, queue, int64(preload), workers, 1, reportEach, nil, claims, nil, &completed)
 		close(stop)
 		if err != nil && mctx.Err() == nil {
 			return Percentiles{}, 0, err
@@ -831,6 +891,9 @@ func printReport(w io.Writer, r Report) {
 	}
 	pr("claim latency", &r.ClaimLatencyMS)
 	pr("complete latency", r.CompleteLatencyMS)
+	if r.SingleReports != "" {
+		fmt.Fprintf(w, "  reports:          %s\n", r.SingleReports)
+	}
 	pr("empty-queue claim", r.EmptyClaimLatencyMS)
 	pr("backlog claim", r.BacklogClaimLatencyMS)
 	if r.BacklogP99Ratio > 0 {
@@ -859,3 +922,28 @@ func printReport(w io.Writer, r Report) {
 
 func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
 func round3(f float64) float64 { return float64(int64(f*1000+0.5)) / 1000 }
+
+// singleReportsOnClaim reports whether the single scenario's reports ride
+// the next claim: mode "claim", "separate", or "auto" (when the server
+// takes reports on claims: a claim of an unknown worker carrying none is a
+// 404 there, and a 400 for a server that knows no such field).
+func singleReportsOnClaim(ctx context.Context, a *api, mode string) (bool, error) {
+	switch mode {
+	case "claim":
+		return true, nil
+	case "separate":
+		return false, nil
+	case "auto", "":
+	default:
+		return false, fmt.Errorf("--single-reports: %q is not claim, separate or auto", mode)
+	}
+	worker := fmt.Sprintf("bench-probe-%d", time.Now().UnixNano())
+	code, _ := a.post(ctx, "/tasks/v1/claim", map[string]any{"worker_id": worker, "complete": []any{}}, nil)
+	switch code {
+	case http.StatusNotFound:
+		return true, nil
+	case http.StatusBadRequest:
+		return false, nil
+	}
+	return false, fmt.Errorf("probing for reports on claims: answered %d", code)
+}

@@ -146,6 +146,34 @@ func (a *api) claim(ctx context.Context, worker, queue string, limit int, waitMS
 	return out.Tasks, err
 }
 
+// claimReporting claims up to limit tasks, carrying the completions of
+// done: every one must come back done.
+func (a *api) claimReporting(ctx context.Context, worker, queue string, limit, waitMS int, done []claimedTask) ([]claimedTask, error) {
+	items := make([]map[string]any, len(done))
+	for i, t := range done {
+		items[i] = map[string]any{"id": t.ID, "lease_id": t.LeaseID}
+	}
+	var out struct {
+		Tasks     []claimedTask `json:"tasks"`
+		Completed []struct {
+			Outcome string `json:"outcome"`
+		} `json:"completed"`
+	}
+	body := map[string]any{"worker_id": worker, "queue": queue, "limit": limit, "wait_ms": waitMS, "complete": items}
+	if _, err := a.post(ctx, "/tasks/v1/claim", body, &out); err != nil {
+		return nil, err
+	}
+	if len(out.Completed) != len(done) {
+		return nil, fmt.Errorf("claim: %d reports came back with %d outcomes", len(done), len(out.Completed))
+	}
+	for _, it := range out.Completed {
+		if it.Outcome != "done" {
+			return nil, fmt.Errorf("claim: a report came back %q", it.Outcome)
+		}
+	}
+	return out.Tasks, nil
+}
+
 func (a *api) completeBatch(ctx context.Context, worker string, tasks []claimedTask) error {
 	items := make([]map[string]any, len(tasks))
 	for i, t := range tasks {

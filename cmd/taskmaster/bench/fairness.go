@@ -72,7 +72,7 @@ func runFairness(ctx context.Context, env *environment, opts Options, mon *monit
 		defer cancel()
 		fmt.Fprintf(log, "[fairness] %s: draining for %s\n", queue, opts.Duration)
 		start := time.Now()
-		if err := drain(mctx, env.api, queue, int64(n), workers, limit, false, nil, claims, nil, &completed); err != nil && mctx.Err() == nil {
+		if err := drain(mctx, env.api, queue, int64(n), workers, limit, reportBatches, nil, claims, nil, &completed); err != nil && mctx.Err() == nil {
 			return err
 		}
 		out.ClaimLatencyMS = claims.percentiles()

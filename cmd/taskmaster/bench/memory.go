@@ -60,7 +60,7 @@ func runMemory(ctx context.Context, env *environment, opts Options, mon *monitor
 			cancel() // the workers would wait for tasks that never come
 		}
 	}()
-	werr := drain(ctx, a, queue, int64(n), opts.Claimers, opts.MemoryClaim, false, nil, claims, nil, &completed)
+	werr := drain(ctx, a, queue, int64(n), opts.Claimers, opts.MemoryClaim, reportBatches, nil, claims, nil, &completed)
 	pwg.Wait()
 	if err := errors.Join(perr, werr); err != nil {
 		return Report{}, err
