@@ -124,57 +124,44 @@ func claimFits(batch []*pending[claim, claimAnswer], p *pending[claim, claimAnsw
 var errClaimRefused = errors.New("a claim of the batch that carried reports failed")
 
 // claimInTx applies the reports the batch's claims carry (as reportInTx
-// applies the batch reports, less the touch of their workers), then answers the
-// claims whose reports were not refused as a whole (claimAllInTx). A claim
-// that fails after its reports changed tasks fails the transaction: its
-// request is all or nothing.
+// applies the batch reports, less the touch of their workers: without it
+// no request is refused as a whole), then answers every claim
+// (claimAllInTx). A claim that fails after its reports changed tasks fails
+// the transaction: its request is all or nothing.
 func claimInTx(ctx context.Context, st ports.Stores, batch []*pending[claim, claimAnswer]) error {
 	var (
 		subs []*pending[report, []ports.TaskResult]
 		of   []*pending[claim, claimAnswer]
 	)
 	for _, p := range batch {
-		p.res, p.err = claimAnswer{}, nil
 		if p.req.reports != nil {
 			subs = append(subs, &pending[report, []ports.TaskResult]{ctx: p.ctx, req: *p.req.reports})
 			of = append(of, p)
 		}
 	}
-	if len(subs) == 0 {
-		return claimAllInTx(ctx, st, batch)
-	}
 	// The claims touch their workers, and check that their requests may
 	// act as them, after the reports: a refusal rolls the reports back.
-	if err := applyReports(ctx, st, subs, false); err != nil {
+	if len(subs) > 0 {
+		if err := applyReports(ctx, st, subs, false); err != nil {
+			return err
+		}
+	}
+	if err := claimAllInTx(ctx, st, batch); err != nil {
 		return err
 	}
-	changed := make(map[*pending[claim, claimAnswer]]bool, len(subs))
 	for i, sp := range subs {
 		p := of[i]
-		if sp.err != nil {
-			p.err = sp.err // refused as a whole: nothing of it was saved
+		p.res.reported = sp.res
+		if p.err == nil {
 			continue
 		}
-		p.res.reported = sp.res
 		for _, res := range sp.res {
-			changed[p] = changed[p] || res.Err == nil
-		}
-	}
-	open := make([]*pending[claim, claimAnswer], 0, len(batch))
-	for _, p := range batch {
-		if p.err == nil {
-			open = append(open, p)
-		}
-	}
-	if err := claimAllInTx(ctx, st, open); err != nil {
-		return err
-	}
-	for _, p := range open {
-		if p.err != nil && changed[p] {
-			if len(batch) == 1 {
-				return p.err // its reports roll back
+			if res.Err == nil { // a report changed a task
+				if len(batch) == 1 {
+					return p.err // its reports roll back
+				}
+				return errClaimRefused
 			}
-			return errClaimRefused
 		}
 	}
 	return nil

@@ -255,15 +255,12 @@ func (s *TaskService) claimBatch(ctx context.Context, batch []*pending[claim, cl
 // liveness locks (a worker the heartbeat reaper is declaring DEAD claims
 // nothing), the tasks a repeated request id still holds, nothing for a
 // draining worker, else new tasks, with one statement per set of queues and
-// tags. It keeps each claim's reported outcomes (claimInTx).
+// tags.
 func claimAllInTx(ctx context.Context, st ports.Stores, batch []*pending[claim, claimAnswer]) error {
-	if len(batch) == 0 {
-		return nil
-	}
 	ids := make([]string, 0, len(batch))
 	seen := make(map[string]bool, len(batch))
 	for _, p := range batch {
-		p.res, p.err = claimAnswer{reported: p.res.reported}, nil
+		p.res, p.err = claimAnswer{}, nil
 		if !seen[p.req.workerID] {
 			seen[p.req.workerID] = true
 			ids = append(ids, p.req.workerID)

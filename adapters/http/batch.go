@@ -182,8 +182,8 @@ func checkReportItems(v *validation.Errors, list string, items []batchItem, fail
 	}
 }
 
-// completeItems are the complete items' commands (nil for none); each
-// item's id was checked (checkReportItems).
+// completeItems are the complete items' commands (nil for none), with
+// their enqueue; each item's id was checked (checkReportItems).
 func completeItems(items []batchItem) []ports.CompleteItem {
 	if len(items) == 0 {
 		return nil
@@ -191,6 +191,7 @@ func completeItems(items []batchItem) []ports.CompleteItem {
 	out := make([]ports.CompleteItem, len(items))
 	for i, it := range items {
 		out[i] = ports.CompleteItem{TaskID: *it.ID.get(), LeaseID: it.LeaseID.get(), Result: it.Result}
+		out[i].Enqueue, out[i].EnqueueGraph = graphOf(it.Enqueue)
 	}
 	return out
 }
@@ -220,14 +221,12 @@ func (s *Server) handleCompleteBatch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	items := make([]ports.CompleteItem, len(req.Items))
+	items := completeItems(req.Items)
 	// Each item's enqueued tasks keep the traces of their submit spans.
 	ends := map[int]func([]*task.Task, error){}
-	for i, it := range req.Items {
-		items[i] = ports.CompleteItem{TaskID: *it.ID.get(), LeaseID: it.LeaseID.get(), Result: it.Result}
-		items[i].Enqueue, items[i].EnqueueGraph = graphOf(it.Enqueue)
-		if items[i].Enqueue != nil {
-			ends[i] = s.traced(r, items[i].Enqueue)
+	for i, it := range items {
+		if it.Enqueue != nil {
+			ends[i] = s.traced(r, it.Enqueue)
 		}
 	}
 	results, err := s.tasks.CompleteBatch(r.Context(), req.WorkerID, items)
