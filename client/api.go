@@ -365,8 +365,9 @@ func (c *Client) Claim(ctx context.Context, p ClaimParams) ([]Task, error) {
 // (*Problem, transport) means none of the reports was saved, unless a try
 // was committed and its answer lost. The retries that Claim makes are made
 // here too, with the same reports and RequestID: an item that a lost try
-// saved comes back OutcomeError with an invalid-transition problem whose
-// CurrentStatus is its new status (DONE for a completion), and the claim
+// saved comes back OutcomeError: invalid-transition with CurrentStatus
+// DONE for a completion, DEAD for a failure that ended the task, lease-lost
+// (PENDING) for a failure that requeued it; and the claim
 // answers with the tasks the lost try claimed. Once saved, the answer
 // carries the outcomes whatever the wait brings (an error while waiting
 // ends it with no tasks).

@@ -1514,9 +1514,10 @@ func statusOf(err error) Status {
 }
 
 // saved reports whether err refuses a report of what (complete, fail)
-// because the task is already in the status that report makes (DONE for a
-// completion, PENDING or DEAD for a failure): a try whose answer was lost,
-// a claim's or the report's own, saved it.
+// because the task already ended the way that report ends it (DONE for a
+// completion, DEAD for a failure): a try whose answer was lost, a claim's
+// or the report's own, saved it. (A failure that put the task back to
+// PENDING is answered lease-lost when repeated: heldElsewhere drops it.)
 func saved(what string, err error) bool {
 	p, ok := AsProblem(err)
 	if !ok || !IsInvalidTransition(err) {
@@ -1526,7 +1527,7 @@ func saved(what string, err error) bool {
 	case "complete":
 		return p.CurrentStatus == StatusDone
 	case "fail":
-		return p.CurrentStatus == StatusPending || p.CurrentStatus == StatusDead
+		return p.CurrentStatus == StatusDead
 	}
 	return false
 }
