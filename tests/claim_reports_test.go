@@ -3,6 +3,7 @@ package tests
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"sync"
 	"testing"
@@ -39,9 +40,7 @@ func claimReporting(t *testing.T, c *testclient.Client, body jsonObj) claimAnswe
 
 func leaseItem(task testclient.Task, more jsonObj) jsonObj {
 	item := jsonObj{"id": task.ID, "lease_id": task.Lease()}
-	for k, v := range more {
-		item[k] = v
-	}
+	maps.Copy(item, more)
 	return item
 }
 
@@ -127,9 +126,7 @@ func TestAClaimsReportsAreCheckedBeforeAnythingChanges(t *testing.T) {
 		"a bad claim field": {jsonObj{"complete": []jsonObj{leaseItem(running, nil)}, "limit": 0}, "limit"},
 	} {
 		body := jsonObj{"worker_id": "w1", "queue": "q"}
-		for k, v := range tc.body {
-			body[k] = v
-		}
+		maps.Copy(body, tc.body)
 		p := c.Do(http.MethodPost, "/tasks/v1/claim", body).Problem(t, http.StatusUnprocessableEntity, "validation-error")
 		require.Contains(t, p.Fields(), tc.field, name)
 	}
