@@ -365,6 +365,41 @@ class WorkerTest(unittest.TestCase):
         self.assertTrue(any(r["faulted"] for r in completes), "then the complete went on its own, into the outage")
         self.assertEqual([200], [r["status"] for r in completes if not r["faulted"]], "and was saved once")
 
+    def test_a_report_the_carrying_claim_gave_back_keeps_its_slot(self) -> None:
+        # Concurrency 1: the claim carrying the first task's completion is
+        # answered 503 until its retries are spent (~4 s), the complete on
+        # its own for longer. Until that complete is saved the worker holds
+        # the task, so it claims no other: the second task's handler starts
+        # only once the first is DONE (a heartbeat's list stays within
+        # concurrency too).
+        rec = Recorder()
+        gate = threading.Event()
+        seen: Dict[str, str] = {}
+
+        first = self.c.submit(self.queue, {}).id
+
+        def handle(ctx: taskmaster.TaskContext) -> Any:
+            rec.enter(ctx)
+            if ctx.task.id == first:
+                gate.wait(30)
+            else:
+                seen[ctx.task.id] = self.c.get(first).status
+            rec.leave(ctx)
+            return {"id": ctx.task.id}
+
+        with self.worker(handle) as w:
+            support.eventually(lambda: first in rec.calls and w._slot_waiting, "the handler runs, the claim loop waits for its slot")
+            second = self.c.submit(self.queue, {}).id
+            support.arm("answer", on=["claim"], status=503, retry_after=1, ms=6000)
+            support.arm("answer", on=["complete"], status=503, retry_after=1, ms=10000)
+            gate.set()
+            support.eventually(lambda: all(self.c.get(i).status == taskmaster.DONE for i in (first, second)), "both DONE")
+        self.assertEqual({second: taskmaster.DONE}, seen, "the second task was claimed once the first was DONE")
+        for tid in (first, second):
+            self.assertEqual(({"id": tid}, ["completed"]), (self.c.get(tid).result, self.outcomes(tid)))
+        completes = [r for r in support.proxy_log()["reports"] if r["task_id"] == first]
+        self.assertTrue(any(r["faulted"] for r in completes), "the first complete went on its own, into the outage")
+
     def test_a_lost_answer_of_the_carrying_claim_loses_no_result(self) -> None:
         # The claim carrying the completion reaches the server, its answer
         # is lost (held past the worker's client's timeout); the SDK's
