@@ -19,6 +19,7 @@ from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence
 
 from ._http import RetryPolicy, new_id
 from .client import (
+    MAX_BATCH,
     MAX_CLAIM_WAIT,
     MAX_HEARTBEAT_TASKS,
     MAX_LEASE_SECONDS,
@@ -728,7 +729,8 @@ class Worker:
 
     def _carry(self, job: _Job, kind: str, args: Dict[str, Any]) -> bool:
         """Hands a complete or fail over to the claim loop when it is
-        blocked waiting for a free slot (and not stopping or draining):
+        blocked waiting for a free slot (and not stopping or draining), up
+        to MAX_BATCH of them:
         frees the job's slot, so that the claim carrying the report goes
         out at once. The job stays in flight (listed by heartbeats) until
         the claim's answer settles it. False: report on its own."""
@@ -744,6 +746,10 @@ class Worker:
             return False
         with self._changed:
             if not self._slot_waiting or self._stopping.is_set() or self._draining.is_set():
+                return False
+            if len(self._carried) >= MAX_BATCH:
+                # The server takes no more on a claim; and the claim (its
+                # limit at most MAX_BATCH) then takes a slot for each.
                 return False
             self._carried.append(_Carried(job, kind, args, item))
             self._running -= 1

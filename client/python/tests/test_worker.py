@@ -12,6 +12,7 @@ import unittest
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import taskmaster
+from taskmaster.worker import _Job
 
 from . import support
 
@@ -399,6 +400,20 @@ class WorkerTest(unittest.TestCase):
             self.assertEqual(({"id": tid}, ["completed"]), (self.c.get(tid).result, self.outcomes(tid)))
         completes = [r for r in support.proxy_log()["reports"] if r["task_id"] == first]
         self.assertTrue(any(r["faulted"] for r in completes), "the first complete went on its own, into the outage")
+
+    def test_one_claim_carries_at_most_max_batch_reports(self) -> None:
+        # A claim takes at most MAX_BATCH reports (the server refuses more):
+        # a worker of more slots whose claim loop waits for one hands over
+        # that many; the next finished handler reports on its own, keeping
+        # its slot.
+        n = taskmaster.MAX_BATCH + 1
+        w = taskmaster.Worker(self.c, lambda ctx: None, concurrency=n, install_signal_handlers=False)
+        w._running, w._slot_waiting = n, True
+        jobs = [_Job(taskmaster.Task(f"t{i}", self.queue, taskmaster.RUNNING, lease_id=f"l{i}"), 30.0, time.monotonic() + 30, None)
+                for i in range(n)]
+        handed = [w._carry(j, "complete", {"result": None, "enqueue": []}) for j in jobs]
+        self.assertEqual([True] * taskmaster.MAX_BATCH + [False], handed)
+        self.assertEqual((taskmaster.MAX_BATCH, 1), (len(w._carried), w._running))
 
     def test_a_lost_answer_of_the_carrying_claim_loses_no_result(self) -> None:
         # The claim carrying the completion reaches the server, its answer
