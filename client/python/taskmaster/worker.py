@@ -19,6 +19,7 @@ from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence
 
 from ._http import RetryPolicy, new_id
 from .client import (
+    MAX_BATCH,
     MAX_CLAIM_WAIT,
     MAX_HEARTBEAT_TASKS,
     MAX_LEASE_SECONDS,
@@ -377,7 +378,7 @@ class Worker:
       each task costs one request. Otherwise (a claim long-polling, the
       worker stopping or draining) it goes out on its own at once; if the
       claim carrying it fails (its retries spent, or a problem answer) it
-      goes through the report path above. The task stays in the heartbeat
+      goes through the report path above, holding its slot again. The task stays in the heartbeat
       list until the claim's answer settles it;
     - a lease it cannot renew before it runs out by this worker's clock
       (less ``lease_margin``) stops the handler (cause TaskLost) and its
@@ -617,14 +618,14 @@ class Worker:
         finally:
             # Reports handed over to a claim that will not be sent go out
             # on their own, at once.
-            self._report_alone(self._take_carried())
+            self._report_alone(self._take_carried(), slots=0)
 
     def _claim_until_stopped(self) -> None:
         idle = 0.0
         wait = self._claim_wait()
         while not self._stopping.is_set():
             if self._draining.is_set():
-                self._report_alone(self._take_carried())
+                self._report_alone(self._take_carried(), slots=0)
                 self._stopping.wait(0.5)
                 continue
             with self._changed:
@@ -646,27 +647,25 @@ class Worker:
             with self._lock:
                 self._claims.add(request_id)
             try:
-                if carried:
-                    res = self.client.claim_reporting(
-                        self.worker_id,
-                        complete=[c.item for c in carried if isinstance(c.item, CompleteItem)],
-                        fail=[c.item for c in carried if isinstance(c.item, FailItem)],
-                        limit=n, wait=wait, lease_seconds=self.lease_seconds, request_id=request_id,
-                    )
-                    self._settle_carried(carried, res)
-                    tasks = res.tasks
-                else:
-                    tasks = self.client.claim(self.worker_id, limit=n, wait=wait, lease_seconds=self.lease_seconds, request_id=request_id)
+                res = self.client.claim_reporting(
+                    self.worker_id,
+                    complete=[c.item for c in carried if isinstance(c.item, CompleteItem)],
+                    fail=[c.item for c in carried if isinstance(c.item, FailItem)],
+                    limit=n, wait=wait, lease_seconds=self.lease_seconds, request_id=request_id,
+                )
             except Problem as p:
                 self._unclaim(request_id)  # given up: its tasks, if any, are orphans
-                self._free(n)
+                # Each report goes on its own holding the slot it brought
+                # (n >= len(carried): each freed one before n was counted),
+                # as a report made in its handler's thread does.
+                self._free(n - len(carried))
                 if carried:
                     if isinstance(p, MalformedRequest) and {e.field for e in p.errors} & {"complete", "fail"}:
                         # A server older than reports on claims: "complete"
                         # is not a known field.
                         self._no_carry = True
                         self.log.warning("the server takes no reports on claims; reporting on its own: %s", p)
-                    self._report_alone(carried)
+                    self._report_alone(carried, slots=len(carried))
                 if isinstance(p, (WorkerDead, WorkerNotFound)):
                     self._reregister(p)
                     continue
@@ -679,19 +678,26 @@ class Worker:
                 continue
             except TransportError as e:
                 self._unclaim(request_id)
-                self._free(n)
-                self._report_alone(carried)
+                self._free(n - len(carried))
+                self._report_alone(carried, slots=len(carried))
                 self.log.warning("claim failed: %s", e)
                 idle = self._next_idle(idle)
                 self._stopping.wait(idle)
                 continue
+            tasks = res.tasks
+            refused = self._settle_carried(carried, res)
+            # A report the claim did not deliver goes on its own, holding a
+            # slot the claim's tasks left, while any is left (else without:
+            # its handler returned, so concurrency still bounds handlers).
+            kept = min(len(refused), n - len(tasks))
             with self._changed:
-                self._running -= n - len(tasks)  # the slots the claim did not fill
+                self._running -= n - len(tasks) - kept  # the slots the claim did not fill
                 self._changed.notify_all()
                 # With no slot left, the loop goes straight back to wait
                 # for one: a handler that finishes from now on hands its
                 # report over (even before the loop is back waiting).
                 self._slot_waiting = self._running >= self._capacity
+            self._report_alone(refused, slots=kept)
             for task in tasks:
                 self._start(task, sent)
             # Its tasks are in flight (listed) before the claim stops being
@@ -723,7 +729,8 @@ class Worker:
 
     def _carry(self, job: _Job, kind: str, args: Dict[str, Any]) -> bool:
         """Hands a complete or fail over to the claim loop when it is
-        blocked waiting for a free slot (and not stopping or draining):
+        blocked waiting for a free slot (and not stopping or draining), up
+        to MAX_BATCH of them:
         frees the job's slot, so that the claim carrying the report goes
         out at once. The job stays in flight (listed by heartbeats) until
         the claim's answer settles it. False: report on its own."""
@@ -740,18 +747,23 @@ class Worker:
         with self._changed:
             if not self._slot_waiting or self._stopping.is_set() or self._draining.is_set():
                 return False
+            if len(self._carried) >= MAX_BATCH:
+                # The server takes no more on a claim; and the claim (its
+                # limit at most MAX_BATCH) then takes a slot for each.
+                return False
             self._carried.append(_Carried(job, kind, args, item))
             self._running -= 1
             self._changed.notify_all()
         self.log.debug("the %s of task %s rides the next claim", kind, t.id)
         return True
 
-    def _settle_carried(self, carried: List["_Carried"], res: ClaimResult) -> None:
+    def _settle_carried(self, carried: List["_Carried"], res: ClaimResult) -> List["_Carried"]:
         """Settles the reports a claim carried, by their outcomes: applied
         (or saved by a lost try: an invalid-transition whose status is what
         the report makes), the task is no longer held; refused because the
-        worker no longer holds the task, it is dropped; anything else goes
-        through the report path."""
+        worker no longer holds the task, it is dropped. Returns the others,
+        to go through the report path."""
+        refused = []
         completes = [c for c in carried if isinstance(c.item, CompleteItem)]
         fails = [c for c in carried if isinstance(c.item, FailItem)]
         for c, o in zip(completes + fails, res.completed + res.failed):
@@ -763,7 +775,8 @@ class Worker:
                 self._forget(c.job)
             else:
                 self.log.warning("the claim refused the %s of task %s; reporting it on its own: %s", c.kind, c.job.task.id, err)
-                self._in_background(self._report_carried, c)
+                refused.append(c)
+        return refused
 
     def _take_carried(self) -> List["_Carried"]:
         """Ends the claim loop's wait for a slot: no report is handed over
@@ -773,14 +786,21 @@ class Worker:
             carried, self._carried = self._carried, []
         return carried
 
-    def _report_alone(self, carried: List["_Carried"]) -> None:
+    def _report_alone(self, carried: List["_Carried"], *, slots: int) -> None:
         """Sends handed-over reports on their own, each through the report
-        path (its retries and outage handling), at once."""
-        for c in carried:
-            self._in_background(self._report_carried, c)
+        path (its retries and outage handling), at once; the first
+        ``slots`` of them hold a slot the caller took for them until done,
+        so that the tasks held stay within concurrency (and a heartbeat's
+        list within its cap) while they retry."""
+        for i, c in enumerate(carried):
+            self._in_background(self._report_carried, c, i < slots)
 
-    def _report_carried(self, c: "_Carried") -> None:
-        self._report(c.job, c.kind, **c.args)
+    def _report_carried(self, c: "_Carried", slot: bool) -> None:
+        try:
+            self._report(c.job, c.kind, **c.args)
+        finally:
+            if slot:
+                self._free(1)
 
     def _reregister(self, cause: Exception) -> None:
         self.log.warning("the server no longer knows this worker as alive; registering again: %s", cause)

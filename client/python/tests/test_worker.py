@@ -12,6 +12,7 @@ import unittest
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import taskmaster
+from taskmaster.worker import _Job
 
 from . import support
 
@@ -364,6 +365,55 @@ class WorkerTest(unittest.TestCase):
         self.assertTrue(completes and all(r["action"] == "complete" for r in completes))
         self.assertTrue(any(r["faulted"] for r in completes), "then the complete went on its own, into the outage")
         self.assertEqual([200], [r["status"] for r in completes if not r["faulted"]], "and was saved once")
+
+    def test_a_report_the_carrying_claim_gave_back_keeps_its_slot(self) -> None:
+        # Concurrency 1: the claim carrying the first task's completion is
+        # answered 503 until its retries are spent (~4 s), the complete on
+        # its own for longer. Until that complete is saved the worker holds
+        # the task, so it claims no other: the second task's handler starts
+        # only once the first is DONE (a heartbeat's list stays within
+        # concurrency too).
+        rec = Recorder()
+        gate = threading.Event()
+        seen: Dict[str, str] = {}
+
+        first = self.c.submit(self.queue, {}).id
+
+        def handle(ctx: taskmaster.TaskContext) -> Any:
+            rec.enter(ctx)
+            if ctx.task.id == first:
+                gate.wait(30)
+            else:
+                seen[ctx.task.id] = self.c.get(first).status
+            rec.leave(ctx)
+            return {"id": ctx.task.id}
+
+        with self.worker(handle) as w:
+            support.eventually(lambda: first in rec.calls and w._slot_waiting, "the handler runs, the claim loop waits for its slot")
+            second = self.c.submit(self.queue, {}).id
+            support.arm("answer", on=["claim"], status=503, retry_after=1, ms=6000)
+            support.arm("answer", on=["complete"], status=503, retry_after=1, ms=10000)
+            gate.set()
+            support.eventually(lambda: all(self.c.get(i).status == taskmaster.DONE for i in (first, second)), "both DONE")
+        self.assertEqual({second: taskmaster.DONE}, seen, "the second task was claimed once the first was DONE")
+        for tid in (first, second):
+            self.assertEqual(({"id": tid}, ["completed"]), (self.c.get(tid).result, self.outcomes(tid)))
+        completes = [r for r in support.proxy_log()["reports"] if r["task_id"] == first]
+        self.assertTrue(any(r["faulted"] for r in completes), "the first complete went on its own, into the outage")
+
+    def test_one_claim_carries_at_most_max_batch_reports(self) -> None:
+        # A claim takes at most MAX_BATCH reports (the server refuses more):
+        # a worker of more slots whose claim loop waits for one hands over
+        # that many; the next finished handler reports on its own, keeping
+        # its slot.
+        n = taskmaster.MAX_BATCH + 1
+        w = taskmaster.Worker(self.c, lambda ctx: None, concurrency=n, install_signal_handlers=False)
+        w._running, w._slot_waiting = n, True
+        jobs = [_Job(taskmaster.Task(f"t{i}", self.queue, taskmaster.RUNNING, lease_id=f"l{i}"), 30.0, time.monotonic() + 30, None)
+                for i in range(n)]
+        handed = [w._carry(j, "complete", {"result": None, "enqueue": []}) for j in jobs]
+        self.assertEqual([True] * taskmaster.MAX_BATCH + [False], handed)
+        self.assertEqual((taskmaster.MAX_BATCH, 1), (len(w._carried), w._running))
 
     def test_a_lost_answer_of_the_carrying_claim_loses_no_result(self) -> None:
         # The claim carrying the completion reaches the server, its answer
