@@ -45,7 +45,7 @@ from .errors import (
     WorkerNotFound,
     is_held_elsewhere,
 )
-from .types import DEAD, DONE, PENDING, ClaimResult, HeartbeatResult, LeaseRef, Task, Trace
+from .types import DEAD, DONE, ClaimResult, HeartbeatResult, LeaseRef, Task, Trace
 
 log = logging.getLogger("taskmaster.worker")
 
@@ -322,14 +322,15 @@ class _Carried:
     """The claim's item: a CompleteItem or a FailItem."""
 
 
-_MADE = {"complete": (DONE,), "fail": (PENDING, DEAD)}
+_MADE = {"complete": (DONE,), "fail": (DEAD,)}
 
 
 def _applied(kind: str, err: BaseException) -> bool:
     """Whether a report's refusal says it was applied already: an
-    invalid-transition whose current status is what the report makes
-    (DONE for a complete; PENDING or DEAD for a fail), as a try whose
-    answer was lost leaves it."""
+    invalid-transition whose current status is how the report ended the
+    task (DONE for a complete, DEAD for a fail), as a try whose answer was
+    lost leaves it. (A repeated fail that requeued its task is answered
+    lease-lost: dropped as no longer held.)"""
     return isinstance(err, InvalidTransition) and err.current_status in _MADE.get(kind, ())
 
 
