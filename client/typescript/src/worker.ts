@@ -322,7 +322,7 @@ export class Worker {
   private noRelease = false;
   private plainBeats = false;
   private noClaimsInFlight = false;
-  /** The server refused a claim carrying reports as malformed (older than them): report on their own. */
+  /** The server refused a claim's `complete` or `fail` as unknown fields (older than reports on claims): report on their own. */
   private noCarry = false;
   /** Whether the claim loop waits for a free slot: a finished task's outcome may then ride its next claim. */
   private slotWait = false;
@@ -538,8 +538,9 @@ export class Worker {
             return;
           }
           if (!(e instanceof Problem) && !(e instanceof TransportError)) throw e;
-          if (carried.length && e instanceof MalformedRequest) {
-            // A server older than reports on claims.
+          if (carried.length && e instanceof MalformedRequest && e.errors.some((f) => f.field === "complete" || f.field === "fail")) {
+            // A server older than reports on claims: "complete" (or "fail")
+            // is not a known field. Another 400 leaves carrying on.
             this.noCarry = true;
             this.log.warn("the server takes no reports on claims; reporting on their own:", e.message);
             continue;
