@@ -608,22 +608,21 @@ export class Worker {
   /** Whether a carried report's outcome settles its task (then forgotten at once); false: report it on its own. */
   private settled(job: Job, kind: Carried["kind"], o: ItemOutcome | undefined): boolean {
     if (!o) return false;
-    if (o.outcome !== "error") {
-      this.forget(job);
-      return true;
-    }
-    if (!o.problem) return false;
-    const p = problemFrom(o.problem);
-    if (alreadyMade(kind, p)) {
-      this.forget(job); // an earlier try of the claim, whose answer was lost, saved it
-      return true;
-    }
-    if (isHeldElsewhere(p)) {
-      this.log.warn(`task ${job.task.id} no longer held by this worker; dropping it (${kind}):`, p.message);
-      this.forget(job);
-      return true;
-    }
-    return false;
+    if (o.outcome === "error" && !(o.problem && this.refusalEnds(job.task, kind, problemFrom(o.problem)))) return false;
+    this.forget(job);
+    return true;
+  }
+
+  /**
+   * Whether a report's refusal ends it: the report was made already (a try
+   * whose answer was lost, or the claim that carried it, saved it), or the
+   * task is no longer this worker's (logged: it is dropped).
+   */
+  private refusalEnds(t: Task, kind: Report["kind"], e: unknown): boolean {
+    if (alreadyMade(kind, e)) return true;
+    if (!isHeldElsewhere(e)) return false;
+    this.log.warn(`task ${t.id} no longer held by this worker; dropping it (${kind}):`, (e as Error).message);
+    return true;
   }
 
   private free(n: number): void {
@@ -846,8 +845,7 @@ export class Worker {
       }
     } catch (e) {
       if (e instanceof Unauthorized || e instanceof Forbidden) this.fatalStop(r.kind, e);
-      else if (alreadyMade(r.kind, e)) return; // a try whose answer was lost (or the claim that carried it) saved it
-      else if (isHeldElsewhere(e)) this.log.warn(`task ${t.id} no longer held by this worker; dropping it (${r.kind}):`, (e as Error).message);
+      else if (this.refusalEnds(t, r.kind, e)) return;
       else if (e instanceof TransportError && job.dropped()) this.log.warn(`dropping the report of lost task ${t.id} (${r.kind})`);
       else if (e instanceof Problem || e instanceof TransportError) this.log.error(`report of task ${t.id} failed (${r.kind}):`, e.message);
       else throw e;
