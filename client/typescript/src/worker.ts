@@ -197,8 +197,9 @@ class Job {
   handlerDone = false;
   reporterTaken = false;
   /**
-   * Its slot went to the claim that carries its outcome (Worker.carry):
-   * the tasks that claim brings take it, so the job does not free it.
+   * Its slot went to the claim that carried its outcome and settled it
+   * (Worker.carry): the tasks that claim brought took it, so the job does
+   * not free it.
    */
   slotPassed = false;
   /**
@@ -251,7 +252,8 @@ type Report = CompleteReport | FailReport | { kind: "snooze"; seconds: number } 
  * A handler's outcome handed to the claim loop, to ride its next claim;
  * `settle` takes the outcome the claim's answer gave it, or undefined when
  * the outcome did not ride a claim that answered (the claim failed, or was
- * not sent): its own report then delivers it.
+ * not sent): when it does not settle the task, the job takes back the slot
+ * it passed and its own report delivers the outcome.
  */
 type Carried = { job: Job; settle: (o: ItemOutcome | undefined) => void } & ({ kind: "complete"; item: CompleteItem } | { kind: "fail"; item: FailItem });
 
@@ -523,12 +525,8 @@ export class Worker {
           });
         } catch (e) {
           this.claims.delete(requestId); // given up: its tasks, if any, are orphans
-          // The carried outcomes take their slots back, for their own reports.
-          this.free(n - carried.length);
-          for (const c of carried) {
-            c.job.slotPassed = false;
-            c.settle(undefined);
-          }
+          this.free(n);
+          for (const c of carried) c.settle(undefined); // each takes a slot back, for its own report
           if (e instanceof WorkerDead || e instanceof WorkerNotFound) {
             await this.reregister(e);
             continue;
@@ -586,11 +584,16 @@ export class Worker {
     if (!this.slotWait || this.stopping || this.drainRequested || this.noCarry) return Promise.resolve(false);
     if (r.kind === "complete" && r.enqueue.length) return Promise.resolve(false);
     return new Promise((resolve) => {
-      const settle = (o: ItemOutcome | undefined) => resolve(this.settled(job, r.kind, o));
+      const settle = (o: ItemOutcome | undefined) => {
+        const done = this.settled(job, r.kind, o);
+        // Not settled: its own report holds a slot, as every report does.
+        if (done) job.slotPassed = true;
+        else this.running++;
+        resolve(done);
+      };
       const ref = job.ref;
       if (r.kind === "complete") this.carried.push({ job, settle, kind: "complete", item: r.result === undefined ? { ...ref } : { ...ref, result: r.result } });
       else this.carried.push({ job, settle, kind: "fail", item: { ...ref, error: r.error, nonRetryable: r.nonRetryable ?? false } });
-      job.slotPassed = true;
       this.running--;
       this.poke();
     });
@@ -598,11 +601,7 @@ export class Worker {
 
   /** Gives the carried outcomes no claim took back to their own reports, with their slots. */
   private handBack(): void {
-    for (const c of this.carried.splice(0)) {
-      c.job.slotPassed = false;
-      this.running++;
-      c.settle(undefined);
-    }
+    for (const c of this.carried.splice(0)) c.settle(undefined);
   }
 
   /** Whether a carried report's outcome settles its task (then forgotten at once); false: report it on its own. */
