@@ -197,8 +197,9 @@ class Job {
   handlerDone = false;
   reporterTaken = false;
   /**
-   * Its slot went to the claim that carries its outcome (Worker.carry):
-   * the tasks that claim brings take it, so the job does not free it.
+   * Its slot went to the claim that carried its outcome and settled it
+   * (Worker.carry): the tasks that claim brought took it, so the job does
+   * not free it.
    */
   slotPassed = false;
   /**
@@ -251,7 +252,8 @@ type Report = CompleteReport | FailReport | { kind: "snooze"; seconds: number } 
  * A handler's outcome handed to the claim loop, to ride its next claim;
  * `settle` takes the outcome the claim's answer gave it, or undefined when
  * the outcome did not ride a claim that answered (the claim failed, or was
- * not sent): its own report then delivers it.
+ * not sent): when it does not settle the task, the job takes back the slot
+ * it passed and its own report delivers the outcome.
  */
 type Carried = { job: Job; settle: (o: ItemOutcome | undefined) => void } & ({ kind: "complete"; item: CompleteItem } | { kind: "fail"; item: FailItem });
 
@@ -322,7 +324,7 @@ export class Worker {
   private noRelease = false;
   private plainBeats = false;
   private noClaimsInFlight = false;
-  /** The server refused a claim carrying reports as malformed (older than them): report on their own. */
+  /** The server refused a claim's `complete` or `fail` as unknown fields (older than reports on claims): report on their own. */
   private noCarry = false;
   /** Whether the claim loop waits for a free slot: a finished task's outcome may then ride its next claim. */
   private slotWait = false;
@@ -523,12 +525,8 @@ export class Worker {
           });
         } catch (e) {
           this.claims.delete(requestId); // given up: its tasks, if any, are orphans
-          // The carried outcomes take their slots back, for their own reports.
-          this.free(n - carried.length);
-          for (const c of carried) {
-            c.job.slotPassed = false;
-            c.settle(undefined);
-          }
+          this.free(n);
+          for (const c of carried) c.settle(undefined); // each takes a slot back, for its own report
           if (e instanceof WorkerDead || e instanceof WorkerNotFound) {
             await this.reregister(e);
             continue;
@@ -538,8 +536,9 @@ export class Worker {
             return;
           }
           if (!(e instanceof Problem) && !(e instanceof TransportError)) throw e;
-          if (carried.length && e instanceof MalformedRequest) {
-            // A server older than reports on claims.
+          if (carried.length && e instanceof MalformedRequest && e.errors.some((f) => f.field === "complete" || f.field === "fail")) {
+            // A server older than reports on claims: "complete" (or "fail")
+            // is not a known field. Another 400 leaves carrying on.
             this.noCarry = true;
             this.log.warn("the server takes no reports on claims; reporting on their own:", e.message);
             continue;
@@ -585,11 +584,16 @@ export class Worker {
     if (!this.slotWait || this.stopping || this.drainRequested || this.noCarry) return Promise.resolve(false);
     if (r.kind === "complete" && r.enqueue.length) return Promise.resolve(false);
     return new Promise((resolve) => {
-      const settle = (o: ItemOutcome | undefined) => resolve(this.settled(job, r.kind, o));
+      const settle = (o: ItemOutcome | undefined) => {
+        const done = this.settled(job, r.kind, o);
+        // Not settled: its own report holds a slot, as every report does.
+        if (done) job.slotPassed = true;
+        else this.running++;
+        resolve(done);
+      };
       const ref = job.ref;
       if (r.kind === "complete") this.carried.push({ job, settle, kind: "complete", item: r.result === undefined ? { ...ref } : { ...ref, result: r.result } });
       else this.carried.push({ job, settle, kind: "fail", item: { ...ref, error: r.error, nonRetryable: r.nonRetryable ?? false } });
-      job.slotPassed = true;
       this.running--;
       this.poke();
     });
@@ -597,32 +601,27 @@ export class Worker {
 
   /** Gives the carried outcomes no claim took back to their own reports, with their slots. */
   private handBack(): void {
-    for (const c of this.carried.splice(0)) {
-      c.job.slotPassed = false;
-      this.running++;
-      c.settle(undefined);
-    }
+    for (const c of this.carried.splice(0)) c.settle(undefined);
   }
 
   /** Whether a carried report's outcome settles its task (then forgotten at once); false: report it on its own. */
   private settled(job: Job, kind: Carried["kind"], o: ItemOutcome | undefined): boolean {
     if (!o) return false;
-    if (o.outcome !== "error") {
-      this.forget(job);
-      return true;
-    }
-    if (!o.problem) return false;
-    const p = problemFrom(o.problem);
-    if (alreadyMade(kind, p)) {
-      this.forget(job); // an earlier try of the claim, whose answer was lost, saved it
-      return true;
-    }
-    if (isHeldElsewhere(p)) {
-      this.log.warn(`task ${job.task.id} no longer held by this worker; dropping it (${kind}):`, p.message);
-      this.forget(job);
-      return true;
-    }
-    return false;
+    if (o.outcome === "error" && !(o.problem && this.refusalEnds(job.task, kind, problemFrom(o.problem)))) return false;
+    this.forget(job);
+    return true;
+  }
+
+  /**
+   * Whether a report's refusal ends it: the report was made already (a try
+   * whose answer was lost, or the claim that carried it, saved it), or the
+   * task is no longer this worker's (logged: it is dropped).
+   */
+  private refusalEnds(t: Task, kind: Report["kind"], e: unknown): boolean {
+    if (alreadyMade(kind, e)) return true;
+    if (!isHeldElsewhere(e)) return false;
+    this.log.warn(`task ${t.id} no longer held by this worker; dropping it (${kind}):`, (e as Error).message);
+    return true;
   }
 
   private free(n: number): void {
@@ -845,8 +844,7 @@ export class Worker {
       }
     } catch (e) {
       if (e instanceof Unauthorized || e instanceof Forbidden) this.fatalStop(r.kind, e);
-      else if (alreadyMade(r.kind, e)) return; // a try whose answer was lost (or the claim that carried it) saved it
-      else if (isHeldElsewhere(e)) this.log.warn(`task ${t.id} no longer held by this worker; dropping it (${r.kind}):`, (e as Error).message);
+      else if (this.refusalEnds(t, r.kind, e)) return;
       else if (e instanceof TransportError && job.dropped()) this.log.warn(`dropping the report of lost task ${t.id} (${r.kind})`);
       else if (e instanceof Problem || e instanceof TransportError) this.log.error(`report of task ${t.id} failed (${r.kind}):`, e.message);
       else throw e;

@@ -393,6 +393,30 @@ describe("worker", { skip: needsServer, concurrency: false }, () => {
     assert.ok(reports.some((r) => r.action === "complete" && r.status === 200), "until accepted");
   });
 
+  test("a 400 that names no report does not turn carrying off", async () => {
+    const g = gate();
+    const ids = (await c.submitBatch([0, 1, 2].map((i) => ({ queue: q, payload: { i } })))).tasks.map((t) => t.id);
+    const net = counting();
+    let first = "";
+    await withWorker(async (ctx) => {
+      first ||= ctx.task.id;
+      if (ctx.task.id === first) await g.wait();
+      return { id: ctx.task.id };
+    }, {}, async () => {
+      await eventually(() => first !== "", "the first task runs");
+      // A 400 that is not an older server's refusal of the reports (which
+      // names `complete` or `fail` as unknown fields): the proxy's names no field.
+      await arm("answer", { on: ["claim"], status: 400, ms: 1000 });
+      g.open();
+      await eventually(async () => (await Promise.all(ids.map((id) => c.get(id)))).every((t) => t.status === "DONE"), "every task DONE");
+    }, client({ fetch: net.fetch }));
+    const refused = net.sent.filter((r) => r.path === "/tasks/v1/claim" && r.status === 400);
+    assert.deepEqual(claimsOf(refused)[0]?.completes, [first], "the claim carrying the first completion was refused");
+    assert.deepEqual(ownCompletes(net.sent), [first], "then that completion went on its own, and only it");
+    const rode = claimsOf(net.sent.filter((r) => r.status === 200)).flatMap((x) => x.completes);
+    assert.deepEqual(new Set(rode), new Set(ids.filter((id) => id !== first)), "the next completions rode claims");
+  });
+
   test("a report does not wait for a long-polling claim", async () => {
     const rec = new Recorder();
     const g = gate();
