@@ -259,14 +259,15 @@ type Carried = { job: Job; settle: (o: ItemOutcome | undefined) => void } & ({ k
 
 /**
  * Whether a report's refusal says the report was already made: an
- * invalid-transition whose current status is what the report makes (DONE
- * for a completion; PENDING or DEAD for a failure), as when a try whose
- * answer was lost saved it.
+ * invalid-transition whose current status is how the report ended the task
+ * (DONE for a completion, DEAD for a failure), as when a try whose answer
+ * was lost saved it. (A repeated failure that requeued its task is answered
+ * lease-lost: dropped as no longer held.)
  */
 function alreadyMade(kind: Report["kind"], e: unknown): boolean {
   if (!(e instanceof InvalidTransition)) return false;
   if (kind === "complete") return e.currentStatus === "DONE";
-  if (kind === "fail") return e.currentStatus === "PENDING" || e.currentStatus === "DEAD";
+  if (kind === "fail") return e.currentStatus === "DEAD";
   return false;
 }
 
