@@ -280,7 +280,7 @@ func (h *Streams) Subscribe(ctx context.Context, from string) (ports.EventSubscr
 		return nil, ports.ErrTooManyStreams
 	}
 	h.mu.Lock()
-	running, ready, head, failing := h.running, h.ready, h.head, h.failing
+	running, ready, failing := h.running, h.ready, h.failing
 	h.mu.Unlock()
 	if !running {
 		h.open.Add(-1)
@@ -314,7 +314,12 @@ func (h *Streams) Subscribe(ctx context.Context, from string) (ports.EventSubscr
 			return nil, err
 		}
 		if from == "" {
-			c = head
+			// The reader's head now, not before that read: it may have
+			// moved on meanwhile, and a stream that starts behind what the
+			// reader still holds would read the outbox on its own.
+			h.mu.Lock()
+			c = h.head
+			h.mu.Unlock()
 		}
 	}
 	sctx, cancel := context.WithCancel(context.Background())
