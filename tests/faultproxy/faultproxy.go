@@ -466,11 +466,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, i int) {
-	sw := &statusWriter{ResponseWriter: w}
-	p.rp.ServeHTTP(sw, r)
-	if sw.status != 0 {
-		p.setStatus(i, sw.status)
-	}
+	// The status is logged as soon as it is written, before the body: a
+	// client that has read the whole answer finds it in the log.
+	p.rp.ServeHTTP(&statusWriter{ResponseWriter: w, seen: func(status int) { p.setStatus(i, status) }}, r)
 }
 
 // proxyError handles a failed forward: a dropped answer closes the
@@ -530,19 +528,26 @@ func (d *dropper) RoundTrip(r *http.Request) (*http.Response, error) {
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	// seen, when not nil, is told the status once, when it is written.
+	seen func(status int)
+}
+
+func (s *statusWriter) setStatus(code int) {
+	if s.status == 0 {
+		s.status = code
+		if s.seen != nil {
+			s.seen(code)
+		}
+	}
 }
 
 func (s *statusWriter) WriteHeader(code int) {
-	if s.status == 0 {
-		s.status = code
-	}
+	s.setStatus(code)
 	s.ResponseWriter.WriteHeader(code)
 }
 
 func (s *statusWriter) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
+	s.setStatus(http.StatusOK)
 	return s.ResponseWriter.Write(b)
 }
 
