@@ -215,7 +215,8 @@ func Open(ctx context.Context, databaseURL string, cfg PoolConfig) (*sqlx.DB, er
 }
 
 // newConnector returns the driver connector of databaseURL with conn's
-// settings and dialer, its failures to connect marked (connectErrors).
+// settings and dialer, its failures to connect marked (connectError) and
+// its attempts gated while they fail (connectGate).
 func newConnector(databaseURL string, conn ConnConfig) (driver.Connector, error) {
 	dsn, err := conn.DSN(databaseURL)
 	if err != nil {
@@ -226,7 +227,7 @@ func newConnector(databaseURL string, conn ConnConfig) (driver.Connector, error)
 		return nil, fmt.Errorf("open database: %w", err)
 	}
 	connector.Dialer(conn.Dialer())
-	return connectErrors{connector}, nil
+	return newConnectGate(connector), nil
 }
 
 // openPool returns a pool of connector's connections sized by cfg, each

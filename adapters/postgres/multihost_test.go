@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskmaster/taskmaster/adapters/postgres"
@@ -267,4 +269,117 @@ func TestAWriteOnAServerThatBecameAStandbyMovesToTheWritableHost(t *testing.T) {
 	var n int
 	require.NoError(t, open(t, primary.URL("postgres"), postgres.ConnConfig{}).GetContext(ctx, &n, `SELECT count(*) FROM written`))
 	require.Equal(t, 3, n)
+}
+
+// While no host takes writes, requests do not become connection attempts:
+// each attempt on a standby forks a backend there that logs in only to be
+// dropped (target_session_attrs), and a pool under load made hundreds a
+// second, until the standby ran out of connection slots and refused its
+// failover manager too. Once an attempt failed, the pool makes one at a
+// time, about ten a second, and refuses the requests meanwhile at once, as
+// unavailable; once the standby is promoted the pool reaches it.
+func TestAPoolDoesNotStormTheStandbyWhileNoHostTakesWrites(t *testing.T) {
+	t.Parallel()
+	primary, standby := replicaPair(t)
+	fw := forward(t, standby.Port())
+	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable", primary.Port(), fw.port)
+	db := open(t, url, postgres.DefaultConnConfig())
+	require.Equal(t, primary.Port(), serverPort(t, db))
+	require.NoError(t, primary.Kill())
+
+	const hammerFor = 2 * time.Second
+	before := fw.accepted.Load()
+	var (
+		wg       sync.WaitGroup
+		requests atomic.Int64
+	)
+	until := time.Now().Add(hammerFor)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(until) {
+				_, err := db.ExecContext(t.Context(), `SELECT 1`)
+				requests.Add(1)
+				if !assert.Error(t, err) || !assert.True(t, postgres.IsConnectionFailure(err), "%v", err) {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	attempts := fw.accepted.Load() - before
+	t.Logf("%d requests in %v made %d connection attempts on the standby, at most %d at once",
+		requests.Load(), hammerFor, attempts, fw.maxOpen.Load())
+	require.Greater(t, requests.Load(), int64(1000), "refused at once")
+	// The pool's first attempts at once (up to its size, 4), then delays of
+	// 10, 20, 40, 80 ms and 100 ms after each failure: about 25 in two
+	// seconds.
+	require.LessOrEqual(t, attempts, int64(32))
+	require.LessOrEqual(t, fw.maxOpen.Load(), int64(4))
+
+	require.NoError(t, standby.Promote(t.Context()))
+	require.Eventually(t, func() bool {
+		other, err := postgres.Open(t.Context(), url, postgres.PoolConfig{MaxOpen: 1, Conn: postgres.DefaultConnConfig()})
+		if err == nil {
+			_ = other.Close()
+		}
+		return err == nil
+	}, 30*time.Second, 10*time.Millisecond, "the standby takes writes")
+	var last error
+	require.Eventually(t, func() bool {
+		_, last = db.ExecContext(t.Context(), `SELECT 1`)
+		return last == nil
+	}, 5*time.Second, time.Millisecond, "the pool reaches the new primary: %v", &last)
+	require.Equal(t, standby.Port(), serverPort(t, db))
+}
+
+// forwarded counts the connections a forwarder accepted, and the most it
+// held open at once.
+type forwarded struct {
+	port              int
+	accepted, maxOpen atomic.Int64
+	open              atomic.Int64
+}
+
+// forward listens on a port and pipes every connection to the local server
+// at target.
+func forward(t *testing.T, target int) *forwarded {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	f := &forwarded{port: ln.Addr().(*net.TCPAddr).Port}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			f.accepted.Add(1)
+			n := f.open.Add(1)
+			for m := f.maxOpen.Load(); n > m && !f.maxOpen.CompareAndSwap(m, n); m = f.maxOpen.Load() {
+			}
+			go func() {
+				defer f.open.Add(-1)
+				defer c.Close()
+				s, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", target))
+				if err != nil {
+					return
+				}
+				defer s.Close()
+				go func() {
+					_, _ = io.Copy(s, c)
+					_ = s.Close()
+				}()
+				_, _ = io.Copy(c, s)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+	})
+	return f
 }

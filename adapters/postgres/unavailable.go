@@ -86,29 +86,18 @@ func IsConnectionFailure(err error) bool {
 	return false
 }
 
-// connectError is a failure to establish a connection (connectErrors
+// connectError is a failure to establish a connection (connectGate
 // marks them).
 type connectError struct{ err error }
 
 func (e *connectError) Error() string { return e.err.Error() }
 func (e *connectError) Unwrap() error { return e.err }
 
-// connectErrors wraps a driver connector so that the errors of Connect are
-// marked as connectError. A failure to connect is a connection failure
+// A failure to connect (connectGate marks them) is a connection failure
 // whatever its cause, bar a server that refused the connection for good:
 // with several hosts, lib/pq joins each host's error, and one host
 // refused while another is a standby ("server is in hot standby mode",
 // which lib/pq reports as a plain error) is a primary not there yet.
-type connectErrors struct{ driver.Connector }
-
-// Connect implements driver.Connector.
-func (c connectErrors) Connect(ctx context.Context) (driver.Conn, error) {
-	conn, err := c.Connector.Connect(ctx)
-	if err != nil {
-		return nil, &connectError{err: err}
-	}
-	return conn, nil
-}
 
 // refusedForGood reports whether a server answered an attempt to connect
 // with an error that waiting does not cure, such as a failed authentication

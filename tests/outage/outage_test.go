@@ -189,7 +189,7 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	require.Empty(t, f.Unexpected, "answers that are neither success nor a 503 problem with Retry-After")
 	require.Positive(t, f.Refused503, "the clients felt the outage")
 	require.Less(t, f.Slowest503, workload.AnswerWithin, "no request hung on the dead database")
-	require.Zero(t, f.RefusedAfter, "requests sent after the database was back were refused: %v", f.RefusedAfterWhat)
+	require.Zero(t, f.RefusedAfter, "requests sent later than workload.ReconnectGrace after the database was back were refused: %v", f.RefusedAfterWhat)
 	require.Empty(t, f.Vanished, "tasks held by workers that the database does not know")
 	t.Logf("%d requests answered 503 during the outage, the slowest in %v; the first request after the restart succeeded %v after it",
 		f.Refused503, f.Slowest503.Round(time.Millisecond), f.FirstSuccess.Round(time.Millisecond))

@@ -126,9 +126,10 @@ type Ledger struct {
 	// definite answer (a 503: its commit may have been cut off).
 	unsure map[string]map[string]bool
 	// refused503 counts the 503 answers to requests sent before the
-	// database was up again, slowest503 is the longest any took;
-	// refusedAfter counts those to requests sent after it (none: pooled
-	// connections the outage left dead must not fail requests).
+	// database was up again (or within ReconnectGrace after), slowest503
+	// is the longest any took; refusedAfter counts those to requests sent
+	// later (none: pooled connections the outage left dead must not fail
+	// requests).
 	refused503, refusedAfter int
 	slowest503               time.Duration
 	// refusedAfterWhat names the requests refusedAfter counts, with when
@@ -169,6 +170,14 @@ func (l *Ledger) MarkGone() time.Time {
 	l.gone = time.Now()
 	return l.gone
 }
+
+// ReconnectGrace is how long after the database is back a request may
+// still be refused: a pool whose attempts to connect failed makes the next
+// no sooner than postgres.GateMaxDelay (100 ms) after the last failure,
+// and refuses the requests that come meanwhile (adapters/postgres
+// connectGate); one attempt under way when the database came back may fail
+// too. A second covers both on a loaded machine.
+const ReconnectGrace = time.Second
 
 // MarkUp records that the database accepts connections again (a restart
 // done, a standby promoted), and returns when.
@@ -300,7 +309,7 @@ func (l *Ledger) answered(what string, code int, header http.Header, body []byte
 		switch {
 		case l.down.IsZero():
 			l.unexpected = append(l.unexpected, fmt.Sprintf("%s: 503 before the outage: %s", what, body))
-		case l.up.IsZero() || sent.Before(l.up):
+		case l.up.IsZero() || sent.Before(l.up.Add(ReconnectGrace)):
 			l.refused503++
 			l.slowest503 = max(l.slowest503, elapsed)
 		default:
