@@ -49,7 +49,11 @@ func TestAutomaticFailoverWithPgAutoFailover(t *testing.T) {
 	url := paf.uri + "&user=postgres" // the formation's URI names no user
 	t.Logf("pg_autoctl show uri: %s", paf.uri)
 
-	f := start(t, url)
+	// The gap lasts about a minute (pg_auto_failover's timeouts): the
+	// workers' dead threshold must outlast it, or the long poll's worker,
+	// silent since before the kill, is declared dead once the database is
+	// back, and the long poll that follows is refused (409).
+	f := start(t, url, "TASKMASTER_HEARTBEAT_DEAD_THRESHOLD_SECONDS=600")
 	f.killAndPromote(t, paf.killPrimary, paf.waitForPromotion)
 	db := openURL(t, url)
 	f.requireResumed(t, db)

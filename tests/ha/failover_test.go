@@ -126,9 +126,10 @@ type failover struct {
 }
 
 // start serves two instances on the database at url (its hosts listed),
-// opens an event stream, starts a long poll that will wait across the
-// failover, and runs the workload until a third of it is acknowledged.
-func start(t *testing.T, url string) *failover {
+// with extra settings in their environment, opens an event stream, starts
+// a long poll that will wait across the failover, and runs the workload
+// until a third of it is acknowledged.
+func start(t *testing.T, url string, extra ...string) *failover {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &failover{url: url, cfg: workload.DefaultConfig(queue), hc: &http.Client{Timeout: 40 * time.Second}, l: workload.NewLedger(),
@@ -138,7 +139,7 @@ func start(t *testing.T, url string) *failover {
 	bin := binary.Build(t)
 	var urls []string
 	for range 2 {
-		in := binary.Serve(t, bin, workload.ServeEnv(url)...)
+		in := binary.Serve(t, bin, workload.ServeEnv(url, extra...)...)
 		f.instances = append(f.instances, in)
 		urls = append(urls, in.URL)
 	}
@@ -333,7 +334,7 @@ func TestFailoverToSynchronousStandbyLosesNothing(t *testing.T) {
 	require.Zero(t, fig.Status500)
 	require.Positive(t, fig.Refused503, "the clients felt the failover")
 	require.Less(t, fig.Slowest503, workload.AnswerWithin, "no request hung on the dead primary")
-	require.Zero(t, fig.RefusedAfter, "requests sent after the promotion were refused: %v", fig.RefusedAfterWhat)
+	require.Zero(t, fig.RefusedAfter, "requests sent later than workload.ReconnectGrace after the promotion were refused: %v", fig.RefusedAfterWhat)
 	require.Empty(t, fig.Vanished, "tasks held by workers that the new primary does not know")
 	o.RequireNothingLost(t, f.cfg)
 
