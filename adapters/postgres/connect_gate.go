@@ -62,7 +62,7 @@ func (g *connectGate) Connect(ctx context.Context) (driver.Conn, error) {
 		g.mu.Lock()
 		if !g.failing {
 			g.mu.Unlock()
-			conn, err := g.inner.Connect(ctx)
+			conn, err := g.connect(ctx)
 			g.record(ctx, err, false)
 			return g.answer(conn, err)
 		}
@@ -83,10 +83,19 @@ func (g *connectGate) Connect(ctx context.Context) (driver.Conn, error) {
 		}
 		g.probe = make(chan struct{})
 		g.mu.Unlock()
-		conn, err := g.inner.Connect(ctx)
+		conn, err := g.connect(ctx)
 		g.record(ctx, err, true)
 		return g.answer(conn, err)
 	}
+}
+
+// connect is an attempt to connect, closing the sockets it dialed and
+// left open (dialTracker).
+func (g *connectGate) connect(ctx context.Context) (driver.Conn, error) {
+	t := &dialTracker{}
+	conn, err := g.inner.Connect(context.WithValue(ctx, dialTrackerKey{}, t))
+	t.closeAbandoned(err == nil)
+	return conn, err
 }
 
 // record notes an attempt's outcome (ending the probe when it was one). An

@@ -13,6 +13,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -194,9 +195,100 @@ func (d dialer) DialTimeout(network, address string, timeout time.Duration) (net
 	return d.d.DialContext(ctx, network, address)
 }
 
-// DialContext implements pq.DialerContext.
+// DialContext implements pq.DialerContext. The connection is noted in
+// ctx's dialTracker, if any.
 func (d dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	return d.d.DialContext(ctx, network, address)
+	c, err := d.d.DialContext(ctx, network, address)
+	if err == nil {
+		if t, ok := ctx.Value(dialTrackerKey{}).(*dialTracker); ok {
+			t.add(c)
+		}
+	}
+	return c, err
+}
+
+// oneConnDialer is the dialer of a client that holds one connection at a
+// time (the notifier's pq.Listener, which reconnects only once its
+// connection is gone): dialing again means that every socket dialed
+// before is done with, and it is closed. lib/pq's fallback from
+// sslmode=prefer would leave one open otherwise (see dialTracker, which
+// does the same for the pools' attempts).
+type oneConnDialer struct {
+	d    dialer
+	mu   sync.Mutex
+	last net.Conn
+}
+
+// OneConnDialer returns the dialer of c's connections for a client that
+// holds one connection at a time (see oneConnDialer).
+func (c ConnConfig) OneConnDialer() pq.Dialer {
+	return &oneConnDialer{d: c.Dialer().(dialer)}
+}
+
+var _ pq.DialerContext = (*oneConnDialer)(nil)
+
+// DialContext implements pq.DialerContext.
+func (o *oneConnDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	o.mu.Lock()
+	if o.last != nil {
+		_ = o.last.Close()
+		o.last = nil
+	}
+	o.mu.Unlock()
+	c, err := o.d.DialContext(ctx, network, address)
+	if err == nil {
+		o.mu.Lock()
+		o.last = c
+		o.mu.Unlock()
+	}
+	return c, err
+}
+
+// Dial implements pq.Dialer.
+func (o *oneConnDialer) Dial(network, address string) (net.Conn, error) {
+	return o.DialContext(context.Background(), network, address)
+}
+
+// DialTimeout implements pq.Dialer.
+func (o *oneConnDialer) DialTimeout(network, address string, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return o.DialContext(ctx, network, address)
+}
+
+// dialTracker holds the sockets dialed for one attempt to connect
+// (connectGate.connect). lib/pq (1.12) dials again without closing the
+// first socket when it falls back from sslmode=prefer (or allow) to the
+// other mode: the server's backend then waits for a startup packet until
+// authentication_timeout, holding a connection slot, and the socket stays
+// open until the garbage collector finds it. An attempt that connected
+// uses the socket dialed last, so every other is closed once it returns
+// (closing one lib/pq closed already does nothing); one that failed uses
+// none.
+type dialTracker struct {
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+type dialTrackerKey struct{}
+
+func (t *dialTracker) add(c net.Conn) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.conns = append(t.conns, c)
+}
+
+// closeAbandoned closes the sockets the attempt does not use.
+func (t *dialTracker) closeAbandoned(connected bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := len(t.conns)
+	if connected && n > 0 {
+		n--
+	}
+	for _, c := range t.conns[:n] {
+		_ = c.Close()
+	}
 }
 
 // Open connects to databaseURL with cfg's pool size and connection bounds

@@ -383,3 +383,67 @@ func forward(t *testing.T, target int) *forwarded {
 	})
 	return f
 }
+
+// lib/pq (1.12) falls back from sslmode=prefer (pg_auto_failover's URIs
+// say it) to a plain connection by dialing again, without closing the
+// socket whose SSL request the server declined: the server's backend then
+// waits for a startup packet until authentication_timeout (a minute),
+// holding a connection slot. Every new connection to a server without SSL
+// left one behind, hundreds during an outage. The pool closes what an
+// attempt to connect abandoned.
+func TestConnectingWithSSLPreferredLeavesNoSocketBehind(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(pgtest.NewDatabase(t))
+	require.NoError(t, err)
+	var port int
+	_, err = fmt.Sscan(u.Port(), &port)
+	require.NoError(t, err)
+	fw := forward(t, port)
+	u.Host = fmt.Sprintf("127.0.0.1:%d", fw.port)
+	q := u.Query()
+	q.Set("sslmode", "prefer")
+	u.RawQuery = q.Encode()
+
+	db, err := postgres.Open(t.Context(), u.String(), postgres.PoolConfig{MaxOpen: 1, Conn: postgres.DefaultConnConfig()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	db.SetMaxIdleConns(0) // every statement on a new connection
+	const n = 20
+	for range n {
+		_, err := db.ExecContext(t.Context(), `SELECT 1`)
+		require.NoError(t, err)
+	}
+	require.Equal(t, int64(2*(n+1)), fw.accepted.Load(), "two sockets per connection (Open's and n more): the SSL request, then the plain one")
+	require.Eventually(t, func() bool { return fw.open.Load() == 0 }, 5*time.Second, 10*time.Millisecond,
+		"sockets left open: %d", fw.open.Load())
+}
+
+// The notifier's listener holds one connection at a time: its dialer closes
+// what it dialed before whenever it dials again, so that the fallback from
+// sslmode=prefer leaves nothing open there either, reconnection after
+// reconnection.
+func TestTheOneConnectionDialerClosesWhatItDialedBefore(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(pgtest.NewDatabase(t))
+	require.NoError(t, err)
+	var port int
+	_, err = fmt.Sscan(u.Port(), &port)
+	require.NoError(t, err)
+	fw := forward(t, port)
+	u.Host = fmt.Sprintf("127.0.0.1:%d", fw.port)
+	q := u.Query()
+	q.Set("sslmode", "prefer")
+	u.RawQuery = q.Encode()
+	dsn, err := postgres.DefaultConnConfig().DSN(u.String())
+	require.NoError(t, err)
+
+	d := postgres.DefaultConnConfig().OneConnDialer()
+	for i := range 5 {
+		conn, err := pq.DialOpen(d, dsn)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return fw.open.Load() == 1 }, 5*time.Second, 10*time.Millisecond,
+			"connection %d: %d sockets open, the one in use only", i, fw.open.Load())
+		require.NoError(t, conn.Close())
+	}
+	require.Equal(t, int64(10), fw.accepted.Load())
+}

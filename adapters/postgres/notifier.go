@@ -115,7 +115,7 @@ func (n *Notifier) Start(ctx context.Context) error {
 		if err != nil {
 			return nil, fmt.Errorf("notifier: %w", err)
 		}
-		l := pq.NewDialListener(n.conn.Dialer(), dsn, 10*time.Millisecond, 2*time.Second, func(ev pq.ListenerEventType, err error) {
+		l := pq.NewDialListener(n.conn.OneConnDialer(), dsn, 10*time.Millisecond, 2*time.Second, func(ev pq.ListenerEventType, err error) {
 			if err != nil {
 				n.logger.Warn("notification listener", zap.Error(err))
 			}
