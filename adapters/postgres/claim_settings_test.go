@@ -15,8 +15,6 @@ import (
 
 // claimAsTheService is a claim transaction as the service runs it: the
 // workers' liveness read (TouchLiveEach), then the claim of their group.
-// A claim from queues that had no settings row as the workers were read
-// skips reading them; one whose queues have a row reads it.
 func (f *storeFixture) claimAsTheService(workerID string, queues ...string) []*task.Task {
 	f.t.Helper()
 	var out []*task.Task

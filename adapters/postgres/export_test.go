@@ -32,16 +32,3 @@ func JSONRenderedSize(raw []byte) (int64, error) {
 	_, n, err := jsonRenderedSize(raw)
 	return n, err
 }
-
-// LivenessLocksSQL is the statement that takes workers' liveness locks,
-// and WorkerLivenessLock the first key of those locks.
-var LivenessLocksSQL = livenessLocksSQL
-
-const WorkerLivenessLock = workerLivenessLock
-
-// ClaimPlanSettings and ClaimOverReportSettings are the settings a claim
-// transaction pins, and what they add to ReportPlanSettings.
-const (
-	ClaimPlanSettings       = claimPlanSettings
-	ClaimOverReportSettings = claimOverReportSettings
-)

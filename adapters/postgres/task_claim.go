@@ -311,10 +311,6 @@ const claimPlanSettings = `SET LOCAL plan_cache_mode = force_generic_plan; SET L
 const reportPlanSettings = `SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_bitmapscan = off;
 	SET LOCAL enable_seqscan = off; SET LOCAL jit = off`
 
-// claimOverReportSettings are what claimPlanSettings add to
-// reportPlanSettings.
-const claimOverReportSettings = `SET LOCAL enable_sort = off`
-
 // planSettings are the sets of settings a transaction pins (pinPlans).
 type planSettings uint8
 
@@ -326,31 +322,15 @@ const (
 // pinPlans applies the settings of want once per transaction (the claim's
 // include the report's).
 func (s *txState) pinPlans(ctx context.Context, want planSettings) error {
-	return s.pinPlansWith(ctx, want, "")
-}
-
-// pinPlansWith is pinPlans followed by stmt, a statement without
-// parameters (or none), in the same message: one round trip for both.
-func (s *txState) pinPlansWith(ctx context.Context, want planSettings, stmt string) error {
-	q := ""
-	switch {
-	case want == reportPlans && s.plans != 0:
-	case want == claimPlans && s.plans&claimPlans != 0:
-	case want == claimPlans && s.plans&reportPlans != 0:
-		q = claimOverReportSettings
-	case want == claimPlans:
-		q = claimPlanSettings
-	default:
-		q = reportPlanSettings
-	}
-	if stmt != "" {
-		if q != "" {
-			q += "; "
-		}
-		q += stmt
-	}
-	if q == "" {
+	if want == reportPlans && s.plans != 0 {
 		return nil
+	}
+	if want == claimPlans && s.plans&claimPlans != 0 {
+		return nil
+	}
+	q := reportPlanSettings
+	if want == claimPlans {
+		q = claimPlanSettings
 	}
 	if _, err := s.tx.ExecContext(ctx, q); err != nil {
 		return fmt.Errorf("plan settings: %w", err)
@@ -457,14 +437,9 @@ func (s *TaskStore) ClaimGroup(ctx context.Context, p ports.ClaimGroupParams) ([
 	if tags == nil {
 		tags = pq.StringArray{}
 	}
-	// A workers' claim from queues that had no settings as its workers were
-	// read has none to read (a dispatcher's needs its queue's push row).
-	lim := &claimLimits{}
-	if p.Push || !s.st.allUnset(queues) {
-		var err error
-		if lim, err = s.claimLimits(ctx, queues, p.Push); err != nil {
-			return nil, err
-		}
+	lim, err := s.claimLimits(ctx, queues, p.Push)
+	if err != nil {
+		return nil, err
 	}
 	if lim.limited() {
 		for i := range out {

@@ -165,33 +165,6 @@ type txState struct {
 	awaitedEnds []uuid.UUID
 	// plans are the plan settings pinned so far (pinPlans).
 	plans planSettings
-	// unset are queues that, as this transaction read its claiming
-	// workers (liveWorkersSQL), had no settings row a claim reads: its
-	// claims from them skip claimSettingsSQL. A row written since is seen
-	// by the claims of later transactions, as one written just after
-	// claimSettingsSQL would be.
-	unset map[string]bool
-}
-
-// settingsUnset notes queues as having no settings row a claim reads.
-func (s *txState) settingsUnset(queues []string) {
-	if s.unset == nil {
-		s.unset = make(map[string]bool, len(queues))
-	}
-	for _, q := range queues {
-		s.unset[q] = true
-	}
-}
-
-// allUnset reports whether every one of queues is known to have no
-// settings row a claim reads (settingsUnset).
-func (s *txState) allUnset(queues []string) bool {
-	for _, q := range queues {
-		if !s.unset[q] {
-			return false
-		}
-	}
-	return len(queues) > 0
 }
 
 // notify counts a task this transaction made PENDING in queue with run_at

@@ -30,8 +30,6 @@ type workerRow struct {
 type workerRowNow struct {
 	workerRow
 	Now time.Time `db:"db_now"`
-	// QueuesUnset is liveWorkersSQL's (NULL in other reads).
-	QueuesUnset sql.NullBool `db:"queues_unset"`
 }
 
 func (r *workerRow) toDomain() *worker.Worker {

@@ -26,8 +26,11 @@ func (s *WorkerStore) TouchEach(ctx context.Context, ids []string, fn ports.Work
 // TouchLiveEach implements ports.WorkerStore: TouchLive for several
 // workers, their liveness locks taken with one statement. It begins the
 // shared transactions of claims, whose plans it pins first
-// (claimPlanSettings), in the message that takes the locks.
+// (claimPlanSettings).
 func (s *WorkerStore) TouchLiveEach(ctx context.Context, ids []string, fn ports.WorkerTouchFunc) ([]ports.WorkerResult, error) {
+	if err := s.st.pinPlans(ctx, claimPlans); err != nil {
+		return nil, fmt.Errorf("touch workers: %w", err)
+	}
 	return s.touchEach(ctx, ids, fn, true)
 }
 
@@ -41,44 +44,25 @@ func (s *WorkerStore) touchEach(ctx context.Context, ids []string, fn ports.Work
 		}
 	}
 	if len(storable) == 0 {
-		if live {
-			if err := s.st.pinPlans(ctx, claimPlans); err != nil {
-				return nil, fmt.Errorf("touch workers: %w", err)
-			}
-		}
 		return out, nil
 	}
 	sort.Strings(storable)
 	if live {
 		// Shared locks do not wait for each other; the reaper's exclusive
-		// ones never wait: any order is deadlock-free. The statement has
-		// its ids written into it (livenessLocksSQL), so that it goes in
-		// one message with the claim's plan settings.
-		lock, err := livenessLocksSQL(storable)
-		if err != nil {
-			return nil, fmt.Errorf("lock workers' liveness: %w", err)
-		}
-		if err := s.st.pinPlansWith(ctx, claimPlans, lock); err != nil {
+		// ones never wait: any order is deadlock-free.
+		if _, err := s.st.tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock_shared($1, hashtext(id)) FROM unnest($2::text[]) AS id`,
+			workerLivenessLock, storable); err != nil {
 			return nil, fmt.Errorf("lock workers' liveness: %w", err)
 		}
 	}
 	// Read after the locks, in a statement of its own: its snapshot then
 	// includes whatever a reaper that held a lock committed.
 	var rows []workerRowNow
-	q := `SELECT ` + workerColumns + `, now() AS db_now FROM workers WHERE id = ANY($1)`
-	if live {
-		q = liveWorkersSQL
-	}
-	if err := s.st.tx.SelectContext(ctx, &rows, q, storable); err != nil {
+	if err := s.st.tx.SelectContext(ctx, &rows, `SELECT `+workerColumns+`, now() AS db_now FROM workers WHERE id = ANY($1)`, storable); err != nil {
 		return nil, fmt.Errorf("load workers: %w", err)
 	}
 	if len(rows) == 0 {
 		return out, nil
-	}
-	for i := range rows {
-		if rows[i].QueuesUnset.Bool {
-			s.st.settingsUnset(rows[i].Queues)
-		}
 	}
 	now := rows[0].Now
 	s.st.setNow(now)
@@ -145,26 +129,4 @@ func (s *WorkerStore) touchEach(ctx context.Context, ids []string, fn ports.Work
 		}
 	}
 	return out, nil
-}
-
-// liveWorkersSQL reads the workers of a claim transaction and, for each,
-// whether none of its queues has a settings row that a claim reads
-// (claimSettingsSQL): the claim then need not read them (txState.unset).
-const liveWorkersSQL = `SELECT ` + workerColumns + `, now() AS db_now,
-	NOT EXISTS (SELECT 1 FROM queue_settings s WHERE s.queue = ANY(w.queues) AND (` + claimRestricts + `
-		OR s.default_timeout_seconds IS NOT NULL)) AS queues_unset
-	FROM workers w WHERE w.id = ANY($1)`
-
-// livenessLocksSQL is the statement that takes the shared liveness locks
-// of the workers ids, without parameters: the ids are one array literal,
-// quoted (pq.StringArray escapes each element's quotes and backslashes,
-// pq.QuoteLiteral the literal's), so that it can share a simple-query
-// message with the plan settings. Its plan is trivial (no table is read).
-func livenessLocksSQL(ids pq.StringArray) (string, error) {
-	arr, err := ids.Value()
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf(`SELECT pg_advisory_xact_lock_shared(%d, hashtext(id)) FROM unnest(%s::text[]) AS id`,
-		workerLivenessLock, pq.QuoteLiteral(arr.(string))), nil
 }
