@@ -197,14 +197,29 @@ func (d *recordingDialer) addresses() []string {
 // it returns the port and the count of connections accepted.
 func silentServer(t *testing.T) (int, *atomic.Int64) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
 	var (
 		accepted atomic.Int64
-		mu       sync.Mutex
 		held     []net.Conn
-		done     = make(chan struct{})
 	)
+	t.Cleanup(func() { // runs after acceptEach's, which waits for the last accept
+		for _, c := range held {
+			_ = c.Close()
+		}
+	})
+	port := acceptEach(t, func(c net.Conn) {
+		accepted.Add(1)
+		held = append(held, c)
+	})
+	return port, &accepted
+}
+
+// acceptEach listens on a port and hands every connection it accepts to
+// handle, one after another, until the test ends; it returns the port.
+func acceptEach(t *testing.T, handle func(net.Conn)) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for {
@@ -212,20 +227,14 @@ func silentServer(t *testing.T) (int, *atomic.Int64) {
 			if err != nil {
 				return
 			}
-			accepted.Add(1)
-			mu.Lock()
-			held = append(held, c)
-			mu.Unlock()
+			handle(c)
 		}
 	}()
 	t.Cleanup(func() {
 		_ = ln.Close()
 		<-done
-		for _, c := range held {
-			_ = c.Close()
-		}
 	})
-	return ln.Addr().(*net.TCPAddr).Port, &accepted
+	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // A server that became a standby under a pooled connection (a pooler that
@@ -346,42 +355,46 @@ type forwarded struct {
 // at target.
 func forward(t *testing.T, target int) *forwarded {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	f := &forwarded{port: ln.Addr().(*net.TCPAddr).Port}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
+	f := &forwarded{}
+	f.port = acceptEach(t, func(c net.Conn) {
+		f.accepted.Add(1)
+		n := f.open.Add(1)
+		for m := f.maxOpen.Load(); n > m && !f.maxOpen.CompareAndSwap(m, n); m = f.maxOpen.Load() {
+		}
+		go func() {
+			defer f.open.Add(-1)
+			defer c.Close()
+			s, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", target))
 			if err != nil {
 				return
 			}
-			f.accepted.Add(1)
-			n := f.open.Add(1)
-			for m := f.maxOpen.Load(); n > m && !f.maxOpen.CompareAndSwap(m, n); m = f.maxOpen.Load() {
-			}
+			defer s.Close()
 			go func() {
-				defer f.open.Add(-1)
-				defer c.Close()
-				s, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", target))
-				if err != nil {
-					return
-				}
-				defer s.Close()
-				go func() {
-					_, _ = io.Copy(s, c)
-					_ = s.Close()
-				}()
-				_, _ = io.Copy(c, s)
+				_, _ = io.Copy(s, c)
+				_ = s.Close()
 			}()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		<-done
+			_, _ = io.Copy(c, s)
+		}()
 	})
 	return f
+}
+
+// preferSSLThroughAForwarder returns the URL of a fresh database of the
+// harness's server (which has no SSL) with sslmode=prefer, reached through
+// a forwarder that counts the sockets.
+func preferSSLThroughAForwarder(t *testing.T) (string, *forwarded) {
+	t.Helper()
+	u, err := url.Parse(pgtest.NewDatabase(t))
+	require.NoError(t, err)
+	var port int
+	_, err = fmt.Sscan(u.Port(), &port)
+	require.NoError(t, err)
+	fw := forward(t, port)
+	u.Host = fmt.Sprintf("127.0.0.1:%d", fw.port)
+	q := u.Query()
+	q.Set("sslmode", "prefer")
+	u.RawQuery = q.Encode()
+	return u.String(), fw
 }
 
 // lib/pq (1.12) falls back from sslmode=prefer (pg_auto_failover's URIs
@@ -393,18 +406,8 @@ func forward(t *testing.T, target int) *forwarded {
 // attempt to connect abandoned.
 func TestConnectingWithSSLPreferredLeavesNoSocketBehind(t *testing.T) {
 	t.Parallel()
-	u, err := url.Parse(pgtest.NewDatabase(t))
-	require.NoError(t, err)
-	var port int
-	_, err = fmt.Sscan(u.Port(), &port)
-	require.NoError(t, err)
-	fw := forward(t, port)
-	u.Host = fmt.Sprintf("127.0.0.1:%d", fw.port)
-	q := u.Query()
-	q.Set("sslmode", "prefer")
-	u.RawQuery = q.Encode()
-
-	db, err := postgres.Open(t.Context(), u.String(), postgres.PoolConfig{MaxOpen: 1, Conn: postgres.DefaultConnConfig()})
+	u, fw := preferSSLThroughAForwarder(t)
+	db, err := postgres.Open(t.Context(), u, postgres.PoolConfig{MaxOpen: 1, Conn: postgres.DefaultConnConfig()})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
 	db.SetMaxIdleConns(0) // every statement on a new connection
@@ -424,17 +427,8 @@ func TestConnectingWithSSLPreferredLeavesNoSocketBehind(t *testing.T) {
 // reconnection.
 func TestTheOneConnectionDialerClosesWhatItDialedBefore(t *testing.T) {
 	t.Parallel()
-	u, err := url.Parse(pgtest.NewDatabase(t))
-	require.NoError(t, err)
-	var port int
-	_, err = fmt.Sscan(u.Port(), &port)
-	require.NoError(t, err)
-	fw := forward(t, port)
-	u.Host = fmt.Sprintf("127.0.0.1:%d", fw.port)
-	q := u.Query()
-	q.Set("sslmode", "prefer")
-	u.RawQuery = q.Encode()
-	dsn, err := postgres.DefaultConnConfig().DSN(u.String())
+	u, fw := preferSSLThroughAForwarder(t)
+	dsn, err := postgres.DefaultConnConfig().DSN(u)
 	require.NoError(t, err)
 
 	d := postgres.DefaultConnConfig().OneConnDialer()
