@@ -618,7 +618,8 @@ func TestRunnerFallsBackToPlainHeartbeats(t *testing.T) {
 			beats = append(beats, "list")
 			w.Header().Set("Content-Type", "application/problem+json")
 			w.WriteHeader(http.StatusBadRequest)
-			_, _ = io.WriteString(w, `{"type":"urn:problem-type:taskmaster:malformed-request","title":"Malformed request","status":400,"detail":"unknown field \"tasks\""}`)
+			// As every server version answers an unknown field: naming it.
+			_, _ = io.WriteString(w, `{"type":"urn:problem-type:taskmaster:malformed-request","title":"Malformed request","status":400,"detail":"unknown field \"tasks\"","errors":[{"field":"tasks","message":"is not a known field"}]}`)
 			return
 		}
 		beats = append(beats, "plain")

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -786,11 +787,13 @@ func (r *Runner) beat(ctx context.Context, listed []LeaseRef, claims []string) (
 		return r.client.Heartbeat(ctx, r.cfg.WorkerID)
 	}
 	res, err := r.client.HeartbeatWith(ctx, r.cfg.WorkerID, HeartbeatParams{Tasks: listed, ClaimsInFlight: claims})
-	if len(claims) > 0 && isType(err, ProblemMalformedRequest) {
+	if len(claims) > 0 && namesField(err, "claims_in_flight") {
 		// A server older than claims_in_flight: list the tasks alone.
 		res, err = r.client.HeartbeatTasks(ctx, r.cfg.WorkerID, listed)
 	}
-	if isType(err, ProblemMalformedRequest) {
+	// Only a server that does not know the task list: any other 400 (a
+	// proxy's, say) must not end the renewal of every lease for good.
+	if namesField(err, "tasks") {
 		r.plainBeats.Store(true)
 		r.log.Warn("the server takes no task lists in heartbeats (it has no leases); sending plain heartbeats", "error", err)
 		r.mu.Lock()
@@ -1193,15 +1196,25 @@ func (r *Runner) reportsRefused(err error) bool {
 	if isResultProblem(err) {
 		return true
 	}
+	if namesField(err, "complete", "fail") {
+		if r.noCarry.CompareAndSwap(false, true) {
+			r.log.Warn("the server takes no reports on claims; reporting each outcome on its own", "error", err)
+		}
+		return true
+	}
+	return false
+}
+
+// namesField reports whether err is a malformed request (400) naming one
+// of fields: what a server older than them answers a request that sends
+// them (an unknown field).
+func namesField(err error, fields ...string) bool {
 	p, ok := AsProblem(err)
 	if !ok || p.Type != ProblemMalformedRequest {
 		return false
 	}
 	for _, f := range p.Errors {
-		if f.Field == "complete" || f.Field == "fail" {
-			if r.noCarry.CompareAndSwap(false, true) {
-				r.log.Warn("the server takes no reports on claims; reporting each outcome on its own", "error", err)
-			}
+		if slices.Contains(fields, f.Field) {
 			return true
 		}
 	}

@@ -149,3 +149,111 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// Only a server that does not know heartbeats' task lists (400 naming
+// "tasks") turns the runner to plain heartbeats, which renew no lease: a
+// 400 that names no field (a proxy's, say) is a failed heartbeat like any
+// other, and the next one lists the tasks again.
+func TestRunnerGoesToPlainHeartbeatsOnlyForAServerWithoutTaskLists(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name      string
+		errors    []FieldError
+		wantPlain bool
+	}{
+		{"a 400 naming no field", nil, false},
+		{"a 400 naming tasks", []FieldError{{Field: "tasks", Message: "is not a known field"}}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var (
+				mu      sync.Mutex
+				beats   []bool // per heartbeat: did it list tasks
+				claimed bool
+			)
+			release := make(chan struct{})
+			mux := http.NewServeMux()
+			mux.HandleFunc("POST /workers/v1/register", func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusCreated)
+				_, _ = io.WriteString(w, `{"id":"w","queues":[],"tags":[],"status":"ACTIVE","heartbeat_interval_seconds":10}`)
+			})
+			mux.HandleFunc("POST /tasks/v1/claim", func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				first := !claimed
+				claimed = true
+				mu.Unlock()
+				w.Header().Set("Content-Type", "application/json")
+				if !first {
+					_, _ = io.WriteString(w, `{"tasks":[]}`)
+					return
+				}
+				_, _ = io.WriteString(w, `{"tasks":[{"id":"t1","queue":"q","status":"RUNNING","lease_id":"l1","payload":null}]}`)
+			})
+			mux.HandleFunc("POST /tasks/v1/{id}/complete", func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = io.WriteString(w, `{"id":"t1","status":"DONE"}`)
+			})
+			mux.HandleFunc("POST /workers/v1/w/heartbeat", func(w http.ResponseWriter, r *http.Request) {
+				var body map[string]json.RawMessage
+				_ = json.NewDecoder(r.Body).Decode(&body)
+				_, listed := body["tasks"]
+				mu.Lock()
+				n := len(beats)
+				if claimed { // the heartbeats from when the task is held
+					beats = append(beats, listed)
+					n++
+				}
+				mu.Unlock()
+				if n == 1 {
+					w.Header().Set("Content-Type", "application/problem+json")
+					w.WriteHeader(http.StatusBadRequest)
+					_ = json.NewEncoder(w).Encode(Problem{Type: ProblemMalformedRequest, Title: "Malformed request",
+						Status: http.StatusBadRequest, Errors: c.errors})
+					return
+				}
+				if n == 3 {
+					close(release)
+				}
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = io.WriteString(w, `{"id":"w","queues":[],"tags":[],"status":"ACTIVE","lost":[],"cancel":[],"drain":false}`)
+			})
+			srv := httptest.NewServer(mux)
+			defer srv.Close()
+			cl, err := New(srv.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := NewRunner(cl, RunnerConfig{
+				WorkerID: "w", ClaimWait: -1, PollInterval: 5 * time.Millisecond, MaxIdleInterval: 20 * time.Millisecond,
+				HeartbeatInterval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+			}, func(ctx context.Context, _ Task) (any, error) {
+				select {
+				case <-release:
+				case <-time.After(10 * time.Second):
+				}
+				return "ok", nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- r.Run(ctx) }()
+			select {
+			case <-release:
+			case <-time.After(10 * time.Second):
+				t.Fatal("three heartbeats did not come")
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if got := !beats[2]; got != c.wantPlain {
+				t.Errorf("the third heartbeat listed tasks: %v; want plain heartbeats %v (every heartbeat: %v)", beats[2], c.wantPlain, beats)
+			}
+		})
+	}
+}

@@ -661,7 +661,7 @@ class Worker:
                 # as a report made in its handler's thread does.
                 self._free(n - len(carried))
                 if carried:
-                    if isinstance(p, MalformedRequest) and {e.field for e in p.errors} & {"complete", "fail"}:
+                    if isinstance(p, MalformedRequest) and _names_field(p, "complete", "fail"):
                         # A server older than reports on claims: "complete"
                         # is not a known field.
                         self._no_carry = True
@@ -1044,12 +1044,18 @@ class Worker:
             try:
                 return self.client.heartbeat(self.worker_id, refs, claims_in_flight=claims, timeout=timeout)
             except MalformedRequest as p:
+                if not _names_field(p, "claims_in_flight"):
+                    raise
                 # A server older than claims_in_flight: list the tasks alone.
                 self._no_claims_in_flight = True
                 self.log.warning("the server takes no claims in flight in heartbeats; listing tasks alone: %s", p)
         try:
             return self.client.heartbeat(self.worker_id, refs, timeout=timeout)
         except MalformedRequest as p:
+            # Only a server that does not know the task list: any other 400
+            # (a proxy's, say) must not end the renewal of every lease.
+            if not _names_field(p, "tasks"):
+                raise
             self._plain_beats = True
             self.log.warning("the server takes no task lists in heartbeats; sending plain ones: %s", p)
             return self.client.heartbeat(self.worker_id, timeout=timeout)
@@ -1184,3 +1190,9 @@ __all__ = [
     "Worker", "TaskContext", "Handler", "HandlerContext", "NonRetryable", "Snooze", "Next", "Stopped", "Shutdown",
     "TaskLost", "TaskCancelled", "TaskTimeout", "TaskTimeLimit", "WorkerError", "default_worker_id",
 ]
+
+
+def _names_field(p: MalformedRequest, *fields: str) -> bool:
+    """Whether a malformed request (400) names one of fields: what a server
+    older than them answers a request that sends them (an unknown field)."""
+    return any(e.field in fields for e in p.errors)

@@ -465,6 +465,24 @@ class WorkerTest(unittest.TestCase):
         completes = [r for r in support.proxy_log()["reports"] if r["task_id"] == task.id]
         self.assertEqual([("complete", 200)], [(r["action"], r["status"]) for r in completes], "on its own")
 
+    def test_a_400_to_heartbeats_that_names_no_field_does_not_end_lease_renewal(self) -> None:
+        # Only a server that does not know heartbeats' task lists (400
+        # naming "tasks") turns the worker to plain heartbeats, which renew
+        # no lease; the proxy's 400 names no field: the heartbeats after it
+        # list the task again and renew its lease past its 5 s.
+        rec = Recorder()
+        gate, handle = rec.gated()
+        task = self.c.submit(self.queue, {}, max_attempts=3)
+        with self.worker(handle, lease_seconds=5):
+            support.eventually(lambda: rec.calls.get(task.id) == 1, "the handler runs")
+            support.arm("answer", on=["heartbeat"], status=400, ms=1200)
+            time.sleep(7)  # past the lease: only renewals keep it
+            gate.set()
+            support.eventually(lambda: self.c.get(task.id).status == taskmaster.DONE, "the task completes")
+        self.assertEqual(["completed"], self.outcomes(task.id))
+        self.assertEqual(1, rec.calls[task.id])
+        self.assertIsNone(rec.causes[task.id], "the handler was not asked to stop")
+
     def test_options_are_checked(self) -> None:
         with self.assertRaises(ValueError):
             taskmaster.Worker(self.c, lambda ctx: None, concurrency=0)

@@ -537,7 +537,7 @@ export class Worker {
             return;
           }
           if (!(e instanceof Problem) && !(e instanceof TransportError)) throw e;
-          if (carried.length && e instanceof MalformedRequest && e.errors.some((f) => f.field === "complete" || f.field === "fail")) {
+          if (carried.length && namesField(e, "complete", "fail")) {
             // A server older than reports on claims: "complete" (or "fail")
             // is not a known field. Another 400 leaves carrying on.
             this.noCarry = true;
@@ -930,7 +930,7 @@ export class Worker {
       try {
         return await this.client.heartbeat(this.workerId, refs, { ...o, claimsInFlight: claims });
       } catch (e) {
-        if (!(e instanceof MalformedRequest)) throw e;
+        if (!namesField(e, "claims_in_flight")) throw e;
         // A server older than claims_in_flight: list the tasks alone.
         this.noClaimsInFlight = true;
         this.log.warn("the server takes no claims in flight in heartbeats; listing tasks alone:", e.message);
@@ -939,7 +939,9 @@ export class Worker {
     try {
       return await this.client.heartbeat(this.workerId, refs, o);
     } catch (e) {
-      if (!(e instanceof MalformedRequest)) throw e;
+      // Only a server that does not know the task list: any other 400 (a
+      // proxy's, say) must not end the renewal of every lease.
+      if (!namesField(e, "tasks")) throw e;
       this.plainBeats = true;
       this.log.warn("the server takes no task lists in heartbeats; sending plain ones:", e.message);
       return this.client.heartbeat(this.workerId, undefined, o);
@@ -1040,4 +1042,11 @@ function describe(e: unknown): string {
   if (e instanceof NonRetryable || e instanceof Snooze) return e.message || e.name;
   if (e instanceof Error) return e.message ? `${e.name}: ${e.message}` : e.name;
   return String(e);
+}
+
+/** Whether e is a malformed request (400) naming one of fields: what a
+ * server older than them answers a request that sends them (an unknown
+ * field). */
+function namesField(e: unknown, ...fields: string[]): e is MalformedRequest {
+  return e instanceof MalformedRequest && e.errors.some((f) => fields.includes(f.field));
 }

@@ -417,6 +417,33 @@ describe("worker", { skip: needsServer, concurrency: false }, () => {
     assert.deepEqual(new Set(rode), new Set(ids.filter((id) => id !== first)), "the next completions rode claims");
   });
 
+  test("a 400 to heartbeats that names no field does not end lease renewal", async () => {
+    const g = gate();
+    const task = await c.submit({ queue: q });
+    const net = counting();
+    let running = false;
+    await withWorker(async (ctx) => {
+      running = true;
+      await g.wait();
+      return { id: ctx.task.id };
+    }, {}, async () => {
+      await eventually(() => running, "the handler runs");
+      // Only a server that does not know heartbeats' task lists (400 naming
+      // `tasks`) turns the worker to plain heartbeats; the proxy's names no field.
+      await arm("answer", { on: ["heartbeat"], status: 400, ms: 1200 });
+      await eventually(() => net.sent.some((r) => r.path.endsWith("/heartbeat") && r.status === 400), "a heartbeat refused");
+      const refusedAt = net.sent.length;
+      await eventually(
+        () => net.sent.slice(refusedAt).some((r) => r.path.endsWith("/heartbeat") && r.status === 200 && Array.isArray(r.body?.["tasks"])),
+        "a heartbeat listing the task after the refusals",
+      );
+      g.open();
+      await eventually(async () => (await c.get(task.id)).status === "DONE", "the task DONE");
+    }, client({ fetch: net.fetch }));
+    const after = net.sent.filter((r) => r.path.endsWith("/heartbeat") && r.status === 200).at(-1);
+    assert.ok(after && Array.isArray(after.body?.["tasks"]), "the last heartbeat still lists tasks");
+  });
+
   test("a report does not wait for a long-polling claim", async () => {
     const rec = new Recorder();
     const g = gate();
