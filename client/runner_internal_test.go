@@ -48,11 +48,6 @@ func TestRunnerStopsCarryingReportsForAServerWithoutThem(t *testing.T) {
 		completed []string // completes on their own, by task
 	)
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /workers/v1/register", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusCreated)
-		_, _ = io.WriteString(w, `{"id":"w","queues":[],"tags":[],"status":"ACTIVE","heartbeat_interval_seconds":10}`)
-	})
 	mux.HandleFunc("POST /tasks/v1/claim", func(w http.ResponseWriter, r *http.Request) {
 		var body map[string]json.RawMessage
 		_ = json.NewDecoder(r.Body).Decode(&body)
@@ -84,16 +79,8 @@ func TestRunnerStopsCarryingReportsForAServerWithoutThem(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = fmt.Fprintf(w, `{"id":%q,"status":"DONE"}`, r.PathValue("id"))
 	})
-	mux.HandleFunc("POST /workers/v1/w/heartbeat", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"id":"w","queues":[],"tags":[],"status":"ACTIVE","lost":[],"cancel":[],"drain":false}`)
-	})
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-	c, err := New(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mux.HandleFunc("POST /workers/v1/w/heartbeat", func(w http.ResponseWriter, r *http.Request) { heartbeatAnswered(w) })
+	c := fakeServer(t, mux)
 	var logs bytes.Buffer
 	var logMu sync.Mutex
 	r, err := NewRunner(c, RunnerConfig{
@@ -173,11 +160,6 @@ func TestRunnerGoesToPlainHeartbeatsOnlyForAServerWithoutTaskLists(t *testing.T)
 			)
 			release := make(chan struct{})
 			mux := http.NewServeMux()
-			mux.HandleFunc("POST /workers/v1/register", func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusCreated)
-				_, _ = io.WriteString(w, `{"id":"w","queues":[],"tags":[],"status":"ACTIVE","heartbeat_interval_seconds":10}`)
-			})
 			mux.HandleFunc("POST /tasks/v1/claim", func(w http.ResponseWriter, r *http.Request) {
 				mu.Lock()
 				first := !claimed
@@ -215,15 +197,9 @@ func TestRunnerGoesToPlainHeartbeatsOnlyForAServerWithoutTaskLists(t *testing.T)
 				if n == 3 {
 					close(release)
 				}
-				w.Header().Set("Content-Type", "application/json")
-				_, _ = io.WriteString(w, `{"id":"w","queues":[],"tags":[],"status":"ACTIVE","lost":[],"cancel":[],"drain":false}`)
+				heartbeatAnswered(w)
 			})
-			srv := httptest.NewServer(mux)
-			defer srv.Close()
-			cl, err := New(srv.URL)
-			if err != nil {
-				t.Fatal(err)
-			}
+			cl := fakeServer(t, mux)
 			r, err := NewRunner(cl, RunnerConfig{
 				WorkerID: "w", ClaimWait: -1, PollInterval: 5 * time.Millisecond, MaxIdleInterval: 20 * time.Millisecond,
 				HeartbeatInterval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
@@ -256,4 +232,29 @@ func TestRunnerGoesToPlainHeartbeatsOnlyForAServerWithoutTaskLists(t *testing.T)
 			}
 		})
 	}
+}
+
+// fakeServer serves mux, with worker "w"'s registration added, until the
+// test ends, and returns a client of it.
+func fakeServer(t *testing.T, mux *http.ServeMux) *Client {
+	t.Helper()
+	mux.HandleFunc("POST /workers/v1/register", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"id":"w","queues":[],"tags":[],"status":"ACTIVE","heartbeat_interval_seconds":10}`)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	c, err := New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// heartbeatAnswered answers a heartbeat of worker "w": nothing lost,
+// nothing cancelled.
+func heartbeatAnswered(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, `{"id":"w","queues":[],"tags":[],"status":"ACTIVE","lost":[],"cancel":[],"drain":false}`)
 }
