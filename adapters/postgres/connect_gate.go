@@ -14,11 +14,11 @@ import (
 // an outage every request (and every retry database/sql makes of it) dials
 // the database anew. With a multi-host URL that is a storm on the standby:
 // each attempt forks a backend there that logs in and is asked whether it
-// takes writes, only to be dropped (target_session_attrs=read-write). In a
-// pg_auto_failover test, two instances under load kept hundreds of such
-// backends forking on the standby at once: its connection slots were used
-// up, the failover manager's own keeper was refused ("too many clients")
-// and the promotion held up.
+// takes writes, only to be dropped (target_session_attrs=read-write):
+// hundreds a second from two instances under load in a pg_auto_failover
+// test, where with lib/pq's sslmode=prefer leak (see dialTracker) they used
+// up the standby's connection slots, the failover manager's own keeper was
+// refused ("too many clients") and the promotion held up.
 //
 // connectGate is a breaker on connecting. Once an attempt failed, the next
 // is made no sooner than a delay after the failure (GateMinDelay, doubling
