@@ -175,85 +175,66 @@ func (c ConnConfig) Dialer() pq.Dialer {
 		d.KeepAliveConfig = net.KeepAliveConfig{Enable: true, Idle: probe, Interval: probe, Count: keepaliveProbes}
 		d.Control = userTimeoutControl(c.TCPUserTimeout)
 	}
-	return dialer{d: d}
+	return DialFunc(func(ctx context.Context, network, address string) (net.Conn, error) {
+		conn, err := d.DialContext(ctx, network, address)
+		if err == nil {
+			if t, ok := ctx.Value(dialTrackerKey{}).(*dialTracker); ok {
+				t.add(conn) // an attempt of a pool (connectGate.connect)
+			}
+		}
+		return conn, err
+	})
 }
 
-// dialer adapts net.Dialer to lib/pq's Dialer and DialerContext.
-type dialer struct{ d net.Dialer }
+// DialFunc adapts a dial function to lib/pq's Dialer and DialerContext.
+type DialFunc func(ctx context.Context, network, address string) (net.Conn, error)
 
-var _ pq.DialerContext = dialer{}
+var _ pq.DialerContext = DialFunc(nil)
+
+// DialContext implements pq.DialerContext.
+func (f DialFunc) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	return f(ctx, network, address)
+}
 
 // Dial implements pq.Dialer.
-func (d dialer) Dial(network, address string) (net.Conn, error) {
-	return d.d.Dial(network, address)
+func (f DialFunc) Dial(network, address string) (net.Conn, error) {
+	return f(context.Background(), network, address)
 }
 
 // DialTimeout implements pq.Dialer.
-func (d dialer) DialTimeout(network, address string, timeout time.Duration) (net.Conn, error) {
+func (f DialFunc) DialTimeout(network, address string, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	return d.d.DialContext(ctx, network, address)
-}
-
-// DialContext implements pq.DialerContext. The connection is noted in
-// ctx's dialTracker, if any.
-func (d dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	c, err := d.d.DialContext(ctx, network, address)
-	if err == nil {
-		if t, ok := ctx.Value(dialTrackerKey{}).(*dialTracker); ok {
-			t.add(c)
-		}
-	}
-	return c, err
-}
-
-// oneConnDialer is the dialer of a client that holds one connection at a
-// time (the notifier's pq.Listener, which reconnects only once its
-// connection is gone): dialing again means that every socket dialed
-// before is done with, and it is closed. lib/pq's fallback from
-// sslmode=prefer would leave one open otherwise (see dialTracker, which
-// does the same for the pools' attempts).
-type oneConnDialer struct {
-	d    dialer
-	mu   sync.Mutex
-	last net.Conn
+	return f(ctx, network, address)
 }
 
 // OneConnDialer returns the dialer of c's connections for a client that
-// holds one connection at a time (see oneConnDialer).
+// holds one connection at a time (the notifier's pq.Listener, which
+// reconnects only once its connection is gone): dialing again means that
+// every socket dialed before is done with, and it is closed. lib/pq's
+// fallback from sslmode=prefer would leave one open otherwise (see
+// dialTracker, which does the same for the pools' attempts).
 func (c ConnConfig) OneConnDialer() pq.Dialer {
-	return &oneConnDialer{d: c.Dialer().(dialer)}
-}
-
-var _ pq.DialerContext = (*oneConnDialer)(nil)
-
-// DialContext implements pq.DialerContext.
-func (o *oneConnDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	o.mu.Lock()
-	if o.last != nil {
-		_ = o.last.Close()
-		o.last = nil
-	}
-	o.mu.Unlock()
-	c, err := o.d.DialContext(ctx, network, address)
-	if err == nil {
-		o.mu.Lock()
-		o.last = c
-		o.mu.Unlock()
-	}
-	return c, err
-}
-
-// Dial implements pq.Dialer.
-func (o *oneConnDialer) Dial(network, address string) (net.Conn, error) {
-	return o.DialContext(context.Background(), network, address)
-}
-
-// DialTimeout implements pq.Dialer.
-func (o *oneConnDialer) DialTimeout(network, address string, timeout time.Duration) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	return o.DialContext(ctx, network, address)
+	dial := c.Dialer().(DialFunc)
+	var (
+		mu   sync.Mutex
+		last net.Conn
+	)
+	return DialFunc(func(ctx context.Context, network, address string) (net.Conn, error) {
+		mu.Lock()
+		if last != nil {
+			_ = last.Close()
+			last = nil
+		}
+		mu.Unlock()
+		conn, err := dial(ctx, network, address)
+		if err == nil {
+			mu.Lock()
+			last = conn
+			mu.Unlock()
+		}
+		return conn, err
+	})
 }
 
 // dialTracker holds the sockets dialed for one attempt to connect

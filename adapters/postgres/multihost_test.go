@@ -151,8 +151,8 @@ func TestEveryNewConnectionDialsTheHostName(t *testing.T) {
 	require.NoError(t, err)
 	connector, err := pq.NewConnector(dsn)
 	require.NoError(t, err)
-	dialed := &recordingDialer{DialerContext: postgres.DefaultConnConfig().Dialer().(pq.DialerContext)}
-	connector.Dialer(dialed)
+	dialed := &recordingDialer{dial: postgres.DefaultConnConfig().Dialer().(postgres.DialFunc)}
+	connector.Dialer(postgres.DialFunc(dialed.dialContext))
 	db := sql.OpenDB(connector)
 	t.Cleanup(func() { _ = db.Close() })
 	db.SetMaxIdleConns(0) // every statement on a new connection
@@ -165,26 +165,16 @@ func TestEveryNewConnectionDialsTheHostName(t *testing.T) {
 
 // recordingDialer notes the address of every dial.
 type recordingDialer struct {
-	pq.DialerContext
+	dial postgres.DialFunc
 	mu   sync.Mutex
 	seen []string
 }
 
-func (d *recordingDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+func (d *recordingDialer) dialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	d.mu.Lock()
 	d.seen = append(d.seen, address)
 	d.mu.Unlock()
-	return d.DialerContext.DialContext(ctx, network, address)
-}
-
-func (d *recordingDialer) Dial(network, address string) (net.Conn, error) {
-	return d.DialContext(context.Background(), network, address)
-}
-
-func (d *recordingDialer) DialTimeout(network, address string, timeout time.Duration) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	return d.DialContext(ctx, network, address)
+	return d.dial(ctx, network, address)
 }
 
 func (d *recordingDialer) addresses() []string {
@@ -362,7 +352,10 @@ func forward(t *testing.T, target int) *forwarded {
 		for m := f.maxOpen.Load(); n > m && !f.maxOpen.CompareAndSwap(m, n); m = f.maxOpen.Load() {
 		}
 		go func() {
-			defer f.open.Add(-1)
+			// Open until the client closes its side (or the server its).
+			var closed sync.Once
+			done := func() { closed.Do(func() { f.open.Add(-1) }) }
+			defer done()
 			defer c.Close()
 			s, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", target))
 			if err != nil {
@@ -371,6 +364,7 @@ func forward(t *testing.T, target int) *forwarded {
 			defer s.Close()
 			go func() {
 				_, _ = io.Copy(s, c)
+				done()
 				_ = s.Close()
 			}()
 			_, _ = io.Copy(c, s)

@@ -334,6 +334,12 @@ def _applied(kind: str, err: BaseException) -> bool:
     return isinstance(err, InvalidTransition) and err.current_status in _MADE.get(kind, ())
 
 
+def _names_field(p: MalformedRequest, *fields: str) -> bool:
+    """Whether a malformed request (400) names one of fields: what a server
+    older than them answers a request that sends them (an unknown field)."""
+    return any(e.field in fields for e in p.errors)
+
+
 _ID_CHARS = re.compile(r"[^A-Za-z0-9._:-]")
 
 
@@ -1191,8 +1197,3 @@ __all__ = [
     "TaskLost", "TaskCancelled", "TaskTimeout", "TaskTimeLimit", "WorkerError", "default_worker_id",
 ]
 
-
-def _names_field(p: MalformedRequest, *fields: str) -> bool:
-    """Whether a malformed request (400) names one of fields: what a server
-    older than them answers a request that sends them (an unknown field)."""
-    return any(e.field in fields for e in p.errors)
