@@ -116,3 +116,41 @@ func connect(t *testing.T, url string) *sqlx.DB {
 	t.Cleanup(func() { require.NoError(t, db.Close()) })
 	return db
 }
+
+// Deleting tasks deletes their attempts, whoever deletes them and however
+// many at once (migration 0023's trigger, where a foreign key cascaded
+// before), and no other task's.
+func TestDeletingTasksDeletesTheirAttemptsOnly(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ids := []string{"00000000-0000-0000-0000-00000000000a", "00000000-0000-0000-0000-00000000000b", "00000000-0000-0000-0000-00000000000c"}
+	for _, id := range ids {
+		_, err := db.Exec(`INSERT INTO tasks (id, queue, status, max_attempts, run_at, created_at, updated_at)
+			VALUES ($1, 'q', 'DEAD', 3, now(), now(), now())`, id)
+		require.NoError(t, err)
+		for attempt := 1; attempt <= 2; attempt++ {
+			_, err = db.Exec(`INSERT INTO task_attempts (task_id, attempt, worker_id, claimed_at, finished_at, outcome)
+				VALUES ($1, $2, 'w', now(), now(), 'failed')`, id, attempt)
+			require.NoError(t, err)
+		}
+	}
+	attemptsOf := func() map[string]int {
+		var rows []struct {
+			ID string `db:"task_id"`
+			N  int    `db:"n"`
+		}
+		require.NoError(t, db.Select(&rows, `SELECT task_id::text, count(*) AS n FROM task_attempts GROUP BY task_id`))
+		m := map[string]int{}
+		for _, r := range rows {
+			m[r.ID] = r.N
+		}
+		return m
+	}
+
+	_, err := db.Exec(`DELETE FROM tasks WHERE id = ANY($1::uuid[])`, "{"+ids[0]+","+ids[2]+"}")
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{ids[1]: 2}, attemptsOf())
+	_, err = db.Exec(`DELETE FROM tasks WHERE id = $1`, ids[1])
+	require.NoError(t, err)
+	require.Empty(t, attemptsOf())
+}

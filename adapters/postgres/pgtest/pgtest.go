@@ -268,12 +268,34 @@ func (h *harness) createDatabase(t testing.TB, template string) string {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		defer cancel()
+		if template == h.template {
+			h.checkTaskRules(ctx, t, name)
+		}
 		if b := h.bouncer.Load(); b != nil {
 			require.NoError(t, b.ReleaseDatabase(ctx, name), "pgtest: release the pooler's connections to %s", name)
 		}
 		require.NoError(t, h.dropDatabase(ctx, name), "pgtest: drop database %s", name)
 	})
 	return h.url(name)
+}
+
+// checkTaskRules fails t if its database (migrated) holds a row that breaks a rule of
+// TaskRuleViolations. A database the check cannot reach is left to the test's own verdict.
+func (h *harness) checkTaskRules(ctx context.Context, t testing.TB, name string) {
+	db, err := sql.Open("postgres", h.url(name))
+	if err != nil {
+		t.Logf("pgtest: task rules of %s not checked: %v", name, err)
+		return
+	}
+	defer db.Close()
+	bad, err := TaskRuleViolations(ctx, db)
+	if err != nil {
+		t.Logf("pgtest: task rules of %s not checked: %v", name, err)
+		return
+	}
+	for _, line := range bad {
+		t.Errorf("pgtest: a statement broke a rule of the tasks tables (migration 0023): %s", line)
+	}
 }
 
 func (h *harness) dropDatabase(ctx context.Context, name string) error {
