@@ -8,7 +8,7 @@ import (
 )
 
 // The hot statements (claims, batch inserts, batch reports) return many task
-// rows of 41 columns. sqlx maps each row onto taskRow by reflection, walking
+// rows of 46 columns. sqlx maps each row onto taskRow by reflection, walking
 // the struct's fields per row (a sixth of the CPU of scanning, the rest is
 // lib/pq's decoding and database/sql's conversions). selectRows maps the
 // columns once per statement through a table of the rows' fields instead.
@@ -128,4 +128,22 @@ var completedRowFields = withFields(taskRowNowFields, func(r *completedRow) *tas
 var claimedRowFields = withFields(taskRowFields, func(r *claimedRow) *taskRow { return &r.taskRow }, rowFields[claimedRow]{
 	"request": func(r *claimedRow) any { return &r.Request },
 	"offered": func(r *claimedRow) any { return &r.Offered },
+})
+
+// workerRowFields are workerRow's columns.
+var workerRowFields = rowFields[workerRow]{
+	"id":                func(r *workerRow) any { return &r.ID },
+	"queues":            func(r *workerRow) any { return &r.Queues },
+	"tags":              func(r *workerRow) any { return &r.Tags },
+	"status":            func(r *workerRow) any { return &r.Status },
+	"registered_at":     func(r *workerRow) any { return &r.RegisteredAt },
+	"last_heartbeat_at": func(r *workerRow) any { return &r.LastHeartbeatAt },
+	"draining":          func(r *workerRow) any { return &r.Draining },
+	"owner_key_id":      func(r *workerRow) any { return &r.OwnerKeyID },
+}
+
+// workerRowNowFields are workerRowNow's columns: every claim transaction
+// reads its workers' rows (touchEach).
+var workerRowNowFields = withFields(workerRowFields, func(r *workerRowNow) *workerRow { return &r.workerRow }, rowFields[workerRowNow]{
+	"db_now": func(r *workerRowNow) any { return &r.Now },
 })

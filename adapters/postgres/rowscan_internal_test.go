@@ -39,4 +39,6 @@ func TestRowFieldsMatchTheDBTags(t *testing.T) {
 	requireFieldsMatch(t, taskRowNowFields)
 	requireFieldsMatch(t, claimedRowFields)
 	requireFieldsMatch(t, completedRowFields)
+	requireFieldsMatch(t, workerRowFields)
+	requireFieldsMatch(t, workerRowNowFields)
 }

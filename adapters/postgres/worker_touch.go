@@ -57,8 +57,8 @@ func (s *WorkerStore) touchEach(ctx context.Context, ids []string, fn ports.Work
 	}
 	// Read after the locks, in a statement of its own: its snapshot then
 	// includes whatever a reaper that held a lock committed.
-	var rows []workerRowNow
-	if err := s.st.tx.SelectContext(ctx, &rows, `SELECT `+workerColumns+`, now() AS db_now FROM workers WHERE id = ANY($1)`, storable); err != nil {
+	rows, err := selectRows(ctx, s.st.tx, workerRowNowFields, `SELECT `+workerColumns+`, now() AS db_now FROM workers WHERE id = ANY($1)`, storable)
+	if err != nil {
 		return nil, fmt.Errorf("load workers: %w", err)
 	}
 	if len(rows) == 0 {
