@@ -320,15 +320,18 @@ func (u *unreachableHub) cut() {
 	u.t.Helper()
 	_, err := u.admin.Exec(`ALTER DATABASE ` + pq.QuoteIdentifier(u.name) + ` ALLOW_CONNECTIONS false`)
 	require.NoError(u.t, err)
-	for empty := 0; empty < 2; time.Sleep(50 * time.Millisecond) {
+	for empty := 0; empty < 2; {
 		var ended []bool
 		require.NoError(u.t, u.db.Select(&ended, `SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE application_name = $1`, u.appTag))
 		for _, ok := range ended {
 			require.True(u.t, ok, "a backend of the hub outlived its termination")
 		}
-		if empty++; len(ended) > 0 {
+		if len(ended) == 0 {
+			empty++
+		} else {
 			empty = 0
 		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskmaster/taskmaster/adapters/postgres"
@@ -147,7 +148,7 @@ func TestDeletingTasksDeletesTheirAttemptsOnly(t *testing.T) {
 		return m
 	}
 
-	_, err := db.Exec(`DELETE FROM tasks WHERE id = ANY($1::uuid[])`, "{"+ids[0]+","+ids[2]+"}")
+	_, err := db.Exec(`DELETE FROM tasks WHERE id = ANY($1::uuid[])`, pq.StringArray{ids[0], ids[2]})
 	require.NoError(t, err)
 	require.Equal(t, map[string]int{ids[1]: 2}, attemptsOf())
 	_, err = db.Exec(`DELETE FROM tasks WHERE id = $1`, ids[1])

@@ -1196,4 +1196,3 @@ __all__ = [
     "Worker", "TaskContext", "Handler", "HandlerContext", "NonRetryable", "Snooze", "Next", "Stopped", "Shutdown",
     "TaskLost", "TaskCancelled", "TaskTimeout", "TaskTimeLimit", "WorkerError", "default_worker_id",
 ]
-
