@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/taskmaster/taskmaster/ports"
 )
@@ -39,6 +40,9 @@ type combiner[Req, Res any] struct {
 	// overlapAt is how many requests must wait before another batch runs
 	// beside the running ones (0: size).
 	size, running, overlapAt int
+	// observe, when not nil, is told of every batch as kind.
+	observe ports.BatchObserver
+	kind    string
 
 	mu      sync.Mutex
 	queue   []*pending[Req, Res]
@@ -54,11 +58,16 @@ type pending[Req, Res any] struct {
 	done chan struct{}
 	// lead holds a token while this request is to lead a batch.
 	lead chan struct{}
+	// arrived is when the request came (set when batches are observed).
+	arrived time.Time
 }
 
 // do serves req in a batch and returns its result.
 func (c *combiner[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 	p := &pending[Req, Res]{ctx: ctx, req: req, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+	if c.observe != nil {
+		p.arrived = time.Now()
+	}
 	c.mu.Lock()
 	c.queue = append(c.queue, p)
 	if c.leaders == 0 || (c.leaders < c.running && len(c.queue) >= c.overlap()) {
@@ -95,13 +104,28 @@ func (c *combiner[Req, Res]) overlap() int {
 // lead runs one batch, then hands the lead on.
 func (c *combiner[Req, Res]) lead(ctx context.Context) {
 	if batch := c.take(); len(batch) > 0 {
+		var start time.Time
+		if c.observe != nil {
+			start = time.Now()
+		}
 		if err := c.run(context.WithoutCancel(ctx), batch); err != nil {
 			for _, p := range batch {
 				p.err = err
 			}
 		}
+		var ran time.Duration
+		if c.observe != nil {
+			ran = time.Since(start)
+		}
 		for _, p := range batch {
 			close(p.done)
+		}
+		if c.observe != nil { // after the answers: they need not wait for it
+			waited := make([]time.Duration, len(batch))
+			for i, p := range batch {
+				waited[i] = start.Sub(p.arrived)
+			}
+			c.observe.ObserveBatch(c.kind, waited, ran)
 		}
 	}
 	c.mu.Lock()

@@ -262,3 +262,79 @@ func TestCombinerOverlapsAtOnceWhenAsked(t *testing.T) {
 		require.NoError(t, <-done)
 	}
 }
+
+// batchLog records the batches a combiner reports.
+type batchLog struct {
+	mu      sync.Mutex
+	batches []observedBatch
+}
+
+type observedBatch struct {
+	kind   string
+	waited []time.Duration
+	ran    time.Duration
+}
+
+func (l *batchLog) ObserveBatch(kind string, waited []time.Duration, ran time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.batches = append(l.batches, observedBatch{kind, waited, ran})
+}
+
+// An observed combiner reports each batch once, after answering it: its
+// requests' waits for it to start (a request that came while another batch
+// ran waited for that one) and how long it ran.
+func TestCombinerReportsEveryBatchWithItsWaitsAndRunTime(t *testing.T) {
+	t.Parallel()
+	const hold = 30 * time.Millisecond
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	log := &batchLog{}
+	c := &combiner[int, int]{
+		size: 8, running: 1, observe: log, kind: "claim",
+		run: func(ctx context.Context, batch []*pending[int, int]) error {
+			if batch[0].req == 0 {
+				started <- struct{}{}
+				<-release // the first batch runs until the others queue
+			}
+			for _, p := range batch {
+				p.res = p.req
+			}
+			return nil
+		},
+	}
+	var wg sync.WaitGroup
+	ask := func(n int) {
+		wg.Go(func() {
+			got, err := c.do(context.Background(), n)
+			require.NoError(t, err)
+			require.Equal(t, n, got)
+		})
+	}
+	ask(0)
+	<-started
+	for n := 1; n <= 3; n++ {
+		ask(n)
+	}
+	require.Eventually(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.queue) == 3
+	}, 5*time.Second, time.Millisecond)
+	time.Sleep(hold)
+	close(release)
+	wg.Wait()
+
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	require.Len(t, log.batches, 2)
+	first, second := log.batches[0], log.batches[1]
+	require.Equal(t, "claim", first.kind)
+	require.Len(t, first.waited, 1)
+	require.GreaterOrEqual(t, first.ran, hold, "the first batch ran while the others queued")
+	require.Len(t, second.waited, 3)
+	for _, w := range second.waited {
+		require.GreaterOrEqual(t, w, hold, "they waited for the first batch to end")
+	}
+	require.Less(t, second.ran, first.ran)
+}

@@ -171,6 +171,8 @@ type TaskService struct {
 	finished *combiner[uuid.UUID, bool]
 	// progress announces coalesced progress reports (nil: never).
 	progress *ProgressFlusher
+	// batches is told of every shared transaction (nil: none is observed).
+	batches ports.BatchObserver
 	// rand jitters retry delays (math/rand/v2's, safe for concurrent use).
 	rand backoff.Source
 }
@@ -193,6 +195,14 @@ func WithProgressFlusher(f *ProgressFlusher) TaskServiceOption {
 	return func(s *TaskService) { s.progress = f }
 }
 
+// WithBatchObserver tells o of every shared transaction the service runs
+// for concurrent requests, by kind: "claim" (claims, with the reports they
+// carry), "report" (completions, failures and releases), "await" (reads of
+// whether awaited tasks finished).
+func WithBatchObserver(o ports.BatchObserver) TaskServiceOption {
+	return func(s *TaskService) { s.batches = o }
+}
+
 // NewTaskService returns the task use cases over tx.
 func NewTaskService(tx ports.TxRunner, cfg Config, opts ...TaskServiceOption) *TaskService {
 	s := &TaskService{tx: tx, cfg: cfg, rand: rand.Float64}
@@ -208,11 +218,14 @@ func NewTaskService(tx ports.TxRunner, cfg Config, opts ...TaskServiceOption) *T
 	if s.cfg.AwaitSafetyInterval <= 0 {
 		s.cfg.AwaitSafetyInterval = DefaultAwaitSafetyInterval
 	}
-	s.finished = &combiner[uuid.UUID, bool]{run: s.finishedBatch, size: MaxBatch, running: 1}
-	s.claims = &combiner[claim, claimAnswer]{run: s.claimBatch, fits: claimFits, size: s.cfg.batchRequests(), running: s.cfg.concurrentBatches(), overlapAt: s.cfg.batchOverlapAt()}
+	s.finished = &combiner[uuid.UUID, bool]{run: s.finishedBatch, size: MaxBatch, running: 1,
+		observe: s.batches, kind: "await"}
+	s.claims = &combiner[claim, claimAnswer]{run: s.claimBatch, fits: claimFits, size: s.cfg.batchRequests(), running: s.cfg.concurrentBatches(), overlapAt: s.cfg.batchOverlapAt(),
+		observe: s.batches, kind: "claim"}
 	s.reports = &combiner[report, []ports.TaskResult]{run: s.reportsBatch, fits: func(batch []*pending[report, []ports.TaskResult], p *pending[report, []ports.TaskResult]) bool {
 		return !reportsOverlap(batch, p)
-	}, size: s.cfg.batchRequests(), running: s.cfg.concurrentBatches(), overlapAt: s.cfg.batchOverlapAt()}
+	}, size: s.cfg.batchRequests(), running: s.cfg.concurrentBatches(), overlapAt: s.cfg.batchOverlapAt(),
+		observe: s.batches, kind: "report"}
 	return s
 }
 

@@ -16,6 +16,14 @@ import (
 	"github.com/taskmaster/taskmaster/domain/worker"
 )
 
+// BatchObserver is told of every shared transaction a use case runs for
+// concurrent requests (claims, reports, waits for tasks to finish): its kind,
+// how long each of its requests waited for it to start, and how long it ran
+// until its requests could be answered. Metrics implement it.
+type BatchObserver interface {
+	ObserveBatch(kind string, waited []time.Duration, ran time.Duration)
+}
+
 // TxRunner runs fn in one database transaction. Stores handed to fn work on
 // that transaction; every event they (or fn, through Stores.Outbox) record is
 // appended to the outbox in the same transaction just before it commits. If fn

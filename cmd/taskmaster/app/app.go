@@ -90,8 +90,9 @@ func newNotifier(lc fx.Lifecycle, cfg Config, logger *zap.Logger) *postgres.Noti
 	return n
 }
 
-func newTaskService(tx ports.TxRunner, cfg application.Config, n ports.TaskNotifier, f *application.ProgressFlusher) *application.TaskService {
-	return application.NewTaskService(tx, cfg, application.WithNotifier(n), application.WithProgressFlusher(f))
+func newTaskService(tx ports.TxRunner, cfg application.Config, n ports.TaskNotifier, f *application.ProgressFlusher, reg *metrics.Registry) *application.TaskService {
+	return application.NewTaskService(tx, cfg, application.WithNotifier(n), application.WithProgressFlusher(f),
+		application.WithBatchObserver(reg))
 }
 
 func newWorkerService(tx ports.TxRunner, cfg application.Config, f *application.ProgressFlusher) *application.WorkerService {

@@ -151,6 +151,9 @@ type Report struct {
 	// CPU is where the scenario's CPU went (server, PostgreSQL, load
 	// generator, the rest of the machine), also per finished task.
 	CPU *CPUBreakdown `json:"cpu,omitempty"`
+	// SharedTransactions are the server's shared transactions by kind
+	// (none from a server without their metrics).
+	SharedTransactions []SharedTxFigures `json:"shared_transactions,omitempty"`
 	// Finished is how many tasks the scenario finished (CPU.FinishedTasks).
 	Finished int64 `json:"-"`
 	// Idle holds the idle scenario's figures; Storage the database size per

@@ -20,18 +20,21 @@ func register(name string, run scenarioFunc) {
 }
 
 // probes measure a scenario from outside: CPU of every part, the database
-// size, and the database-side profile the options ask for.
+// size, the server's shared transactions, and the database-side profile
+// the options ask for.
 type probes struct {
 	env     *environment
 	cpu     cpuReading
 	dbBytes int64
 	tasks   int64
 	profile *dbProfile
+	shared  sharedTxScrape
 }
 
 func startProbes(ctx context.Context, env *environment, opts Options) *probes {
 	p := &probes{env: env, dbBytes: dbSize(ctx, env.db), tasks: finishedRows(ctx, env)}
 	p.profile = startDBProfile(ctx, env, opts)
+	p.shared = scrapeSharedTx(ctx, env.api)
 	p.cpu = readCPU(env)
 	return p
 }
@@ -40,6 +43,7 @@ func startProbes(ctx context.Context, env *environment, opts Options) *probes {
 // database profile.
 func (p *probes) finish(ctx context.Context, r *Report, log io.Writer) {
 	r.CPU = p.cpu.breakdown(readCPU(p.env), r.Finished)
+	r.SharedTransactions = sharedTxFigures(p.shared, scrapeSharedTx(ctx, p.env.api))
 	p.profile.finish(ctx, log, r.Finished)
 	if r.Finished > 0 {
 		r.Storage = storageFigures(ctx, p.env, p.dbBytes, p.tasks, r.Finished)
@@ -96,5 +100,6 @@ func printExtras(w io.Writer, r Report) {
 			float64(s.TasksTableBytes)/(1<<20), s.FinishedRows, s.TasksTableBytesPerMillion/(1<<20),
 			float64(s.DatabaseGrowthBytes)/(1<<20), s.DatabaseGrowthBytesPerMillion/(1<<20))
 	}
+	printSharedTx(w, r.SharedTransactions)
 	printCPU(w, r.CPU)
 }
