@@ -841,6 +841,13 @@ func (r *Runner) claiming(requestID string, on bool) {
 // the leases of the listed tasks still held were renewed; it halts the
 // lost and cancelled tasks' handlers and stops claiming on drain.
 func (r *Runner) act(res *HeartbeatResult, listed []LeaseRef, sent time.Time) {
+	// A task both lost and to cancel is one whose attempt the server
+	// ended at its time limit: the claim's answer came late enough that
+	// the server's clock got there before the Runner's.
+	timedOut := make(map[LeaseRef]bool, len(res.Cancel))
+	for _, ref := range res.Cancel {
+		timedOut[ref] = true
+	}
 	lost := make(map[LeaseRef]bool, len(res.Lost))
 	for _, ref := range res.Lost {
 		lost[ref] = true
@@ -854,6 +861,10 @@ func (r *Runner) act(res *HeartbeatResult, listed []LeaseRef, sent time.Time) {
 			// to stop; the heartbeats stop listing it.
 			if j.halt(ErrTaskLost) {
 				r.log.Debug("task no longer held while its report is under way: the report's answer decides", "task_id", ref.ID)
+			}
+		case timedOut[ref]:
+			if j.halt(ErrTaskTimeLimit) {
+				r.log.Warn("the task's time limit is up (the server ended its attempt); cancelling its handler and dropping its outcome", "task_id", ref.ID)
 			}
 		case j.halt(ErrTaskLost):
 			r.log.Warn("task lost: the server no longer gives this worker the task; cancelling its handler and dropping its outcome", "task_id", ref.ID)

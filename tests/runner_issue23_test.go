@@ -15,6 +15,7 @@ import (
 	"github.com/taskmaster/taskmaster/client"
 	"github.com/taskmaster/taskmaster/client/clientotel"
 	"github.com/taskmaster/taskmaster/cmd/taskmaster/app"
+	"github.com/taskmaster/taskmaster/tests/faultproxy"
 	"github.com/taskmaster/taskmaster/tests/testserver"
 )
 
@@ -161,4 +162,49 @@ func (r *sdkRaw) post(path string, body any, header http.Header, out any) {
 	defer resp.Body.Close()
 	require.Less(r.t, resp.StatusCode, 300)
 	require.NoError(r.t, json.NewDecoder(resp.Body).Decode(out))
+}
+
+// A task a heartbeat names both lost and to cancel is one whose attempt the
+// server ended at its time limit, not a lost one: when the claim's answer
+// is slow, the server's clock gets there before the Runner's own, which
+// counts the limit from the answer. The handler is stopped with
+// ErrTaskTimeLimit and its outcome dropped.
+func TestRunnerCountsAGoneTaskPastItsTimeLimitAsTheLimit(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, func(c *app.Config) { c.TimeoutReaperInterval = 100 * time.Millisecond })
+	proxy := faultproxy.Start(t, s.URL)
+	c := newSDK(t, proxy.URL(), nil)
+	slow, err := c.Submit(t.Context(), client.SubmitParams{Queue: "limit-late", Payload: "slow", TimeoutSeconds: 1, MaxAttempts: 1})
+	require.NoError(t, err)
+	// The claim's answer comes 2.5 s after the server claimed the task: its
+	// attempt timed out meanwhile, and the first heartbeat after it (every
+	// 100 ms) says so well before the Runner's clock would (1 s after it).
+	held := proxy.Inject(faultproxy.DelayAnswers(2500 * time.Millisecond).On(faultproxy.Claim).Times(1))
+
+	var (
+		mu     sync.Mutex
+		causes = map[string]error{}
+	)
+	stop, _ := startRunner(t, c, client.RunnerConfig{Queues: []string{"limit-late"}, HeartbeatInterval: 100 * time.Millisecond},
+		func(ctx context.Context, task client.Task) (any, error) {
+			<-ctx.Done()
+			mu.Lock()
+			causes[task.ID] = context.Cause(ctx)
+			mu.Unlock()
+			return "too late", nil
+		})
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return causes[slow.ID] != nil
+	}, 20*time.Second, 10*time.Millisecond, "the handler is stopped")
+	require.NoError(t, stop())
+	require.Equal(t, 1, held.Hits(), "the claim's answer was held")
+	mu.Lock()
+	defer mu.Unlock()
+	require.ErrorIs(t, causes[slow.ID], client.ErrTaskTimeLimit)
+	attempts, err := c.Attempts(t.Context(), slow.ID)
+	require.NoError(t, err)
+	require.Len(t, attempts, 1)
+	require.Equal(t, client.AttemptTimedOut, attempts[0].Outcome, "the server ended it; the late result was dropped")
 }
