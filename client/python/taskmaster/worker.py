@@ -1083,8 +1083,16 @@ class Worker:
             job = self._job(ref)
             if job is not None and job.ending_by is not None:
                 self._forget(job)  # the server ended the attempt past its time limit
+        # A task both lost and to cancel is one whose attempt the server
+        # ended at its time limit: the claim's answer came late enough that
+        # the server's clock got there before this worker's.
+        timed_out = set(res.cancel)
         for ref in res.lost:
             job = self._job(ref)
+            if ref in timed_out:
+                if job is not None and job.halt(TaskTimeLimit("the task's time limit is up")) and not job.handler_done.is_set():
+                    self.log.warning("task %s: its time limit is up (the server ended its attempt); asking its handler to stop and dropping its outcome", ref.id)
+                continue
             if job is not None and job.halt(TaskLost("the server no longer gives this worker the task")):
                 if job.handler_done.is_set():
                     # Its report is under way (and may be what finished it):

@@ -310,6 +310,30 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual(["timed_out"], self.outcomes(task.id), "the server ended the attempt")
         self.assertEqual([], [r for r in support.proxy_log()["reports"] if r["task_id"] == task.id], "nothing was reported")
 
+    def test_a_task_gone_at_its_time_limit_stops_the_handler_for_the_limit_not_as_lost(self) -> None:
+        # The claim's answer comes 2.5 s after the server claimed the task:
+        # its 1 s attempt ended meanwhile, and the first heartbeat after the
+        # answer names it both lost and to cancel (the server's sign of a
+        # time limit), well before the worker's own clock, counting from the
+        # answer, would.
+        rec = Recorder()
+
+        def handle(ctx: taskmaster.TaskContext) -> Any:
+            rec.enter(ctx)
+            ctx.wait(30)
+            rec.leave(ctx)
+            return "too late"
+
+        task = self.c.submit(self.queue, {}, timeout_seconds=1, max_attempts=1)
+        held = support.proxy_log()["actions"].get("claim delay_answer", 0)  # by other tests
+        support.arm("delay-answers", on=["claim"], ms=2500, count=1)
+        with self.worker(handle, heartbeat_interval=0.1):
+            support.eventually(lambda: task.id in rec.causes, "the handler is stopped", timeout=30)
+        self.assertEqual(held + 1, support.proxy_log()["actions"].get("claim delay_answer"), "the claim's answer was held")
+        self.assertIsInstance(rec.causes[task.id], taskmaster.TaskTimeLimit)
+        self.assertEqual(["timed_out"], self.outcomes(task.id), "the server ended the attempt")
+        self.assertEqual([], [r for r in support.proxy_log()["reports"] if r["task_id"] == task.id], "nothing was reported")
+
     # The runner rule: a report rides the next claim only when the claim
     # loop waits for a free slot.
 

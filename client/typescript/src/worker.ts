@@ -957,8 +957,18 @@ export class Worker {
     if (!this.plainBeats) {
       for (const j of listed) if (!lost.has(key(j.ref))) j.leaseDeadline = Math.max(j.leaseDeadline, sent + j.leaseMs);
     }
+    // A task both lost and to cancel is one whose attempt the server ended
+    // at its time limit: the claim's answer came late enough that the
+    // server's clock got there before this worker's.
+    const timedOut = new Set(res.cancel.map(key));
     for (const ref of res.lost) {
       const j = this.inflight.get(key(ref));
+      if (timedOut.has(key(ref))) {
+        if (j?.halt(new TaskTimeLimit("the task's time limit is up")) && !j.handlerDone) {
+          this.log.warn(`task ${ref.id}: its time limit is up (the server ended its attempt); aborting its handler and dropping its outcome`);
+        }
+        continue;
+      }
       // A job whose handler is done has its report under way (which may be
       // what finished the task): it stops retrying, if it must.
       if (j?.halt(new TaskLost("the server no longer gives this worker the task")) && !j.handlerDone) {

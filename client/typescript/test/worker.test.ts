@@ -524,6 +524,34 @@ describe("worker", { skip: needsServer, concurrency: false }, () => {
     assert.deepEqual((await proxyLog()).reports.filter((r) => r.task_id === task.id), [], "nothing was reported");
   });
 
+  test("a task gone at its time limit stops the handler for the limit, not as lost", async () => {
+    // The claim's answer comes 2.5 s after the server claimed the task: its
+    // 1 s attempt ended meanwhile, and the first heartbeat after the answer
+    // names it both lost and to cancel (the server's sign of a time limit),
+    // well before the worker's own clock, counting from the answer, would.
+    const rec = new Recorder();
+    const task = await c.submit({ queue: q, timeout_seconds: 1, max_attempts: 1 });
+    await arm("delay-answers", { on: ["claim"], ms: 2500, count: 1 });
+    await withWorker(async (ctx) => {
+      rec.enter(ctx);
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, 30_000);
+        ctx.signal.addEventListener("abort", () => {
+          clearTimeout(t);
+          resolve();
+        });
+      });
+      rec.leave(ctx);
+      return "too late";
+    }, { heartbeatIntervalMs: 100 }, async () => {
+      await eventually(() => rec.causes.has(task.id), "the handler is stopped", 30_000);
+    });
+    assert.equal((await proxyLog()).actions["claim delay_answer"], 1, "the claim's answer was held");
+    assert.ok(rec.causes.get(task.id) instanceof TaskTimeLimit, String(rec.causes.get(task.id)));
+    assert.deepEqual(await outcomes(task.id), ["timed_out"], "the server ended the attempt");
+    assert.deepEqual((await proxyLog()).reports.filter((r) => r.task_id === task.id), [], "nothing was reported");
+  });
+
   test("snooze, next and non-retryable", async () => {
     const b = await c.submitBatch(["snooze", "bad", "next", "unencodable"].map((kind) => ({ queue: q, payload: { kind } })));
     await withWorker(async (ctx) => {
