@@ -371,7 +371,8 @@ WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pi
 	AND position('INSERT INTO projector_positions' IN query) > 0`
 
 // The real binary is killed with SIGKILL while its projector applies a large
-// batch (caught in pg_stat_activity running the batch's statement). The
+// batch (caught in pg_stat_activity running the batch's statement; a round
+// whose batch still committed before the kill landed does not count). The
 // batch is not committed; after a restart it is applied once: the statistics
 // equal the tasks table and the totals the outbox's events.
 func TestKillingTheProjectorMidBatchAppliesItOnceAfterRestart(t *testing.T) {
@@ -436,8 +437,15 @@ func TestKillingTheProjectorMidBatchAppliesItOnceAfterRestart(t *testing.T) {
 			require.NoError(t, db.Get(&applying, applyingSQL))
 			return applying == 0
 		}, 30*time.Second, 5*time.Millisecond)
-		require.False(t, consumed(), "the batch in flight was not committed")
 		current.Store(startChild(t, databaseURL, logs))
+		if consumed() {
+			// The statement ended and the projector's COMMIT reached the
+			// database between the poll that saw it and the kill: the batch
+			// was applied whole before the kill, which caught nothing. Try
+			// again with another backlog (the counts below still hold).
+			caught--
+			t.Logf("round %d: the batch committed before the kill landed", round)
+		}
 	}
 	require.Positive(t, caught, "the projector was never caught applying a batch")
 	t.Logf("killed the projector applying a batch (backlog %d)", rounds)
