@@ -38,6 +38,14 @@ class Recorder:
             self.running -= 1
             self.causes[ctx.task.id] = ctx.cause
 
+    def until_stopped(self, ctx: taskmaster.TaskContext) -> Any:
+        """A handler recorded here that runs until asked to stop (at most
+        30 s), then returns a result that must not be reported."""
+        self.enter(ctx)
+        ctx.wait(30)
+        self.leave(ctx)
+        return "too late"
+
     def gated(self, result: Any = None) -> Tuple[threading.Event, Callable[[taskmaster.TaskContext], Any]]:
         """A handler recorded here that returns only once the gate is set:
         ``result``, or ``{"id": <the task's id>}`` when None."""
@@ -293,16 +301,9 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual((taskmaster.DONE, {"current": None}), (t.status, t.result), "no trace, none current; async handlers in the scope too")
 
     def test_a_time_limit_stops_the_handler_and_drops_its_outcome(self) -> None:
-        rec = Recorder()
-
-        def handle(ctx: taskmaster.TaskContext) -> Any:
-            rec.enter(ctx)
-            ctx.wait(30)
-            rec.leave(ctx)
-            return "too late"  # never reported: the server ended the attempt
-
+        rec = Recorder()  # its result is never reported: the server ended the attempt
         task = self.c.submit(self.queue, {}, timeout_seconds=1, max_attempts=1)
-        with self.worker(handle, heartbeat_interval=0.2):
+        with self.worker(rec.until_stopped, heartbeat_interval=0.2):
             support.eventually(lambda: task.id in rec.causes, "the handler is stopped", timeout=30)
             t = self.c.wait(task.id, timeout=60)
         self.assertIsInstance(rec.causes[task.id], taskmaster.TaskTimeLimit)
@@ -317,17 +318,10 @@ class WorkerTest(unittest.TestCase):
         # time limit), well before the worker's own clock, counting from the
         # answer, would.
         rec = Recorder()
-
-        def handle(ctx: taskmaster.TaskContext) -> Any:
-            rec.enter(ctx)
-            ctx.wait(30)
-            rec.leave(ctx)
-            return "too late"
-
         task = self.c.submit(self.queue, {}, timeout_seconds=1, max_attempts=1)
         held = support.proxy_log()["actions"].get("claim delay_answer", 0)  # by other tests
         support.arm("delay-answers", on=["claim"], ms=2500, count=1)
-        with self.worker(handle, heartbeat_interval=0.1):
+        with self.worker(rec.until_stopped, heartbeat_interval=0.1):
             support.eventually(lambda: task.id in rec.causes, "the handler is stopped", timeout=30)
         self.assertEqual(held + 1, support.proxy_log()["actions"].get("claim delay_answer"), "the claim's answer was held")
         self.assertIsInstance(rec.causes[task.id], taskmaster.TaskTimeLimit)

@@ -39,6 +39,19 @@ class Recorder {
     this.running--;
     this.causes.set(ctx.task.id, ctx.cause);
   }
+  /** A handler recorded here that runs until asked to stop (at most 30 s), then returns a result that must not be reported. */
+  untilStopped = async (ctx: TaskContext): Promise<string> => {
+    this.enter(ctx);
+    await new Promise<void>((resolve) => {
+      const t = setTimeout(resolve, 30_000);
+      ctx.signal.addEventListener("abort", () => {
+        clearTimeout(t);
+        resolve();
+      });
+    });
+    this.leave(ctx);
+    return "too late";
+  };
 }
 
 /** One request a client sent (through `counting`), and whether its answer came. */
@@ -500,20 +513,9 @@ describe("worker", { skip: needsServer, concurrency: false }, () => {
   });
 
   test("a time limit stops the handler and drops its outcome", async () => {
-    const rec = new Recorder();
+    const rec = new Recorder(); // its result is never reported: the server ended the attempt
     const task = await c.submit({ queue: q, timeout_seconds: 1, max_attempts: 1 });
-    await withWorker(async (ctx) => {
-      rec.enter(ctx);
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, 30_000);
-        ctx.signal.addEventListener("abort", () => {
-          clearTimeout(t);
-          resolve();
-        });
-      });
-      rec.leave(ctx);
-      return "too late"; // never reported: the server ended the attempt
-    }, { heartbeatIntervalMs: 200 }, async () => {
+    await withWorker(rec.untilStopped, { heartbeatIntervalMs: 200 }, async () => {
       await eventually(() => rec.causes.has(task.id), "the handler is stopped", 30_000);
       await c.wait(task.id, { timeoutMs: 60_000 });
     });
@@ -533,18 +535,7 @@ describe("worker", { skip: needsServer, concurrency: false }, () => {
     const task = await c.submit({ queue: q, timeout_seconds: 1, max_attempts: 1 });
     const held = (await proxyLog()).actions["claim delay_answer"] ?? 0; // by other tests
     await arm("delay-answers", { on: ["claim"], ms: 2500, count: 1 });
-    await withWorker(async (ctx) => {
-      rec.enter(ctx);
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, 30_000);
-        ctx.signal.addEventListener("abort", () => {
-          clearTimeout(t);
-          resolve();
-        });
-      });
-      rec.leave(ctx);
-      return "too late";
-    }, { heartbeatIntervalMs: 100 }, async () => {
+    await withWorker(rec.untilStopped, { heartbeatIntervalMs: 100 }, async () => {
       await eventually(() => rec.causes.has(task.id), "the handler is stopped", 30_000);
     });
     assert.equal((await proxyLog()).actions["claim delay_answer"], held + 1, "the claim's answer was held");
