@@ -10,7 +10,7 @@ import (
 )
 
 // queueSettings pauses or resumes a queue, or sets its limits (an empty
-// field clears that limit).
+// field clears that limit; push delivery is left to the API).
 func (h *Handler) queueSettings(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("queue")
 	var p queue.Patch
@@ -27,7 +27,9 @@ func (h *Handler) queueSettings(w http.ResponseWriter, r *http.Request) {
 		p.MaxRunning = optionalInt(&v, r, "max_running")
 		p.MaxRunningPerGroup = optionalInt(&v, r, "max_running_per_group")
 		p.DefaultTimeoutSeconds = optionalInt(&v, r, "default_timeout_seconds")
-		p.RateLimit = optionalRate(&v, r)
+		p.RateLimit = optionalRate(&v, r, "rate_per_second", "rate_burst", "rate_limit")
+		p.RateLimitPerGroup = optionalRate(&v, r, "rate_per_second_per_group", "rate_burst_per_group", "rate_limit_per_group")
+		p.Limits = limitNames(r)
 		if err := v.Err(); err != nil {
 			h.fail(w, r, err)
 			return
@@ -57,23 +59,37 @@ func optionalInt(v *validation.Errors, r *http.Request, field string) queue.Opti
 	return queue.Optional[int]{Set: true, Value: &n}
 }
 
-// optionalRate reads the rate limit fields: both empty clears it.
-func optionalRate(v *validation.Errors, r *http.Request) queue.Optional[queue.RateLimit] {
-	rate := strings.TrimSpace(r.PostFormValue("rate_per_second"))
-	burst := strings.TrimSpace(r.PostFormValue("rate_burst"))
-	if rate == "" && burst == "" {
+// optionalRate reads a rate limit's two fields (rate and burst; setting
+// is the API's name, for errors): both empty clears it.
+func optionalRate(v *validation.Errors, r *http.Request, rate, burst, setting string) queue.Optional[queue.RateLimit] {
+	ps := strings.TrimSpace(r.PostFormValue(rate))
+	b := strings.TrimSpace(r.PostFormValue(burst))
+	if ps == "" && b == "" {
 		return queue.Optional[queue.RateLimit]{Set: true}
 	}
-	ps, err1 := strconv.ParseFloat(rate, 64)
-	b, err2 := strconv.Atoi(burst)
+	perSecond, err1 := strconv.ParseFloat(ps, 64)
+	n, err2 := strconv.Atoi(b)
 	if err1 != nil {
-		v.Add("rate_limit.per_second", "must be a number (both rate fields, or neither)")
+		v.Add(setting+".per_second", "must be a number (both rate fields, or neither)")
 	}
 	if err2 != nil {
-		v.Add("rate_limit.burst", "must be a whole number (both rate fields, or neither)")
+		v.Add(setting+".burst", "must be a whole number (both rate fields, or neither)")
 	}
 	if err1 != nil || err2 != nil {
 		return queue.Optional[queue.RateLimit]{}
 	}
-	return queue.Optional[queue.RateLimit]{Set: true, Value: &queue.RateLimit{PerSecond: ps, Burst: b}}
+	return queue.Optional[queue.RateLimit]{Set: true, Value: &queue.RateLimit{PerSecond: perSecond, Burst: n}}
+}
+
+// limitNames reads the named limits field, comma-separated: empty names
+// none. The names are checked where every patch is (queue.Patch.Validate,
+// and that each exists).
+func limitNames(r *http.Request) queue.Optional[[]string] {
+	var names []string
+	for _, n := range strings.Split(r.PostFormValue("limits"), ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			names = append(names, n)
+		}
+	}
+	return queue.Optional[[]string]{Set: true, Value: &names}
 }

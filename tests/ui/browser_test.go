@@ -346,6 +346,40 @@ func TestDashboard(t *testing.T) {
 	require.Contains(t, settings, "5")
 	require.Contains(t, settings, "2.5/s, burst 10")
 
+	// A rate per group and a named limit from the same form; the fields
+	// saved before come back filled in and stay. A limit that does not
+	// exist is refused, and nothing changes.
+	h.admin.Do(http.MethodPut, "/limits/v1/tenant-api", map[string]any{"per_second": 5, "max_running": 3}).Expect(t, http.StatusCreated, nil)
+	h.run(tab, chromedp.Navigate(h.srv.URL+"/ui/queues/jobs"),
+		chromedp.Click(chromedp.CSS(`details summary`)),
+		chromedp.SendKeys(chromedp.CSS(`#s-rpsg`), "1.5"),
+		chromedp.SendKeys(chromedp.CSS(`#s-burstg`), "3"),
+		chromedp.SendKeys(chromedp.CSS(`#s-limits`), "tenant-api"),
+		chromedp.Click(chromedp.CSS(`button[name="op"][value="limits"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`.flash`)))
+	settings = h.text(tab, "dl.settings")
+	require.Contains(t, settings, "2.5/s, burst 10", "the queue's rate limit, filled in, is kept")
+	require.Contains(t, settings, "1.5/s, burst 3, each group")
+	require.Contains(t, settings, "tenant-api")
+	var saved struct {
+		Settings struct {
+			MaxRunning *int     `json:"max_running"`
+			Limits     []string `json:"limits"`
+		} `json:"settings"`
+	}
+	h.admin.Do(http.MethodGet, "/queues/v1/jobs", nil).Expect(t, http.StatusOK, &saved)
+	require.Equal(t, []string{"tenant-api"}, saved.Settings.Limits)
+	require.NotNil(t, saved.Settings.MaxRunning)
+	require.Equal(t, 5, *saved.Settings.MaxRunning)
+	h.run(tab, chromedp.Navigate(h.srv.URL+"/ui/queues/jobs"),
+		chromedp.Click(chromedp.CSS(`details summary`)),
+		chromedp.SetValue(chromedp.CSS(`#s-limits`), "tenant-api, no-such-limit"),
+		chromedp.Click(chromedp.CSS(`button[name="op"][value="limits"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`p.error`)))
+	require.Contains(t, h.text(tab, "p.error"), "no named limit no-such-limit")
+	h.admin.Do(http.MethodGet, "/queues/v1/jobs", nil).Expect(t, http.StatusOK, &saved)
+	require.Equal(t, []string{"tenant-api"}, saved.Settings.Limits, "a refused form changes nothing")
+
 	// The other pages (and their screenshots).
 	h.admin.Register(map[string]any{"id": "w-1", "queues": []string{"emails"}, "tags": []string{"gpu"}})
 	h.run(tab, chromedp.Navigate(h.srv.URL+"/ui/workers"), chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Drain worker w-1"]`)))
