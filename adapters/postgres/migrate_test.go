@@ -155,3 +155,58 @@ func TestDeletingTasksDeletesTheirAttemptsOnly(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, attemptsOf())
 }
+
+// Migration 0017 marks every task that some task was ever linked to depend
+// on (has_dependants), whatever its status was then: before it, a parent
+// already DONE when its dependant was linked was left unmarked, and
+// retention deleted it under an unfinished dependant. A database made by
+// the migrations before 0017, holding such a parent, comes out of the
+// upgrade with it marked, and with no other task marked.
+func TestMigration0017MarksParentsLinkedWhenFinished(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := connect(t, pgtest.NewEmptyDatabase(t))
+	versions := migrationVersions(t)
+	var later []string
+	for _, v := range versions {
+		if v >= "0017" {
+			later = append(later, v)
+		}
+	}
+	require.NotEmpty(t, later)
+	// Recorded as applied, the later migrations are skipped: the database
+	// is left as the migrations before 0017 made it.
+	_, err := db.Exec(`CREATE TABLE schema_migrations (version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`)
+	require.NoError(t, err)
+	_, err = db.Exec(`INSERT INTO schema_migrations (version) SELECT unnest($1::text[])`, pq.StringArray(later))
+	require.NoError(t, err)
+	require.NoError(t, postgres.Migrate(ctx, db))
+	var cols int
+	require.NoError(t, db.Get(&cols, `SELECT count(*) FROM information_schema.columns WHERE table_name = 'tasks' AND column_name = 'schedule_name'`))
+	require.Zero(t, cols, "the database is as it was before 0017")
+
+	// A parent DONE before its dependant was linked (unmarked, as the code
+	// before 0017 left it), a parent linked while PENDING (marked then), a
+	// dependant, and a task no one depends on.
+	_, err = db.Exec(`
+		INSERT INTO tasks (id, queue, status, max_attempts, run_at, created_at, updated_at, finished_at, has_dependants, blockers) VALUES
+		('00000000-0000-0000-0000-000000000001', 'q', 'DONE', 1, now(), now(), now(), now(), false, NULL),
+		('00000000-0000-0000-0000-000000000002', 'q', 'PENDING', 1, now(), now(), now(), NULL, true, NULL),
+		('00000000-0000-0000-0000-000000000003', 'q', 'BLOCKED', 1, now(), now(), now(), NULL, false, 1),
+		('00000000-0000-0000-0000-000000000004', 'q', 'DONE', 1, now(), now(), now(), now(), false, NULL);
+		INSERT INTO task_dependencies (parent_id, child_id, position) VALUES
+		('00000000-0000-0000-0000-000000000001', '00000000-0000-0000-0000-000000000003', 0),
+		('00000000-0000-0000-0000-000000000002', '00000000-0000-0000-0000-000000000003', 1);`)
+	require.NoError(t, err)
+
+	_, err = db.Exec(`DELETE FROM schema_migrations WHERE version = ANY($1)`, pq.StringArray(later))
+	require.NoError(t, err)
+	require.NoError(t, postgres.Migrate(ctx, db))
+	pending, err := postgres.Pending(ctx, db)
+	require.NoError(t, err)
+	require.Empty(t, pending)
+
+	var marked []string
+	require.NoError(t, db.Select(&marked, `SELECT id::text FROM tasks WHERE has_dependants ORDER BY id`))
+	require.Equal(t, []string{"00000000-0000-0000-0000-000000000001", "00000000-0000-0000-0000-000000000002"}, marked)
+}
