@@ -666,12 +666,8 @@ class Worker:
                 # (n >= len(carried): each freed one before n was counted),
                 # as a report made in its handler's thread does.
                 self._free(n - len(carried))
+                reports_refused = bool(carried) and self._reports_refused(p)
                 if carried:
-                    if isinstance(p, MalformedRequest) and _names_field(p, "complete", "fail"):
-                        # A server older than reports on claims: "complete"
-                        # is not a known field.
-                        self._no_carry = True
-                        self.log.warning("the server takes no reports on claims; reporting on its own: %s", p)
                     self._report_alone(carried, slots=len(carried))
                 if isinstance(p, (WorkerDead, WorkerNotFound)):
                     self._reregister(p)
@@ -679,6 +675,11 @@ class Worker:
                 if isinstance(p, (Unauthorized, Forbidden)):
                     self._fatal_stop("claim", p)
                     return
+                if reports_refused:
+                    # What was refused is the reports, which now go their
+                    # own way: the claim may be sent again at once (once a
+                    # slot is free; each report holds its own meanwhile).
+                    continue
                 self.log.warning("claim failed: %s", p)
                 idle = self._next_idle(idle)
                 self._stopping.wait(idle)
@@ -717,6 +718,21 @@ class Worker:
             else:
                 idle = self._next_idle(idle)
                 self._stopping.wait(idle)
+
+    def _reports_refused(self, p: Problem) -> bool:
+        """Whether p, the answer to a claim that carried reports, is the
+        server refusing them rather than the claim: what they hold (413,
+        422), or reports on a claim at all (a server older than them
+        answers the field as unknown, 400: claims carry no more reports
+        then)."""
+        if p.status in (413, 422):
+            self.log.warning("the server refused the reports a claim carried; reporting them on their own: %s", p)
+            return True
+        if isinstance(p, MalformedRequest) and _names_field(p, "complete", "fail"):
+            self._no_carry = True
+            self.log.warning("the server takes no reports on claims; reporting each outcome on its own: %s", p)
+            return True
+        return False
 
     def _unclaim(self, request_id: str) -> None:
         with self._lock:

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import json
 import threading
 import time
 import unittest
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import taskmaster
+from taskmaster._http import Response, RetryPolicy, Transport
+from taskmaster.errors import problem_from_response
 from taskmaster.worker import _Job
 
 from . import support
@@ -58,6 +61,41 @@ class Recorder:
             return {"id": ctx.task.id} if result is None else result
 
         return gate, handle
+
+
+PROBLEM = "urn:problem-type:taskmaster:"
+
+
+class RefusingTransport(Transport):
+    """A client's HTTP layer that answers the claims carrying reports, in
+    turn, with the problems of ``refusals`` without sending them (as a
+    server refusing them would: nothing is saved), and passes every other
+    request on. Notes when each claim went out, and whether it carried
+    reports and was refused."""
+
+    def __init__(self, refusals: List[Dict[str, Any]]) -> None:
+        super().__init__(support.URL, api_key=None, timeout=60.0, retry=RetryPolicy(), user_agent="taskmaster-python-tests",
+                         ssl_context=None)
+        self.refusals = list(refusals)
+        self.lock = threading.Lock()
+        self.claims: List[Tuple[float, bool, bool]] = []
+        """(sent at, by time.monotonic(); carried reports; refused)."""
+
+    def _once(
+        self, method: str, target: str, path: str, data: Optional[bytes], headers: Dict[str, str],
+        mode: str, wait: float, cid: str, try_timeout: Optional[float],
+    ) -> Response:
+        if path != "/tasks/v1/claim":
+            return super()._once(method, target, path, data, headers, mode, wait, cid, try_timeout)
+        body = json.loads(data or b"{}")
+        carrying = bool(body.get("complete") or body.get("fail"))
+        with self.lock:
+            refusal = self.refusals.pop(0) if carrying and self.refusals else None
+            self.claims.append((time.monotonic(), carrying, refusal is not None))
+        if refusal is not None:
+            raise problem_from_response(refusal["status"], "application/problem+json", json.dumps(refusal).encode(),
+                                        instance=path, correlation_id=cid, retry_after=None)
+        return super()._once(method, target, path, data, headers, mode, wait, cid, try_timeout)
 
 
 class WorkerTest(unittest.TestCase):
@@ -383,6 +421,54 @@ class WorkerTest(unittest.TestCase):
         self.assertTrue(completes and all(r["action"] == "complete" for r in completes))
         self.assertTrue(any(r["faulted"] for r in completes), "then the complete went on its own, into the outage")
         self.assertEqual([200], [r["status"] for r in completes if not r["faulted"]], "and was saved once")
+
+    def test_a_claim_refused_for_its_reports_is_sent_again_at_once(self) -> None:
+        # Concurrency 1: each handler's completion rides the next claim. The
+        # first three such claims are refused for what they carry, as the
+        # server refuses them: too large (413), invalid (422), and reports
+        # on a claim at all (400 naming "complete": a server older than
+        # them). Each time the completion goes on its own and the claim is
+        # sent again at once, not after poll_interval (8 s) as after a
+        # failed claim.
+        refusals: List[Dict[str, Any]] = [
+            {"type": PROBLEM + "body-too-large", "title": "Payload Too Large", "status": 413, "detail": "the body is over the limit"},
+            {"type": PROBLEM + "validation-error", "title": "Unprocessable Entity", "status": 422, "detail": "invalid request",
+             "errors": [{"field": "complete[0].result", "message": "is nested too deep"}]},
+            {"type": PROBLEM + "malformed-request", "title": "Bad Request", "status": 400, "detail": 'unknown field "complete"',
+             "errors": [{"field": "complete", "message": "is not a known field"}]},
+        ]
+        net = RefusingTransport(refusals)
+        refusing = support.client()
+        refusing._t = net
+        self.addCleanup(refusing.close)
+        rec = Recorder()
+
+        def handle(ctx: taskmaster.TaskContext) -> Any:
+            rec.enter(ctx)
+            rec.leave(ctx)
+            return {"id": ctx.task.id}
+
+        def past_refusals() -> bool:
+            with net.lock:
+                refused = [i for i, c in enumerate(net.claims) if c[2]]
+                return len(refused) == len(refusals) and len(net.claims) > refused[-1] + 1
+
+        ids = [self.c.submit(self.queue, {"i": i}).id for i in range(3)]
+        with self.worker(handle, _client=refusing, poll_interval=8, max_idle_interval=8):
+            support.eventually(lambda: all(self.c.get(i).status == taskmaster.DONE for i in ids), "every task DONE", timeout=60)
+            support.eventually(past_refusals, "a claim after the last refused one", timeout=30)
+        with net.lock:
+            claims = list(net.claims)
+        refused = [i for i, c in enumerate(claims) if c[2]]
+        self.assertEqual(len(refusals), len(refused), "three claims carrying reports were refused")
+        for i in refused:
+            self.assertTrue(claims[i][1], "a refused claim carried reports")
+            self.assertLess(claims[i + 1][0] - claims[i][0], 4.0, f"claim {i + 1} went out at once after the refusal of claim {i}, not after poll_interval")
+        for tid in ids:
+            t = self.c.get(tid)
+            self.assertEqual(({"id": tid}, ["completed"], 1), (t.result, self.outcomes(tid), rec.calls[tid]))
+        completes = [(r["task_id"], r["action"], r["status"]) for r in support.proxy_log()["reports"] if r["task_id"] in ids]
+        self.assertEqual(sorted((tid, "complete", 200) for tid in ids), sorted(completes), "each completion went on its own, once")
 
     def test_a_report_the_carrying_claim_gave_back_keeps_its_slot(self) -> None:
         # Concurrency 1: the claim carrying the first task's completion is
