@@ -537,15 +537,13 @@ export class Worker {
             return;
           }
           if (!(e instanceof Problem) && !(e instanceof TransportError)) throw e;
-          if (carried.length && namesField(e, "complete", "fail")) {
-            // A server older than reports on claims: "complete" (or "fail")
-            // is not a known field. Another 400 leaves carrying on.
-            this.noCarry = true;
-            this.log.warn("the server takes no reports on claims; reporting on their own:", e.message);
+          if (carried.length && this.reportsRefused(e)) {
+            // What was refused is the reports, which now go their own way:
+            // the claim may be sent again at once (once a slot is free: each
+            // report holds its own meanwhile).
             continue;
           }
           this.log.warn("claim failed:", e.message);
-          if (carried.length && e instanceof ValidationProblem) continue; // a report refused (its own report says what to do): claim again
           idle = nextIdle(idle);
           await sleep(idle, () => this.stopping);
           continue;
@@ -598,6 +596,24 @@ export class Worker {
       this.running--;
       this.poke();
     });
+  }
+
+  /**
+   * Whether e, the error of a claim that carried reports, is the server
+   * refusing them rather than the claim: what they hold (413, 422), or
+   * reports on a claim at all (a server older than them answers the field
+   * as unknown, 400: claims carry no more reports then). Any other 400
+   * leaves carrying on.
+   */
+  private reportsRefused(e: Problem | TransportError): boolean {
+    if (e instanceof Problem && (e.status === 413 || e.status === 422)) {
+      this.log.warn("the server refused the reports a claim carried; reporting them on their own:", e.message);
+      return true;
+    }
+    if (!namesField(e, "complete", "fail")) return false;
+    this.noCarry = true;
+    this.log.warn("the server takes no reports on claims; reporting on their own:", e.message);
+    return true;
   }
 
   /** Gives the carried outcomes no claim took back to their own reports, with their slots. */

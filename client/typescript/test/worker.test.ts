@@ -59,25 +59,44 @@ interface Sent {
   method: string;
   path: string;
   body: Record<string, unknown> | undefined;
+  /** When it was sent (performance.now()). */
+  at: number;
   answered: boolean;
   status: number | undefined;
   /** The server answered, and this transport lost the answer. */
   lost: boolean;
+  /** Not sent: answered by the transport with a problem of `refuse`. */
+  refused: boolean;
+}
+
+/** A problem `counting` answers the first request `when` matches with, instead of sending it (once). */
+interface Refusal {
+  when: (r: Sent) => boolean;
+  problem: { status: number } & Record<string, unknown>;
 }
 
 /**
- * A fetch that records every request it sends (a counting transport), and
+ * A fetch that records every request it sends (a counting transport),
  * loses the answers of the next `loseClaimAnswers` claims after the server
  * gave them (the client sees a broken connection), as tests/sdk_claim_reports_test.go
- * does for the Go SDK. (The proxy's lose-claim-answers is the conformance
- * scenario's: tests/sdks counts its drops.)
+ * does for the Go SDK, and answers the requests `refuse` matches, each
+ * refusal once and in turn, with its problem without sending them (as the
+ * server refusing them would: nothing done). (The proxy's
+ * lose-claim-answers is the conformance scenario's: tests/sdks counts its
+ * drops.)
  */
-function counting(): { fetch: typeof fetch; sent: Sent[]; loseClaimAnswers: number } {
-  const net = { fetch: undefined as unknown as typeof fetch, sent: [] as Sent[], loseClaimAnswers: 0 };
+function counting(): { fetch: typeof fetch; sent: Sent[]; loseClaimAnswers: number; refuse: Refusal[] } {
+  const net = { fetch: undefined as unknown as typeof fetch, sent: [] as Sent[], loseClaimAnswers: 0, refuse: [] as Refusal[] };
   const f = async (input: string | URL | Request, init?: RequestInit): Promise<Response> => {
     const body = typeof init?.body === "string" ? (JSON.parse(init.body) as Record<string, unknown>) : undefined;
-    const rec: Sent = { method: init?.method ?? "GET", path: new URL(String(input)).pathname, body, answered: false, status: undefined, lost: false };
+    const rec: Sent = { method: init?.method ?? "GET", path: new URL(String(input)).pathname, body, at: performance.now(), answered: false, status: undefined, lost: false, refused: false };
     net.sent.push(rec);
+    const refusal = net.refuse.findIndex((x) => x.when(rec));
+    if (refusal >= 0) {
+      const { problem } = net.refuse.splice(refusal, 1)[0]!;
+      Object.assign(rec, { answered: true, status: problem.status, refused: true });
+      return new Response(JSON.stringify(problem), { status: problem.status, headers: { "Content-Type": "application/problem+json" } });
+    }
     try {
       const resp = await globalThis.fetch(input, init);
       rec.status = resp.status;
@@ -428,6 +447,52 @@ describe("worker", { skip: needsServer, concurrency: false }, () => {
     assert.deepEqual(ownCompletes(net.sent), [first], "then that completion went on its own, and only it");
     const rode = claimsOf(net.sent.filter((r) => r.status === 200)).flatMap((x) => x.completes);
     assert.deepEqual(new Set(rode), new Set(ids.filter((id) => id !== first)), "the next completions rode claims");
+  });
+
+  test("a claim refused for its reports is sent again at once", async () => {
+    // Concurrency 1: each handler's completion rides the next claim. The
+    // first three such claims are refused for what they carry, as the
+    // server refuses them: too large (413), invalid (422), and reports on a
+    // claim at all (400 naming `complete`: a server older than them). Each
+    // time the completion goes on its own and the claim is sent again at
+    // once, not after an idle interval (8 s) as after a failed claim.
+    const net = counting();
+    const carrying = (r: Sent) => r.path === "/tasks/v1/claim" && ["complete", "fail"].some((k) => ((r.body?.[k] as unknown[] | undefined) ?? []).length > 0);
+    const problem = "urn:problem-type:taskmaster:";
+    net.refuse.push(
+      { when: carrying, problem: { type: problem + "body-too-large", title: "Payload Too Large", status: 413, detail: "the body is over the limit" } },
+      {
+        when: carrying,
+        problem: { type: problem + "validation-error", title: "Unprocessable Entity", status: 422, detail: "invalid request", errors: [{ field: "complete[0].result", message: "is nested too deep" }] },
+      },
+      {
+        when: carrying,
+        problem: { type: problem + "malformed-request", title: "Bad Request", status: 400, detail: 'unknown field "complete"', errors: [{ field: "complete", message: "is not a known field" }] },
+      },
+    );
+    const rec = new Recorder();
+    const ids = (await c.submitBatch([0, 1, 2].map((i) => ({ queue: q, payload: { i } })))).tasks.map((t) => t.id);
+    const claims = () => net.sent.filter((r) => r.path === "/tasks/v1/claim");
+    const refused = () => claims().flatMap((r, i) => (r.refused ? [i] : []));
+    await withWorker((ctx) => {
+      rec.enter(ctx);
+      rec.leave(ctx);
+      return { id: ctx.task.id };
+    }, { pollIntervalMs: 8000, maxIdleIntervalMs: 8000 }, async () => {
+      await eventually(async () => (await Promise.all(ids.map((id) => c.get(id)))).every((t) => t.status === "DONE"), "every task DONE", 60_000);
+      await eventually(() => refused().length === 3 && claims().length > refused().at(-1)! + 1, "a claim after the last refused one", 30_000);
+    }, client({ fetch: net.fetch }));
+    const sent = claims();
+    for (const i of refused()) {
+      assert.ok(carrying(sent[i]!), "a refused claim carried reports");
+      const gap = sent[i + 1]!.at - sent[i]!.at;
+      assert.ok(gap < 4000, `claim ${i + 1} went out at once after the refusal of claim ${i}, not after an idle interval (${Math.round(gap)} ms)`);
+    }
+    for (const id of ids) {
+      const t = await c.get(id);
+      assert.deepEqual([t.result, await outcomes(id), rec.calls.get(id)], [{ id }, ["completed"], 1]);
+    }
+    assert.deepEqual(ownCompletes(net.sent).sort(), [...ids].sort(), "each completion went on its own, once");
   });
 
   test("a 400 to heartbeats that names no field does not end lease renewal", async () => {
