@@ -495,6 +495,26 @@ describe("worker", { skip: needsServer, concurrency: false }, () => {
     assert.deepEqual(ownCompletes(net.sent).sort(), [...ids].sort(), "each completion went on its own, once");
   });
 
+  test("a 400 to a heartbeat that does not name claims_in_flight keeps sending it", async () => {
+    // An empty queue: the worker's claim long-polls, and every heartbeat
+    // names it in claims_in_flight. Only a server older than that field (a
+    // 400 naming it) turns the worker to task lists alone; two 400s that do
+    // not (one naming no field, one another field) are failed heartbeats.
+    const net = counting();
+    const naming = (r: Sent) => r.path.endsWith("/heartbeat") && Array.isArray(r.body?.["claims_in_flight"]);
+    const bad = { type: "urn:problem-type:taskmaster:malformed-request", title: "Bad Request", status: 400 };
+    net.refuse.push(
+      { when: naming, problem: { ...bad, detail: "refused by a proxy" } },
+      { when: naming, problem: { ...bad, detail: "field tasks[0].lease_id must be a string", errors: [{ field: "tasks[0].lease_id", message: "must be a string" }] } },
+    );
+    await withWorker(() => "ok", { claimWaitMs: 5000, heartbeatIntervalMs: 200 }, async () => {
+      await eventually(() => net.refuse.length < 2, "a heartbeat naming the claim in flight refused", 30_000);
+      await eventually(() => net.refuse.length === 0, "the next heartbeats still name the claim in flight: the second is refused", 30_000);
+      const after = net.sent.length;
+      await eventually(() => net.sent.slice(after).some((r) => naming(r) && r.status === 200), "a heartbeat after both still names the claim in flight", 30_000);
+    }, client({ fetch: net.fetch }));
+  });
+
   test("a 400 to heartbeats that names no field does not end lease renewal", async () => {
     const g = gate();
     const task = await c.submit({ queue: q });
