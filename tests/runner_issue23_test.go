@@ -40,7 +40,7 @@ func TestRunnerTracesProgressAndTimeLimits(t *testing.T) {
 	var (
 		mu     sync.Mutex
 		seen   = map[string]trace.TraceID{}
-		causes = map[string]error{}
+		causes = &handlerCauses{}
 	)
 	handler := func(ctx context.Context, task client.Task) (any, error) {
 		mu.Lock()
@@ -50,11 +50,7 @@ func TestRunnerTracesProgressAndTimeLimits(t *testing.T) {
 			return nil, err
 		}
 		if string(task.Payload) == `"slow"` {
-			<-ctx.Done()
-			mu.Lock()
-			causes[task.ID] = context.Cause(ctx)
-			mu.Unlock()
-			return "too late", nil
+			return causes.untilStopped(ctx, task)
 		}
 		return "ok", nil
 	}
@@ -62,11 +58,7 @@ func TestRunnerTracesProgressAndTimeLimits(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return countRows(t, s, `SELECT count(*) FROM tasks WHERE queue = 'run23' AND status IN ('DONE', 'DEAD')`) == 2
 	}, 30*time.Second, 10*time.Millisecond)
-	require.Eventually(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return causes[slow.ID] != nil
-	}, 10*time.Second, 10*time.Millisecond, "the slow handler is stopped")
+	causes.await(t, slow.ID, 10*time.Second, "the slow handler is stopped")
 	require.NoError(t, stop())
 
 	mu.Lock()
@@ -74,7 +66,7 @@ func TestRunnerTracesProgressAndTimeLimits(t *testing.T) {
 	want, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
 	require.Equal(t, want, seen[traced.ID], "the handler continues the submit's trace")
 	require.False(t, seen[slow.ID].IsValid(), "a task without a trace starts its handler without one")
-	require.ErrorIs(t, causes[slow.ID], client.ErrTaskTimeLimit)
+	require.ErrorIs(t, causes.of(slow.ID), client.ErrTaskTimeLimit)
 
 	done, err := c.Get(ctx, traced.ID)
 	require.NoError(t, err)
@@ -181,30 +173,47 @@ func TestRunnerCountsAGoneTaskPastItsTimeLimitAsTheLimit(t *testing.T) {
 	// 100 ms) says so well before the Runner's clock would (1 s after it).
 	held := proxy.Inject(faultproxy.DelayAnswers(2500 * time.Millisecond).On(faultproxy.Claim).Times(1))
 
-	var (
-		mu     sync.Mutex
-		causes = map[string]error{}
-	)
+	causes := &handlerCauses{}
 	stop, _ := startRunner(t, c, client.RunnerConfig{Queues: []string{"limit-late"}, HeartbeatInterval: 100 * time.Millisecond},
-		func(ctx context.Context, task client.Task) (any, error) {
-			<-ctx.Done()
-			mu.Lock()
-			causes[task.ID] = context.Cause(ctx)
-			mu.Unlock()
-			return "too late", nil
-		})
-	require.Eventually(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return causes[slow.ID] != nil
-	}, 20*time.Second, 10*time.Millisecond, "the handler is stopped")
+		causes.untilStopped)
+	causes.await(t, slow.ID, 20*time.Second, "the handler is stopped")
 	require.NoError(t, stop())
 	require.Equal(t, 1, held.Hits(), "the claim's answer was held")
-	mu.Lock()
-	defer mu.Unlock()
-	require.ErrorIs(t, causes[slow.ID], client.ErrTaskTimeLimit)
+	require.ErrorIs(t, causes.of(slow.ID), client.ErrTaskTimeLimit)
 	attempts, err := c.Attempts(t.Context(), slow.ID)
 	require.NoError(t, err)
 	require.Len(t, attempts, 1)
 	require.Equal(t, client.AttemptTimedOut, attempts[0].Outcome, "the server ended it; the late result was dropped")
+}
+
+// handlerCauses records why each task's handler was stopped.
+type handlerCauses struct {
+	mu sync.Mutex
+	m  map[string]error
+}
+
+// untilStopped is a handler that waits until it is stopped, records the
+// cause, and returns a result that must not be reported.
+func (h *handlerCauses) untilStopped(ctx context.Context, task client.Task) (any, error) {
+	<-ctx.Done()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = map[string]error{}
+	}
+	h.m[task.ID] = context.Cause(ctx)
+	return "too late", nil
+}
+
+// of is the cause recorded for task id (nil: not stopped yet).
+func (h *handlerCauses) of(id string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.m[id]
+}
+
+// await waits until the handler of task id was stopped.
+func (h *handlerCauses) await(t *testing.T, id string, within time.Duration, msg string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return h.of(id) != nil }, within, 10*time.Millisecond, msg)
 }

@@ -335,13 +335,8 @@ func TestDashboard(t *testing.T) {
 	require.Equal(t, job.ID, claimed[0].ID)
 
 	// Limits: set a cap and a rate limit, then clear the cap.
-	h.run(tab, chromedp.Navigate(h.srv.URL+"/ui/queues/jobs"),
-		chromedp.Click(chromedp.CSS(`details summary`)),
-		chromedp.SendKeys(chromedp.CSS(`#s-mr`), "5"),
-		chromedp.SendKeys(chromedp.CSS(`#s-rps`), "2.5"),
-		chromedp.SendKeys(chromedp.CSS(`#s-burst`), "10"),
-		chromedp.Click(chromedp.CSS(`button[name="op"][value="limits"]`)),
-		chromedp.WaitVisible(chromedp.CSS(`.flash`)))
+	h.saveLimits(tab, "jobs", `.flash`, chromedp.SendKeys(chromedp.CSS(`#s-mr`), "5"),
+		chromedp.SendKeys(chromedp.CSS(`#s-rps`), "2.5"), chromedp.SendKeys(chromedp.CSS(`#s-burst`), "10"))
 	settings := h.text(tab, "dl.settings")
 	require.Contains(t, settings, "5")
 	require.Contains(t, settings, "2.5/s, burst 10")
@@ -350,13 +345,8 @@ func TestDashboard(t *testing.T) {
 	// saved before come back filled in and stay. A limit that does not
 	// exist is refused, and nothing changes.
 	h.admin.Do(http.MethodPut, "/limits/v1/tenant-api", map[string]any{"per_second": 5, "max_running": 3}).Expect(t, http.StatusCreated, nil)
-	h.run(tab, chromedp.Navigate(h.srv.URL+"/ui/queues/jobs"),
-		chromedp.Click(chromedp.CSS(`details summary`)),
-		chromedp.SendKeys(chromedp.CSS(`#s-rpsg`), "1.5"),
-		chromedp.SendKeys(chromedp.CSS(`#s-burstg`), "3"),
-		chromedp.SendKeys(chromedp.CSS(`#s-limits`), "tenant-api"),
-		chromedp.Click(chromedp.CSS(`button[name="op"][value="limits"]`)),
-		chromedp.WaitVisible(chromedp.CSS(`.flash`)))
+	h.saveLimits(tab, "jobs", `.flash`, chromedp.SendKeys(chromedp.CSS(`#s-rpsg`), "1.5"),
+		chromedp.SendKeys(chromedp.CSS(`#s-burstg`), "3"), chromedp.SendKeys(chromedp.CSS(`#s-limits`), "tenant-api"))
 	settings = h.text(tab, "dl.settings")
 	require.Contains(t, settings, "2.5/s, burst 10", "the queue's rate limit, filled in, is kept")
 	require.Contains(t, settings, "1.5/s, burst 3, each group")
@@ -371,11 +361,7 @@ func TestDashboard(t *testing.T) {
 	require.Equal(t, []string{"tenant-api"}, saved.Settings.Limits)
 	require.NotNil(t, saved.Settings.MaxRunning)
 	require.Equal(t, 5, *saved.Settings.MaxRunning)
-	h.run(tab, chromedp.Navigate(h.srv.URL+"/ui/queues/jobs"),
-		chromedp.Click(chromedp.CSS(`details summary`)),
-		chromedp.SetValue(chromedp.CSS(`#s-limits`), "tenant-api, no-such-limit"),
-		chromedp.Click(chromedp.CSS(`button[name="op"][value="limits"]`)),
-		chromedp.WaitVisible(chromedp.CSS(`p.error`)))
+	h.saveLimits(tab, "jobs", `p.error`, chromedp.SetValue(chromedp.CSS(`#s-limits`), "tenant-api, no-such-limit"))
 	require.Contains(t, h.text(tab, "p.error"), "no named limit no-such-limit")
 	h.admin.Do(http.MethodGet, "/queues/v1/jobs", nil).Expect(t, http.StatusOK, &saved)
 	require.Equal(t, []string{"tenant-api"}, saved.Settings.Limits, "a refused form changes nothing")
@@ -477,4 +463,13 @@ func TestDashboardWithoutAuth(t *testing.T) {
 	require.Contains(t, fields, "tenant")
 	require.Contains(t, fields, "acme")
 	require.Contains(t, fields, "600 s per attempt")
+}
+
+// saveLimits opens queue's Edit-limits form, fills it in with fill, saves
+// it, and waits for the page that follows to show until (the flash, or the
+// error).
+func (h *harness) saveLimits(tab context.Context, queue, until string, fill ...chromedp.Action[chromedp.Void]) {
+	h.t.Helper()
+	actions := append([]chromedp.Action[chromedp.Void]{chromedp.Navigate(h.srv.URL + "/ui/queues/" + queue), chromedp.Click(chromedp.CSS(`details summary`))}, fill...)
+	h.run(tab, append(actions, chromedp.Click(chromedp.CSS(`button[name="op"][value="limits"]`)), chromedp.WaitVisible(chromedp.CSS(until)))...)
 }
