@@ -83,3 +83,34 @@ func TestBenchPairsRunBothSidesAndReportMedians(t *testing.T) {
 	require.Greater(t, rep.Summary[0].B.EndToEnd, 0.0)
 	require.Contains(t, string(log), "medians of 1 pairs")
 }
+
+// The batch scenario with --batch-preload submits every task before its
+// workers start, as River's bench does, and reports the working phase
+// apart: faster than end to end, which counts the submission too.
+func TestBenchBatchPreloadReportsTheWorkingPhase(t *testing.T) {
+	t.Parallel()
+	bin := binary.Build(t)
+	out := filepath.Join(t.TempDir(), "batch.json")
+	cmd := exec.Command(bin, "bench", "--scenario", "batch", "--tasks", "3000", "--batch-preload", "--json", out)
+	cmd.Env = os.Environ()
+	log, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", log)
+
+	var r struct {
+		Scenario string  `json:"scenario"`
+		EndToEnd float64 `json:"end_to_end_tasks_per_sec"`
+		Work     float64 `json:"work_tasks_per_sec"`
+		Submit   float64 `json:"submit_tasks_per_sec"`
+		Storage  struct {
+			FinishedRows int64 `json:"finished_rows"`
+		} `json:"storage"`
+	}
+	b, err := os.ReadFile(out)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &r), "%s", b)
+	require.Equal(t, "batch", r.Scenario)
+	require.Equal(t, int64(3000), r.Storage.FinishedRows)
+	require.Positive(t, r.Submit)
+	require.Greater(t, r.Work, r.EndToEnd, "the working phase leaves the submission out")
+	require.Contains(t, string(log), "working phase:")
+}

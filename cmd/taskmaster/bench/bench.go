@@ -22,12 +22,16 @@ import (
 
 // Options select and size the scenarios.
 type Options struct {
-	Scenarios    []string
-	Tasks        int // 0: each scenario's default
-	Producers    int
-	Workers      int
-	BatchSize    int
-	ClaimLimit   int
+	Scenarios  []string
+	Tasks      int // 0: each scenario's default
+	Producers  int
+	Workers    int
+	BatchSize  int
+	ClaimLimit int
+	// BatchPreload makes the batch scenario submit every task before its
+	// workers start, as River's bench does, and report the working phase
+	// apart (Report.WorkTasksPerSec).
+	BatchPreload bool
 	BacklogTasks int
 	Rate         int
 	// SingleRate paces the single scenario's workers to this many tasks
@@ -106,15 +110,18 @@ type Report struct {
 	Machine       *Machine `json:"machine,omitempty"`
 	Auth          bool     `json:"auth"`
 	// Via is how the server reached its database (Options.Via).
-	Via                 string       `json:"via"`
-	Tasks               int          `json:"tasks"`
-	Producers           int          `json:"producers"`
-	Workers             int          `json:"workers"`
-	DurationSeconds     float64      `json:"duration_seconds"`
-	SubmitTasksPerSec   float64      `json:"submit_tasks_per_sec"`
-	EndToEndTasksPerSec float64      `json:"end_to_end_tasks_per_sec"`
-	ClaimLatencyMS      Percentiles  `json:"claim_latency_ms"`
-	CompleteLatencyMS   *Percentiles `json:"complete_latency_ms,omitempty"`
+	Via                 string  `json:"via"`
+	Tasks               int     `json:"tasks"`
+	Producers           int     `json:"producers"`
+	Workers             int     `json:"workers"`
+	DurationSeconds     float64 `json:"duration_seconds"`
+	SubmitTasksPerSec   float64 `json:"submit_tasks_per_sec"`
+	EndToEndTasksPerSec float64 `json:"end_to_end_tasks_per_sec"`
+	// WorkTasksPerSec is the batch scenario's working phase alone (claims
+	// and reports of tasks all submitted before, Options.BatchPreload).
+	WorkTasksPerSec   float64      `json:"work_tasks_per_sec,omitempty"`
+	ClaimLatencyMS    Percentiles  `json:"claim_latency_ms"`
+	CompleteLatencyMS *Percentiles `json:"complete_latency_ms,omitempty"`
 	// SingleReports is how the single scenario's workers reported: "claim"
 	// (with the next claim: claim latency includes the report) or
 	// "separate".
@@ -290,6 +297,7 @@ func parseOptions(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.Workers, "workers", 8, "concurrent HTTP workers (single uses 16)")
 	fs.IntVar(&o.BatchSize, "batch-size", 500, "tasks per submit batch")
 	fs.IntVar(&o.ClaimLimit, "claim-limit", 100, "tasks per claim in the batch scenario")
+	fs.BoolVar(&o.BatchPreload, "batch-preload", false, "batch scenario: submit every task before the workers start (as River's bench does) and report the working phase apart; with --peer the ratio is then working phase to working phase")
 	fs.IntVar(&o.Rate, "rate", 200, "tasks per second in the latency scenario")
 	fs.StringVar(&o.SingleReports, "single-reports", "auto", "how the single scenario reports: claim (with the next claim), separate (a complete request per task), auto (claim when the server takes it)")
 	fs.IntVar(&o.SingleRate, "single-rate", 0, "pace the single scenario to this many tasks per second (0: as fast as possible), e.g. half its full-speed figure for latency below saturation")
@@ -632,18 +640,34 @@ func runBatch(ctx context.Context, env *environment, opts Options, mon *monitor,
 		return fmt.Sprintf("submitted %d/%d completed %d/%d (%.0f tasks/s)", submitted.Load(), n, completed.Load(), n, float64(completed.Load())/el)
 	})
 	defer close(stop)
-	submitDone, err := produceAndDrain(ctx, env, opts, queue, n, claims, &submitted, &completed)
+	var (
+		submitDone time.Time
+		err        error
+	)
+	if opts.BatchPreload {
+		err = produce(ctx, env.api, queue, n, opts.Producers, opts.BatchSize, &submitted)
+		submitDone = time.Now()
+		if err == nil {
+			err = drain(ctx, env.api, queue, int64(n), opts.Workers, opts.ClaimLimit, reportBatches, nil, claims, nil, &completed)
+		}
+	} else {
+		submitDone, err = produceAndDrain(ctx, env, opts, queue, n, claims, &submitted, &completed)
+	}
 	if err != nil {
 		return Report{}, err
 	}
 	end := time.Now()
-	return Report{
+	r := Report{
 		Tasks: n, Producers: opts.Producers, Workers: opts.Workers, Finished: int64(n),
 		DurationSeconds:     round3(end.Sub(start).Seconds()),
 		SubmitTasksPerSec:   round1(float64(n) / submitDone.Sub(start).Seconds()),
 		EndToEndTasksPerSec: round1(float64(n) / end.Sub(start).Seconds()),
 		ClaimLatencyMS:      claims.percentiles(),
-	}, nil
+	}
+	if opts.BatchPreload {
+		r.WorkTasksPerSec = round1(float64(n) / end.Sub(submitDone).Seconds())
+	}
+	return r, nil
 }
 
 func runSingle(ctx context.Context, env *environment, opts Options, mon *monitor, log io.Writer) (Report, error) {
@@ -887,6 +911,9 @@ func printReport(w io.Writer, r Report) {
 		fmt.Fprintf(w, "  submit:           %10.0f tasks/s\n", r.SubmitTasksPerSec)
 	}
 	fmt.Fprintf(w, "  end to end:       %10.0f tasks/s\n", r.EndToEndTasksPerSec)
+	if r.WorkTasksPerSec > 0 {
+		fmt.Fprintf(w, "  working phase:    %10.0f tasks/s (every task submitted before the workers started)\n", r.WorkTasksPerSec)
+	}
 	pr := func(name string, p *Percentiles) {
 		if p != nil && p.N > 0 {
 			fmt.Fprintf(w, "  %-17s p50 %7.2f ms  p95 %7.2f ms  p99 %7.2f ms  (n=%d)\n", name+":", p.P50, p.P95, p.P99, p.N)

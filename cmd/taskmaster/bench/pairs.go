@@ -52,6 +52,7 @@ type Medians struct {
 	Runs              int     `json:"runs"`
 	ComparableRuns    int     `json:"comparable_runs"`
 	EndToEndPerSec    float64 `json:"end_to_end_tasks_per_sec"`
+	WorkPerSec        float64 `json:"work_tasks_per_sec,omitempty"`
 	SubmitPerSec      float64 `json:"submit_tasks_per_sec"`
 	ClaimP50MS        float64 `json:"claim_p50_ms"`
 	ClaimP99MS        float64 `json:"claim_p99_ms"`
@@ -72,6 +73,10 @@ type PeerMedians struct {
 	PostgresUSPerJob float64 `json:"postgres_us_per_job"`
 	RatioA           float64 `json:"ratio_a"`
 	RatioB           float64 `json:"ratio_b"`
+	// WorkRatioA and WorkRatioB put each side's working phase (batch
+	// with --batch-preload) over the peer's own figure.
+	WorkRatioA float64 `json:"work_ratio_a,omitempty"`
+	WorkRatioB float64 `json:"work_ratio_b,omitempty"`
 }
 
 // pairOrder is the sides' order in pair i (from 0): A B, then B A, ...
@@ -186,6 +191,7 @@ func medians(rs []Report) Medians {
 		}
 	}
 	m.EndToEndPerSec = medianOf(rs, func(r Report) float64 { return r.EndToEndTasksPerSec })
+	m.WorkPerSec = medianOf(rs, func(r Report) float64 { return r.WorkTasksPerSec })
 	m.SubmitPerSec = medianOf(rs, func(r Report) float64 { return r.SubmitTasksPerSec })
 	m.ClaimP50MS = medianOf(rs, func(r Report) float64 { return r.ClaimLatencyMS.P50 })
 	m.ClaimP99MS = medianOf(rs, func(r Report) float64 { return r.ClaimLatencyMS.P99 })
@@ -203,6 +209,7 @@ func peerMedians(peers []PeerFigures, a, b Medians) *PeerMedians {
 	m.PostgresUSPerJob = medianOf(peers, func(p PeerFigures) float64 { return p.PostgresUSPerJob })
 	if m.JobsPerSec > 0 {
 		m.RatioA, m.RatioB = round3(a.EndToEndPerSec/m.JobsPerSec), round3(b.EndToEndPerSec/m.JobsPerSec)
+		m.WorkRatioA, m.WorkRatioB = round3(a.WorkPerSec/m.JobsPerSec), round3(b.WorkPerSec/m.JobsPerSec)
 	}
 	return m
 }
@@ -254,6 +261,9 @@ func printSummary(w io.Writer, rep PairsReport) {
 			m := side.m
 			fmt.Fprintf(w, "  %s: end to end %8.0f tasks/s, submit %8.0f tasks/s, claim p50 %7.2f ms p99 %7.2f ms; CPU per task server %5.0f µs, postgres %5.0f µs, load generator %5.0f µs (%d runs, %d comparable)\n",
 				side.name, m.EndToEndPerSec, m.SubmitPerSec, m.ClaimP50MS, m.ClaimP99MS, m.ServerUSPerTask, m.PostgresUSPerTask, m.LoadGenUSPerTask, m.Runs, m.ComparableRuns)
+			if m.WorkPerSec > 0 {
+				fmt.Fprintf(w, "  %s: working phase %8.0f tasks/s (every task submitted before the workers started)\n", side.name, m.WorkPerSec)
+			}
 			if m.ComparableRuns < m.Runs {
 				fmt.Fprintf(w, "  !!!!! %s: %d of %d runs NOT COMPARABLE (the machine was busy): compare CPU per task, not throughput !!!!!\n", side.name, m.Runs-m.ComparableRuns, m.Runs)
 			}
@@ -262,6 +272,9 @@ func printSummary(w io.Writer, rep PairsReport) {
 			fmt.Fprintf(w, "  peer %s: %8.0f jobs/s (its own figure), %8.0f end to end; CPU per job %s %.0f µs, postgres %.0f µs (%d runs, %d comparable)\n",
 				p.Name, p.JobsPerSec, p.EndToEndPerSec, p.Name, p.PeerUSPerJob, p.PostgresUSPerJob, p.Runs, p.ComparableRuns)
 			fmt.Fprintf(w, "  batch end to end / %s: A %.2fx, B %.2fx\n", p.Name, p.RatioA, p.RatioB)
+			if p.WorkRatioA > 0 || p.WorkRatioB > 0 {
+				fmt.Fprintf(w, "  batch working phase / %s working phase: A %.2fx, B %.2fx\n", p.Name, p.WorkRatioA, p.WorkRatioB)
+			}
 		}
 	}
 }

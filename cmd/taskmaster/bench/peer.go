@@ -61,8 +61,11 @@ type PeerRatio struct {
 	Peer PeerFigures `json:"peer"`
 	// Ratio is the batch run's end-to-end tasks/s over the peer's own
 	// figure (JobsPerSec); EndToEndRatio over the peer's EndToEndJobsPerSec.
+	// WorkRatio, for a batch run with --batch-preload, is its working
+	// phase over the peer's: the same phase on both sides.
 	Ratio         float64 `json:"ratio"`
 	EndToEndRatio float64 `json:"end_to_end_ratio"`
+	WorkRatio     float64 `json:"work_ratio,omitempty"`
 }
 
 // ratioTo is r's batch throughput over peer's.
@@ -73,6 +76,9 @@ func ratioTo(r Report, peer PeerFigures) PeerRatio {
 	}
 	if peer.EndToEndJobsPerSec > 0 {
 		out.EndToEndRatio = round3(r.EndToEndTasksPerSec / peer.EndToEndJobsPerSec)
+	}
+	if peer.JobsPerSec > 0 && r.WorkTasksPerSec > 0 {
+		out.WorkRatio = round3(r.WorkTasksPerSec / peer.JobsPerSec)
 	}
 	return out
 }
@@ -218,6 +224,9 @@ func printPeer(w io.Writer, p PeerRatio) {
 	}
 	if p.Ratio > 0 {
 		fmt.Fprintf(w, "  batch end to end / %s: %.2fx (against its end-to-end figure: %.2fx)\n", f.Name, p.Ratio, p.EndToEndRatio)
+	}
+	if p.WorkRatio > 0 {
+		fmt.Fprintf(w, "  batch working phase / %s working phase: %.2fx (both with every task inserted first)\n", f.Name, p.WorkRatio)
 	}
 }
 

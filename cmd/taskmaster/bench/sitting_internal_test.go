@@ -201,6 +201,12 @@ esac
 
 	pr := ratioTo(Report{EndToEndTasksPerSec: 617.25}, fig)
 	require.Equal(t, 0.5, pr.Ratio)
+	require.Zero(t, pr.WorkRatio, "no working phase: the run did not preload")
+	pr = ratioTo(Report{EndToEndTasksPerSec: 617.25, WorkTasksPerSec: 740.7}, fig)
+	require.Equal(t, 0.6, pr.WorkRatio, "working phase over the peer's working phase")
+	var b strings.Builder
+	printPeer(&b, pr)
+	require.Contains(t, b.String(), "batch working phase / river working phase: 0.60x")
 
 	if real := os.Getenv("TASKMASTER_RIVER_BIN"); real != "" {
 		fig, err := runPeer(ctx, c, real, 2000, io.Discard)
