@@ -89,28 +89,64 @@ func printCPU(w io.Writer, b *CPUBreakdown) {
 // the postmaster's children, and the children that exited (which the
 // postmaster reaped: its cutime and cstime).
 func clusterCPU(postmaster int) (float64, error) {
-	f, err := procStat(postmaster)
-	if err != nil {
-		return 0, err
+	ticks, err := clusterTicks(postmaster, procStat, procPIDs)
+	return ticks / clockTicks, err
+}
+
+// clusterTicks sums, in clock ticks, the CPU of the postmaster, of its
+// children read by stat from the pids list lists, and of the children it
+// reaped. A child the postmaster reaps while the children are being read
+// has left the list and not yet reached the postmaster's reaped time read
+// before: its whole life would go missing (all of a peer's backends, when
+// the peer's benchmark has just closed its connections). So the reaped
+// time is read again after the children, and the reading repeated when it
+// moved.
+func clusterTicks(postmaster int, stat func(int) ([]string, error), pids func() ([]int, error)) (float64, error) {
+	want := strconv.Itoa(postmaster)
+	for attempt := 0; ; attempt++ {
+		f, err := stat(postmaster)
+		if err != nil {
+			return 0, err
+		}
+		reaped := ticks(f, 13) + ticks(f, 14)
+		total := ticks(f, 11) + ticks(f, 12) + reaped
+		all, err := pids()
+		if err != nil {
+			return 0, err
+		}
+		for _, pid := range all {
+			if pid == postmaster {
+				continue
+			}
+			g, err := stat(pid)
+			if err != nil || len(g) < 2 || g[1] != want { // field 4, the parent
+				continue
+			}
+			total += ticks(g, 11) + ticks(g, 12)
+		}
+		f, err = stat(postmaster)
+		if err != nil {
+			return 0, err
+		}
+		if ticks(f, 13)+ticks(f, 14) == reaped || attempt == 9 {
+			return total, nil
+		}
 	}
-	total := ticks(f, 11) + ticks(f, 12) + ticks(f, 13) + ticks(f, 14)
+}
+
+// procPIDs lists the processes in /proc.
+func procPIDs() ([]int, error) {
 	dirs, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	want := strconv.Itoa(postmaster)
+	out := make([]int, 0, len(dirs))
 	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil || pid == postmaster {
-			continue
+		if pid, err := strconv.Atoi(d.Name()); err == nil {
+			out = append(out, pid)
 		}
-		g, err := procStat(pid)
-		if err != nil || len(g) < 2 || g[1] != want { // field 4, the parent
-			continue
-		}
-		total += ticks(g, 11) + ticks(g, 12)
 	}
-	return total / clockTicks, nil
+	return out, nil
 }
 
 // procStat returns the fields of /proc/pid/stat after the command name
