@@ -604,9 +604,9 @@ func drain(ctx context.Context, a *api, queue string, n int64, workers, limit in
 
 // produceAndDrain runs the batch workload on queue: producers submit n
 // tasks in batches while workers claim opts.ClaimLimit at a time and
-// complete them in batches. It returns when all are completed, and when the
-// last submit was accepted.
-func produceAndDrain(ctx context.Context, env *environment, opts Options, queue string, n int,
+// complete them in batches, or, with preload, before the workers start. It
+// returns when all are completed, and when the last submit was accepted.
+func produceAndDrain(ctx context.Context, env *environment, opts Options, queue string, n int, preload bool,
 	claims *recorder, submitted, completed *atomic.Int64) (time.Time, error) {
 	var submitDone time.Time
 	var perr error
@@ -617,6 +617,12 @@ func produceAndDrain(ctx context.Context, env *environment, opts Options, queue 
 		perr = produce(ctx, env.api, queue, n, opts.Producers, opts.BatchSize, submitted)
 		submitDone = time.Now()
 	}()
+	if preload {
+		pwg.Wait()
+		if perr != nil {
+			return submitDone, perr
+		}
+	}
 	werr := drain(ctx, env.api, queue, int64(n), opts.Workers, opts.ClaimLimit, reportBatches, nil, claims, nil, completed)
 	pwg.Wait()
 	return submitDone, errors.Join(perr, werr)
@@ -640,19 +646,7 @@ func runBatch(ctx context.Context, env *environment, opts Options, mon *monitor,
 		return fmt.Sprintf("submitted %d/%d completed %d/%d (%.0f tasks/s)", submitted.Load(), n, completed.Load(), n, float64(completed.Load())/el)
 	})
 	defer close(stop)
-	var (
-		submitDone time.Time
-		err        error
-	)
-	if opts.BatchPreload {
-		err = produce(ctx, env.api, queue, n, opts.Producers, opts.BatchSize, &submitted)
-		submitDone = time.Now()
-		if err == nil {
-			err = drain(ctx, env.api, queue, int64(n), opts.Workers, opts.ClaimLimit, reportBatches, nil, claims, nil, &completed)
-		}
-	} else {
-		submitDone, err = produceAndDrain(ctx, env, opts, queue, n, claims, &submitted, &completed)
-	}
+	submitDone, err := produceAndDrain(ctx, env, opts, queue, n, opts.BatchPreload, claims, &submitted, &completed)
 	if err != nil {
 		return Report{}, err
 	}

@@ -134,7 +134,7 @@ func runStreams(ctx context.Context, env *environment, opts Options, mon *monito
 			probes.Add(1)
 		}
 	}()
-	_, lerr := produceAndDrain(ctx, env, opts, queue, n, claims, &submitted, &completed)
+	_, lerr := produceAndDrain(ctx, env, opts, queue, n, false, claims, &submitted, &completed)
 	end := time.Now()
 	stopProbe()
 	if err := errors.Join(lerr, <-probeDone); err != nil {
