@@ -20,12 +20,6 @@ import (
 func TestBenchPairsRunBothSidesAndReportMedians(t *testing.T) {
 	t.Parallel()
 	bin := binary.Build(t)
-	out := filepath.Join(t.TempDir(), "pairs.json")
-	cmd := exec.Command(bin, "bench", "--pairs", "1", "--server-bin", bin, "--scenario", "single", "--tasks", "200", "--json", out)
-	cmd.Env = os.Environ()
-	log, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", log)
-
 	var rep struct {
 		Pairs int    `json:"pairs"`
 		A     string `json:"a"`
@@ -59,9 +53,7 @@ func TestBenchPairsRunBothSidesAndReportMedians(t *testing.T) {
 			} `json:"b"`
 		} `json:"summary"`
 	}
-	b, err := os.ReadFile(out)
-	require.NoError(t, err)
-	require.NoError(t, json.Unmarshal(b, &rep))
+	log := runBench(t, bin, &rep, "--pairs", "1", "--server-bin", bin, "--scenario", "single", "--tasks", "200")
 	require.Equal(t, 1, rep.Pairs)
 	require.Equal(t, bin, rep.A)
 	require.Len(t, rep.Runs, 2)
@@ -81,7 +73,7 @@ func TestBenchPairsRunBothSidesAndReportMedians(t *testing.T) {
 	require.Equal(t, 1, rep.Summary[0].B.Runs)
 	require.Greater(t, rep.Summary[0].A.EndToEnd, 0.0)
 	require.Greater(t, rep.Summary[0].B.EndToEnd, 0.0)
-	require.Contains(t, string(log), "medians of 1 pairs")
+	require.Contains(t, log, "medians of 1 pairs")
 }
 
 // The batch scenario with --batch-preload submits every task before its
@@ -89,13 +81,6 @@ func TestBenchPairsRunBothSidesAndReportMedians(t *testing.T) {
 // apart: faster than end to end, which counts the submission too.
 func TestBenchBatchPreloadReportsTheWorkingPhase(t *testing.T) {
 	t.Parallel()
-	bin := binary.Build(t)
-	out := filepath.Join(t.TempDir(), "batch.json")
-	cmd := exec.Command(bin, "bench", "--scenario", "batch", "--tasks", "3000", "--batch-preload", "--json", out)
-	cmd.Env = os.Environ()
-	log, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", log)
-
 	var r struct {
 		Scenario string  `json:"scenario"`
 		EndToEnd float64 `json:"end_to_end_tasks_per_sec"`
@@ -105,12 +90,25 @@ func TestBenchBatchPreloadReportsTheWorkingPhase(t *testing.T) {
 			FinishedRows int64 `json:"finished_rows"`
 		} `json:"storage"`
 	}
-	b, err := os.ReadFile(out)
-	require.NoError(t, err)
-	require.NoError(t, json.Unmarshal(b, &r), "%s", b)
+	log := runBench(t, binary.Build(t), &r, "--scenario", "batch", "--tasks", "3000", "--batch-preload")
 	require.Equal(t, "batch", r.Scenario)
 	require.Equal(t, int64(3000), r.Storage.FinishedRows)
 	require.Positive(t, r.Submit)
 	require.Greater(t, r.Work, r.EndToEnd, "the working phase leaves the submission out")
-	require.Contains(t, string(log), "working phase:")
+	require.Contains(t, log, "working phase:")
+}
+
+// runBench runs `bin bench args... --json FILE`, decodes the JSON report
+// into report, and returns what the command printed.
+func runBench(t *testing.T, bin string, report any, args ...string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "report.json")
+	cmd := exec.Command(bin, append(append([]string{"bench"}, args...), "--json", out)...)
+	cmd.Env = os.Environ()
+	log, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", log)
+	b, err := os.ReadFile(out)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, report), "%s", b)
+	return string(log)
 }
